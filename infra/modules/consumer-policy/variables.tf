@@ -1,0 +1,107 @@
+variable "stream_arns" {
+  description = "ARNs of the Kinesis streams the consumer reads directly with its own credentials. Leave empty for streams read through a cross-account role (list those roles in assume_role_arns instead)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    # Full stream ARNs only: a wildcard here would widen the grant to every
+    # stream in the account.
+    condition = alltrue([
+      for arn in var.stream_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]{1,128}$", arn))
+    ])
+    error_message = "Each stream_arns entry must be a full Kinesis stream ARN (arn:<partition>:kinesis:<region>:<account>:stream/<name>), without wildcards."
+  }
+}
+
+variable "table_arn" {
+  description = "ARN of the kinesumer state table (output table_arn of the state-table module)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^arn:aws[a-zA-Z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]{3,255}$", var.table_arn))
+    error_message = "table_arn must be a full DynamoDB table ARN (arn:<partition>:dynamodb:<region>:<account>:table/<name>), without wildcards."
+  }
+}
+
+variable "table_kms_key_arn" {
+  description = "Customer-managed KMS key of the state table, if any (the state-table module's kms_key_arn). Grants the key use DynamoDB needs on the caller's behalf, only through DynamoDB. null for the AWS-owned key."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.table_kms_key_arn == null || can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", var.table_kms_key_arn))
+    error_message = "table_kms_key_arn must be null or a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+}
+
+variable "stream_kms_key_arns" {
+  description = "Customer-managed KMS keys of the streams in stream_arns that use server-side encryption with such a key (GetRecords then needs kms:Decrypt). Streams encrypted with the AWS-managed aws/kinesis key need nothing here."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.stream_kms_key_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
+    ])
+    error_message = "Each stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+}
+
+variable "assume_role_arns" {
+  description = "ARNs of roles in other accounts that the consumer assumes to read their streams (Config(role_arn=...)); typically the role_arn output of the cross-account-role module. Empty: no sts:AssumeRole grant."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.assume_role_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:iam::[0-9]{12}:role/[a-zA-Z0-9+=,.@_/-]+$", arn))
+    ])
+    error_message = "Each assume_role_arns entry must be a full IAM role ARN (arn:<partition>:iam::<account>:role/<name>), without wildcards."
+  }
+
+  validation {
+    # A consumer must read streams somehow: directly or through a role.
+    condition     = length(var.assume_role_arns) + length(var.stream_arns) > 0
+    error_message = "Give at least one of stream_arns (streams read directly) or assume_role_arns (streams read through a cross-account role)."
+  }
+}
+
+variable "create_policy" {
+  description = "Create an aws_iam_policy from the document. false: only render the JSON (output policy_json), e.g. to embed it in an inline role policy."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "policy_name" {
+  description = "Name of the created IAM policy. null: a unique name starting with \"kinesumer-consumer-\"."
+  type        = string
+  default     = null
+}
+
+variable "policy_path" {
+  description = "IAM path of the created policy."
+  type        = string
+  default     = "/"
+  nullable    = false
+}
+
+variable "description" {
+  description = "Description of the created IAM policy."
+  type        = string
+  default     = "kinesumer consumer: read the named Kinesis streams and use the kinesumer state table"
+  nullable    = false
+}
+
+variable "tags" {
+  description = "Tags applied to the created IAM policy."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}

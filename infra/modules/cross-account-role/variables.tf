@@ -1,0 +1,117 @@
+variable "name" {
+  description = "Name of the role (created in the stream's account)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9+=,.@_-]{1,64}$", var.name))
+    error_message = "name must be 1-64 characters of a-z, A-Z, 0-9 and +=,.@_-."
+  }
+}
+
+variable "path" {
+  description = "IAM path of the role."
+  type        = string
+  default     = "/"
+  nullable    = false
+}
+
+variable "description" {
+  description = "Description of the role."
+  type        = string
+  default     = "Assumed by kinesumer consumers in another account to read Kinesis streams"
+  nullable    = false
+}
+
+variable "consumer_principals" {
+  description = "Who may assume the role: 12-digit account ids (any principal of that account whose own IAM policy allows sts:AssumeRole on this role) and/or IAM role or user ARNs of the consumers (narrower; preferred)."
+  type        = list(string)
+  nullable    = false
+
+  validation {
+    condition     = length(var.consumer_principals) > 0
+    error_message = "consumer_principals must name at least one account id or principal ARN."
+  }
+
+  validation {
+    condition = alltrue([
+      for p in var.consumer_principals :
+      can(regex("^[0-9]{12}$", p)) || can(regex("^arn:aws[a-zA-Z-]*:iam::[0-9]{12}:(root|role/[a-zA-Z0-9+=,.@_/-]+|user/[a-zA-Z0-9+=,.@_/-]+)$", p))
+    ])
+    error_message = "Each consumer_principals entry must be a 12-digit account id or an IAM ARN (arn:<partition>:iam::<account>:root|role/<name>|user/<name>), without wildcards."
+  }
+}
+
+variable "external_id" {
+  description = "External id the consumer must present (Config(external_id=...)). Required: without it any principal of a trusted account could use the role on another party's behalf (the confused-deputy problem)."
+  type        = string
+  nullable    = false
+
+  validation {
+    # STS limits: 2-1224 characters of [\w+=,.@:/-]. The length is checked
+    # apart because RE2 (Terraform's regex engine) caps repeat counts at 1000.
+    condition = (
+      length(var.external_id) >= 2 && length(var.external_id) <= 1224
+      && can(regex("^[a-zA-Z0-9_+=,.@:/-]+$", var.external_id))
+    )
+    error_message = "external_id must be non-empty: 2-1224 characters of a-z, A-Z, 0-9 and _+=,.@:/-."
+  }
+}
+
+variable "stream_arns" {
+  description = "ARNs of the Kinesis streams (in this account) the role may read."
+  type        = list(string)
+  nullable    = false
+
+  validation {
+    condition     = length(var.stream_arns) > 0
+    error_message = "stream_arns must name at least one stream."
+  }
+
+  validation {
+    condition = alltrue([
+      for arn in var.stream_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]{1,128}$", arn))
+    ])
+    error_message = "Each stream_arns entry must be a full Kinesis stream ARN (arn:<partition>:kinesis:<region>:<account>:stream/<name>), without wildcards."
+  }
+}
+
+variable "stream_kms_key_arns" {
+  description = "Customer-managed KMS keys of streams that use one for server-side encryption (GetRecords needs kms:Decrypt). The key policy must also allow this role."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.stream_kms_key_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
+    ])
+    error_message = "Each stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+}
+
+variable "max_session_duration" {
+  description = "Maximum session length in seconds (3600-43200). kinesumer refreshes its credentials before they expire, so the 1-hour default is enough; raise it only to cut STS calls."
+  type        = number
+  default     = 3600
+  nullable    = false
+
+  validation {
+    condition     = var.max_session_duration >= 3600 && var.max_session_duration <= 43200 && floor(var.max_session_duration) == var.max_session_duration
+    error_message = "max_session_duration must be a whole number of seconds between 3600 and 43200."
+  }
+}
+
+variable "permissions_boundary" {
+  description = "ARN of a permissions boundary policy for the role, if the account requires one."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags applied to the role."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}

@@ -1,0 +1,54 @@
+"""kinesumer: consume Amazon Kinesis streams as a consumer group, checkpointed in DynamoDB.
+
+::
+
+    from kinesumer import Config, Kinesumer
+
+    config = Config(app="orders-etl", dynamodb_table="kinesumer-state", region="eu-west-1")
+    with Kinesumer(config) as consumer:
+        for record in consumer.consume(["orders"]):
+            handle(record)
+"""
+
+from ._engine import ConsumerStats, ShardStatus
+from ._version import __version__
+from .admin import create_state_table
+from .config import Config
+from .consumer import AsyncKinesumer
+from .errors import (
+    AccessDeniedError,
+    ConfigError,
+    ConsumerClosedError,
+    CorruptStateError,
+    KinesisError,
+    KinesumerError,
+    StateStoreError,
+    StateTableNotFoundError,
+    StateTableSchemaError,
+    StreamNotFoundError,
+    TransientAWSError,
+)
+from .models import Record
+from .sync import Kinesumer
+
+__all__ = [
+    "AccessDeniedError",
+    "AsyncKinesumer",
+    "Config",
+    "ConfigError",
+    "ConsumerClosedError",
+    "ConsumerStats",
+    "CorruptStateError",
+    "KinesisError",
+    "Kinesumer",
+    "KinesumerError",
+    "Record",
+    "ShardStatus",
+    "StateStoreError",
+    "StateTableNotFoundError",
+    "StateTableSchemaError",
+    "StreamNotFoundError",
+    "TransientAWSError",
+    "__version__",
+    "create_state_table",
+]

@@ -1,0 +1,239 @@
+"""AWS plumbing shared by the state store and the Kinesis reader: clients, credentials for a
+cross-account role, error classification and the retry policy.
+
+botocore's own retries are switched off (one attempt per call) so that there is one retry policy,
+ours: tenacity, exponential backoff with full jitter, every retry logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import aioboto3
+from aiobotocore.credentials import AioDeferredRefreshableCredentials
+from aiobotocore.session import AioSession
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from .config import Config
+from .errors import AccessDeniedError, TransientAWSError
+
+log = logging.getLogger("kinesumer.aws")
+T = TypeVar("T")
+
+_THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+        "KMSThrottlingException",
+        "TooManyRequestsException",
+    }
+)
+_SERVER_CODES = frozenset(
+    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "InternalFailureException"}
+)
+_DENIED_CODES = frozenset(
+    {
+        "AccessDeniedException",
+        "AccessDenied",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "ExpiredTokenException",
+        "KMSAccessDeniedException",
+    }
+)
+
+
+def error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return type(exc).__name__
+
+
+def is_throttle(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) in _THROTTLE_CODES
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: throttling, server-side failures, network trouble, timeouts."""
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return code in _THROTTLE_CODES or code in _SERVER_CODES or int(status or 0) >= 500
+    # BotoCoreError covers EndpointConnectionError, ConnectionClosedError, Read/ConnectTimeout;
+    # OSError covers resets aiohttp did not wrap; TimeoutError covers asyncio timeouts.
+    return isinstance(exc, (BotoCoreError, OSError, asyncio.TimeoutError)) or (
+        type(exc).__module__.startswith("aiohttp")
+    )
+
+
+def is_denied(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) in _DENIED_CODES
+
+
+def denied(exc: ClientError, call: str, resource: str) -> AccessDeniedError:
+    return AccessDeniedError(
+        f"AWS denied {call} on {resource} ({error_code(exc)}): "
+        f"grant the consumer's role this call (see infra/modules/consumer-policy)"
+    )
+
+
+class RetryStats:
+    """Counts of retried errors by (operation, error code), shared across an engine; readable by
+    the application through ``consumer.stats()``."""
+
+    def __init__(self) -> None:
+        self.retries: Counter[tuple[str, str]] = Counter()
+        self.last_error: BaseException | None = None
+
+
+async def call_with_retry(
+    operation: str,
+    call: Callable[[], Awaitable[T]],
+    stats: RetryStats,
+    *,
+    attempts: int = 6,
+    initial: float = 0.05,
+    maximum: float = 2.0,
+) -> T:
+    """Run ``call`` and retry transient errors with exponential backoff and jitter.
+
+    After ``attempts`` tries the last error is raised as :class:`TransientAWSError`; anything not
+    transient is raised at once, unchanged.
+    """
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is None:
+            return
+        stats.retries[(operation, error_code(exc))] += 1
+        stats.last_error = exc
+        log.warning(
+            "%s failed (%s: %s), retry %d in %.2fs",
+            operation,
+            error_code(exc),
+            exc,
+            state.attempt_number,
+            state.upcoming_sleep,
+        )
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    try:
+        return await retrying(call)
+    except Exception as exc:
+        if is_transient(exc):
+            raise TransientAWSError(
+                f"{operation} kept failing after {attempts} attempts: {error_code(exc)}: {exc}"
+            ) from exc
+        raise
+
+
+def boto_config(read_timeout: float = 10.0) -> BotoConfig:
+    return BotoConfig(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        max_pool_connections=64,
+    )
+
+
+def session_for(config: Config) -> aioboto3.Session:
+    return aioboto3.Session(region_name=config.region)
+
+
+def assumed_role_session(config: Config, stats: RetryStats) -> aioboto3.Session:
+    """A session whose credentials come from ``sts:AssumeRole`` on ``config.role_arn`` and are
+    renewed by botocore before they expire (it refreshes 15 minutes ahead, and insists at 10).
+
+    The STS call itself uses the caller's own credentials (the default chain), the same ones
+    DynamoDB uses: the state table stays in the caller's account.
+    """
+    assert config.role_arn is not None
+    base = session_for(config)
+    session_name = f"kinesumer-{config.app}"[:64]
+
+    async def fetch() -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
+        if config.external_id:
+            kwargs["ExternalId"] = config.external_id
+        region = config.effective_kinesis_region
+        async with base.client(
+            "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
+        ) as sts:
+            response = await call_with_retry(
+                "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
+            )
+        creds = response["Credentials"]
+        expiry = creds["Expiration"]
+        if isinstance(expiry, datetime):
+            expiry = expiry.astimezone(timezone.utc).isoformat()
+        log.info("assumed role %s (credentials valid until %s)", config.role_arn, expiry)
+        return {
+            "access_key": creds["AccessKeyId"],
+            "secret_key": creds["SecretAccessKey"],
+            "token": creds["SessionToken"],
+            "expiry_time": expiry,
+        }
+
+    botocore_session = AioSession()
+    botocore_session._credentials = AioDeferredRefreshableCredentials(
+        refresh_using=fetch, method="sts-assume-role"
+    )
+    return aioboto3.Session(botocore_session=botocore_session, region_name=config.region)
+
+
+class AwsClients:
+    """The two low-level aiobotocore clients an engine uses, opened and closed together."""
+
+    def __init__(self, config: Config, stats: RetryStats) -> None:
+        self._config = config
+        self._stats = stats
+        self._stack = contextlib.AsyncExitStack()
+        self.dynamodb: Any = None
+        self.kinesis: Any = None
+
+    async def open(self) -> None:
+        config = self._config
+        caller = session_for(config)
+        kinesis_session = assumed_role_session(config, self._stats) if config.role_arn else caller
+        self.dynamodb = await self._stack.enter_async_context(
+            caller.client(
+                "dynamodb",
+                region_name=config.effective_dynamodb_region,
+                endpoint_url=config.dynamodb_endpoint,
+                config=boto_config(),
+            )
+        )
+        self.kinesis = await self._stack.enter_async_context(
+            kinesis_session.client(
+                "kinesis",
+                region_name=config.effective_kinesis_region,
+                endpoint_url=config.kinesis_endpoint,
+                config=boto_config(),
+            )
+        )
+
+    async def close(self) -> None:
+        await self._stack.aclose()

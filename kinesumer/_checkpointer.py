@@ -1,0 +1,126 @@
+"""Fenced checkpoint writes: periodic flush, graceful handoff, finishing a drained shard.
+
+Every write is conditional on the lease (owner and lease number). A refused write means the shard
+was taken over: the lease is marked lost at once, which stops its fetcher and makes the delivery
+side drop its buffered records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from ._state import Lease, LeaseStatus
+from .statestore.base import StateStore
+
+log = logging.getLogger("kinesumer.checkpoint")
+
+#: How often a handoff or a finish re-checks whether the record in the application's hands is
+#: done. Both are rare events; polling keeps the delivery hot path free of any signalling.
+_POLL = 0.01
+
+
+class Checkpointer:
+    def __init__(self, store: StateStore, client_id: str) -> None:
+        self._store = store
+        self._client_id = client_id
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.writes = 0
+        self.conflicts = 0
+
+    def _lock(self, lease: Lease) -> asyncio.Lock:
+        # Writes of one lease are serialized, so an older position can never land after a newer.
+        return self._locks.setdefault(lease.key, asyncio.Lock())
+
+    async def write(self, lease: Lease, *, finished: bool = False, release: bool = False) -> bool:
+        """Write the lease's processed position (if it moved), the finished flag and/or release
+        ownership. False, with the lease marked lost, when the write was refused."""
+        async with self._lock(lease):
+            if lease.status is LeaseStatus.LOST:
+                return False
+            position = lease.processed
+            moved = position != lease.checkpointed
+            if not (moved or finished or release):
+                return True
+            ok = await self._store.write_checkpoint(
+                lease.checkpoint, position if moved else None, finished=finished, release=release
+            )
+            self.writes += 1
+            if not ok:
+                self.conflicts += 1
+                self.lose(lease, "a checkpoint write was refused: another client owns the shard")
+                return False
+            lease.checkpointed = position
+            return True
+
+    async def flush(self, leases: list[Lease]) -> None:
+        """Write every active lease whose processed position moved since its last write."""
+        await asyncio.gather(
+            *(self.write(lease) for lease in leases if lease.status is LeaseStatus.ACTIVE)
+        )
+
+    def lose(self, lease: Lease, why: str) -> None:
+        if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+            return
+        stream, shard_id = lease.key
+        log.warning("[%s] lost %s/%s: %s", self._client_id, stream, shard_id, why)
+        lease.stop_delivering(LeaseStatus.LOST)
+        if lease.fetcher is not None:
+            lease.fetcher.cancel()
+
+    async def handoff(self, lease: Lease, timeout: float, in_hand_done: bool = False) -> bool:
+        """Give a shard back: stop fetching and delivering, let the record in the application's
+        hands finish (up to ``timeout``), write the checkpoint and release ownership.
+
+        ``in_hand_done``: the application told us it is done with what it holds (it is closing
+        from the consuming thread), so the in-hand record counts as processed.
+        """
+        stream, shard_id = lease.key
+        if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+            return False
+        started = time.monotonic()
+        lease.stop_delivering(LeaseStatus.REVOKING)
+        if lease.fetcher is not None:
+            lease.fetcher.cancel()
+        if in_hand_done:
+            lease.processed = lease.delivered if lease.delivered is not None else lease.processed
+        deadline = started + timeout
+        # Polling (rare: once per handoff) keeps all signalling off the delivery hot path.
+        while lease.in_hand and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL)
+        if lease.in_hand:
+            log.warning(
+                "[%s] %s/%s: the application did not finish its record within "
+                "handoff_timeout=%.1fs; the next owner will deliver it again",
+                self._client_id,
+                stream,
+                shard_id,
+                timeout,
+            )
+        released = await self.write(lease, finished=lease.drained, release=True)
+        if released:
+            lease.status = LeaseStatus.RELEASED
+            log.info(
+                "[%s] handed off %s/%s at %s in %.3fs",
+                self._client_id,
+                stream,
+                shard_id,
+                lease.processed.sequence_number if lease.processed else "the start",
+                time.monotonic() - started,
+            )
+        return released
+
+    async def finish(self, lease: Lease, on_finished: Callable[[Lease], None]) -> None:
+        """After SHARD_END: once every record of the shard was processed, checkpoint it finished
+        and release it, so children (whose owners wait for this flag) can start."""
+        while lease.status is LeaseStatus.ACTIVE and not lease.drained:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL)
+        if lease.status is not LeaseStatus.ACTIVE:
+            return
+        if await self.write(lease, finished=True, release=True):
+            lease.stop_delivering(LeaseStatus.RELEASED)
+            lease.finished_written = True
+            log.info("[%s] finished %s/%s", self._client_id, *lease.key)
+            on_finished(lease)

@@ -1,0 +1,332 @@
+"""The engine: one asyncio implementation behind both the async and the sync API.
+
+It owns the AWS clients, the shared lease table and buffer, and the background tasks
+(coordinator, fetchers, checkpoint flusher, handoffs). Any background task that fails with
+something other than a transient AWS error stops the engine, and the error is raised to the
+application from its next ``consume()`` step, ``commit()`` or ``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._aws import AwsClients, RetryStats
+from ._checkpointer import Checkpointer
+from ._coordinator import Coordinator
+from ._fetcher import run_fetcher
+from ._state import EngineFailed, Lease, LeaseStatus, RecordBuffer
+from .config import Config, InitialPosition
+from .core import has_known_parent, parents_pending
+from .errors import ConsumerClosedError, KinesumerError, TransientAWSError
+from .kinesis.reader import KinesisReader
+from .models import Position, Record, Shard
+from .statestore.base import ShardCache
+from .statestore.dynamodb import DynamoDBStateStore
+
+log = logging.getLogger("kinesumer")
+
+
+def default_client_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    stream: str
+    shard_id: str
+    status: str
+    checkpoint: str | None
+    millis_behind: int | None
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """A snapshot of what the engine is doing, for the application and for tests."""
+
+    client_id: str
+    leader: bool
+    live_members: tuple[str, ...]
+    shards: tuple[ShardStatus, ...]
+    checkpoint_writes: int
+    checkpoint_conflicts: int
+    rebalances: int
+    retries: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+class Cursor:
+    """The delivery side: hands records out one at a time and moves the lease marks.
+
+    Runs on whatever thread consumes (the sync generator's, or the event loop for the async
+    iterator). In auto-commit mode the record in the application's hands becomes processed when
+    the application asks for the next one.
+    """
+
+    def __init__(self, auto_commit: bool) -> None:
+        self._auto = auto_commit
+        self._records: list[Record] = []
+        self._index = 0
+        self._lease: Lease | None = None
+        self._in_hand: tuple[Lease, Position] | None = None
+
+    def finish_in_hand(self) -> None:
+        if self._auto and self._in_hand is not None:
+            lease, position = self._in_hand
+            lease.processed = position
+        self._in_hand = None
+
+    def next_local(self) -> Record | None:
+        """The next deliverable record of the current batch, or None when a new batch is needed."""
+        self.finish_in_hand()
+        lease = self._lease
+        if lease is None:
+            return None
+        records = self._records
+        while self._index < len(records):
+            record = records[self._index]
+            self._index += 1
+            if lease.try_deliver(record):
+                self._in_hand = (lease, lease.delivered)  # type: ignore[assignment]
+                return record
+            break  # revoked or lost: the next owner reads the rest from the checkpoint
+        self._lease = None
+        return None
+
+    def set_batch(self, lease: Lease, records: list[Record]) -> None:
+        self._lease, self._records, self._index = lease, records, 0
+
+
+class Engine:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.client_id = config.client_id or default_client_id()
+        self.stats = RetryStats()
+        self.leases: dict[tuple[str, str], Lease] = {}
+        self.cursor = Cursor(config.auto_commit)
+        self.failure: BaseException | None = None
+        self.started = False
+        self.closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._aws = AwsClients(config, self.stats)
+        self.buffer: RecordBuffer
+        self._stop: asyncio.Event
+        self._coordinator: Coordinator
+        self._checkpointer: Checkpointer
+        self._reader: KinesisReader
+        self._store: DynamoDBStateStore
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self, streams: tuple[str, ...]) -> None:
+        """Connect, check the table and streams (named errors, now), join the group and claim
+        this client's first shards before returning."""
+        if self.closed:
+            raise ConsumerClosedError("this consumer was closed; create a new one")
+        if self.started:
+            await self.refresh(streams)
+            return
+        config = self.config
+        self.buffer = RecordBuffer(config.max_buffered_records, config.max_buffered_bytes)
+        self._stop = asyncio.Event()
+        await self._aws.open()
+        try:
+            self._store = DynamoDBStateStore(
+                self._aws.dynamodb, config.dynamodb_table, config.app, self.stats
+            )
+            self._reader = KinesisReader(
+                self._aws.kinesis, self.stats, config.effective_kinesis_region
+            )
+            await self._store.check()
+            for stream in streams:
+                await self._reader.check_stream(stream)
+            self._checkpointer = Checkpointer(self._store, self.client_id)
+            self._coordinator = Coordinator(
+                config,
+                self.client_id,
+                self._store,
+                self._reader,
+                self._checkpointer,
+                self.leases,
+                self._start_fetcher,
+            )
+            self._coordinator.streams = streams
+            await self._coordinator.tick()
+        except BaseException:
+            await self._aws.close()
+            raise
+        self.started = True
+        log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
+        self._spawn(self._coordinator.run(self._stop), "coordinator")
+        self._spawn(self._flush_periodically(), "checkpoint-flusher")
+
+    async def refresh(self, streams: tuple[str, ...]) -> None:
+        """Consume ``streams`` from now on; shards of dropped streams are handed off."""
+        self._raise_if_failed()
+        for stream in set(streams) - set(self._coordinator.streams):
+            await self._reader.check_stream(stream)
+        self._coordinator.streams = streams
+        await self._coordinator.tick()
+
+    async def close(self, in_hand_done: bool) -> None:
+        """Hand every shard off (checkpoint, release), leave the group, close the clients."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.started:
+            return
+        self._stop.set()
+        if in_hand_done:
+            self.cursor.finish_in_hand()
+        for lease in list(self.leases.values()):
+            if lease.status is LeaseStatus.ACTIVE:
+                self._coordinator.hand_off(lease, self.config.handoff_timeout)
+        try:
+            await self._coordinator.wait_handoffs()
+            if self.failure is None:
+                await self._store.deregister(self.client_id)
+        except (KinesumerError, TransientAWSError) as exc:
+            log.warning("[%s] close could not finish cleanly: %s", self.client_id, exc)
+        finally:
+            await self.buffer.fail(ConsumerClosedError("the consumer was closed"))
+            tasks = [t for t in self._tasks if not t.done()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._aws.close()
+        log.info("[%s] left app %r", self.client_id, self.config.app)
+
+    # -- delivery -----------------------------------------------------------------------------
+    async def next_batch(self) -> tuple[Lease, list[Record]]:
+        try:
+            return await self.buffer.get()
+        except EngineFailed as wrapped:
+            raise wrapped.__cause__ from None  # type: ignore[misc]
+
+    async def commit(self) -> None:
+        """Everything delivered so far is processed: write the checkpoints now."""
+        self._raise_if_failed()
+        for lease in list(self.leases.values()):
+            with lease.lock:
+                if lease.delivered is not None:
+                    lease.processed = lease.delivered
+        self.cursor.finish_in_hand()
+        await self._checkpointer.flush(list(self.leases.values()))
+        self._raise_if_failed()
+
+    def snapshot(self) -> ConsumerStats:
+        shards = tuple(
+            ShardStatus(
+                stream,
+                shard_id,
+                lease.status.value,
+                lease.checkpointed.sequence_number if lease.checkpointed else None,
+                lease.millis_behind,
+            )
+            for (stream, shard_id), lease in sorted(self.leases.items())
+        )
+        coordinator = getattr(self, "_coordinator", None)
+        checkpointer = getattr(self, "_checkpointer", None)
+        return ConsumerStats(
+            client_id=self.client_id,
+            leader=bool(coordinator and coordinator.leader),
+            live_members=tuple(coordinator.live_ids) if coordinator else (),
+            shards=shards,
+            checkpoint_writes=checkpointer.writes if checkpointer else 0,
+            checkpoint_conflicts=checkpointer.conflicts if checkpointer else 0,
+            rebalances=coordinator.rebalances if coordinator else 0,
+            retries={f"{op}:{code}": n for (op, code), n in self.stats.retries.items()},
+            last_error=repr(self.stats.last_error) if self.stats.last_error else None,
+        )
+
+    # -- background work ----------------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if exc is not None:
+                self._fail(exc, name)
+
+        task.add_done_callback(done)
+        return task
+
+    def _fail(self, exc: BaseException, where: str) -> None:
+        if self.failure is not None or self.closed:
+            return
+        self.failure = exc
+        log.error("[%s] %s failed, stopping: %r", self.client_id, where, exc, exc_info=exc)
+        self._stop.set()
+        for lease in self.leases.values():
+            if lease.fetcher is not None:
+                lease.fetcher.cancel()
+        self._spawn(self.buffer.fail(exc), "report failure")
+
+    def _raise_if_failed(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if self.closed:
+            raise ConsumerClosedError("this consumer was closed; create a new one")
+
+    async def _flush_periodically(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.config.commit_interval)
+            if self._stop.is_set():
+                return
+            try:
+                await self._checkpointer.flush(list(self.leases.values()))
+            except TransientAWSError as exc:
+                log.warning("[%s] checkpoint flush failed, will retry: %s", self.client_id, exc)
+
+    def _start_fetcher(self, lease: Lease, shard: Shard, cache: ShardCache) -> None:
+        stream = cache.stream
+        listed = cache.by_id()
+        initial: InitialPosition = (
+            "TRIM_HORIZON" if has_known_parent(shard, listed) else self.config.initial_position
+        )
+        pending = parents_pending(shard, listed, cache.finished)
+
+        async def parents_finished() -> bool:
+            if not pending:
+                return True
+            try:
+                checkpoints = await self._store.get_checkpoints(stream, pending)
+            except TransientAWSError as exc:
+                log.warning("[%s] checking parents of %s: %s", self.client_id, shard.shard_id, exc)
+                return False
+            return all(p in checkpoints and checkpoints[p].finished for p in pending)
+
+        lease.fetcher = self._spawn(
+            run_fetcher(
+                lease,
+                self._reader,
+                self.buffer,
+                self.config,
+                initial,
+                parents_finished,
+                self._on_shard_end,
+                self.client_id,
+            ),
+            f"fetcher {stream}/{shard.shard_id}",
+        )
+
+    def _on_shard_end(self, lease: Lease) -> None:
+        self._spawn(self._checkpointer.finish(lease, self._on_finished), "finish")
+
+    def _on_finished(self, lease: Lease) -> None:
+        if self.leases.get(lease.key) is lease:
+            del self.leases[lease.key]
+        self._coordinator.request_sync(lease.key[0])

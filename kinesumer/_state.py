@@ -1,0 +1,138 @@
+"""The state the engine's parts share: leases on shards, and the bounded record buffer.
+
+The coordinator creates and revokes leases, a fetcher per lease fills the buffer, the delivery
+side (generator or async iterator, possibly on another thread) hands records to the application
+and moves each lease's ``delivered``/``processed`` marks, and the checkpointer writes
+``processed`` to the state store. Marks are single attribute writes, so the engine thread may read
+them while the application thread writes them; the one step that must not interleave, "is this
+lease still deliverable? then it is delivered", happens under the lease's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import threading
+from dataclasses import dataclass, field
+
+from .models import Checkpoint, Position, Record
+
+
+class LeaseStatus(enum.Enum):
+    ACTIVE = "active"  # claimed: fetching and delivering
+    REVOKING = "revoking"  # moving away gracefully: no more deliveries, finishing the in-hand one
+    LOST = "lost"  # someone else owns it now: drop everything buffered
+    RELEASED = "released"  # handed back (or finished) with its checkpoint written
+
+
+@dataclass(eq=False)
+class Lease:
+    """This client's ownership of one shard, from a successful claim until release or loss."""
+
+    checkpoint: Checkpoint
+    status: LeaseStatus = LeaseStatus.ACTIVE
+    delivered: Position | None = None
+    processed: Position | None = None
+    checkpointed: Position | None = None
+    fetched: Position | None = None  # last record put in the buffer under this lease
+    reached_end: bool = False
+    finished_written: bool = False
+    millis_behind: int | None = None
+    fetcher: asyncio.Task[None] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        start = self.checkpoint.sequence_number
+        if start is not None:
+            resumed = Position(start, self.checkpoint.sub_sequence_number)
+            self.processed = self.checkpointed = resumed
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.checkpoint.stream, self.checkpoint.shard_id)
+
+    @property
+    def deliverable(self) -> bool:
+        return self.status is LeaseStatus.ACTIVE
+
+    def try_deliver(self, record: Record) -> bool:
+        """Mark ``record`` delivered if this lease may still deliver; False means drop it."""
+        with self.lock:
+            if self.status is not LeaseStatus.ACTIVE:
+                return False
+            self.delivered = Position(record.sequence_number, record.sub_sequence_number)
+            return True
+
+    def stop_delivering(self, status: LeaseStatus) -> None:
+        with self.lock:
+            self.status = status
+
+    @property
+    def in_hand(self) -> bool:
+        """A delivered record the application has not finished (auto mode) or committed."""
+        return self.delivered is not None and self.delivered != self.processed
+
+    @property
+    def drained(self) -> bool:
+        """At SHARD_END with every fetched record processed: the shard can be marked finished."""
+        return self.reached_end and (self.fetched is None or self.processed == self.fetched)
+
+
+class EngineFailed(Exception):
+    """Internal: wraps the error that stopped the engine while it travels to the caller."""
+
+
+class RecordBuffer:
+    """Batches fetched from all owned shards, bounded by record count and bytes.
+
+    A fetcher waits for room before its next GetRecords, so a slow application slows fetching
+    instead of growing memory. One batch may overshoot the bounds (a shard's batch is never
+    split), so the peak is the bounds plus one GetRecords answer.
+    """
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self._batches: collections.deque[tuple[Lease, list[Record], int]] = collections.deque()
+        self._records = 0
+        self._bytes = 0
+        self._max_records = max_records
+        self._max_bytes = max_bytes
+        self._changed = asyncio.Condition()
+        self._failure: BaseException | None = None
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self._records, self._bytes
+
+    def _full(self) -> bool:
+        return self._records >= self._max_records or self._bytes >= self._max_bytes
+
+    async def wait_for_room(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._full() or self._failure is not None)
+
+    async def put(self, lease: Lease, records: list[Record]) -> None:
+        size = sum(len(r.data) for r in records)
+        async with self._changed:
+            self._batches.append((lease, records, size))
+            self._records += len(records)
+            self._bytes += size
+            self._changed.notify_all()
+
+    async def get(self) -> tuple[Lease, list[Record]]:
+        """The oldest batch; raises the engine's failure once nothing is left before it."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(self._batches) or self._failure is not None)
+            if self._failure is not None:
+                raise EngineFailed() from self._failure
+            lease, records, size = self._batches.popleft()
+            self._records -= len(records)
+            self._bytes -= size
+            self._changed.notify_all()
+            return lease, records
+
+    async def fail(self, error: BaseException) -> None:
+        async with self._changed:
+            if self._failure is None:
+                self._failure = error
+            self._changed.notify_all()

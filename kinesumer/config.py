@@ -1,0 +1,158 @@
+"""Config: every setting of a consumer, validated when it is built."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Literal, Union
+
+from .errors import ConfigError
+
+InitialPosition = Union[Literal["LATEST", "TRIM_HORIZON"], datetime]  # noqa: UP007 (runtime alias, py3.10)
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_TABLE = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
+_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+
+#: The service allows 5 GetRecords per second per shard: never poll faster.
+MIN_SCAN_INTERVAL = 0.2
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of one consumer group member. Frozen; every field is checked on creation.
+
+    Only ``app`` and ``dynamodb_table`` are required. Durations are seconds. The README's
+    configuration table explains each default.
+    """
+
+    app: str
+    dynamodb_table: str
+    region: str | None = None
+    kinesis_region: str | None = None
+    dynamodb_region: str | None = None
+    kinesis_endpoint: str | None = None
+    dynamodb_endpoint: str | None = None
+    sts_endpoint: str | None = None
+    client_id: str | None = None
+    role_arn: str | None = None
+    external_id: str | None = None
+    scan_limit: int = 10_000
+    scan_interval: float = 0.2
+    initial_position: InitialPosition = "LATEST"
+    auto_commit: bool = True
+    heartbeat_interval: float = 1.0
+    client_timeout: float = 3.0
+    shard_sync_interval: float = 30.0
+    commit_interval: float = 5.0
+    handoff_timeout: float = 5.0
+    max_buffered_records: int = 20_000
+    max_buffered_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
+        _check_name("dynamodb_table", self.dynamodb_table, _TABLE, "3-255 of [A-Za-z0-9_.-]")
+        for name in ("region", "kinesis_region", "dynamodb_region"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_name(name, value, _REGION, "an AWS region such as 'eu-west-1'")
+        for name in ("kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, str) or not value.startswith(("http://", "https://"))
+            ):
+                raise ConfigError(name, f"must be an http:// or https:// URL, got {value!r}")
+        if self.client_id is not None:
+            _check_name("client_id", self.client_id, _NAME, "letters, digits, '_', '.', '-'")
+        if self.role_arn is not None:
+            _check_name("role_arn", self.role_arn, _ROLE_ARN, "arn:aws:iam::<12 digits>:role/<n>")
+        if self.external_id is not None:
+            if self.role_arn is None:
+                raise ConfigError("external_id", "is only used with role_arn; set role_arn too")
+            _check_name("external_id", self.external_id, _EXTERNAL_ID, "2-1224 characters")
+        _check_int("scan_limit", self.scan_limit, 1, 10_000)
+        _check_number("scan_interval", self.scan_interval, MIN_SCAN_INTERVAL)
+        _check_initial_position(self.initial_position)
+        if not isinstance(self.auto_commit, bool):
+            raise ConfigError("auto_commit", f"must be True or False, got {self.auto_commit!r}")
+        for name in ("heartbeat_interval", "shard_sync_interval", "commit_interval"):
+            _check_number(name, getattr(self, name), 0.05)
+        _check_number("handoff_timeout", self.handoff_timeout, 0.0)
+        _check_number("client_timeout", self.client_timeout, 0.1)
+        if self.client_timeout < 2 * self.heartbeat_interval:
+            raise ConfigError(
+                "client_timeout",
+                f"must be at least twice heartbeat_interval ({self.heartbeat_interval}s), or one "
+                f"late heartbeat makes a live client look dead; got {self.client_timeout}s",
+            )
+        _check_int("max_buffered_records", self.max_buffered_records, 1, 10**9)
+        _check_int("max_buffered_bytes", self.max_buffered_bytes, 1024, 2**40)
+
+    @property
+    def effective_kinesis_region(self) -> str | None:
+        return self.kinesis_region or self.region
+
+    @property
+    def effective_dynamodb_region(self) -> str | None:
+        return self.dynamodb_region or self.region
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with some fields changed (validated again)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise ConfigError(sorted(unknown)[0], "is not a Config field")
+        values.update(changes)
+        return Config(**values)
+
+
+def check_streams(streams: Any) -> tuple[str, ...]:
+    """Validate the stream names given to ``consume()``/``refresh()``; sorted, without repeats."""
+    if isinstance(streams, str) or not hasattr(streams, "__iter__"):
+        raise ConfigError("streams", f"must be a list of stream names, got {streams!r}")
+    names = list(streams)
+    if not names:
+        raise ConfigError("streams", "must name at least one stream")
+    for name in names:
+        if not isinstance(name, str) or not _STREAM.match(name):
+            raise ConfigError("streams", f"{name!r} is not a valid Kinesis stream name")
+    return tuple(sorted(set(names)))
+
+
+def _check_name(field: str, value: Any, pattern: re.Pattern[str], what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(field, f"must be a non-empty string, got {value!r}")
+    if not pattern.match(value):
+        raise ConfigError(field, f"must be {what}, got {value!r}")
+
+
+def _check_int(field: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(field, f"must be between {low} and {high}, got {value}")
+
+
+def _check_number(field: str, value: Any, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(field, f"must be a number of seconds, got {value!r}")
+    if value != value or value < low or value == float("inf"):
+        raise ConfigError(field, f"must be a finite number of seconds >= {low}, got {value}")
+
+
+def _check_initial_position(value: Any) -> None:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ConfigError(
+                "initial_position", "a datetime must be timezone-aware (e.g. tzinfo=timezone.utc)"
+            )
+        return
+    if value not in ("LATEST", "TRIM_HORIZON"):
+        raise ConfigError(
+            "initial_position",
+            f"must be 'LATEST', 'TRIM_HORIZON' or a datetime (AT_TIMESTAMP), got {value!r}",
+        )

@@ -1,0 +1,90 @@
+"""AsyncKinesumer: the consumer group as an async iterator (aioboto3 underneath)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+
+from ._engine import ConsumerStats, Engine
+from .config import Config, check_streams
+from .errors import ConsumerClosedError
+from .models import Record
+
+
+class AsyncKinesumer:
+    """A member of a consumer group, for asyncio applications.
+
+    ::
+
+        async with AsyncKinesumer(config) as consumer:
+            async for record in consumer.consume(["orders"]):
+                await handle(record)
+
+    With ``auto_commit=True`` (the default) a record counts as processed when the application
+    asks for the next one; with ``auto_commit=False`` when it calls :meth:`commit`.
+    """
+
+    def __init__(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"AsyncKinesumer needs a kinesumer.Config, got {type(config).__name__}")
+        self._engine = Engine(config)
+        self._consuming_task: asyncio.Task[object] | None = None
+
+    @property
+    def client_id(self) -> str:
+        return self._engine.client_id
+
+    async def consume(self, streams: Iterable[str]) -> AsyncIterator[Record]:
+        """Join the group (or change streams), then yield records from this member's shards
+        until :meth:`aclose`. Errors from the engine are raised here."""
+        names = check_streams(streams)
+        engine = self._engine
+        await engine.start(names)
+        self._consuming_task = asyncio.current_task()
+        cursor = engine.cursor
+        while True:
+            record = cursor.next_local()
+            if record is None:
+                try:
+                    lease, records = await engine.next_batch()
+                except ConsumerClosedError:
+                    return
+                cursor.set_batch(lease, records)
+                continue
+            yield record
+
+    async def commit(self) -> None:
+        """Mark every record delivered so far as processed and write the checkpoints now."""
+        await self._engine.commit()
+
+    async def refresh(self, streams: Iterable[str]) -> None:
+        """Consume a different set of streams from now on."""
+        await self._engine.start(check_streams(streams))
+
+    def stats(self) -> ConsumerStats:
+        return self._engine.snapshot()
+
+    async def aclose(self) -> None:
+        """Hand every shard off gracefully and leave the group.
+
+        Called from the task that iterates (in auto-commit mode), the record it holds counts as
+        processed; from elsewhere, the handoff waits up to ``handoff_timeout`` for it.
+        """
+        same_task = self._consuming_task is asyncio.current_task()
+        await self._engine.close(in_hand_done=same_task and self._engine.config.auto_commit)
+
+    async def __aenter__(self) -> AsyncKinesumer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Leaving on an exception: the record in hand was not processed; do not checkpoint it.
+        if exc_type is None:
+            await self.aclose()
+        else:
+            await self._engine.close(in_hand_done=False)

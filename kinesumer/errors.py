@@ -1,0 +1,69 @@
+"""The one exception tree of kinesumer.
+
+Everything the library raises on purpose derives from :class:`KinesumerError`::
+
+    KinesumerError
+    ├── ConfigError                 a Config field is invalid (names the field)
+    ├── ConsumerClosedError         the consumer was closed; make a new one
+    ├── StateStoreError             DynamoDB state table problems
+    │   ├── StateTableNotFoundError     the table does not exist
+    │   ├── StateTableSchemaError       the table has the wrong key schema
+    │   └── CorruptStateError           an item in the table cannot be read back
+    ├── KinesisError                Kinesis stream problems
+    │   └── StreamNotFoundError         a stream does not exist
+    ├── AccessDeniedError           AWS refused a call (names the call and resource)
+    └── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
+
+Errors raised inside the engine's background tasks are re-raised to the caller of
+``consume()`` (or ``commit()`` / ``close()``), never left to die in a task.
+"""
+
+from __future__ import annotations
+
+
+class KinesumerError(Exception):
+    """Base class of every error kinesumer raises on purpose."""
+
+
+class ConfigError(KinesumerError, ValueError):
+    """A :class:`~kinesumer.Config` field is invalid."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"Config.{field}: {message}")
+
+
+class ConsumerClosedError(KinesumerError):
+    """The consumer was closed; create a new one to consume again."""
+
+
+class StateStoreError(KinesumerError):
+    """A problem with the DynamoDB state table."""
+
+
+class StateTableNotFoundError(StateStoreError):
+    """The state table does not exist."""
+
+
+class StateTableSchemaError(StateStoreError):
+    """The state table exists but its key schema is not the one kinesumer needs."""
+
+
+class CorruptStateError(StateStoreError):
+    """An item in the state table holds a value kinesumer cannot read back."""
+
+
+class KinesisError(KinesumerError):
+    """A problem with a Kinesis stream."""
+
+
+class StreamNotFoundError(KinesisError):
+    """A stream to consume does not exist."""
+
+
+class AccessDeniedError(KinesumerError):
+    """AWS denied a call: the message names the call and the resource."""
+
+
+class TransientAWSError(KinesumerError):
+    """AWS kept failing with throttling, server errors or network errors past all retries."""

@@ -1,0 +1,82 @@
+"""Plain data the library hands around: records, shards, members, checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+
+class Record(NamedTuple):
+    """One Kinesis record, as delivered to the application.
+
+    A NamedTuple because the hot path builds one per record: it is immutable and about three
+    times cheaper to create than a frozen dataclass. ``sub_sequence_number`` is the index of a
+    user record inside a KPL-aggregated record, 0 for plain records.
+    """
+
+    stream: str
+    shard_id: str
+    sequence_number: str
+    sub_sequence_number: int
+    partition_key: str
+    data: bytes
+    approximate_arrival_timestamp: datetime | None
+
+
+@dataclass(frozen=True, order=True)
+class Shard:
+    """A shard with its lineage. ``closed`` means it has an ending sequence number (it was split
+    or merged) and will reach SHARD_END once drained."""
+
+    shard_id: str
+    parent_shard_id: str | None = None
+    adjacent_parent_shard_id: str | None = None
+    closed: bool = False
+
+    @property
+    def parents(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.parent_shard_id, self.adjacent_parent_shard_id) if p)
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """A registered member of the group, as read from its client item."""
+
+    client_id: str
+    last_update_ms: int
+    streams: frozenset[str] = frozenset()
+    host: str = ""
+    pid: int = 0
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A shard's checkpoint item: where reading stopped, who owns the shard, and whether the
+    shard was read to its end.
+
+    ``lease`` is a counter bumped by every claim: checkpoint writes are conditional on
+    ``owner`` *and* ``lease``, so a writer from an older claim can never overwrite the position
+    written under a newer one, even if the same client id claimed the shard again.
+    """
+
+    stream: str
+    shard_id: str
+    sequence_number: str | None = None
+    sub_sequence_number: int = 0
+    owner: str | None = None
+    lease: int = 0
+    finished: bool = False
+    last_update_ms: int = 0
+
+
+class Position(NamedTuple):
+    """A point in a shard: the last record processed (sequence number and KPL sub-sequence)."""
+
+    sequence_number: str
+    sub_sequence_number: int = 0
+
+
+def position_of(record: Record) -> Position:
+    return Position(record.sequence_number, record.sub_sequence_number)

@@ -1,0 +1,106 @@
+"""The state store interface: membership, shard cache and fenced checkpoints.
+
+The engine talks only to this protocol; :mod:`kinesumer.statestore.dynamodb` implements it on one
+DynamoDB table. Every write that can race is conditional, and the methods say in their return
+value whether the condition held, so the caller decides what losing a race means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..models import Checkpoint, ClientInfo, Position, Shard
+
+
+@dataclass(frozen=True)
+class ShardCache:
+    """A stream's shard list with lineage, plus which closed shards the group has finished.
+
+    ``digest`` identifies the content: the cache is rewritten only when it changes, and readers
+    fetch the (possibly large) body only when the digest they hold is out of date.
+    """
+
+    stream: str
+    shards: tuple[Shard, ...]
+    finished: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json()).hexdigest()[:32]
+
+    def to_json(self) -> bytes:
+        body = {
+            "shards": [
+                [s.shard_id, s.parent_shard_id, s.adjacent_parent_shard_id, s.closed]
+                for s in sorted(self.shards)
+            ],
+            "finished": sorted(self.finished),
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, stream: str, raw: bytes) -> ShardCache:
+        body = json.loads(raw)
+        shards = tuple(Shard(sid, p, ap, bool(closed)) for sid, p, ap, closed in body["shards"])
+        return cls(stream, shards, frozenset(body["finished"]))
+
+    def by_id(self) -> dict[str, Shard]:
+        return {s.shard_id: s for s in self.shards}
+
+
+class StateStore(Protocol):
+    """Storage of one app's group state."""
+
+    async def check(self) -> None:
+        """Fail with a named error when the table is missing, has the wrong keys, or is denied."""
+
+    # -- membership ---------------------------------------------------------------------------
+    async def heartbeat(self, client: ClientInfo, ttl_seconds: int) -> None:
+        """Register or refresh this client's item."""
+
+    async def deregister(self, client_id: str) -> None:
+        """Remove this client's item (on close), so the others rebalance at once."""
+
+    async def list_clients(self) -> list[ClientInfo]:
+        """Every registered client item, live or not."""
+
+    async def prune_client(self, client: ClientInfo) -> bool:
+        """Delete a dead client's item unless it heartbeated since it was read. True if deleted."""
+
+    # -- shard cache --------------------------------------------------------------------------
+    async def shard_cache_digests(self, streams: Sequence[str]) -> dict[str, str]:
+        """The current digest of each stream's shard cache (streams without a cache are absent)."""
+
+    async def load_shard_cache(self, stream: str) -> ShardCache | None:
+        """The whole shard cache of a stream, or None when there is none (or it moved on)."""
+
+    async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
+        """Replace the cache if its digest is still ``expected_digest`` (None: no cache yet)."""
+
+    # -- checkpoints --------------------------------------------------------------------------
+    async def get_checkpoints(
+        self, stream: str, shard_ids: Iterable[str] | None = None
+    ) -> dict[str, Checkpoint]:
+        """Checkpoints of a stream (strongly consistent), all or only ``shard_ids``."""
+
+    async def claim(
+        self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None
+    ) -> Checkpoint | None:
+        """Take ownership of a shard if its checkpoint is still as ``seen`` (absent, unowned, or
+        owned by the same lease of a dead client or of ourselves). Returns the new checkpoint, with
+        a new lease number, or None when someone else got there first."""
+
+    async def write_checkpoint(
+        self,
+        checkpoint: Checkpoint,
+        position: Position | None,
+        *,
+        finished: bool = False,
+        release: bool = False,
+    ) -> bool:
+        """Write ``position`` (and/or the finished flag, and/or release ownership) if the shard
+        is still owned by ``checkpoint.owner`` under ``checkpoint.lease``. False: lease lost."""

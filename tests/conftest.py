@@ -1,0 +1,155 @@
+"""Fixtures shared by the whole test suite: fake AWS credentials, local stand-ins, fault proxies.
+
+Why these shapes:
+
+* Credentials are faked for the whole session, and every way boto3 could find real ones (profile,
+  config files, instance metadata) or a real endpoint (``AWS_ENDPOINT_URL*``) is cut off, so no
+  test can reach AWS even by mistake.
+* Servers are session-scoped because starting them costs time (moto ~1 s for its imports, node
+  servers ~0.2 s each); tests share them and avoid collisions through :func:`unique_name`, and
+  moto (whose state is global) is reset per test through :func:`moto_url`.
+* Every server and proxy is stopped in a ``finally``, by its own pid / thread, even when tests
+  fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from _faultproxy import FaultProxy
+from _standins import MotoStandIn, NodeStandIn, start_dynalite, start_kinesalite, start_moto
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    # Never query the EC2/ECS metadata endpoints for credentials or region.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    # A developer's ~/.aws files could name a credential_process, SSO or endpoint_url.
+    "AWS_CONFIG_FILE": "/nonexistent/kinesumer-tests/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/kinesumer-tests/aws-credentials",
+}
+"""Environment every test runs in."""
+
+_UNSET_AWS_ENV_PREFIXES = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ENDPOINT_URL",  # also AWS_ENDPOINT_URL_<SERVICE>
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+)
+"""Variables that could point boto3 at real credentials or a real endpoint."""
+
+_NAME_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+_NODE_FIXTURES = frozenset({"kinesalite", "dynalite"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the node servers ``kinesalite``, so ``-m`` can select them."""
+    for item in items:
+        if _NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kinesalite)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fake_aws_environment() -> Iterator[None]:
+    """Fake credentials and region for the whole session; no AWS profile or endpoint override."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(_UNSET_AWS_ENV_PREFIXES):
+                patch.delenv(name, raising=False)
+        for name, value in FAKE_AWS_ENV.items():
+            patch.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoStandIn]:
+    """moto in server mode (all services) on a loopback port, shared by the session."""
+    server = start_moto()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def moto_url(moto_server: MotoStandIn) -> str:
+    """The moto server's URL, with all moto state reset before the test."""
+    moto_server.reset()
+    return moto_server.url
+
+
+@pytest.fixture(scope="session")
+def kinesalite() -> Iterator[NodeStandIn]:
+    """In-memory kinesalite on a loopback port, shared by the session (use :func:`unique_name`)."""
+    server = start_kinesalite()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def dynalite() -> Iterator[NodeStandIn]:
+    """In-memory dynalite on a loopback port, shared by the session (use :func:`unique_name`)."""
+    server = start_dynalite()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _issued_names() -> set[str]:
+    return set()
+
+
+@pytest.fixture
+def unique_name(_issued_names: set[str]) -> Callable[[str], str]:
+    """``unique_name(prefix)`` -> ``prefix-<8 hex>``, never repeated in the session.
+
+    The result is a valid Kinesis stream name and DynamoDB table name (``[A-Za-z0-9_.-]``, 3 to
+    128 characters), so tests sharing the session's kinesalite/dynalite never collide.
+    """
+
+    def make(prefix: str) -> str:
+        if not _NAME_PREFIX.match(prefix):
+            raise ValueError(
+                f"prefix {prefix!r} must be 1-100 characters of letters, digits, '_', '.', '-'"
+            )
+        while True:
+            name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+            if name not in _issued_names:
+                _issued_names.add(name)
+                return name
+
+    return make
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
+    """Factory ``fault_proxy(upstream_url) -> FaultProxy``; every proxy is stopped at teardown."""
+    proxies: list[FaultProxy] = []
+
+    def make(upstream_url: str) -> FaultProxy:
+        proxy = FaultProxy(upstream_url)
+        proxies.append(proxy)
+        return proxy
+
+    try:
+        yield make
+    finally:
+        for proxy in proxies:
+            proxy.stop()

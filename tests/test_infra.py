@@ -1,0 +1,700 @@
+"""Checks on the Terraform in ``infra/``.
+
+Three layers, cheapest first:
+
+- parsed HCL (python-hcl2, always runs): the state table matches ``kinesumer.statestore.schema``
+  and the IAM documents grant the kinesumer calls only, on named resources only;
+- the table created from that parsed definition in moto has the schema the library expects;
+- terraform itself (skipped without terraform or the offline provider folder): ``fmt``,
+  ``validate`` of every module and the example, a ``plan`` with dummy credentials that renders the
+  real policy JSON and the planned table, and a plan with bad inputs that the variables' validations
+  must reject. Terraform runs on a temporary copy of ``infra/`` so the work tree stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from _tfschema import (
+    INFRA_DIR,
+    STATE_TABLE_DIR,
+    TerraformParseError,
+    create_table_from_terraform,
+    load_module,
+    module_variables,
+    policy_statements,
+    schema_mismatches,
+    table_definition,
+)
+from moto import mock_aws
+
+from kinesumer.statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+
+MODULES_DIR = INFRA_DIR / "modules"
+CONSUMER_POLICY_DIR = MODULES_DIR / "consumer-policy"
+CROSS_ACCOUNT_ROLE_DIR = MODULES_DIR / "cross-account-role"
+TERRAFORM_DIRS = ["modules/state-table", "modules/consumer-policy", "modules/cross-account-role",
+                  "examples/basic"]
+
+# The calls kinesumer makes, and nothing else (see DESIGN.md and the brief for infra/).
+KINESIS_READ_ACTIONS = {
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+    "kinesis:GetShardIterator",
+    "kinesis:GetRecords",
+    "kinesis:DescribeStream",
+}
+DYNAMODB_ACTIONS = {
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
+    "dynamodb:BatchGetItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:DescribeTable",
+}
+# Enhanced fan-out and stream administration must never be granted.
+FORBIDDEN_KINESIS_ACTIONS = {
+    "kinesis:SubscribeToShard",
+    "kinesis:RegisterStreamConsumer",
+    "kinesis:DescribeStreamConsumer",
+    "kinesis:ListStreams",
+    "kinesis:PutRecord",
+    "kinesis:PutRecords",
+}
+
+REGION = "eu-west-1"
+CONSUMER_ACCOUNT = "111111111111"
+STREAM_ACCOUNT = "222222222222"
+STREAM_ARNS = [
+    f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/orders",
+    f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/payments",
+]
+REMOTE_STREAM_ARN = f"arn:aws:kinesis:{REGION}:{STREAM_ACCOUNT}:stream/clicks"
+TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/kinesumer-state"
+TABLE_KEY_ARN = f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+READER_ROLE_ARN = f"arn:aws:iam::{STREAM_ACCOUNT}:role/kinesumer-reader"
+EXTERNAL_ID = "orders-etl-7c1f"
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def has_wildcard(value: str) -> bool:
+    return "*" in value or "?" in value
+
+
+# --- 3. the state table, parsed ----------------------------------------------------------------
+
+
+def test_state_table_matches_library_schema() -> None:
+    table = table_definition()
+    assert schema_mismatches(table) == []
+    # Spelled out as well, so a failure names the field.
+    assert table.hash_key == PARTITION_KEY
+    assert table.range_key == SORT_KEY
+    assert table.attributes == {PARTITION_KEY: "S", SORT_KEY: "S"}
+    assert table.ttl_attribute == TTL_ATTRIBUTE
+    assert table.ttl_enabled is True
+    assert table.secondary_indexes == ()
+
+
+def test_state_table_defaults_are_the_safe_ones() -> None:
+    table = table_definition()
+    assert table.billing_mode == "PAY_PER_REQUEST"
+    assert (table.read_capacity, table.write_capacity) == (None, None)
+    assert table.point_in_time_recovery is True
+    assert table.deletion_protection is True
+    # AWS-owned key unless a customer-managed key is given.
+    assert (table.sse_enabled, table.kms_key_arn) == (False, None)
+
+
+def test_state_table_options_follow_their_variables() -> None:
+    table = table_definition(variables={
+        "billing_mode": "PROVISIONED",
+        "read_capacity": 5,
+        "write_capacity": 7,
+        "kms_key_arn": TABLE_KEY_ARN,
+        "point_in_time_recovery": False,
+        "deletion_protection": False,
+    })
+    assert (table.billing_mode, table.read_capacity, table.write_capacity) == ("PROVISIONED", 5, 7)
+    assert (table.sse_enabled, table.kms_key_arn) == (True, TABLE_KEY_ARN)
+    assert (table.point_in_time_recovery, table.deletion_protection) == (False, False)
+
+
+def test_every_variable_has_a_type_and_a_description() -> None:
+    for module_dir in sorted(MODULES_DIR.iterdir()) + [INFRA_DIR / "examples" / "basic"]:
+        for name, spec in module_variables(load_module(module_dir)).items():
+            where = f"{module_dir.relative_to(INFRA_DIR)}: variable {name}"
+            assert spec.get("type"), f"{where} has no type"
+            assert str(spec.get("description", "")).strip(), f"{where} has no description"
+
+
+def _tampered_copy(tmp_path: Path, old: str, new: str) -> Path:
+    copy = tmp_path / "state-table"
+    shutil.copytree(STATE_TABLE_DIR, copy)
+    main = copy / "main.tf"
+    text = main.read_text()
+    assert old in text, f"{old!r} not in state-table/main.tf: update this test"
+    main.write_text(text.replace(old, new, 1))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "complaint"),
+    [
+        ('hash_key  = "pk"', 'hash_key  = "id"', "hash_key"),
+        ('range_key = "sk"', 'range_key = "pk"', "range_key"),
+        ('type = "S"', 'type = "N"', "attribute definitions"),
+        ('attribute_name = "expires_at"', 'attribute_name = "ttl"', "TTL attribute"),
+        ("enabled        = true", "enabled        = false", "TTL is not enabled"),
+        ("  attribute {\n", '  attribute {\n    name = "owner"\n    type = "S"\n  }\n\n  attribute {\n',
+         "attribute definitions"),
+    ],
+)
+def test_schema_check_catches_drift(tmp_path: Path, old: str, new: str, complaint: str) -> None:
+    """The schema check reads the file: a changed copy of the module is reported."""
+    problems = schema_mismatches(table_definition(_tampered_copy(tmp_path, old, new)))
+    assert any(complaint in p for p in problems), problems
+
+
+def test_schema_parts_must_be_literals(tmp_path: Path) -> None:
+    copy = _tampered_copy(tmp_path, 'hash_key  = "pk"', "hash_key  = var.name")
+    with pytest.raises(TerraformParseError, match="hash_key must be a literal"):
+        table_definition(copy)
+
+
+# --- 4. the table created from the parsed definition ---------------------------------------------
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("dynamodb", region_name=REGION, aws_access_key_id="test",
+                           aws_secret_access_key="test")
+
+
+def test_table_created_from_terraform_matches_schema(dynamodb: Any) -> None:
+    create_table_from_terraform(dynamodb, "kinesumer-state")
+
+    table = dynamodb.describe_table(TableName="kinesumer-state")["Table"]
+    assert table["TableStatus"] == "ACTIVE"
+    assert sorted((k["AttributeName"], k["KeyType"]) for k in table["KeySchema"]) == sorted(
+        [(PARTITION_KEY, "HASH"), (SORT_KEY, "RANGE")]
+    )
+    assert sorted((a["AttributeName"], a["AttributeType"]) for a in table["AttributeDefinitions"]) == (
+        sorted([(PARTITION_KEY, "S"), (SORT_KEY, "S")])
+    )
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["DeletionProtectionEnabled"] is True
+    assert not table.get("GlobalSecondaryIndexes") and not table.get("LocalSecondaryIndexes")
+
+    ttl = dynamodb.describe_time_to_live(TableName="kinesumer-state")["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": TTL_ATTRIBUTE}
+
+    backups = dynamodb.describe_continuous_backups(TableName="kinesumer-state")
+    pitr = backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]
+    assert pitr["PointInTimeRecoveryStatus"] == "ENABLED"
+
+
+def test_table_created_from_terraform_is_usable(dynamodb: Any) -> None:
+    """Item calls the library makes work on the table (conditional put, query by pk)."""
+    create_table_from_terraform(dynamodb, "state", variables={"deletion_protection": False})
+    pk = "check_point#app#orders"
+    dynamodb.put_item(
+        TableName="state",
+        Item={PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": "shardId-000000000000"}, "owner": {"S": "c1"}},
+        ConditionExpression="attribute_not_exists(#pk)",
+        ExpressionAttributeNames={"#pk": PARTITION_KEY},
+    )
+    items = dynamodb.query(
+        TableName="state",
+        KeyConditionExpression="#pk = :pk",
+        ExpressionAttributeNames={"#pk": PARTITION_KEY},
+        ExpressionAttributeValues={":pk": {"S": pk}},
+    )["Items"]
+    assert [i["owner"]["S"] for i in items] == ["c1"]
+    dynamodb.delete_table(TableName="state")  # deletion protection off, as asked
+
+
+def test_table_created_from_terraform_provisioned(dynamodb: Any) -> None:
+    create_table_from_terraform(
+        dynamodb, "prov",
+        variables={"billing_mode": "PROVISIONED", "read_capacity": 3, "write_capacity": 4,
+                   "point_in_time_recovery": False},
+    )
+    table = dynamodb.describe_table(TableName="prov")["Table"]
+    assert table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED") == "PROVISIONED"
+    throughput = table["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (3, 4)
+    backups = dynamodb.describe_continuous_backups(TableName="prov")
+    pitr = backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]
+    assert pitr["PointInTimeRecoveryStatus"] == "DISABLED"
+
+
+def test_table_from_tampered_terraform_differs(dynamodb: Any, tmp_path: Path) -> None:
+    """create_table_from_terraform really uses the parsed file, not hard-coded names."""
+    copy = _tampered_copy(tmp_path, 'attribute_name = "expires_at"', 'attribute_name = "ttl_at"')
+    create_table_from_terraform(dynamodb, "t", module_dir=copy)
+    ttl = dynamodb.describe_time_to_live(TableName="t")["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == "ttl_at"
+
+
+# --- 5. least privilege, parsed ------------------------------------------------------------------
+
+
+def _service_of(statement: dict[str, Any]) -> set[str]:
+    return {a.split(":", 1)[0] for a in as_list(statement["actions"])}
+
+
+def _check_static_statement(statement: dict[str, Any], where: str) -> None:
+    actions = statement.get("actions")
+    assert isinstance(actions, list), f"{where}: actions must be a literal list, got {actions!r}"
+    for action in actions:
+        assert isinstance(action, str) and not has_wildcard(action), f"{where}: action {action!r}"
+        assert ":" in action, f"{where}: action {action!r} has no service prefix"
+    assert not statement.get("not_actions") and not statement.get("not_resources"), where
+    assert statement.get("effect", "Allow") == "Allow", where
+    resources = statement.get("resources")
+    assert resources is not None, f"{where}: no resources"
+    for resource in as_list(resources):
+        # Either a variable (validated to be a full ARN) or a literal without wildcards.
+        if "${" in resource:
+            assert "var." in resource, f"{where}: resource {resource!r} is not a variable"
+        else:
+            assert not has_wildcard(resource), f"{where}: resource {resource!r}"
+
+
+def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> None:
+    statements = list(policy_statements(CONSUMER_POLICY_DIR, "this"))
+    assert statements, "no statements parsed"
+    by_service: dict[str, list[dict[str, Any]]] = {}
+    for statement in statements:
+        _check_static_statement(statement, f"consumer-policy {statement.get('sid')}")
+        for service in _service_of(statement):
+            by_service.setdefault(service, []).append(statement)
+
+    (kinesis,) = by_service["kinesis"]
+    assert set(kinesis["actions"]) == KINESIS_READ_ACTIONS
+    assert _service_of(kinesis) == {"kinesis"}
+    assert as_list(kinesis["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+
+    (dynamodb,) = by_service["dynamodb"]
+    assert set(dynamodb["actions"]) == DYNAMODB_ACTIONS
+    assert _service_of(dynamodb) == {"dynamodb"}
+    assert as_list(dynamodb["resources"]) == ["${var.table_arn}"]  # no index/* either
+
+    (sts,) = by_service["sts"]
+    assert sts["actions"] == ["sts:AssumeRole"]
+    assert as_list(sts["resources"]) == ["${sort(distinct(var.assume_role_arns))}"]
+
+    assert set(by_service) <= {"kinesis", "dynamodb", "sts", "kms"}
+    for statement in by_service.get("kms", []):
+        assert "arn" in str(statement["resources"]), statement
+
+
+def test_cross_account_role_policies() -> None:
+    trust = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "trust"))
+    assert len(trust) == 1
+    (statement,) = trust
+    assert statement["actions"] == ["sts:AssumeRole"]
+    assert statement.get("effect", "Allow") == "Allow"
+    (principals,) = statement["principals"]
+    assert principals["type"] == "AWS"
+    assert "var.consumer_principals" in principals["identifiers"] or "local." in principals["identifiers"]
+    conditions = [(c["test"], c["variable"], c["values"]) for c in statement["condition"]]
+    assert ("StringEquals", "sts:ExternalId", ["${var.external_id}"]) in conditions
+
+    read = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "kinesis_read"))
+    for s in read:
+        _check_static_statement(s, f"cross-account-role {s.get('sid')}")
+    (kinesis,) = [s for s in read if _service_of(s) == {"kinesis"}]
+    assert set(kinesis["actions"]) == KINESIS_READ_ACTIONS
+    assert as_list(kinesis["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    assert all(_service_of(s) <= {"kinesis", "kms"} for s in read), "role grants more than Kinesis"
+
+
+def test_external_id_is_required() -> None:
+    spec = module_variables(load_module(CROSS_ACCOUNT_ROLE_DIR))["external_id"]
+    assert "default" not in spec, "external_id must have no default"
+    assert spec.get("nullable") is False
+    assert spec.get("validation"), "external_id must be validated"
+
+
+# --- 1, 2 and rendered policies: terraform itself -------------------------------------------------
+
+
+@cache
+def _terraform() -> str | None:
+    return shutil.which("terraform")
+
+
+@cache
+def _plugin_dir() -> Path | None:
+    """The equivalent of ``find / -maxdepth 3 -type d -name tf-plugins`` (first match)."""
+    if env := os.environ.get("KINESUMER_TF_PLUGIN_DIR"):
+        return Path(env) if Path(env).is_dir() else None
+    frontier = [Path("/")]
+    for _depth in range(3):
+        next_frontier: list[Path] = []
+        for parent in frontier:
+            try:
+                children = sorted(os.scandir(parent), key=lambda e: e.name)
+            except OSError:
+                continue
+            for child in children:
+                if child.path in ("/proc", "/sys", "/dev"):
+                    continue
+                try:
+                    if not child.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                if child.name == "tf-plugins":
+                    return Path(child.path)
+                next_frontier.append(Path(child.path))
+        frontier = next_frontier
+    return None
+
+
+def _require_terraform(plugins: bool = True) -> tuple[str, Path | None]:
+    terraform = _terraform()
+    if terraform is None:
+        pytest.skip("terraform not found on PATH")
+    plugin_dir = _plugin_dir()
+    if plugins and plugin_dir is None:
+        pytest.skip("no tf-plugins folder (find / -maxdepth 3 -type d -name tf-plugins found none)")
+    return terraform, plugin_dir
+
+
+def _tf_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # No version check call home, no prompts, and no real AWS identity: the plans below use
+    # dummy keys, and a stray profile in the environment would make the provider look it up.
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        env.pop(name, None)
+    env.update(CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1", TF_INPUT="0",
+               AWS_EC2_METADATA_DISABLED="true")
+    return env
+
+
+def _run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, cwd=cwd, env=_tf_env(), capture_output=True, text=True,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(args)} in {cwd} failed ({proc.returncode}):\n"
+                    f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _init(terraform: str, plugin_dir: Path, cwd: Path) -> None:
+    _run([terraform, "init", "-backend=false", f"-plugin-dir={plugin_dir}", "-input=false",
+          "-no-color"], cwd)
+
+
+@pytest.fixture(scope="session")
+def infra_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of infra/ (without any .terraform state) in which terraform may write."""
+    copy = tmp_path_factory.mktemp("tf") / "infra"
+    shutil.copytree(INFRA_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    return copy
+
+
+def test_terraform_fmt() -> None:
+    terraform, _ = _require_terraform(plugins=False)
+    proc = _run([terraform, "fmt", "-check", "-recursive", "-diff", "-no-color", str(INFRA_DIR)],
+                INFRA_DIR.parent, check=False)
+    assert proc.returncode == 0, f"terraform fmt would change:\n{proc.stdout}{proc.stderr}"
+
+
+@pytest.mark.parametrize("rel", TERRAFORM_DIRS)
+def test_terraform_validate(infra_copy: Path, rel: str) -> None:
+    terraform, plugin_dir = _require_terraform()
+    assert plugin_dir is not None
+    cwd = infra_copy / rel
+    _init(terraform, plugin_dir, cwd)
+    proc = _run([terraform, "validate", "-json", "-no-color"], cwd, check=False)
+    result = json.loads(proc.stdout)
+    assert result["valid"] is True, json.dumps(result["diagnostics"], indent=2)
+    assert proc.returncode == 0
+    assert not [d for d in result["diagnostics"] if d["severity"] == "warning"], result
+
+
+# A root module calling every module with known inputs, on a provider with dummy credentials and
+# every lookup switched off: `terraform plan` then renders the policy documents (computed locally
+# by the provider) and the planned table without any network.
+FAKE_PROVIDER = f"""
+provider "aws" {{
+  region                      = "{REGION}"
+  access_key                  = "test"
+  secret_key                  = "test"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  skip_region_validation      = true
+}}
+"""
+
+RENDER_ROOT = FAKE_PROVIDER + f"""
+module "table" {{
+  source = "../modules/state-table"
+  name   = "kinesumer-state"
+}}
+
+module "table_custom" {{
+  source                 = "../modules/state-table"
+  name                   = "kinesumer-state-2"
+  billing_mode           = "PROVISIONED"
+  read_capacity          = 5
+  write_capacity         = 6
+  kms_key_arn            = "{TABLE_KEY_ARN}"
+  point_in_time_recovery = false
+  deletion_protection    = false
+}}
+
+module "policy" {{
+  source           = "../modules/consumer-policy"
+  stream_arns      = {json.dumps(STREAM_ARNS)}
+  table_arn        = "{TABLE_ARN}"
+  assume_role_arns = ["{READER_ROLE_ARN}"]
+}}
+
+module "policy_with_keys" {{
+  source              = "../modules/consumer-policy"
+  stream_arns         = {json.dumps(STREAM_ARNS[:1])}
+  table_arn           = "{TABLE_ARN}"
+  table_kms_key_arn   = "{TABLE_KEY_ARN}"
+  stream_kms_key_arns = ["{TABLE_KEY_ARN}"]
+  create_policy       = false
+}}
+
+module "role" {{
+  source               = "../modules/cross-account-role"
+  name                 = "kinesumer-reader"
+  external_id          = "{EXTERNAL_ID}"
+  consumer_principals  = ["{CONSUMER_ACCOUNT}", "arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl"]
+  stream_arns          = ["{REMOTE_STREAM_ARN}"]
+  max_session_duration = 7200
+}}
+
+output "policy" {{ value = module.policy.policy_json }}
+output "policy_with_keys" {{ value = module.policy_with_keys.policy_json }}
+output "policy_with_keys_arn" {{ value = module.policy_with_keys.policy_arn }}
+output "trust" {{ value = module.role.trust_policy_json }}
+output "role_policy" {{ value = module.role.kinesis_policy_json }}
+"""
+
+
+@pytest.fixture(scope="session")
+def rendered(infra_copy: Path) -> dict[str, Any]:
+    """``terraform show -json`` of a plan of RENDER_ROOT."""
+    terraform, plugin_dir = _require_terraform()
+    assert plugin_dir is not None
+    root = infra_copy / "_render"
+    root.mkdir()
+    (root / "main.tf").write_text(RENDER_ROOT)
+    _init(terraform, plugin_dir, root)
+    _run([terraform, "plan", "-input=false", "-no-color", "-refresh=false", "-out=plan.bin"], root)
+    show = _run([terraform, "show", "-json", "plan.bin"], root)
+    return json.loads(show.stdout)  # type: ignore[no-any-return]
+
+
+def _output(plan: dict[str, Any], name: str) -> Any:
+    return plan["planned_values"]["outputs"][name]["value"]
+
+
+def _statements(policy_json: str) -> list[dict[str, Any]]:
+    document = json.loads(policy_json)
+    assert document["Version"] == "2012-10-17"
+    return [dict(s) for s in document["Statement"]]
+
+
+def _resources(plan: dict[str, Any], module: str) -> dict[str, dict[str, Any]]:
+    for child in plan["planned_values"]["root_module"].get("child_modules", []):
+        if child["address"] == f"module.{module}":
+            return {r["address"].removeprefix(f"module.{module}."): r["values"]
+                    for r in child.get("resources", [])}
+    raise AssertionError(f"module.{module} not in plan")
+
+
+def _assert_least_privilege(statements: list[dict[str, Any]]) -> None:
+    for s in statements:
+        assert s["Effect"] == "Allow", s
+        assert "NotAction" not in s and "NotResource" not in s, s
+        for action in as_list(s["Action"]):
+            assert not has_wildcard(action), s
+        for resource in as_list(s["Resource"]):
+            assert not has_wildcard(resource), s
+
+
+def test_rendered_consumer_policy(rendered: dict[str, Any]) -> None:
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy"))}
+    _assert_least_privilege(list(statements.values()))
+    assert set(statements) == {"KinesisRead", "StateTable", "AssumeStreamRoles"}
+    assert set(as_list(statements["KinesisRead"]["Action"])) == KINESIS_READ_ACTIONS
+    assert sorted(as_list(statements["KinesisRead"]["Resource"])) == sorted(STREAM_ARNS)
+    assert set(as_list(statements["StateTable"]["Action"])) == DYNAMODB_ACTIONS
+    assert as_list(statements["StateTable"]["Resource"]) == [TABLE_ARN]
+    assert as_list(statements["AssumeStreamRoles"]["Action"]) == ["sts:AssumeRole"]
+    assert as_list(statements["AssumeStreamRoles"]["Resource"]) == [READER_ROLE_ARN]
+    all_actions = {a for s in statements.values() for a in as_list(s["Action"])}
+    assert not all_actions & FORBIDDEN_KINESIS_ACTIONS
+    assert not {a for a in all_actions if a.startswith("dynamodb:")} - DYNAMODB_ACTIONS
+
+    policy = _resources(rendered, "policy")["aws_iam_policy.this[0]"]
+    assert json.loads(policy["policy"]) == json.loads(_output(rendered, "policy"))
+    assert policy["name"] is None and policy["name_prefix"] == "kinesumer-consumer-"
+
+
+def test_rendered_consumer_policy_with_keys(rendered: dict[str, Any]) -> None:
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy_with_keys"))}
+    _assert_least_privilege(list(statements.values()))
+    assert set(statements) == {"KinesisRead", "StateTable", "StateTableKey", "StreamKeys"}
+    table_key = statements["StateTableKey"]
+    assert as_list(table_key["Resource"]) == [TABLE_KEY_ARN]
+    assert table_key["Condition"] == {
+        "StringEquals": {"kms:ViaService": f"dynamodb.{REGION}.amazonaws.com"}
+    }
+    assert as_list(statements["StreamKeys"]["Action"]) == ["kms:Decrypt"]
+    # create_policy = false: only the document.
+    assert _output(rendered, "policy_with_keys_arn") is None
+    assert _resources(rendered, "policy_with_keys") == {}
+
+
+def test_rendered_cross_account_role(rendered: dict[str, Any]) -> None:
+    (trust,) = _statements(_output(rendered, "trust"))
+    assert trust["Effect"] == "Allow"
+    assert as_list(trust["Action"]) == ["sts:AssumeRole"]
+    assert sorted(as_list(trust["Principal"]["AWS"])) == sorted([
+        f"arn:aws:iam::{CONSUMER_ACCOUNT}:root",
+        f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl",
+    ])
+    assert trust["Condition"] == {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}}
+
+    read = _statements(_output(rendered, "role_policy"))
+    _assert_least_privilege(read)
+    (kinesis,) = read
+    assert set(as_list(kinesis["Action"])) == KINESIS_READ_ACTIONS
+    assert as_list(kinesis["Resource"]) == [REMOTE_STREAM_ARN]
+
+    resources = _resources(rendered, "role")
+    role = resources["aws_iam_role.this"]
+    assert role["max_session_duration"] == 7200
+    assert json.loads(role["assume_role_policy"]) == json.loads(_output(rendered, "trust"))
+    assert json.loads(resources["aws_iam_role_policy.kinesis_read"]["policy"]) == json.loads(
+        _output(rendered, "role_policy")
+    )
+
+
+def test_planned_state_table(rendered: dict[str, Any]) -> None:
+    table = _resources(rendered, "table")["aws_dynamodb_table.this"]
+    assert (table["hash_key"], table["range_key"]) == (PARTITION_KEY, SORT_KEY)
+    assert sorted((a["name"], a["type"]) for a in table["attribute"]) == [
+        (PARTITION_KEY, "S"), (SORT_KEY, "S")
+    ]
+    assert table["ttl"] == [{"attribute_name": TTL_ATTRIBUTE, "enabled": True}]
+    assert table["billing_mode"] == "PAY_PER_REQUEST"
+    assert table.get("read_capacity") in (None, 0) and table.get("write_capacity") in (None, 0)
+    assert table["point_in_time_recovery"][0]["enabled"] is True
+    assert table["deletion_protection_enabled"] is True
+    assert table["server_side_encryption"] == [{"enabled": False}]  # AWS-owned key
+    assert table["global_secondary_index"] == [] and table["local_secondary_index"] == []
+
+    custom = _resources(rendered, "table_custom")["aws_dynamodb_table.this"]
+    assert (custom["billing_mode"], custom["read_capacity"], custom["write_capacity"]) == (
+        "PROVISIONED", 5, 6
+    )
+    assert custom["server_side_encryption"] == [{"enabled": True, "kms_key_arn": TABLE_KEY_ARN}]
+    assert custom["point_in_time_recovery"][0]["enabled"] is False
+    assert custom["deletion_protection_enabled"] is False
+
+
+# Inputs every validation must refuse: (module call, module, inputs, variable, start of message).
+BAD_INPUTS = [
+    ("mode", "state-table", {"name": "t1", "billing_mode": "ON_DEMAND"},
+     "billing_mode", "billing_mode must be PAY_PER_REQUEST or PROVISIONED"),
+    ("no_capacity", "state-table", {"name": "t2", "billing_mode": "PROVISIONED", "write_capacity": 5},
+     "read_capacity", "read_capacity must be a whole number >= 1 when billing_mode is PROVISIONED"),
+    ("stray_capacity", "state-table", {"name": "t3", "write_capacity": 5},
+     "write_capacity", "write_capacity must be a whole number >= 1 when billing_mode is PROVISIONED"),
+    ("bad_key", "state-table", {"name": "t4", "kms_key_arn": "alias/aws/dynamodb"},
+     "kms_key_arn", "kms_key_arn must be null or a KMS key ARN"),
+    ("wild_stream", "consumer-policy",
+     {"table_arn": TABLE_ARN, "stream_arns": [f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/*"]},
+     "stream_arns", "Each stream_arns entry must be a full Kinesis stream ARN"),
+    ("wild_table", "consumer-policy",
+     {"table_arn": f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/*", "stream_arns": STREAM_ARNS},
+     "table_arn", "table_arn must be a full DynamoDB table ARN"),
+    ("nothing_to_read", "consumer-policy", {"table_arn": TABLE_ARN},
+     "assume_role_arns", "Give at least one of stream_arns"),
+    ("empty_external_id", "cross-account-role",
+     {"name": "r1", "external_id": "", "consumer_principals": [CONSUMER_ACCOUNT],
+      "stream_arns": [REMOTE_STREAM_ARN]},
+     "external_id", "external_id must be non-empty"),
+    ("wild_principal", "cross-account-role",
+     {"name": "r2", "external_id": EXTERNAL_ID, "consumer_principals": ["*"],
+      "stream_arns": [REMOTE_STREAM_ARN]},
+     "consumer_principals", "Each consumer_principals entry must be a 12-digit account id"),
+    ("long_session", "cross-account-role",
+     {"name": "r3", "external_id": EXTERNAL_ID, "consumer_principals": [CONSUMER_ACCOUNT],
+      "stream_arns": [REMOTE_STREAM_ARN], "max_session_duration": 86400},
+     "max_session_duration", "max_session_duration must be a whole number of seconds"),
+]
+
+
+@pytest.fixture(scope="session")
+def rejected(infra_copy: Path) -> dict[tuple[str, str], list[str]]:
+    """Plan a root calling the modules with BAD_INPUTS; {(module call, variable): [messages]}."""
+    terraform, plugin_dir = _require_terraform()
+    assert plugin_dir is not None
+    root = infra_copy / "_rejected"
+    root.mkdir()
+    calls = []
+    for call, module, inputs, _var, _msg in BAD_INPUTS:
+        args = "\n".join(f"  {k} = {json.dumps(v)}" for k, v in inputs.items())
+        calls.append(f'module "{call}" {{\n  source = "../modules/{module}"\n{args}\n}}\n')
+    (root / "main.tf").write_text(FAKE_PROVIDER + "\n".join(calls))
+    _init(terraform, plugin_dir, root)
+    proc = _run([terraform, "plan", "-input=false", "-no-color", "-refresh=false", "-json"], root,
+                check=False)
+    assert proc.returncode != 0, "a plan with invalid inputs succeeded"
+    found: dict[tuple[str, str], list[str]] = {}
+    for line in proc.stdout.splitlines():
+        message = json.loads(line)
+        diagnostic = message.get("diagnostic")
+        if not diagnostic or diagnostic.get("severity") != "error":
+            continue
+        # The diagnostic points at the `name = value` line of the module call in main.tf.
+        snippet = diagnostic.get("snippet", {})
+        start = diagnostic.get("range", {}).get("start", {}).get("line")
+        call_match = re.search(r'module "([^"]+)"', snippet.get("context") or "")
+        var_match = re.match(r"\s*([a-z_]+)\s*=", snippet.get("code") or "")
+        key = (call_match.group(1) if call_match else f"line {start}",
+               var_match.group(1) if var_match else "?")
+        found.setdefault(key, []).append(" ".join(diagnostic.get("detail", "").split()))
+    return found
+
+
+@pytest.mark.parametrize(("call", "variable", "message"),
+                         [(c, v, m) for c, _mod, _in, v, m in BAD_INPUTS],
+                         ids=[c for c, *_ in BAD_INPUTS])
+def test_validation_rejects(rejected: dict[tuple[str, str], list[str]], call: str, variable: str,
+                            message: str) -> None:
+    messages = rejected.get((call, variable), [])
+    assert any(m.startswith(message) for m in messages), (
+        f"module.{call}: no '{message}...' error on {variable}; all errors: {rejected}"
+    )
