@@ -136,12 +136,17 @@ async def call_with_retry(
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        wait=wait_exponential_jitter(multiplier=initial, max=maximum),
         before_sleep=before_sleep,
         reraise=True,
     )
+    async def attempt() -> T:
+        # tenacity runs a plain callable without awaiting what it returns: give it a coroutine
+        # function.
+        return await call()
+
     try:
-        return await retrying(call)
+        return await retrying(attempt)
     except Exception as exc:
         if is_transient(exc):
             raise TransientAWSError(

@@ -6,8 +6,10 @@ Items, for app ``A``:
   version, streams.
 - shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``chunks``; the body (zlib
   JSON, split into chunks under DynamoDB's 400 KB item limit) lives in
-  ``sk=<stream>#<digest>#<i>``. Readers poll only the small head items and fetch a body when its
-  digest changes; the body is written before the head points at it, so no reader sees half.
+  ``sk=<stream>#<digest>.<writer nonce>#<i>``. Readers poll only the small head items and fetch a
+  body when its digest changes; the body is written before the head points at it, so no reader
+  sees half, and every write has its own chunk keys, so a writer that loses the race deletes only
+  its own chunks.
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
   56 digits, beyond DynamoDB numbers), ``sub_sequence_number``, ``owner``, ``lease``,
   ``finished``, ``last_update``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
@@ -174,10 +177,10 @@ class DynamoDBStateStore:
         head = await self._get(pk, stream)
         if head is None:
             return None
-        digest, chunks = head["digest"]["S"], int(head["chunks"]["N"])
+        body_key, chunks = head["body"]["S"], int(head["chunks"]["N"])
         body = b""
         for index in range(chunks):
-            chunk = await self._get(pk, f"{stream}#{digest}#{index}")
+            chunk = await self._get(pk, f"{body_key}#{index}")
             if chunk is None:  # replaced while we read: the caller reads again next tick
                 return None
             body += chunk["data"]["B"]
@@ -193,12 +196,13 @@ class DynamoDBStateStore:
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
         pk = shard_cache_pk(self._app)
         digest = cache.digest
+        body_key = f"{cache.stream}#{digest}.{uuid.uuid4().hex[:12]}"
         body = zlib.compress(cache.to_json(), 6)
         chunks = [body[i : i + _CHUNK_BYTES] for i in range(0, len(body), _CHUNK_BYTES)] or [b""]
         for index, chunk in enumerate(chunks):
             item = {
                 PARTITION_KEY: {"S": pk},
-                SORT_KEY: {"S": f"{cache.stream}#{digest}#{index}"},
+                SORT_KEY: {"S": f"{body_key}#{index}"},
                 "data": {"B": chunk},
             }
             await self._call(
@@ -208,6 +212,7 @@ class DynamoDBStateStore:
             PARTITION_KEY: {"S": pk},
             SORT_KEY: {"S": cache.stream},
             "digest": {"S": digest},
+            "body": {"S": body_key},
             "chunks": {"N": str(len(chunks))},
             "last_update": {"N": str(_now_ms())},
             "shard_count": {"N": str(len(cache.shards))},
@@ -229,17 +234,16 @@ class DynamoDBStateStore:
             old.update(response.get("Attributes", {}))
 
         if not await self._conditional("PutItem", put_head):
-            if digest != expected_digest:
-                await self._delete_chunks(cache.stream, digest, len(chunks))
+            await self._delete_chunks(body_key, len(chunks))
             return False
-        if old and old["digest"]["S"] != digest:
-            await self._delete_chunks(cache.stream, old["digest"]["S"], int(old["chunks"]["N"]))
+        if "body" in old:
+            await self._delete_chunks(old["body"]["S"], int(old["chunks"]["N"]))
         return True
 
-    async def _delete_chunks(self, stream: str, digest: str, count: int) -> None:
+    async def _delete_chunks(self, body_key: str, count: int) -> None:
         pk = shard_cache_pk(self._app)
         for index in range(count):
-            key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": f"{stream}#{digest}#{index}"}}
+            key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": f"{body_key}#{index}"}}
             await self._call(
                 "DeleteItem", partial(self._db.delete_item, TableName=self._table, Key=key)
             )

@@ -1,0 +1,137 @@
+"""Helpers for consumer group tests: configs, producers, members running as asyncio tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import boto3
+
+from kinesumer import AsyncKinesumer, Config, Record, create_state_table
+
+# Short timings keep the suite fast; every one is still far above the stand-ins' latency.
+FAST = {
+    "heartbeat_interval": 0.25,
+    "client_timeout": 1.0,
+    "commit_interval": 0.5,
+    "shard_sync_interval": 2.0,
+    "handoff_timeout": 2.0,
+    "scan_interval": 0.2,
+}
+
+
+def make_config(
+    kinesis_url: str, dynamodb_url: str, app: str, table: str, **overrides: Any
+) -> Config:
+    values: dict[str, Any] = {
+        "app": app,
+        "dynamodb_table": table,
+        "region": "us-east-1",
+        "kinesis_endpoint": kinesis_url,
+        "dynamodb_endpoint": dynamodb_url,
+        "initial_position": "TRIM_HORIZON",
+        **FAST,
+    }
+    values.update(overrides)
+    return Config(**values)
+
+
+def kinesis(url: str) -> Any:
+    return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+
+
+def create_stream(url: str, name: str, shards: int) -> None:
+    client = kinesis(url)
+    client.create_stream(StreamName=name, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(
+        StreamName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+
+
+def put(url: str, stream: str, start: int, count: int, key: Callable[[int], str] = str) -> list[bytes]:
+    """Put records numbered start..start+count-1 (data b"<n>"), in batches; returns the data."""
+    client = kinesis(url)
+    datas = [str(i).encode() for i in range(start, start + count)]
+    for offset in range(0, count, 500):
+        chunk = list(range(start + offset, start + min(offset + 500, count)))
+        response = client.put_records(
+            StreamName=stream,
+            Records=[{"Data": str(i).encode(), "PartitionKey": key(i)} for i in chunk],
+        )
+        assert response.get("FailedRecordCount", 0) == 0
+    return datas
+
+
+def setup_table(config: Config) -> None:
+    create_state_table(config)
+
+
+class Member:
+    """One group member consuming in its own asyncio task, recording every delivery."""
+
+    def __init__(self, config: Config, streams: Iterable[str], sink: list[tuple[str, Record]]):
+        self.consumer = AsyncKinesumer(config)
+        self.streams = list(streams)
+        self.sink = sink
+        self.task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def client_id(self) -> str:
+        return self.consumer.client_id
+
+    def start(self) -> Member:
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        try:
+            async for record in self.consumer.consume(self.streams):
+                self.sink.append((self.client_id, record))
+        except Exception as exc:  # surfaced to the test through .error
+            self.error = exc
+            raise
+
+    def owned(self) -> set[tuple[str, str]]:
+        return {(s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"}
+
+    async def close(self) -> None:
+        await self.consumer.aclose()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, 10)
+
+    async def crash(self) -> None:
+        """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
+        engine = self.consumer._engine
+        engine.closed = True
+        if self.task is not None:
+            self.task.cancel()
+        tasks = list(engine._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, *( [self.task] if self.task else []), return_exceptions=True)
+        await engine._aws.close()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> float:
+    """Wait until ``predicate()`` holds; returns the seconds it took. Fails after ``timeout``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def datas(sink: list[tuple[str, Record]]) -> list[bytes]:
+    return [r.data for _, r in sink]
+
+
+def duplicates(sink: list[tuple[str, Record]]) -> dict[tuple[str, str, str, int], int]:
+    counts = Counter(
+        (r.stream, r.shard_id, r.sequence_number, r.sub_sequence_number) for _, r in sink
+    )
+    return {k: n for k, n in counts.items() if n > 1}

@@ -1,0 +1,113 @@
+"""Every invalid Config field raises ConfigError naming the field."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from kinesumer import Config, ConfigError
+from kinesumer.config import check_streams
+
+BASE = {"app": "orders-etl", "dynamodb_table": "kinesumer-state"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("app", ""),
+        ("app", "has#hash"),
+        ("app", None),
+        ("dynamodb_table", "ab"),
+        ("dynamodb_table", "bad name"),
+        ("region", "europe"),
+        ("kinesis_region", "EU-WEST-1"),
+        ("kinesis_endpoint", "localhost:4567"),
+        ("dynamodb_endpoint", "ftp://x"),
+        ("sts_endpoint", "127.0.0.1"),
+        ("client_id", ""),
+        ("client_id", "a#b"),
+        ("role_arn", "arn:aws:iam::123:role/x"),
+        ("role_arn", "not-an-arn"),
+        ("scan_limit", 0),
+        ("scan_limit", 10_001),
+        ("scan_limit", True),
+        ("scan_limit", 1.5),
+        ("scan_interval", 0.1),
+        ("scan_interval", "1"),
+        ("scan_interval", float("nan")),
+        ("initial_position", "EARLIEST"),
+        ("initial_position", datetime(2026, 1, 1)),
+        ("auto_commit", "yes"),
+        ("heartbeat_interval", 0),
+        ("shard_sync_interval", -1),
+        ("commit_interval", float("inf")),
+        ("handoff_timeout", -0.5),
+        ("client_timeout", 1.5),
+        ("max_buffered_records", 0),
+        ("max_buffered_bytes", 10),
+    ],
+)
+def test_invalid_field_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config(**{**BASE, field: value})  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert f"Config.{field}" in str(info.value)
+
+
+def test_external_id_needs_role_arn() -> None:
+    with pytest.raises(ConfigError, match="external_id.*role_arn"):
+        Config(**BASE, external_id="abc123")
+
+
+def test_config_error_is_a_value_error_and_kinesumer_error() -> None:
+    from kinesumer import KinesumerError
+
+    with pytest.raises(ValueError):
+        Config(**{**BASE, "app": ""})
+    assert issubclass(ConfigError, KinesumerError)
+
+
+def test_defaults_and_derived_regions() -> None:
+    config = Config(**BASE, region="eu-west-1", kinesis_region="us-east-1")
+    assert config.scan_limit == 10_000
+    assert config.scan_interval == 0.2
+    assert config.initial_position == "LATEST"
+    assert config.auto_commit is True
+    assert config.client_timeout >= 2 * config.heartbeat_interval
+    assert config.effective_kinesis_region == "us-east-1"
+    assert config.effective_dynamodb_region == "eu-west-1"
+
+
+def test_valid_values_accepted() -> None:
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    config = Config(
+        **BASE,
+        role_arn="arn:aws:iam::123456789012:role/stream-reader",
+        external_id="ext-42",
+        initial_position=at,
+        scan_interval=1,
+    )
+    assert config.initial_position == at
+
+
+def test_config_is_frozen_and_replace_revalidates() -> None:
+    config = Config(**BASE)
+    with pytest.raises(AttributeError):
+        config.app = "other"  # type: ignore[misc]
+    assert config.replace(app="other").app == "other"
+    with pytest.raises(ConfigError):
+        config.replace(scan_interval=0.01)
+    with pytest.raises(ConfigError):
+        config.replace(no_such_field=1)
+
+
+@pytest.mark.parametrize("streams", ["orders", [], ["bad name"], [1], None])
+def test_bad_stream_lists(streams: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_streams(streams)
+    assert info.value.field == "streams"
+
+
+def test_stream_list_sorted_unique() -> None:
+    assert check_streams(["b", "a", "b"]) == ("a", "b")

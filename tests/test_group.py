@@ -1,0 +1,256 @@
+"""The consumer group on moto in server mode (aioboto3 needs a real HTTP endpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kinesumer import AsyncKinesumer, Record
+from kinesumer._aws import RetryStats
+from kinesumer.models import Position
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
+
+from _group import (
+    Member,
+    create_stream,
+    datas,
+    duplicates,
+    eventually,
+    make_config,
+    put,
+    setup_table,
+)
+
+Names = Callable[[str], str]
+
+
+@pytest.fixture
+def group(moto_url: str, unique_name: Names) -> dict[str, Any]:
+    """A fresh stream name, table and app on moto; the table is created."""
+    names = {"app": unique_name("app"), "table": unique_name("state"), "stream": unique_name("s")}
+    config = make_config(moto_url, moto_url, names["app"], names["table"])
+    setup_table(config)
+    return {**names, "url": moto_url, "config": config}
+
+
+def config_for(g: dict[str, Any], **overrides: Any) -> Any:
+    return make_config(g["url"], g["url"], g["app"], g["table"], **overrides)
+
+
+async def test_two_clients_split_shards_and_read_every_record_once(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 4)
+    produced = put(url, stream, 0, 200)
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 4, what="a owns all 4 shards")
+    await eventually(lambda: len(sink) >= 100, what="a reading")
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    joined = time.monotonic()
+    await eventually(
+        lambda: len(a.owned()) == 2 and len(b.owned()) == 2 and not (a.owned() & b.owned()),
+        what="a and b own two shards each",
+    )
+    print(f"rebalance after join: {time.monotonic() - joined:.2f}s")
+    produced += put(url, stream, 200, 200)
+    await eventually(lambda: len(set(datas(sink))) == 400, what="all 400 records")
+    owned = {"a": a.owned(), "b": b.owned()}
+    await a.close()
+    await b.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+    # Records produced after the rebalance went only to their shard's new owner.
+    for cid, record in sink:
+        if int(record.data) >= 200:
+            assert (stream, record.shard_id) in owned[cid]
+
+
+async def test_three_clients_read_every_record_exactly_once(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 6)
+    sink: list[tuple[str, Record]] = []
+    members = [Member(config_for(group, client_id=c), [stream], sink).start() for c in "xyz"]
+    await eventually(
+        lambda: [len(m.owned()) for m in members] == [2, 2, 2], what="two shards each"
+    )
+    owned = [m.owned() for m in members]
+    assert set().union(*owned) == {(stream, f"shardId-{i:012d}") for i in range(6)}
+    produced = put(url, stream, 0, 600)
+    await eventually(lambda: len(sink) >= 600, what="600 records")
+    for m in members:
+        await m.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+    for member, shards in zip(members, owned, strict=True):
+        mine = {(stream, r.shard_id) for cid, r in sink if cid == member.client_id}
+        assert mine <= shards  # membership was stable: nobody read another's shard
+
+
+async def test_leaving_client_hands_shards_over_without_duplicates(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 4)
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, what="split")
+    produced = put(url, stream, 0, 300)
+    await eventually(lambda: len(sink) >= 150, what="half consumed")
+    await a.close()  # graceful: checkpoints written, shards released, client item deleted
+    await eventually(lambda: len(b.owned()) == 4, timeout=10, what="b takes all shards")
+    produced += put(url, stream, 300, 300)
+    await eventually(lambda: len(set(datas(sink))) == 600, what="all records")
+    await b.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+
+
+async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) -> None:
+    """A client whose shard was claimed by someone else cannot write its checkpoint, and the
+    newer checkpoint is never overwritten by the older owner."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 1)
+    shard = "shardId-000000000000"
+    put(url, stream, 0, 50)
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a", commit_interval=60), [stream], sink).start()
+    await eventually(lambda: len(sink) == 50, what="a read 50")
+    await a.consumer.commit()
+    intruder = a.consumer._engine._store  # same table, written as another client would
+    seen = (await intruder.get_checkpoints(stream, [shard]))[shard]
+    assert seen.owner == "a"
+    taken = await intruder.claim(stream, shard, "intruder", seen)
+    assert taken is not None and taken.lease == seen.lease + 1
+    newer = Position(sink[-1][1].sequence_number, 0)
+    assert await intruder.write_checkpoint(taken, newer)
+    # a's old lease can no longer write, whatever position it holds.
+    assert not await intruder.write_checkpoint(seen, Position(sink[0][1].sequence_number, 0))
+    put(url, stream, 50, 10)
+    await eventually(lambda: len(sink) >= 51, what="a reads on until it learns")
+    await a.consumer.commit()  # refused: a's lease was taken over
+    stats = a.consumer.stats()
+    assert stats.checkpoint_conflicts >= 1
+    after = (await intruder.get_checkpoints(stream, [shard]))[shard]
+    assert after.sequence_number == newer.sequence_number
+    assert after.lease >= taken.lease
+    await a.close()
+
+
+async def test_restart_resumes_after_the_checkpoint(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    produced = put(url, stream, 0, 200)
+    first: list[Record] = []
+    consumer = AsyncKinesumer(config_for(group))
+    async for record in consumer.consume([stream]):
+        first.append(record)
+        if len(first) == 120:
+            break
+    await consumer.aclose()  # from the iterating task: the 120th record counts as processed
+    second: list[Record] = []
+    consumer = AsyncKinesumer(config_for(group))
+    async for record in consumer.consume([stream]):
+        second.append(record)
+        if len(first) + len(second) == 200:
+            break
+    await consumer.aclose()
+    assert len(first) == 120
+    assert sorted(r.data for r in first + second) == sorted(produced)
+
+
+async def test_multiple_streams_spread_over_members(group: dict[str, Any], unique_name: Names) -> None:
+    url = group["url"]
+    s1, s2 = group["stream"], unique_name("s")
+    create_stream(url, s1, 2)
+    create_stream(url, s2, 3)
+    produced = put(url, s1, 0, 100) + put(url, s2, 1000, 150)
+    sink: list[tuple[str, Record]] = []
+    members = [Member(config_for(group, client_id=c), [s1, s2], sink).start() for c in "ab"]
+    await eventually(
+        lambda: sorted(len(m.owned()) for m in members) == [2, 3], what="5 shards split 2/3"
+    )
+    await eventually(lambda: len(sink) >= 250, what="all records of both streams")
+    for m in members:
+        await m.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+    assert {r.stream for _, r in sink} == {s1, s2}
+
+
+async def test_manual_commit_checkpoints_only_what_was_committed(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 1)
+    produced = put(url, stream, 0, 60)
+    config = config_for(group, auto_commit=False, commit_interval=0.1)
+    consumer = AsyncKinesumer(config)
+    got: list[Record] = []
+    async for record in consumer.consume([stream]):
+        got.append(record)
+        if len(got) == 30:
+            await consumer.commit()
+        if len(got) == 45:
+            break
+    await asyncio.sleep(0.3)  # periodic flushes must not write the 15 uncommitted records
+    await consumer.aclose()  # manual mode: closing does not commit
+    again: list[Record] = []
+    consumer = AsyncKinesumer(config)
+    async for record in consumer.consume([stream]):
+        again.append(record)
+        if len(again) == 30:
+            await consumer.commit()
+            break
+    await consumer.aclose()
+    assert [r.data for r in again] == produced[30:60]
+
+
+async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 1 and len(b.owned()) == 1, what="split")
+    produced = put(url, stream, 0, 200)
+    await eventually(lambda: len(sink) >= 200, what="all read once")
+    await asyncio.sleep(0.8)  # let a flush its checkpoint (commit_interval=0.5)
+    await a.crash()
+    crashed = time.monotonic()
+    await eventually(lambda: len(b.owned()) == 2, timeout=15, what="b takes a's shard")
+    print(f"takeover after crash: {time.monotonic() - crashed:.2f}s")
+    produced += put(url, stream, 200, 100)
+    await eventually(lambda: len(set(datas(sink))) == 300, what="all 300")
+    await b.close()
+    assert sorted(set(datas(sink))) == sorted(produced)
+    # a flushed before dying: b resumed after a's checkpoint, so nothing was delivered twice.
+    assert duplicates(sink) == {}
+
+
+async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> None:
+    from kinesumer.models import Shard
+    from kinesumer.statestore.base import ShardCache
+
+    shards = [Shard(f"shardId-{i:012d}", closed=i < 10_000) for i in range(10_000)]
+    shards += [
+        Shard(f"shardId-{i:012d}", parent_shard_id=f"shardId-{i - 10_000:012d}")
+        for i in range(10_000, 20_000)
+    ]
+    cache = ShardCache("big", tuple(shards), frozenset(s.shard_id for s in shards[:5000]))
+    consumer = AsyncKinesumer(group["config"])
+    engine = consumer._engine
+    await engine._aws.open()
+    try:
+        store = DynamoDBStateStore(engine._aws.dynamodb, group["table"], group["app"], RetryStats())
+        assert await store.save_shard_cache(cache, None)
+        assert not await store.save_shard_cache(cache, None)  # conditional: already there
+        loaded = await store.load_shard_cache("big")
+        assert loaded == cache
+        assert (await store.shard_cache_digests(["big", "none"])) == {"big": cache.digest}
+        smaller = ShardCache("big", tuple(shards[:10]), frozenset())
+        assert not await store.save_shard_cache(smaller, "stale-digest")
+        assert await store.save_shard_cache(smaller, cache.digest)
+        assert await store.load_shard_cache("big") == smaller
+    finally:
+        await engine._aws.close()
