@@ -223,12 +223,14 @@ class AwsClients:
         config = self._config
         caller = session_for(config)
         kinesis_session = assumed_role_session(config, self._stats) if config.role_arn else caller
+        # A DynamoDB call hanging longer than a member's timeout is as good as failed: give up on
+        # it early and retry, rather than wait out a long socket timeout.
         self.dynamodb = await self._stack.enter_async_context(
             caller.client(
                 "dynamodb",
                 region_name=config.effective_dynamodb_region,
                 endpoint_url=config.dynamodb_endpoint,
-                config=boto_config(),
+                config=boto_config(read_timeout=max(1.0, config.client_timeout)),
             )
         )
         self.kinesis = await self._stack.enter_async_context(

@@ -64,6 +64,7 @@ class Coordinator:
         self._sync_requests: set[str] = set()
         self.ticks = 0
         self.rebalances = 0
+        self.last_heartbeat_sent = time.monotonic()
 
     # -- membership ---------------------------------------------------------------------------
     def _me(self) -> ClientInfo:
@@ -78,7 +79,36 @@ class Coordinator:
 
     async def heartbeat(self) -> None:
         ttl = int(max(self._config.client_timeout * 10, 3600))
+        sent = time.monotonic()
         await self._store.heartbeat(self._me(), ttl)
+        self.last_heartbeat_sent = sent
+
+    @property
+    def fence_deadline(self) -> float:
+        """When our leases stop being safe to use without a newer heartbeat.
+
+        The others may take our shards once our last heartbeat is ``client_timeout`` old (by
+        their clock); we stop delivering one ``heartbeat_interval`` before that (by ours, from
+        when the heartbeat was *sent*), so a member cut off from DynamoDB is silent before anyone
+        else can start reading its shards.
+        """
+        config = self._config
+        return self.last_heartbeat_sent + config.client_timeout - config.heartbeat_interval
+
+    def fence_if_expired(self) -> None:
+        if time.monotonic() < self.fence_deadline:
+            return
+        active = [lease for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE]
+        if active:
+            log.warning(
+                "[%s] no heartbeat has landed for %.1fs: stopping %d shard(s) before others "
+                "take them over",
+                self.client_id,
+                time.monotonic() - self.last_heartbeat_sent,
+                len(active),
+            )
+        for lease in active:
+            self._checkpointer.lose(lease, "heartbeats are failing")
 
     def request_sync(self, stream: str) -> None:
         """Ask for a shard sync of ``stream`` at the next tick (after a SHARD_END, so children

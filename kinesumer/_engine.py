@@ -167,6 +167,7 @@ class Engine:
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
         self._spawn(self._coordinator.run(self._stop), "coordinator")
         self._spawn(self._flush_periodically(), "checkpoint-flusher")
+        self._spawn(self._watchdog(), "lease-watchdog")
 
     async def refresh(self, streams: tuple[str, ...]) -> None:
         """Consume ``streams`` from now on; shards of dropped streams are handed off."""
@@ -279,6 +280,14 @@ class Engine:
             raise self.failure
         if self.closed:
             raise ConsumerClosedError("this consumer was closed; create a new one")
+
+    async def _watchdog(self) -> None:
+        """Fence our leases when heartbeats stop landing, even while a DynamoDB call hangs."""
+        step = min(0.1, self.config.heartbeat_interval / 4)
+        while not self._stop.is_set():
+            self._coordinator.fence_if_expired()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), step)
 
     async def _flush_periodically(self) -> None:
         while not self._stop.is_set():

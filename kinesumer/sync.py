@@ -57,6 +57,7 @@ class Kinesumer:
                 thread.start()
                 self._loop, self._thread = loop, thread
             if self._loop.is_closed():
+                coro.close()
                 raise ConsumerClosedError("this consumer was closed; create a new one")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 

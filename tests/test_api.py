@@ -1,0 +1,224 @@
+"""The public API on moto server: sync generator, named errors at start, errors from the engine
+reaching the caller, KPL records end to end, and cross-account reading through a role ARN."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, kinesis, make_config, put, setup_table
+from aws_kinesis_agg.aggregator import RecordAggregator
+from botocore.exceptions import ClientError
+
+from kinesumer import (
+    AccessDeniedError,
+    AsyncKinesumer,
+    ConsumerClosedError,
+    Kinesumer,
+    KinesumerError,
+    Record,
+    StateTableNotFoundError,
+    StateTableSchemaError,
+    StreamNotFoundError,
+)
+from kinesumer._aws import RetryStats
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
+
+Names = Callable[[str], str]
+
+
+@pytest.fixture
+def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
+    app, table, stream = unique_name("app"), unique_name("state"), unique_name("s")
+    config = make_config(moto_url, moto_url, app, table)
+    return {"url": moto_url, "config": config, "stream": stream, "table": table}
+
+
+def test_sync_generator_reads_everything_and_resumes(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 3)
+    produced = put(env["url"], env["stream"], 0, 90)
+    got: list[Record] = []
+    with Kinesumer(env["config"]) as consumer:
+        for record in consumer.consume([env["stream"]]):
+            got.append(record)
+            if len(got) == 60:
+                break
+    produced += put(env["url"], env["stream"], 90, 10)
+    with Kinesumer(env["config"]) as consumer:
+        for record in consumer.consume([env["stream"]]):
+            got.append(record)
+            if len(got) == 100:
+                break
+    assert sorted(r.data for r in got) == sorted(produced)  # no loss, no duplicate
+
+
+def test_close_from_another_thread_ends_the_generator(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 1)
+    put(env["url"], env["stream"], 0, 5)
+    consumer = Kinesumer(env["config"])
+    got: list[Record] = []
+    five = threading.Event()
+
+    def run() -> None:
+        for record in consumer.consume([env["stream"]]):
+            got.append(record)
+            if len(got) == 5:
+                five.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert five.wait(30)
+    consumer.close()  # the consuming thread is blocked waiting for records
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(got) == 5
+    with pytest.raises(ConsumerClosedError):
+        next(iter(consumer.consume([env["stream"]])))
+
+
+def test_missing_table_is_named_at_start(env: dict[str, Any]) -> None:
+    create_stream(env["url"], env["stream"], 1)
+    with Kinesumer(env["config"]) as consumer, pytest.raises(StateTableNotFoundError) as info:
+        consumer.consume([env["stream"]])
+    assert env["table"] in str(info.value) and "create-table" in str(info.value)
+
+
+def test_wrong_key_schema_is_named_at_start(env: dict[str, Any]) -> None:
+    boto3.client("dynamodb", endpoint_url=env["url"]).create_table(
+        TableName=env["table"],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    create_stream(env["url"], env["stream"], 1)
+    with Kinesumer(env["config"]) as consumer, pytest.raises(StateTableSchemaError, match="pk"):
+        consumer.consume([env["stream"]])
+    with pytest.raises(StateTableSchemaError):
+        setup_table(env["config"])  # create_state_table refuses a table with other keys
+
+
+def test_missing_stream_is_named_at_start(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    with Kinesumer(env["config"]) as consumer, pytest.raises(StreamNotFoundError, match="nope"):
+        consumer.consume(["nope"])
+
+
+async def test_access_denied_is_named() -> None:
+    class DeniedClient:
+        async def describe_table(self, **kwargs: Any) -> Any:
+            raise ClientError(
+                {"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeTable"
+            )
+
+    store = DynamoDBStateStore(DeniedClient(), "state-table", "app", RetryStats())
+    with pytest.raises(AccessDeniedError, match=r"dynamodb:DescribeTable.*state-table"):
+        await store.check()
+
+
+async def test_stream_deleted_while_reading_reaches_the_caller(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 1)
+    put(env["url"], env["stream"], 0, 3)
+    consumer = AsyncKinesumer(env["config"])
+    got = []
+    with pytest.raises(KinesumerError) as info:
+        async for record in consumer.consume([env["stream"]]):
+            got.append(record)
+            if len(got) == 3:
+                kinesis(env["url"]).delete_stream(StreamName=env["stream"])
+    assert isinstance(info.value, StreamNotFoundError)
+    await consumer.aclose()
+
+
+def aggregated(pairs: list[tuple[str, bytes]]) -> bytes:
+    agg = RecordAggregator()
+    for key, data in pairs:
+        agg.add_user_record(key, data)
+    _, _, blob = agg.clear_and_get().get_contents()
+    return bytes(blob)
+
+
+async def test_kpl_records_unpacked_and_checkpointed_by_sub_sequence(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 1)
+    client = kinesis(env["url"])
+    for n in range(3):  # three aggregates of four user records each
+        blob = aggregated([(f"k{n}", f"{n}-{i}".encode()) for i in range(4)])
+        client.put_record(StreamName=env["stream"], Data=blob, PartitionKey=f"k{n}")
+    config = env["config"].replace(auto_commit=False)
+    consumer = AsyncKinesumer(config)
+    first: list[Record] = []
+    async for record in consumer.consume([env["stream"]]):
+        first.append(record)
+        if len(first) == 6:  # stop inside the second aggregate
+            await consumer.commit()
+            break
+    await consumer.aclose()
+    assert [r.data for r in first] == [b"0-0", b"0-1", b"0-2", b"0-3", b"1-0", b"1-1"]
+    assert [r.sub_sequence_number for r in first] == [0, 1, 2, 3, 0, 1]
+    consumer = AsyncKinesumer(config)
+    rest: list[Record] = []
+    async for record in consumer.consume([env["stream"]]):
+        rest.append(record)
+        if len(rest) == 6:
+            await consumer.commit()
+            break
+    await consumer.aclose()
+    assert [r.data for r in rest] == [b"1-2", b"1-3", b"2-0", b"2-1", b"2-2", b"2-3"]
+
+
+async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
+    env: dict[str, Any],
+) -> None:
+    """The stream lives in another account (moto keeps accounts apart by credentials); the state
+    table stays in the caller's."""
+    setup_table(env["config"])
+    role = "arn:aws:iam::210987654321:role/stream-reader"
+    sts = boto3.client("sts", endpoint_url=env["url"], region_name="us-east-1")
+    creds = sts.assume_role(RoleArn=role, RoleSessionName="setup")["Credentials"]
+    other = boto3.client(
+        "kinesis",
+        endpoint_url=env["url"],
+        region_name="us-east-1",
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+    other.create_stream(StreamName=env["stream"], ShardCount=1)
+    produced = [str(i).encode() for i in range(10)]
+    for data in produced:
+        other.put_record(StreamName=env["stream"], Data=data, PartitionKey="k")
+    with pytest.raises(StreamNotFoundError):  # not in the caller's own account
+        async for _ in AsyncKinesumer(env["config"]).consume([env["stream"]]):
+            pass
+    config = env["config"].replace(
+        role_arn=role,
+        external_id="ext-1234",
+        sts_endpoint=env["url"],
+    )
+    consumer = AsyncKinesumer(config)
+    got = []
+    async for record in consumer.consume([env["stream"]]):
+        got.append(record.data)
+        if len(got) == 10:
+            break
+    assert got == produced
+    aws = consumer._engine._aws
+    kinesis_creds = aws.kinesis._request_signer._credentials
+    dynamodb_creds = aws.dynamodb._request_signer._credentials
+    assert kinesis_creds.method == "sts-assume-role"
+    first = await kinesis_creds.get_frozen_credentials()
+    assert first.access_key != "testing"  # assumed-role keys, not the caller's
+    assert (await dynamodb_creds.get_frozen_credentials()).access_key == "testing"
+    # Near expiry, botocore refreshes through our AssumeRole call before signing.
+    kinesis_creds._expiry_time = datetime.now(timezone.utc) + timedelta(seconds=30)
+    refreshed = await kinesis_creds.get_frozen_credentials()
+    assert refreshed.access_key != first.access_key
+    assert kinesis_creds._expiry_time > datetime.now(timezone.utc) + timedelta(minutes=14)
+    await consumer.aclose()

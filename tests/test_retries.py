@@ -1,0 +1,167 @@
+"""Retry paths no stand-in produces by itself: ListShards paging, throttling, 5xx, expired
+iterators. Faults come from the loopback fault proxy between the library and kinesalite/dynalite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _faultproxy import Fault, FaultProxy, OpKey
+from _group import create_stream, datas, duplicates, eventually, make_config, put, setup_table
+
+from kinesumer import AsyncKinesumer, Record
+from kinesumer._aws import RetryStats
+from kinesumer.kinesis.reader import KinesisReader
+
+Names = Callable[[str], str]
+
+
+async def test_list_shards_follows_every_page_with_next_token_only() -> None:
+    calls: list[dict[str, Any]] = []
+
+    class PagingKinesis:
+        async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+            calls.append(kwargs)
+            page = len(calls)
+            shards = [
+                {
+                    "ShardId": f"shardId-{page:06d}",
+                    "ParentShardId": f"shardId-{page - 1:06d}" if page > 1 else None,
+                    "SequenceNumberRange": {"StartingSequenceNumber": "1"}
+                    | ({"EndingSequenceNumber": "9"} if page < 3 else {}),
+                }
+            ]
+            return {"Shards": shards} | ({"NextToken": f"t{page}"} if page < 3 else {})
+
+    shards = await KinesisReader(PagingKinesis(), RetryStats(), "us-east-1").list_shards("s")
+    assert [s.shard_id for s in shards] == ["shardId-000001", "shardId-000002", "shardId-000003"]
+    assert [s.closed for s in shards] == [True, True, False]
+    assert shards[1].parent_shard_id == "shardId-000001"
+    assert calls == [{"StreamName": "s"}, {"NextToken": "t1"}, {"NextToken": "t2"}]
+
+
+@pytest.fixture
+def proxied(
+    kinesalite: Any, dynalite: Any, unique_name: Names, fault_proxy: Callable[[str], FaultProxy]
+) -> dict[str, Any]:
+    kinesis_proxy, dynamodb_proxy = fault_proxy(kinesalite.url), fault_proxy(dynalite.url)
+    config = make_config(
+        kinesis_proxy.url, dynamodb_proxy.url, unique_name("app"), unique_name("state")
+    )
+    setup_table(config.replace(dynamodb_endpoint=dynalite.url))
+    return {
+        "url": kinesalite.url,
+        "config": config,
+        "stream": unique_name("s"),
+        "kinesis": kinesis_proxy,
+        "dynamodb": dynamodb_proxy,
+    }
+
+
+async def consume(consumer: AsyncKinesumer, stream: str, count: int) -> list[Record]:
+    got: list[Record] = []
+    async for record in consumer.consume([stream]):
+        got.append(record)
+        if len(got) == count:
+            break
+    return got
+
+
+async def test_throttled_reads_and_writes_slow_down_but_lose_nothing(
+    proxied: dict[str, Any],
+) -> None:
+    url, stream = proxied["url"], proxied["stream"]
+    create_stream(url, stream, 2)
+    produced = put(url, stream, 0, 200)
+    proxied["kinesis"].add_rule(Fault.throttle(), operation="GetRecords", rate=0.3, seed=1)
+    proxied["dynamodb"].add_rule(Fault.throttle(), operation="UpdateItem", rate=0.3, seed=2)
+    proxied["dynamodb"].add_rule(Fault.http_500(), operation="PutItem", rate=0.2, seed=3)
+    consumer = AsyncKinesumer(proxied["config"])
+    got = await consume(consumer, stream, 200)
+    retries = consumer.stats().retries
+    await consumer.aclose()
+    assert sorted(r.data for r in got) == sorted(produced)
+    assert retries.get("kinesis.GetRecords:ProvisionedThroughputExceededException", 0) > 0
+    injected = proxied["kinesis"].stats()[OpKey("kinesis", "GetRecords")].faults
+    assert sum(injected.values()) > 0
+
+
+async def test_expired_iterator_resumes_after_last_delivered_not_checkpoint(
+    proxied: dict[str, Any],
+) -> None:
+    url, stream = proxied["url"], proxied["stream"]
+    create_stream(url, stream, 1)
+    produced = put(url, stream, 0, 100)
+    # No checkpoint is written during the test: a resume from the checkpoint would replay all.
+    config = proxied["config"].replace(commit_interval=600)
+    consumer = AsyncKinesumer(config)
+    sink: list[tuple[str, Record]] = []
+
+    async def run() -> None:
+        async for record in consumer.consume([stream]):
+            sink.append(("c", record))
+
+    import asyncio
+
+    task = asyncio.create_task(run())
+    await eventually(lambda: len(sink) == 100, what="first 100")
+    before = proxied["kinesis"].stats()[OpKey("kinesis", "GetShardIterator")].forwarded
+    proxied["kinesis"].add_rule(Fault.expired_iterator(), operation="GetRecords", count=1)
+    produced += put(url, stream, 100, 100)
+    await eventually(lambda: len(sink) >= 200, what="the next 100")
+    await asyncio.sleep(0.5)
+    after = proxied["kinesis"].stats()[OpKey("kinesis", "GetShardIterator")].forwarded
+    await consumer.aclose()
+    await asyncio.wait_for(task, 10)
+    assert after == before + 1  # one fresh iterator
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+
+
+async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
+    proxied: dict[str, Any],
+) -> None:
+    """A member cut off from DynamoDB longer than client_timeout: it stops delivering before the
+    survivor takes its shards over (never both at once); when it comes back it rejoins; the only
+    duplicates are records it delivered during the outage and could not checkpoint."""
+    import asyncio
+
+    from _group import Member
+
+    url, stream = proxied["url"], proxied["stream"]
+    create_stream(url, stream, 2)
+    config = proxied["config"]
+    direct = config.replace(dynamodb_endpoint=proxied["dynamodb"].upstream_url)
+    sink: list[tuple[str, Record]] = []
+    cut = Member(config.replace(client_id="cut"), [stream], sink).start()
+    other = Member(direct.replace(client_id="other"), [stream], sink).start()
+    await eventually(lambda: len(cut.owned()) == 1 and len(other.owned()) == 1, what="split")
+    produced = put(url, stream, 0, 100)
+    await eventually(lambda: len(sink) >= 100, what="first 100")
+    await asyncio.sleep(2 * config.commit_interval)  # both flushed their checkpoints
+    rule = proxied["dynamodb"].add_rule(Fault.http_503())
+    produced += put(url, stream, 100, 100)  # written during the outage
+    await eventually(lambda: len(other.owned()) == 2, timeout=20, what="takeover")
+    await eventually(lambda: len(set(datas(sink))) >= 200, timeout=20, what="all 200")
+    rule.remove()
+    await eventually(
+        lambda: len(cut.owned()) == 1 and len(other.owned()) == 1, timeout=20, what="rejoin"
+    )
+    produced += put(url, stream, 200, 100)
+    await eventually(lambda: len(set(datas(sink))) >= 300, timeout=20, what="all 300")
+    stats = cut.consumer.stats()
+    await cut.close()
+    await other.close()
+    assert sorted(set(datas(sink))) == sorted(produced)
+    assert any(key.startswith("dynamodb.") for key in stats.retries)
+    copies: dict[bytes, list[str]] = {}
+    for client, record in sink:
+        copies.setdefault(record.data, []).append(client)
+    twice = {data: who for data, who in copies.items() if len(who) > 1}
+    print(f"duplicates after the outage: {len(twice)}")
+    for data, who in twice.items():
+        # Delivered by the cut-off member during the outage (no checkpoint possible), then by
+        # the survivor; never the other way round, which would mean both read at once.
+        assert who == ["cut", "other"], (data, who)
+        assert 100 <= int(data) < 200
