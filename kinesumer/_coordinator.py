@@ -116,10 +116,25 @@ class Coordinator:
         self._sync_requests.add(stream)
 
     # -- the tick -----------------------------------------------------------------------------
+    async def run_heartbeats(self, stop: asyncio.Event) -> None:
+        """Heartbeat every ``heartbeat_interval``, in a task of its own so that slow assignment
+        work (a big shard sync, many claims) never delays it and trips our own fence."""
+        interval = self._config.heartbeat_interval
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self.heartbeat()
+            except TransientAWSError as exc:
+                log.warning("[%s] heartbeat failed: %s", self.client_id, exc)
+            pause = max(0.0, started + interval - time.monotonic())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause)
+
     async def tick(self) -> None:
+        """Read the members, do the leader's duties, and move shards to match the assignment.
+        (Heartbeats run separately: :meth:`run_heartbeats`.)"""
         self.ticks += 1
         config = self._config
-        await self.heartbeat()
         clients = await self._store.list_clients()
         now_ms = int(time.time() * 1000)
         live = live_clients(clients, now_ms, int(config.client_timeout * 1000))

@@ -159,6 +159,7 @@ class Engine:
                 self._start_fetcher,
             )
             self._coordinator.streams = streams
+            await self._coordinator.heartbeat()
             await self._coordinator.tick()
         except BaseException:
             await self._aws.close()
@@ -166,6 +167,7 @@ class Engine:
         self.started = True
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
         self._spawn(self._coordinator.run(self._stop), "coordinator")
+        self._spawn(self._coordinator.run_heartbeats(self._stop), "heartbeat")
         self._spawn(self._flush_periodically(), "checkpoint-flusher")
         self._spawn(self._watchdog(), "lease-watchdog")
 
@@ -175,6 +177,7 @@ class Engine:
         for stream in set(streams) - set(self._coordinator.streams):
             await self._reader.check_stream(stream)
         self._coordinator.streams = streams
+        await self._coordinator.heartbeat()  # announce the new streams before rebalancing
         await self._coordinator.tick()
 
     async def close(self, in_hand_done: bool) -> None:

@@ -37,6 +37,7 @@ import logging
 import random
 import select
 import socket
+import socketserver
 import struct
 import threading
 import uuid
@@ -393,6 +394,14 @@ class _ProxyServer(ThreadingHTTPServer):
         self.connections_accepted = 0
         self.tracking_lock = threading.Lock()
         super().__init__(address, _ProxyHandler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves socket.getfqdn(host), a reverse DNS lookup that can
+        # stall on machines without network; the name is never used here.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
 
     def process_request(
         self, request: socket.socket | tuple[bytes, socket.socket], client_address: object

@@ -386,14 +386,16 @@ def start_kinesalite(
     *,
     port: int | None = None,
     root: Path | None = None,
-    shard_limit: int = 50,
+    shard_limit: int = 1000,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
 ) -> NodeStandIn:
     """Start an in-memory kinesalite on 127.0.0.1 with no CREATING/DELETING/UPDATING delays.
 
     kinesalite's CLI cannot be told a host, so ``tests/_loopback.js`` is preloaded to turn its
     wildcard listen into a loopback one. ``shard_limit`` raises kinesalite's default of 10 open
-    shards per account, which a session-scoped server shared by many tests would soon reach.
+    shards per account (CreateStream fails with LimitExceededException beyond it), which a
+    session-scoped server shared by many tests would soon reach; pass a small value to test that
+    error.
     """
     return _start_node_server(
         "kinesalite",

@@ -1,8 +1,8 @@
 """Read the Terraform in ``infra/`` with python-hcl2, so tests use what Terraform would create.
 
-``create_table_from_terraform`` builds the kinesumer state table in any DynamoDB API (moto, dynalite,
-...) from the parsed ``infra/modules/state-table`` definition rather than from values copied into
-the tests: if the Terraform and ``kinesumer.statestore.schema`` drift apart, the tests that run a
+``create_table_from_terraform`` builds the kinesumer state table in a DynamoDB API (moto) from
+the parsed ``infra/modules/state-table`` definition rather than from values copied into the
+tests: if the Terraform and ``kinesumer.statestore.schema`` drift apart, the tests that run a
 consumer on this table notice.
 
 Only what the module states is used. The schema parts (keys, attribute definitions, TTL attribute)
@@ -58,8 +58,10 @@ def load_hcl(path: Path) -> dict[str, Any]:
     options = _serialization_options()
     with open(path, encoding="utf-8") as f:
         if options is None:
-            return hcl2.load(f)  # type: ignore[no-any-return]
-        return hcl2.load(f, serialization_options=options)  # type: ignore[no-any-return]
+            parsed: dict[str, Any] = hcl2.load(f)
+        else:
+            parsed = hcl2.load(f, serialization_options=options)
+    return parsed
 
 
 def load_module(module_dir: Path) -> dict[str, list[Any]]:
@@ -193,7 +195,7 @@ def table_definition(
     module_dir: Path = STATE_TABLE_DIR,
     variables: Mapping[str, Any] | None = None,
 ) -> TableDefinition:
-    """Parse the single ``aws_dynamodb_table`` of the module (default: ``infra/modules/state-table``).
+    """Parse the one ``aws_dynamodb_table`` of a module (default ``infra/modules/state-table``).
 
     ``variables`` are module inputs (e.g. ``{"name": "t", "billing_mode": "PROVISIONED", ...}``);
     the rest come from the module's defaults. ``name`` defaults to a placeholder since only the
@@ -202,7 +204,9 @@ def table_definition(
     module = load_module(module_dir)
     tables = labelled_blocks(module, "resource", "aws_dynamodb_table")
     if len(tables) != 1:
-        raise TerraformParseError(f"expected one aws_dynamodb_table in {module_dir}, found {len(tables)}")
+        raise TerraformParseError(
+            f"expected one aws_dynamodb_table in {module_dir}, found {len(tables)}"
+        )
     (body,) = tables.values()
     resolve = _Resolver(module, {"name": "placeholder", **(variables or {})})
 
@@ -252,10 +256,13 @@ def schema_mismatches(table: TableDefinition) -> list[str]:
     expected_attributes = {PARTITION_KEY: "S", SORT_KEY: "S"}
     if table.attributes != expected_attributes:
         problems.append(
-            f"attribute definitions are {table.attributes}, library expects exactly {expected_attributes}"
+            f"attribute definitions are {table.attributes}, "
+            f"library expects exactly {expected_attributes}"
         )
     if table.ttl_attribute != TTL_ATTRIBUTE:
-        problems.append(f"TTL attribute is {table.ttl_attribute!r}, library expects {TTL_ATTRIBUTE!r}")
+        problems.append(
+            f"TTL attribute is {table.ttl_attribute!r}, library expects {TTL_ATTRIBUTE!r}"
+        )
     if not table.ttl_enabled:
         problems.append("TTL is not enabled")
     if table.secondary_indexes:
@@ -286,7 +293,8 @@ def create_table_from_terraform(
         "TableName": table_name,
         "KeySchema": key_schema,
         "AttributeDefinitions": [
-            {"AttributeName": name, "AttributeType": type_} for name, type_ in table.attributes.items()
+            {"AttributeName": name, "AttributeType": type_}
+            for name, type_ in table.attributes.items()
         ],
         "BillingMode": table.billing_mode,
         "DeletionProtectionEnabled": table.deletion_protection,
@@ -311,7 +319,10 @@ def create_table_from_terraform(
     if table.ttl_attribute is not None:
         dynamodb_client.update_time_to_live(
             TableName=table_name,
-            TimeToLiveSpecification={"Enabled": table.ttl_enabled, "AttributeName": table.ttl_attribute},
+            TimeToLiveSpecification={
+                "Enabled": table.ttl_enabled,
+                "AttributeName": table.ttl_attribute,
+            },
         )
     if table.point_in_time_recovery:
         dynamodb_client.update_continuous_backups(

@@ -93,7 +93,11 @@ def moto_url(moto_server: MotoStandIn) -> str:
 
 @pytest.fixture(scope="session")
 def kinesalite() -> Iterator[NodeStandIn]:
-    """In-memory kinesalite on a loopback port, shared by the session (use :func:`unique_name`)."""
+    """In-memory kinesalite on a loopback port, shared by the session.
+
+    Streams outlive the test that made them: name them with :func:`unique_name` and do not
+    expect ``list_streams`` to be empty.
+    """
     server = start_kinesalite()
     try:
         yield server
@@ -103,7 +107,11 @@ def kinesalite() -> Iterator[NodeStandIn]:
 
 @pytest.fixture(scope="session")
 def dynalite() -> Iterator[NodeStandIn]:
-    """In-memory dynalite on a loopback port, shared by the session (use :func:`unique_name`)."""
+    """In-memory dynalite on a loopback port, shared by the session.
+
+    Tables outlive the test that made them: name them with :func:`unique_name` and do not
+    expect ``list_tables`` to be empty.
+    """
     server = start_dynalite()
     try:
         yield server

@@ -1,0 +1,272 @@
+"""Throughput and join time of the consumer group, side by side with a plain aioboto3 loop.
+
+    .venv/bin/python benchmarks/bench_core.py [--records 100000] [--rounds 3]
+
+On kinesalite + dynalite (started here on free loopback ports, stopped by pid):
+1. A pre-filled 4-shard stream (``--records`` records of ~100 B) read by
+   - a plain aioboto3 loop, one task per shard, GetRecords(Limit=10000) at most every 0.2 s per
+     shard (the service's 5 reads/s, which any honest loop must respect), counting records;
+   - one AsyncKinesumer member (defaults, initial_position=TRIM_HORIZON), counting records;
+   - one Kinesumer member (the sync generator over the same engine).
+   Rounds alternate the contenders; the table shows medians of records/s and CPU seconds per
+   100k records, and the ratio to the plain loop from the same run.
+2. Join: one member reading a 4-shard stream that a producer keeps writing to; a second member
+   starts; seconds until each owns two shards and has delivered from both (defaults unchanged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aioboto3
+import boto3
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from _standins import start_dynalite, start_kinesalite  # noqa: E402
+
+from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+REGION = "us-east-1"
+
+
+def fill(url: str, stream: str, shards: int, records: int, size: int = 100) -> None:
+    client = boto3.client("kinesis", endpoint_url=url, region_name=REGION)
+    client.create_stream(StreamName=stream, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    payload = b"x" * (size - 8)
+    for start in range(0, records, 500):
+        batch = [
+            {"Data": b"%08d" % i + payload, "PartitionKey": f"k{i}"}
+            for i in range(start, min(start + 500, records))
+        ]
+        client.put_records(StreamName=stream, Records=batch)
+
+
+async def plain_loop(url: str, stream: str, total: int) -> int:
+    """What a careful hand-written consumer does: one task per shard, paced at 5 reads/s."""
+    session = aioboto3.Session()
+    count = 0
+    done = asyncio.Event()
+    async with session.client("kinesis", endpoint_url=url, region_name=REGION) as kinesis:
+        shards = (await kinesis.list_shards(StreamName=stream))["Shards"]
+
+        async def read(shard_id: str) -> None:
+            nonlocal count
+            iterator = (
+                await kinesis.get_shard_iterator(
+                    StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )
+            )["ShardIterator"]
+            loop = asyncio.get_running_loop()
+            while not done.is_set():
+                started = loop.time()
+                response = await kinesis.get_records(ShardIterator=iterator, Limit=10000)
+                for record in response["Records"]:
+                    count += 1
+                    _ = record["Data"]
+                if count >= total:
+                    done.set()
+                iterator = response["NextShardIterator"]
+                await asyncio.sleep(max(0.0, started + 0.2 - loop.time()))
+
+        tasks = [asyncio.create_task(read(s["ShardId"])) for s in shards]
+        await done.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return count
+
+
+async def library_async(config: Config, stream: str, total: int) -> int:
+    count = 0
+    consumer = AsyncKinesumer(config)
+    async for record in consumer.consume([stream]):
+        count += 1
+        _ = record.data
+        if count >= total:
+            break
+    await consumer.aclose()
+    return count
+
+
+def library_sync(config: Config, stream: str, total: int) -> int:
+    count = 0
+    with Kinesumer(config) as consumer:
+        for record in consumer.consume([stream]):
+            count += 1
+            _ = record.data
+            if count >= total:
+                break
+    return count
+
+
+def measure(fn: Any) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str, Any]]:
+    stream = f"bench-{os.getpid()}"
+    print(f"filling {stream}: {records} records of 100 B on 4 shards ...", flush=True)
+    fill(kurl, stream, 4, records)
+    results: dict[str, list[tuple[float, float]]] = {"plain": [], "async": [], "sync": []}
+    for n in range(rounds):
+        def config(kind: str) -> Config:
+            return Config(
+                app=f"bench-{kind}-{n}",
+                dynamodb_table="bench-state",
+                region=REGION,
+                kinesis_endpoint=kurl,
+                dynamodb_endpoint=durl,
+                initial_position="TRIM_HORIZON",
+            )
+
+        contenders = {
+            "plain": lambda: asyncio.run(plain_loop(kurl, stream, records)),
+            "async": lambda: asyncio.run(library_async(config("a"), stream, records)),
+            "sync": lambda: library_sync(config("s"), stream, records),
+        }
+        order = list(contenders) if n % 2 == 0 else list(reversed(contenders))
+        for name in order:
+            wall, cpu = measure(contenders[name])
+            results[name].append((wall, cpu))
+            print(f"  round {n + 1} {name:5s}: {records / wall:9.0f} rec/s  cpu {cpu:.2f}s", flush=True)
+    base_rate = statistics.median(records / w for w, _ in results["plain"])
+    base_cpu = statistics.median(c for _, c in results["plain"]) * 100_000 / records
+    table = []
+    for name, label in (
+        ("plain", "plain aioboto3 loop (baseline)"),
+        ("async", "kinesumer AsyncKinesumer"),
+        ("sync", "kinesumer Kinesumer (sync)"),
+    ):
+        rate = statistics.median(records / w for w, _ in results[name])
+        cpu = statistics.median(c for _, c in results[name]) * 100_000 / records
+        table.append(
+            {
+                "contender": label,
+                "records_per_s": rate,
+                "ratio": rate / base_rate,
+                "cpu_s_per_100k": cpu,
+                "cpu_ratio": cpu / base_cpu,
+            }
+        )
+    return table
+
+
+def join_time(kurl: str, durl: str, rounds: int) -> list[float]:
+    stream = f"join-{os.getpid()}"
+    fill(kurl, stream, 4, 0)
+    stop = threading.Event()
+
+    def produce() -> None:
+        client = boto3.client("kinesis", endpoint_url=kurl, region_name=REGION)
+        i = 0
+        while not stop.is_set():
+            batch = [{"Data": b"%d" % (i + j), "PartitionKey": f"k{i + j}"} for j in range(40)]
+            client.put_records(StreamName=stream, Records=batch)
+            i += 40
+            time.sleep(0.05)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    times = []
+    try:
+        for n in range(rounds):
+            times.append(asyncio.run(_join_once(kurl, durl, stream, f"join-{n}")))
+            print(f"  round {n + 1} join: {times[-1]:.2f}s", flush=True)
+    finally:
+        stop.set()
+        producer.join()
+    return times
+
+
+async def _join_once(kurl: str, durl: str, stream: str, app: str) -> float:
+    def config(client_id: str) -> Config:
+        return Config(
+            app=app,
+            dynamodb_table="bench-state",
+            region=REGION,
+            kinesis_endpoint=kurl,
+            dynamodb_endpoint=durl,
+            client_id=client_id,
+        )
+
+    seen: dict[str, set[str]] = {"a": set(), "b": set()}
+    members = {c: AsyncKinesumer(config(c)) for c in "ab"}
+
+    async def run(name: str) -> None:
+        async for record in members[name].consume([stream]):
+            seen[name].add(record.shard_id)
+
+    first = asyncio.create_task(run("a"))
+    while len(seen["a"]) < 4:
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    second = asyncio.create_task(run("b"))
+
+    def halves() -> bool:
+        owned = {
+            c: {s.shard_id for s in m.stats().shards if s.status == "active"}
+            for c, m in members.items()
+        }
+        return (
+            len(owned["a"]) == 2
+            and len(owned["b"]) == 2
+            and owned["b"] <= seen["b"]
+            and not owned["a"] & owned["b"]
+        )
+
+    while not halves():
+        await asyncio.sleep(0.01)
+    elapsed = time.monotonic() - started
+    # Has a read from both its shards *since* the rebalance: clear and wait for a fresh record.
+    for member in members.values():
+        await member.aclose()
+    await asyncio.gather(first, second, return_exceptions=True)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    kinesalite, dynalite = start_kinesalite(), start_dynalite()
+    try:
+        create_state_table(
+            Config(app="bench", dynamodb_table="bench-state", region=REGION,
+                   dynamodb_endpoint=dynalite.url)
+        )
+        table = throughput(kinesalite.url, dynalite.url, args.records, args.rounds)
+        joins = join_time(kinesalite.url, dynalite.url, args.rounds)
+    finally:
+        kinesalite.stop()
+        dynalite.stop()
+    print()
+    print(f"Throughput, {args.records} records x 100 B, 4 shards, kinesalite, "
+          f"median of {args.rounds} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
+    print(f"| {'contender':32s} | {'records/s':>10s} | {'vs plain':>8s} | "
+          f"{'CPU s/100k':>10s} | {'CPU vs plain':>12s} |")
+    print(f"|{'-' * 34}|{'-' * 12}|{'-' * 10}|{'-' * 12}|{'-' * 14}|")
+    for row in table:
+        print(f"| {row['contender']:32s} | {row['records_per_s']:10.0f} | {row['ratio']:7.2f}x | "
+              f"{row['cpu_s_per_100k']:10.2f} | {row['cpu_ratio']:11.2f}x |")
+    print()
+    print(f"Join (defaults): second member start -> both reading their halves: "
+          f"median {statistics.median(joins):.2f}s (runs: {', '.join(f'{t:.2f}' for t in joins)})")
+
+
+if __name__ == "__main__":
+    main()
