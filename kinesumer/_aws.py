@@ -140,6 +140,7 @@ async def call_with_retry(
         before_sleep=before_sleep,
         reraise=True,
     )
+
     async def attempt() -> T:
         # tenacity runs a plain callable without awaiting what it returns: give it a coroutine
         # function.

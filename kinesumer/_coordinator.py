@@ -1,6 +1,6 @@
 """The group coordinator: heartbeat, membership, leader duties, assignment and claims.
 
-Every ``heartbeat_interval`` it heartbeats, reads the live members, and computes this client's
+Every ``heartbeat_interval`` it reads the live members, and computes this client's
 shards with the pure :func:`kinesumer.core.assign`. Shards that moved away are handed off
 gracefully; new ones are claimed with a conditional write. A claim refused because the previous
 owner is still live (it is handing off) is retried every ``_CLAIM_RETRY`` seconds until the next
@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 
 from ._checkpointer import Checkpointer
+from ._heartbeat import Heartbeat
 from ._state import Lease, LeaseStatus
-from ._version import __version__
 from .config import Config
 from .core import active_shards, is_leader, live_clients, shards_of
 from .core.membership import stale_clients
@@ -45,6 +43,7 @@ class Coordinator:
         checkpointer: Checkpointer,
         leases: dict[tuple[str, str], Lease],
         start_fetcher: StartFetcher,
+        heartbeat: Heartbeat,
     ) -> None:
         self._config = config
         self.client_id = client_id
@@ -53,6 +52,7 @@ class Coordinator:
         self._checkpointer = checkpointer
         self._leases = leases
         self._start_fetcher = start_fetcher
+        self._heartbeat = heartbeat
         self.streams: tuple[str, ...] = ()
         self.caches: dict[str, ShardCache] = {}
         self._digests: dict[str, str] = {}
@@ -64,39 +64,17 @@ class Coordinator:
         self._sync_requests: set[str] = set()
         self.ticks = 0
         self.rebalances = 0
-        self.last_heartbeat_sent = time.monotonic()
 
     # -- membership ---------------------------------------------------------------------------
-    def _me(self) -> ClientInfo:
-        return ClientInfo(
-            client_id=self.client_id,
-            last_update_ms=int(time.time() * 1000),
-            streams=frozenset(self.streams),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            version=__version__,
-        )
-
     async def heartbeat(self) -> None:
-        ttl = int(max(self._config.client_timeout * 10, 3600))
+        """Write our client item now, from the loop (at start and when streams change); the
+        regular heartbeats come from :class:`~kinesumer._heartbeat.Heartbeat`'s thread."""
         sent = time.monotonic()
-        await self._store.heartbeat(self._me(), ttl)
-        self.last_heartbeat_sent = sent
-
-    @property
-    def fence_deadline(self) -> float:
-        """When our leases stop being safe to use without a newer heartbeat.
-
-        The others may take our shards once our last heartbeat is ``client_timeout`` old (by
-        their clock); we stop delivering one ``heartbeat_interval`` before that (by ours, from
-        when the heartbeat was *sent*), so a member cut off from DynamoDB is silent before anyone
-        else can start reading its shards.
-        """
-        config = self._config
-        return self.last_heartbeat_sent + config.client_timeout - config.heartbeat_interval
+        await self._store.heartbeat(self._heartbeat.info(), self._heartbeat.ttl_seconds)
+        self._heartbeat.landed(sent)
 
     def fence_if_expired(self) -> None:
-        if time.monotonic() < self.fence_deadline:
+        if time.monotonic() < self._heartbeat.deadline:
             return
         active = [lease for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE]
         if active:
@@ -104,7 +82,7 @@ class Coordinator:
                 "[%s] no heartbeat has landed for %.1fs: stopping %d shard(s) before others "
                 "take them over",
                 self.client_id,
-                time.monotonic() - self.last_heartbeat_sent,
+                time.monotonic() - self._heartbeat.last_sent_ok,
                 len(active),
             )
         for lease in active:
@@ -116,20 +94,6 @@ class Coordinator:
         self._sync_requests.add(stream)
 
     # -- the tick -----------------------------------------------------------------------------
-    async def run_heartbeats(self, stop: asyncio.Event) -> None:
-        """Heartbeat every ``heartbeat_interval``, in a task of its own so that slow assignment
-        work (a big shard sync, many claims) never delays it and trips our own fence."""
-        interval = self._config.heartbeat_interval
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                await self.heartbeat()
-            except TransientAWSError as exc:
-                log.warning("[%s] heartbeat failed: %s", self.client_id, exc)
-            pause = max(0.0, started + interval - time.monotonic())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), pause)
-
     async def tick(self) -> None:
         """Read the members, do the leader's duties, and move shards to match the assignment.
         (Heartbeats run separately: :meth:`run_heartbeats`.)"""

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ._aws import AwsClients, RetryStats
 from ._checkpointer import Checkpointer
 from ._coordinator import Coordinator
 from ._fetcher import run_fetcher
+from ._heartbeat import Heartbeat
 from ._state import EngineFailed, Lease, LeaseStatus, RecordBuffer
 from .config import Config, InitialPosition
 from .core import has_known_parent, parents_pending
@@ -64,6 +66,12 @@ class ConsumerStats:
     last_error: str | None = None
 
 
+class _NoFence:
+    """Before the engine starts there is nothing to deliver; no deadline applies."""
+
+    deadline = float("inf")
+
+
 class Cursor:
     """The delivery side: hands records out one at a time and moves the lease marks.
 
@@ -74,6 +82,7 @@ class Cursor:
 
     def __init__(self, auto_commit: bool) -> None:
         self._auto = auto_commit
+        self.fence: Any = _NoFence
         self._records: list[Record] = []
         self._index = 0
         self._lease: Lease | None = None
@@ -92,10 +101,12 @@ class Cursor:
         if lease is None:
             return None
         records = self._records
+        fence = self.fence
         while self._index < len(records):
             record = records[self._index]
             self._index += 1
-            if lease.try_deliver(record):
+            # Past the fence the others may already be reading this shard: deliver nothing more.
+            if time.monotonic() < fence.deadline and lease.try_deliver(record):
                 self._in_hand = (lease, lease.delivered)  # type: ignore[assignment]
                 return record
             break  # revoked or lost: the next owner reads the rest from the checkpoint
@@ -124,6 +135,7 @@ class Engine:
         self._checkpointer: Checkpointer
         self._reader: KinesisReader
         self._store: DynamoDBStateStore
+        self._heartbeat: Heartbeat
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, streams: tuple[str, ...]) -> None:
@@ -149,6 +161,8 @@ class Engine:
             for stream in streams:
                 await self._reader.check_stream(stream)
             self._checkpointer = Checkpointer(self._store, self.client_id)
+            self._heartbeat = Heartbeat(config, self.client_id, lambda: self._coordinator.streams)
+            self.cursor.fence = self._heartbeat
             self._coordinator = Coordinator(
                 config,
                 self.client_id,
@@ -157,6 +171,7 @@ class Engine:
                 self._checkpointer,
                 self.leases,
                 self._start_fetcher,
+                self._heartbeat,
             )
             self._coordinator.streams = streams
             await self._coordinator.heartbeat()
@@ -166,8 +181,8 @@ class Engine:
             raise
         self.started = True
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
+        self._heartbeat.start()
         self._spawn(self._coordinator.run(self._stop), "coordinator")
-        self._spawn(self._coordinator.run_heartbeats(self._stop), "heartbeat")
         self._spawn(self._flush_periodically(), "checkpoint-flusher")
         self._spawn(self._watchdog(), "lease-watchdog")
 
@@ -195,6 +210,8 @@ class Engine:
                 self._coordinator.hand_off(lease, self.config.handoff_timeout)
         try:
             await self._coordinator.wait_handoffs()
+            # No heartbeat may land after the deregistration (it would bring the item back).
+            await asyncio.get_running_loop().run_in_executor(None, self._heartbeat.stop)
             if self.failure is None:
                 await self._store.deregister(self.client_id)
         except (KinesumerError, TransientAWSError) as exc:

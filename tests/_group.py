@@ -15,7 +15,7 @@ from kinesumer import AsyncKinesumer, Config, Record, create_state_table
 # Short timings keep the suite fast; every one is still far above the stand-ins' latency.
 FAST = {
     "heartbeat_interval": 0.25,
-    "client_timeout": 1.0,
+    "client_timeout": 2.0,
     "commit_interval": 0.5,
     "shard_sync_interval": 2.0,
     "handoff_timeout": 2.0,
@@ -51,7 +51,9 @@ def create_stream(url: str, name: str, shards: int) -> None:
     )
 
 
-def put(url: str, stream: str, start: int, count: int, key: Callable[[int], str] = str) -> list[bytes]:
+def put(
+    url: str, stream: str, start: int, count: int, key: Callable[[int], str] = str
+) -> list[bytes]:
     """Put records numbered start..start+count-1 (data b"<n>"), in batches; returns the data."""
     client = kinesis(url)
     datas = [str(i).encode() for i in range(start, start + count)]
@@ -96,7 +98,9 @@ class Member:
             raise
 
     def owned(self) -> set[tuple[str, str]]:
-        return {(s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"}
+        return {
+            (s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"
+        }
 
     async def close(self) -> None:
         await self.consumer.aclose()
@@ -107,12 +111,13 @@ class Member:
         """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
         engine = self.consumer._engine
         engine.closed = True
+        engine._heartbeat.stop()
         if self.task is not None:
             self.task.cancel()
         tasks = list(engine._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, *( [self.task] if self.task else []), return_exceptions=True)
+        await asyncio.gather(*tasks, *([self.task] if self.task else []), return_exceptions=True)
         await engine._aws.close()
 
 

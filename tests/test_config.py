@@ -56,7 +56,7 @@ def test_invalid_field_names_the_field(field: str, value: object) -> None:
 
 
 def test_external_id_needs_role_arn() -> None:
-    with pytest.raises(ConfigError, match="external_id.*role_arn"):
+    with pytest.raises(ConfigError, match=r"external_id.*role_arn"):
         Config(**BASE, external_id="abc123")
 
 

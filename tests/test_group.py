@@ -8,12 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from kinesumer import AsyncKinesumer, Record
-from kinesumer._aws import RetryStats
-from kinesumer.models import Position
-from kinesumer.statestore.dynamodb import DynamoDBStateStore
-
 from _group import (
     Member,
     create_stream,
@@ -24,6 +18,11 @@ from _group import (
     put,
     setup_table,
 )
+
+from kinesumer import AsyncKinesumer, Record
+from kinesumer._aws import RetryStats
+from kinesumer.models import Position
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 Names = Callable[[str], str]
 
@@ -74,9 +73,7 @@ async def test_three_clients_read_every_record_exactly_once(group: dict[str, Any
     create_stream(url, stream, 6)
     sink: list[tuple[str, Record]] = []
     members = [Member(config_for(group, client_id=c), [stream], sink).start() for c in "xyz"]
-    await eventually(
-        lambda: [len(m.owned()) for m in members] == [2, 2, 2], what="two shards each"
-    )
+    await eventually(lambda: [len(m.owned()) for m in members] == [2, 2, 2], what="two shards each")
     owned = [m.owned() for m in members]
     assert set().union(*owned) == {(stream, f"shardId-{i:012d}") for i in range(6)}
     produced = put(url, stream, 0, 600)
@@ -161,7 +158,9 @@ async def test_restart_resumes_after_the_checkpoint(group: dict[str, Any]) -> No
     assert sorted(r.data for r in first + second) == sorted(produced)
 
 
-async def test_multiple_streams_spread_over_members(group: dict[str, Any], unique_name: Names) -> None:
+async def test_multiple_streams_spread_over_members(
+    group: dict[str, Any], unique_name: Names
+) -> None:
     url = group["url"]
     s1, s2 = group["stream"], unique_name("s")
     create_stream(url, s1, 2)

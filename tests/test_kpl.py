@@ -24,13 +24,20 @@ def aggregate(pairs: list[tuple[str, bytes]]) -> bytes:
 
 
 def raw(seq: str, data: bytes, key: str = "k") -> dict[str, Any]:
-    return {"SequenceNumber": seq, "PartitionKey": key, "Data": data, "ApproximateArrivalTimestamp": NOW}
+    return {
+        "SequenceNumber": seq,
+        "PartitionKey": key,
+        "Data": data,
+        "ApproximateArrivalTimestamp": NOW,
+    }
 
 
 def test_aggregate_unpacked_with_sub_sequence_numbers() -> None:
     blob = aggregate([("a", b"one"), ("b", b"two"), ("a", b"three")])
     records = to_records("s", "shard-0", [raw("10", b"plain"), raw("11", blob)], None)
-    assert [(r.sequence_number, r.sub_sequence_number, r.partition_key, r.data) for r in records] == [
+    assert [
+        (r.sequence_number, r.sub_sequence_number, r.partition_key, r.data) for r in records
+    ] == [
         ("10", 0, "k", b"plain"),
         ("11", 0, "a", b"one"),
         ("11", 1, "b", b"two"),

@@ -23,9 +23,7 @@ def key_of(i: int) -> str:
 
 @pytest.fixture
 def env(kinesalite: Any, dynalite: Any, unique_name: Names) -> dict[str, Any]:
-    config = make_config(
-        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state")
-    )
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
     create_table(config)
     return {"url": kinesalite.url, "config": config, "stream": unique_name("s")}
 

@@ -104,16 +104,7 @@ class DynamoDBStateStore:
 
     # -- membership ---------------------------------------------------------------------------
     async def heartbeat(self, client: ClientInfo, ttl_seconds: int) -> None:
-        item = {
-            PARTITION_KEY: {"S": client_pk(self._app)},
-            SORT_KEY: {"S": client.client_id},
-            "last_update": {"N": str(client.last_update_ms)},
-            "expires_at": {"N": str(client.last_update_ms // 1000 + ttl_seconds)},
-            "host": {"S": client.host or socket.gethostname()},
-            "pid": {"N": str(client.pid)},
-            "version": {"S": client.version or __version__},
-            "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
-        }
+        item = client_item(self._app, client, ttl_seconds)
         await self._call("PutItem", lambda: self._db.put_item(TableName=self._table, Item=item))
 
     async def deregister(self, client_id: str) -> None:
@@ -403,6 +394,20 @@ class DynamoDBStateStore:
                 return False
             raise StateStoreError(f"dynamodb:{operation} failed: {exc}") from exc
         return True
+
+
+def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any]:
+    """The client item a heartbeat writes (shared with the heartbeat thread's boto3 client)."""
+    return {
+        PARTITION_KEY: {"S": client_pk(app)},
+        SORT_KEY: {"S": client.client_id},
+        "last_update": {"N": str(client.last_update_ms)},
+        "expires_at": {"N": str(client.last_update_ms // 1000 + ttl_seconds)},
+        "host": {"S": client.host or socket.gethostname()},
+        "pid": {"N": str(client.pid)},
+        "version": {"S": client.version or __version__},
+        "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
+    }
 
 
 def _names_in(expression: str, *extra: str) -> dict[str, str]:
