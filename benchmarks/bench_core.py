@@ -8,8 +8,10 @@ On kinesalite + dynalite (started here on free loopback ports, stopped by pid):
      shard (the service's 5 reads/s, which any honest loop must respect), counting records;
    - one AsyncKinesumer member (defaults, initial_position=TRIM_HORIZON), counting records;
    - one Kinesumer member (the sync generator over the same engine).
-   Rounds alternate the contenders; the table shows medians of records/s and CPU seconds per
-   100k records, and the ratio to the plain loop from the same run.
+   Rounds alternate the contenders. Throughput and CPU are measured in steady state, from the
+   first record to the last (process CPU, all threads); the time from start to the first record
+   (connecting, checking the table and streams, joining the group) is reported on its own. The
+   table shows medians and the ratio to the plain loop from the same run.
 2. Join: one member reading a 4-shard stream that a producer keeps writing to; a second member
    starts; seconds until each owns two shards and has delivered from both (defaults unchanged).
 """
@@ -53,7 +55,23 @@ def fill(url: str, stream: str, shards: int, records: int, size: int = 100) -> N
         client.put_records(StreamName=stream, Records=batch)
 
 
-async def plain_loop(url: str, stream: str, total: int) -> int:
+class Clock:
+    """Wall and process-CPU time at the start, the first record and the end of a run."""
+
+    def __init__(self) -> None:
+        self.start = (time.perf_counter(), time.process_time())
+        self.first: tuple[float, float] | None = None
+        self.end: tuple[float, float] | None = None
+
+    def tick(self) -> None:
+        if self.first is None:
+            self.first = (time.perf_counter(), time.process_time())
+
+    def stop(self) -> None:
+        self.end = (time.perf_counter(), time.process_time())
+
+
+async def plain_loop(url: str, stream: str, total: int, clock: Clock) -> int:
     """What a careful hand-written consumer does: one task per shard, paced at 5 reads/s."""
     session = aioboto3.Session()
     count = 0
@@ -73,6 +91,7 @@ async def plain_loop(url: str, stream: str, total: int) -> int:
                 started = loop.time()
                 response = await kinesis.get_records(ShardIterator=iterator, Limit=10000)
                 for record in response["Records"]:
+                    clock.tick()
                     count += 1
                     _ = record["Data"]
                 if count >= total:
@@ -82,47 +101,59 @@ async def plain_loop(url: str, stream: str, total: int) -> int:
 
         tasks = [asyncio.create_task(read(s["ShardId"])) for s in shards]
         await done.wait()
+        clock.stop()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return count
 
 
-async def library_async(config: Config, stream: str, total: int) -> int:
+async def library_async(config: Config, stream: str, total: int, clock: Clock) -> int:
     count = 0
     consumer = AsyncKinesumer(config)
     async for record in consumer.consume([stream]):
+        clock.tick()
         count += 1
         _ = record.data
         if count >= total:
+            clock.stop()
             break
     await consumer.aclose()
     return count
 
 
-def library_sync(config: Config, stream: str, total: int) -> int:
+def library_sync(config: Config, stream: str, total: int, clock: Clock) -> int:
     count = 0
     with Kinesumer(config) as consumer:
         for record in consumer.consume([stream]):
+            clock.tick()
             count += 1
             _ = record.data
             if count >= total:
+                clock.stop()
                 break
     return count
 
 
-def measure(fn: Any) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+def measure(fn: Any) -> tuple[float, float, float]:
+    """(steady-state seconds, steady-state CPU seconds, seconds to the first record)."""
+    clock = Clock()
+    fn(clock)
+    assert clock.first is not None and clock.end is not None
+    return (
+        clock.end[0] - clock.first[0],
+        clock.end[1] - clock.first[1],
+        clock.first[0] - clock.start[0],
+    )
 
 
 def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str, Any]]:
     stream = f"bench-{os.getpid()}"
     print(f"filling {stream}: {records} records of 100 B on 4 shards ...", flush=True)
     fill(kurl, stream, 4, records)
-    results: dict[str, list[tuple[float, float]]] = {"plain": [], "async": [], "sync": []}
+    results: dict[str, list[tuple[float, float, float]]] = {"plain": [], "async": [], "sync": []}
     for n in range(rounds):
+
         def config(kind: str) -> Config:
             return Config(
                 app=f"bench-{kind}-{n}",
@@ -134,25 +165,29 @@ def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str
             )
 
         contenders = {
-            "plain": lambda: asyncio.run(plain_loop(kurl, stream, records)),
-            "async": lambda: asyncio.run(library_async(config("a"), stream, records)),
-            "sync": lambda: library_sync(config("s"), stream, records),
+            "plain": lambda c: asyncio.run(plain_loop(kurl, stream, records, c)),
+            "async": lambda c: asyncio.run(library_async(config("a"), stream, records, c)),
+            "sync": lambda c: library_sync(config("s"), stream, records, c),
         }
         order = list(contenders) if n % 2 == 0 else list(reversed(contenders))
         for name in order:
-            wall, cpu = measure(contenders[name])
-            results[name].append((wall, cpu))
-            print(f"  round {n + 1} {name:5s}: {records / wall:9.0f} rec/s  cpu {cpu:.2f}s", flush=True)
-    base_rate = statistics.median(records / w for w, _ in results["plain"])
-    base_cpu = statistics.median(c for _, c in results["plain"]) * 100_000 / records
+            wall, cpu, first = measure(contenders[name])
+            results[name].append((wall, cpu, first))
+            print(
+                f"  round {n + 1} {name:5s}: {records / wall:9.0f} rec/s  cpu {cpu:.2f}s  "
+                f"first record after {first:.2f}s",
+                flush=True,
+            )
+    base_rate = statistics.median(records / w for w, _, _ in results["plain"])
+    base_cpu = statistics.median(c for _, c, _ in results["plain"]) * 100_000 / records
     table = []
     for name, label in (
         ("plain", "plain aioboto3 loop (baseline)"),
         ("async", "kinesumer AsyncKinesumer"),
         ("sync", "kinesumer Kinesumer (sync)"),
     ):
-        rate = statistics.median(records / w for w, _ in results[name])
-        cpu = statistics.median(c for _, c in results[name]) * 100_000 / records
+        rate = statistics.median(records / w for w, _, _ in results[name])
+        cpu = statistics.median(c for _, c, _ in results[name]) * 100_000 / records
         table.append(
             {
                 "contender": label,
@@ -160,6 +195,7 @@ def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str
                 "ratio": rate / base_rate,
                 "cpu_s_per_100k": cpu,
                 "cpu_ratio": cpu / base_cpu,
+                "first_record_s": statistics.median(f for _, _, f in results[name]),
             }
         )
     return table
@@ -246,8 +282,12 @@ def main() -> None:
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
         create_state_table(
-            Config(app="bench", dynamodb_table="bench-state", region=REGION,
-                   dynamodb_endpoint=dynalite.url)
+            Config(
+                app="bench",
+                dynamodb_table="bench-state",
+                region=REGION,
+                dynamodb_endpoint=dynalite.url,
+            )
         )
         table = throughput(kinesalite.url, dynalite.url, args.records, args.rounds)
         joins = join_time(kinesalite.url, dynalite.url, args.rounds)
@@ -255,17 +295,26 @@ def main() -> None:
         kinesalite.stop()
         dynalite.stop()
     print()
-    print(f"Throughput, {args.records} records x 100 B, 4 shards, kinesalite, "
-          f"median of {args.rounds} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
-    print(f"| {'contender':32s} | {'records/s':>10s} | {'vs plain':>8s} | "
-          f"{'CPU s/100k':>10s} | {'CPU vs plain':>12s} |")
-    print(f"|{'-' * 34}|{'-' * 12}|{'-' * 10}|{'-' * 12}|{'-' * 14}|")
+    print(
+        f"Throughput, {args.records} records x 100 B, 4 shards, kinesalite, "
+        f"median of {args.rounds} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)"
+    )
+    print(
+        f"| {'contender':32s} | {'records/s':>10s} | {'vs plain':>8s} | "
+        f"{'CPU s/100k':>10s} | {'CPU vs plain':>12s} | {'1st record':>10s} |"
+    )
+    print(f"|{'-' * 34}|{'-' * 12}|{'-' * 10}|{'-' * 12}|{'-' * 14}|{'-' * 12}|")
     for row in table:
-        print(f"| {row['contender']:32s} | {row['records_per_s']:10.0f} | {row['ratio']:7.2f}x | "
-              f"{row['cpu_s_per_100k']:10.2f} | {row['cpu_ratio']:11.2f}x |")
+        print(
+            f"| {row['contender']:32s} | {row['records_per_s']:10.0f} | {row['ratio']:7.2f}x | "
+            f"{row['cpu_s_per_100k']:10.2f} | {row['cpu_ratio']:11.2f}x | "
+            f"{row['first_record_s']:9.2f}s |"
+        )
     print()
-    print(f"Join (defaults): second member start -> both reading their halves: "
-          f"median {statistics.median(joins):.2f}s (runs: {', '.join(f'{t:.2f}' for t in joins)})")
+    print(
+        f"Join (defaults): second member start -> both reading their halves: "
+        f"median {statistics.median(joins):.2f}s (runs: {', '.join(f'{t:.2f}' for t in joins)})"
+    )
 
 
 if __name__ == "__main__":

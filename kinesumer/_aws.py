@@ -20,6 +20,7 @@ from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.utils import parse_timestamp as botocore_parse_timestamp
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -165,8 +166,32 @@ def boto_config(read_timeout: float = 10.0) -> BotoConfig:
     )
 
 
+def parse_timestamp(value: Any) -> datetime:
+    """botocore's timestamp parser, with a fast path for the epoch numbers Kinesis returns.
+
+    botocore turns every ``ApproximateArrivalTimestamp`` into a datetime in dateutil's
+    ``tzlocal()``, which costs more CPU than the rest of parsing a record put together. Epoch
+    numbers become UTC datetimes here: the same instants, several times cheaper.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            pass
+    parsed: datetime = botocore_parse_timestamp(value)
+    return parsed
+
+
+def _botocore_session() -> AioSession:
+    session = AioSession()
+    session.get_component("response_parser_factory").set_parser_defaults(
+        timestamp_parser=parse_timestamp
+    )
+    return session
+
+
 def session_for(config: Config) -> aioboto3.Session:
-    return aioboto3.Session(region_name=config.region)
+    return aioboto3.Session(botocore_session=_botocore_session(), region_name=config.region)
 
 
 def assumed_role_session(config: Config, stats: RetryStats) -> aioboto3.Session:
@@ -203,7 +228,7 @@ def assumed_role_session(config: Config, stats: RetryStats) -> aioboto3.Session:
             "expiry_time": expiry,
         }
 
-    botocore_session = AioSession()
+    botocore_session = _botocore_session()
     botocore_session._credentials = AioDeferredRefreshableCredentials(
         refresh_using=fetch, method="sts-assume-role"
     )

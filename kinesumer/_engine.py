@@ -49,6 +49,7 @@ class ShardStatus:
     status: str
     checkpoint: str | None
     millis_behind: int | None
+    caught_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,19 @@ class Cursor:
         self._index = 0
         self._lease: Lease | None = None
         self._in_hand: tuple[Lease, Position] | None = None
+        self._polled: dict[Lease, Position] = {}
 
     def finish_in_hand(self) -> None:
-        if self._auto and self._in_hand is not None:
-            lease, position = self._in_hand
-            lease.processed = position
+        """Auto-commit mode: what the application holds is processed once it asks for more."""
+        if self._auto:
+            if self._in_hand is not None:
+                lease, position = self._in_hand
+                lease.processed = position
+            for lease, position in self._polled.items():
+                lease.processed = position
         self._in_hand = None
+        if self._polled:
+            self._polled = {}
 
     def next_local(self) -> Record | None:
         """The next deliverable record of the current batch, or None when a new batch is needed."""
@@ -112,6 +120,25 @@ class Cursor:
             break  # revoked or lost: the next owner reads the rest from the checkpoint
         self._lease = None
         return None
+
+    def take(self, limit: int, out: list[Record]) -> None:
+        """Deliver records of the current batch into ``out`` until it holds ``limit``."""
+        lease = self._lease
+        if lease is None:
+            return
+        records = self._records
+        fence = self.fence
+        while self._index < len(records) and len(out) < limit:
+            record = records[self._index]
+            self._index += 1
+            if time.monotonic() < fence.deadline and lease.try_deliver(record):
+                out.append(record)
+                self._polled[lease] = lease.delivered  # type: ignore[assignment]
+            else:
+                self._lease = None
+                return
+        if self._index >= len(records):
+            self._lease = None
 
     def set_batch(self, lease: Lease, records: list[Record]) -> None:
         self._lease, self._records, self._index = lease, records, 0
@@ -144,7 +171,8 @@ class Engine:
         if self.closed:
             raise ConsumerClosedError("this consumer was closed; create a new one")
         if self.started:
-            await self.refresh(streams)
+            if streams != self._coordinator.streams:
+                await self.refresh(streams)
             return
         config = self.config
         self.buffer = RecordBuffer(config.max_buffered_records, config.max_buffered_bytes)
@@ -161,7 +189,9 @@ class Engine:
             for stream in streams:
                 await self._reader.check_stream(stream)
             self._checkpointer = Checkpointer(self._store, self.client_id)
-            self._heartbeat = Heartbeat(config, self.client_id, lambda: self._coordinator.streams)
+            self._heartbeat = Heartbeat(
+                config, self.client_id, lambda: self._coordinator.streams, self._owned_lag
+            )
             self.cursor.fence = self._heartbeat
             self._coordinator = Coordinator(
                 config,
@@ -232,6 +262,28 @@ class Engine:
         except EngineFailed as wrapped:
             raise wrapped.__cause__ from None  # type: ignore[misc]
 
+    async def poll(self, max_records: int, timeout: float) -> list[Record]:
+        """Up to ``max_records`` records, waiting at most ``timeout`` seconds for the first ones.
+
+        In auto-commit mode the records of one poll count as processed at the next poll."""
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
+        cursor = self.cursor
+        cursor.finish_in_hand()
+        out: list[Record] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            cursor.take(max_records, out)
+            remaining = deadline - loop.time()
+            if len(out) >= max_records or remaining <= 0:
+                return out
+            try:
+                lease, records = await asyncio.wait_for(self.next_batch(), remaining)
+            except (asyncio.TimeoutError, ConsumerClosedError):
+                return out
+            cursor.set_batch(lease, records)
+
     async def commit(self) -> None:
         """Everything delivered so far is processed: write the checkpoints now."""
         self._raise_if_failed()
@@ -251,6 +303,7 @@ class Engine:
                 lease.status.value,
                 lease.checkpointed.sequence_number if lease.checkpointed else None,
                 lease.millis_behind,
+                lease.caught_up,
             )
             for (stream, shard_id), lease in sorted(self.leases.items())
         )
@@ -351,6 +404,15 @@ class Engine:
             ),
             f"fetcher {stream}/{shard.shard_id}",
         )
+
+    def _owned_lag(self) -> dict[str, int]:
+        """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the
+        client item (``kinesumer status`` shows it for every member)."""
+        return {
+            f"{stream}/{shard_id}": -1 if lease.millis_behind is None else lease.millis_behind
+            for (stream, shard_id), lease in list(self.leases.items())
+            if lease.status is LeaseStatus.ACTIVE
+        }
 
     def _on_shard_end(self, lease: Lease) -> None:
         self._spawn(self._checkpointer.finish(lease, self._on_finished), "finish")

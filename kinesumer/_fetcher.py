@@ -76,6 +76,7 @@ async def run_fetcher(
         if not lease.deliverable:
             return  # revoked or lost while the call was in flight: drop what came back
         lease.millis_behind = batch.millis_behind
+        lease.caught_up = batch.raw_count == 0 and not batch.millis_behind
         if batch.records:
             last = batch.records[-1]
             lease.fetched = Position(last.sequence_number, last.sub_sequence_number)

@@ -33,11 +33,16 @@ log = logging.getLogger("kinesumer.heartbeat")
 
 class Heartbeat:
     def __init__(
-        self, config: Config, client_id: str, streams: Callable[[], tuple[str, ...]]
+        self,
+        config: Config,
+        client_id: str,
+        streams: Callable[[], tuple[str, ...]],
+        owned: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self._config = config
         self._client_id = client_id
         self._streams = streams
+        self._owned = owned
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -72,6 +77,7 @@ class Heartbeat:
             host=socket.gethostname(),
             pid=os.getpid(),
             version=__version__,
+            owned=self._owned(),
         )
 
     @property

@@ -39,6 +39,7 @@ class Lease:
     reached_end: bool = False
     finished_written: bool = False
     millis_behind: int | None = None
+    caught_up: bool = False  # the last GetRecords came back empty: nothing more to fetch now
     fetcher: asyncio.Task[None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -54,6 +54,18 @@ class AsyncKinesumer:
                 continue
             yield record
 
+    async def subscribe(self, streams: Iterable[str]) -> None:
+        """Join the group for ``streams`` (or change them) without iterating: for :meth:`poll`."""
+        await self._engine.start(check_streams(streams))
+
+    async def poll(self, max_records: int = 1000, timeout: float = 1.0) -> list[Record]:
+        """Up to ``max_records`` records from this member's shards, waiting at most ``timeout``
+        seconds; after :meth:`subscribe`. In auto-commit mode a poll's records count as processed
+        at the next poll; otherwise at :meth:`commit`."""
+        if not self._engine.started:
+            raise RuntimeError("call subscribe(streams) before poll()")
+        return await self._engine.poll(max_records, timeout)
+
     async def commit(self) -> None:
         """Mark every record delivered so far as processed and write the checkpoints now."""
         await self._engine.commit()

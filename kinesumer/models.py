@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
@@ -49,6 +49,7 @@ class ClientInfo:
     host: str = ""
     pid: int = 0
     version: str = ""
+    owned: dict[str, int] = field(default_factory=dict)  # "stream/shard" -> MillisBehindLatest
 
 
 @dataclass(frozen=True)

@@ -222,3 +222,42 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
     assert refreshed.access_key != first.access_key
     assert kinesis_creds._expiry_time > datetime.now(timezone.utc) + timedelta(minutes=14)
     await consumer.aclose()
+
+
+def test_poll_returns_batches_bounded_by_count_and_time(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 2)
+    produced = put(env["url"], env["stream"], 0, 250)
+    config = env["config"].replace(auto_commit=False)
+    got: list[Record] = []
+    with Kinesumer(config) as consumer:
+        with pytest.raises(RuntimeError, match="subscribe"):
+            consumer.poll()
+        consumer.subscribe([env["stream"]])
+        while len(got) < 250:
+            batch = consumer.poll(max_records=100, timeout=5)
+            assert 0 < len(batch) <= 100
+            got.extend(batch)
+            consumer.commit()
+        assert consumer.poll(max_records=100, timeout=0.3) == []  # nothing left: times out
+    assert sorted(r.data for r in got) == sorted(produced)
+    with Kinesumer(config) as consumer:  # everything was committed: nothing comes back
+        consumer.subscribe([env["stream"]])
+        assert consumer.poll(max_records=10, timeout=1.5) == []
+
+
+async def test_async_poll_auto_commit_processes_previous_poll(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 1)
+    produced = put(env["url"], env["stream"], 0, 30)
+    consumer = AsyncKinesumer(env["config"])
+    await consumer.subscribe([env["stream"]])
+    first = await consumer.poll(max_records=10, timeout=5)
+    second = await consumer.poll(max_records=10, timeout=5)  # first poll's 10 are processed
+    await consumer._engine.close(in_hand_done=False)  # the second poll's 10 were not finished
+    assert [r.data for r in first + second] == produced[:20]
+    consumer = AsyncKinesumer(env["config"])
+    await consumer.subscribe([env["stream"]])
+    again = await consumer.poll(max_records=30, timeout=5)
+    await consumer.aclose()
+    assert [r.data for r in again] == produced[10:30]

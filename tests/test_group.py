@@ -253,3 +253,47 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         assert await store.load_shard_cache("big") == smaller
     finally:
         await engine._aws.close()
+
+
+async def test_hot_standby_takes_over_when_a_member_leaves(group: dict[str, Any]) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    sink: list[tuple[str, Record]] = []
+    members = [Member(config_for(group, client_id=c), [stream], sink).start() for c in "abc"]
+    await eventually(
+        lambda: sorted(len(m.owned()) for m in members) == [0, 1, 1], what="one hot standby"
+    )
+    standby = next(m for m in members if not m.owned())
+    leaving = next(m for m in members if m.owned() and m is not standby)
+    produced = put(url, stream, 0, 100)
+    await eventually(lambda: len(sink) >= 100, what="first 100")
+    await leaving.close()
+    await eventually(lambda: len(standby.owned()) == 1, timeout=10, what="standby steps in")
+    produced += put(url, stream, 100, 100)
+    await eventually(lambda: len(set(datas(sink))) == 200, what="all 200")
+    for m in members:
+        if m is not leaving:
+            await m.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+
+
+async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None:
+    """Fetching waits for room: the buffer never holds more than its bound plus one batch per
+    shard, however far behind the application is."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    put(url, stream, 0, 2000)
+    config = config_for(group, max_buffered_records=100, scan_limit=50)
+    consumer = AsyncKinesumer(config)
+    peak = 0
+    got = 0
+    async for _ in consumer.consume([stream]):
+        got += 1
+        peak = max(peak, consumer._engine.buffer.size[0])
+        if got % 50 == 0:
+            await asyncio.sleep(0.2)  # a slow application; fetchers keep polling meanwhile
+        if got == 400:
+            break
+    await consumer.aclose()
+    assert 0 < peak <= 100 + 2 * 50

@@ -121,6 +121,7 @@ class DynamoDBStateStore:
                 host=i.get("host", {}).get("S", ""),
                 pid=int(i.get("pid", {}).get("N", "0")),
                 version=i.get("version", {}).get("S", ""),
+                owned={k: int(v["N"]) for k, v in i.get("owned", {}).get("M", {}).items()},
             )
             for i in items
         ]
@@ -407,6 +408,7 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "pid": {"N": str(client.pid)},
         "version": {"S": client.version or __version__},
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
+        "owned": {"M": {key: {"N": str(lag)} for key, lag in sorted(client.owned.items())}},
     }
 
 
