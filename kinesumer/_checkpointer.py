@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ._state import Lease, LeaseStatus
+from .errors import TransientAWSError
 from .statestore.base import StateStore
 
 log = logging.getLogger("kinesumer.checkpoint")
@@ -54,6 +55,27 @@ class Checkpointer:
                 return False
             lease.checkpointed = position
             return True
+
+    async def _release(self, lease: Lease, finished: bool) -> bool:
+        """The final write of a handoff or finish, retried until it lands or the lease is lost.
+
+        Giving up is not an option: until this write lands the shard is owned by a live member
+        (us), so nobody else may claim it. The caller bounds the wait when closing.
+        """
+        delay = 0.2
+        while True:
+            try:
+                return await self.write(lease, finished=finished, release=True)
+            except TransientAWSError as exc:
+                log.warning(
+                    "[%s] releasing %s/%s failed, retrying in %.1fs: %s",
+                    self._client_id,
+                    *lease.key,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def flush(self, leases: list[Lease]) -> None:
         """Write every active lease whose processed position moved since its last write."""
@@ -99,7 +121,7 @@ class Checkpointer:
                 shard_id,
                 timeout,
             )
-        released = await self.write(lease, finished=lease.drained, release=True)
+        released = await self._release(lease, finished=lease.drained)
         if released:
             lease.status = LeaseStatus.RELEASED
             log.info(
@@ -119,7 +141,7 @@ class Checkpointer:
             await asyncio.sleep(_POLL)
         if lease.status is not LeaseStatus.ACTIVE:
             return
-        if await self.write(lease, finished=True, release=True):
+        if await self._release(lease, finished=True):
             lease.stop_delivering(LeaseStatus.RELEASED)
             lease.finished_written = True
             log.info("[%s] finished %s/%s", self._client_id, *lease.key)

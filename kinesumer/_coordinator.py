@@ -44,6 +44,7 @@ class Coordinator:
         leases: dict[tuple[str, str], Lease],
         start_fetcher: StartFetcher,
         heartbeat: Heartbeat,
+        report: Callable[[BaseException, str], None],
     ) -> None:
         self._config = config
         self.client_id = client_id
@@ -53,6 +54,7 @@ class Coordinator:
         self._leases = leases
         self._start_fetcher = start_fetcher
         self._heartbeat = heartbeat
+        self._report = report
         self.streams: tuple[str, ...] = ()
         self.caches: dict[str, ShardCache] = {}
         self._digests: dict[str, str] = {}
@@ -196,6 +198,8 @@ class Coordinator:
 
         def done(t: asyncio.Task[bool]) -> None:
             self._handoffs.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self._report(t.exception(), f"handoff of {lease.key[0]}/{lease.key[1]}")  # type: ignore[arg-type]
             if self._leases.get(lease.key) is lease and lease.status is not LeaseStatus.ACTIVE:
                 del self._leases[lease.key]
 
@@ -203,7 +207,8 @@ class Coordinator:
 
     async def wait_handoffs(self) -> None:
         while self._handoffs:
-            await asyncio.gather(*list(self._handoffs), return_exceptions=False)
+            # Errors were reported by each task's done callback; here we only wait.
+            await asyncio.gather(*list(self._handoffs), return_exceptions=True)
 
     async def claim_pending(self) -> None:
         """Try to claim every wanted shard not owned yet (several can be in flight at once)."""

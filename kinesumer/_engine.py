@@ -202,6 +202,7 @@ class Engine:
                 self.leases,
                 self._start_fetcher,
                 self._heartbeat,
+                self._fail,
             )
             self._coordinator.streams = streams
             await self._coordinator.heartbeat()
@@ -239,7 +240,12 @@ class Engine:
             if lease.status is LeaseStatus.ACTIVE:
                 self._coordinator.hand_off(lease, self.config.handoff_timeout)
         try:
-            await self._coordinator.wait_handoffs()
+            # Bounded: a handoff retries its final write while DynamoDB is unreachable.
+            limit = self.config.handoff_timeout + 2 * self.config.client_timeout + 5
+            try:
+                await asyncio.wait_for(self._coordinator.wait_handoffs(), limit)
+            except asyncio.TimeoutError:
+                log.warning("[%s] handoffs did not finish in %.0fs", self.client_id, limit)
             # No heartbeat may land after the deregistration (it would bring the item back).
             await asyncio.get_running_loop().run_in_executor(None, self._heartbeat.stop)
             if self.failure is None:
@@ -339,10 +345,12 @@ class Engine:
 
     def _fail(self, exc: BaseException, where: str) -> None:
         if self.failure is not None or self.closed:
+            log.warning("[%s] %s failed after the engine stopped: %r", self.client_id, where, exc)
             return
         self.failure = exc
         log.error("[%s] %s failed, stopping: %r", self.client_id, where, exc, exc_info=exc)
         self._stop.set()
+        self._heartbeat.halt()
         for lease in self.leases.values():
             if lease.fetcher is not None:
                 lease.fetcher.cancel()

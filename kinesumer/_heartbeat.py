@@ -102,6 +102,11 @@ class Heartbeat:
         )
         self._thread.start()
 
+    def halt(self) -> None:
+        """Stop heartbeating without waiting (safe on the event loop): a failed engine must look
+        dead to the others, or its shards would be stranded."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

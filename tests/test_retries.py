@@ -165,3 +165,35 @@ async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
         # the survivor; never the other way round, which would mean both read at once.
         assert who == ["cut", "other"], (data, who)
         assert 100 <= int(data) < 200
+
+
+async def test_handoff_release_survives_writes_failing_past_the_retry_budget(
+    proxied: dict[str, Any],
+) -> None:
+    """The release write of a handoff keeps trying: until it lands the shard is owned by a live
+    member and nobody else may claim it, so giving up would strand the shard."""
+    from _group import Member
+
+    url, stream = proxied["url"], proxied["stream"]
+    create_stream(url, stream, 2)
+    config = proxied["config"]
+    direct = config.replace(dynamodb_endpoint=proxied["dynamodb"].upstream_url)
+    sink: list[tuple[str, Record]] = []
+    a = Member(config.replace(client_id="a"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 2, what="a owns both shards")
+    produced = put(url, stream, 0, 50)
+    await eventually(lambda: len(sink) >= 50, what="first 50")
+    # Many more failures than one write's retry budget (6 attempts), periodic flushes included.
+    rule = proxied["dynamodb"].add_rule(Fault.http_500(), operation="UpdateItem", count=30)
+    b = Member(direct.replace(client_id="b"), [stream], sink).start()
+    await eventually(
+        lambda: len(a.owned()) == 1 and len(b.owned()) == 1, timeout=30, what="handoff to b"
+    )
+    assert rule.exhausted  # the handoff went through only after the faults ran out
+    produced += put(url, stream, 50, 50)
+    await eventually(lambda: len(set(datas(sink))) >= 100, what="all 100")
+    assert a.error is None and a.consumer._engine.failure is None  # a kept going throughout
+    await a.close()
+    await b.close()
+    assert sorted(set(datas(sink))) == sorted(produced)
+    assert duplicates(sink) == {}
