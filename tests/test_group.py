@@ -219,6 +219,15 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     crashed = time.monotonic()
     await eventually(lambda: len(b.owned()) == 2, timeout=15, what="b takes a's shard")
     print(f"takeover after crash: {time.monotonic() - crashed:.2f}s")
+    # The leader (b) prunes the dead member's item, with a delete conditional on what it saw.
+    store = b.consumer._engine._store
+    members: list[str] = []
+    for _ in range(100):
+        members = [c.client_id for c in await store.list_clients()]
+        if members == ["b"]:
+            break
+        await asyncio.sleep(0.1)
+    assert members == ["b"]
     produced += put(url, stream, 200, 100)
     await eventually(lambda: len(set(datas(sink))) == 300, what="all 300")
     await b.close()
@@ -297,3 +306,22 @@ async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None
             break
     await consumer.aclose()
     assert 0 < peak <= 100 + 2 * 50
+
+
+async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any]) -> None:
+    from kinesumer.models import ClientInfo
+
+    consumer = AsyncKinesumer(group["config"])
+    engine = consumer._engine
+    await engine._aws.open()
+    try:
+        store = DynamoDBStateStore(engine._aws.dynamodb, group["table"], group["app"], RetryStats())
+        old = ClientInfo("zombie", last_update_ms=1_000)
+        await store.heartbeat(old, 3600)
+        await store.heartbeat(ClientInfo("zombie", last_update_ms=2_000), 3600)  # revived
+        assert not await store.prune_client(old)  # the leader saw the old heartbeat
+        assert [c.client_id for c in await store.list_clients()] == ["zombie"]
+        assert await store.prune_client(ClientInfo("zombie", last_update_ms=2_000))
+        assert await store.list_clients() == []
+    finally:
+        await engine._aws.close()
