@@ -23,7 +23,7 @@ from .core import active_shards, is_leader, live_clients, shards_of
 from .core.membership import stale_clients
 from .errors import TransientAWSError
 from .kinesis.reader import KinesisReader
-from .models import ClientInfo, Shard
+from .models import Checkpoint, ClientInfo, Shard
 from .statestore.base import ShardCache, StateStore
 
 log = logging.getLogger("kinesumer.coordinator")
@@ -215,7 +215,14 @@ class Coordinator:
         if not self._pending:
             return
         keys = sorted(self._pending)
-        results = await asyncio.gather(*(self._claim(k) for k in keys), return_exceptions=True)
+        seen: dict[tuple[str, str], Checkpoint | None] = {}
+        for stream in sorted({s for s, _ in keys}):
+            ids = [sid for s, sid in keys if s == stream]
+            found = await self._store.get_checkpoints(stream, ids)  # one read per 100 shards
+            seen.update({(stream, sid): found.get(sid) for sid in ids})
+        results = await asyncio.gather(
+            *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
+        )
         for key, result in zip(keys, results, strict=True):
             if result is True:
                 self._pending.discard(key)
@@ -228,15 +235,15 @@ class Coordinator:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
-    async def _claim(self, key: tuple[str, str]) -> bool:
-        """True when the shard needs nothing more from us (claimed, or already finished)."""
+    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
+        """True when the shard needs nothing more from us (claimed, or already finished).
+        ``seen`` is its checkpoint as just read (strongly consistent)."""
         stream, shard_id = key
         existing = self._leases.get(key)
         if existing is not None and existing.status is LeaseStatus.ACTIVE:
             return True
         if existing is not None and existing.status is LeaseStatus.REVOKING:
             return False  # our own handoff is still running; claim again once it is done
-        seen = (await self._store.get_checkpoints(stream, [shard_id])).get(shard_id)
         if seen is not None and seen.finished:
             return True
         if (

@@ -245,17 +245,16 @@ class DynamoDBStateStore:
         self, stream: str, shard_ids: Iterable[str] | None = None
     ) -> dict[str, Checkpoint]:
         pk = checkpoint_pk(self._app, stream)
-        wanted = None if shard_ids is None else set(shard_ids)
-        if wanted is not None and len(wanted) <= 2:
-            found = [await self._get(pk, sid) for sid in wanted]
-            items = [i for i in found if i is not None]
-        else:
+        if shard_ids is None:
             items = await self._query(pk)
+        else:
+            # Only the items asked for: a Query would read (and bill) the whole stream's
+            # checkpoints, up to thousands of items, to answer for a handful.
+            items = await self._batch_get(pk, sorted(set(shard_ids)))
         result = {}
         for item in items:
             checkpoint = self._parse_checkpoint(stream, item)
-            if wanted is None or checkpoint.shard_id in wanted:
-                result[checkpoint.shard_id] = checkpoint
+            result[checkpoint.shard_id] = checkpoint
         return result
 
     async def claim(
@@ -370,6 +369,24 @@ class DynamoDBStateStore:
         )
         item: dict[str, Any] | None = response.get("Item")
         return item
+
+    async def _batch_get(self, pk: str, sort_keys: list[str]) -> list[dict[str, Any]]:
+        """Strongly consistent BatchGetItem of ``pk`` items, 100 keys per call, with the
+        unprocessed keys DynamoDB hands back under load asked for again."""
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(sort_keys), 100):
+            keys = [
+                {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
+                for sk in sort_keys[start : start + 100]
+            ]
+            request: dict[str, Any] = {self._table: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                response = await self._call(
+                    "BatchGetItem", partial(self._db.batch_get_item, RequestItems=request)
+                )
+                items.extend(response["Responses"].get(self._table, []))
+                request = response.get("UnprocessedKeys") or {}
+        return items
 
     async def _query(self, pk: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
