@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ._hooks import RebalanceHooks
 from ._state import Lease, LeaseStatus
 from .errors import TransientAWSError
 from .statestore.base import StateStore
@@ -24,9 +25,17 @@ _POLL = 0.01
 
 
 class Checkpointer:
-    def __init__(self, store: StateStore, client_id: str) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        client_id: str,
+        hooks: RebalanceHooks | None = None,
+        on_lost: Callable[[Lease], None] | None = None,
+    ) -> None:
         self._store = store
         self._client_id = client_id
+        self._hooks = hooks or RebalanceHooks()
+        self._on_lost = on_lost
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.writes = 0
         self.conflicts = 0
@@ -91,6 +100,8 @@ class Checkpointer:
         lease.stop_delivering(LeaseStatus.LOST)
         if lease.fetcher is not None:
             lease.fetcher.cancel()
+        if self._on_lost is not None:
+            self._on_lost(lease)
 
     async def handoff(self, lease: Lease, timeout: float, in_hand_done: bool = False) -> bool:
         """Give a shard back: stop fetching and delivering, let the record in the application's
@@ -121,7 +132,14 @@ class Checkpointer:
                 shard_id,
                 timeout,
             )
+        hook_error: Exception | None = None
+        try:
+            await self._hooks.revoked([lease.key])  # the application flushes its own state
+        except Exception as exc:  # raised below, after the release: never strand the shard
+            hook_error = exc
         released = await self._release(lease, finished=lease.drained)
+        if hook_error is not None:
+            raise hook_error
         if released:
             lease.status = LeaseStatus.RELEASED
             log.info(

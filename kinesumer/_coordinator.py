@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ._checkpointer import Checkpointer
 from ._heartbeat import Heartbeat
+from ._hooks import RebalanceHooks
 from ._state import Lease, LeaseStatus
 from .config import Config
 from .core import active_shards, is_leader, live_clients, shards_of
@@ -45,6 +46,7 @@ class Coordinator:
         start_fetcher: StartFetcher,
         heartbeat: Heartbeat,
         report: Callable[[BaseException, str], None],
+        hooks: RebalanceHooks,
     ) -> None:
         self._config = config
         self.client_id = client_id
@@ -55,6 +57,7 @@ class Coordinator:
         self._start_fetcher = start_fetcher
         self._heartbeat = heartbeat
         self._report = report
+        self._hooks = hooks
         self.streams: tuple[str, ...] = ()
         self.caches: dict[str, ShardCache] = {}
         self._digests: dict[str, str] = {}
@@ -220,9 +223,22 @@ class Coordinator:
             ids = [sid for s, sid in keys if s == stream]
             found = await self._store.get_checkpoints(stream, ids)  # one read per 100 shards
             seen.update({(stream, sid): found.get(sid) for sid in ids})
+        owned_before = {
+            k for k, lease in self._leases.items() if lease.status is LeaseStatus.ACTIVE
+        }
         results = await asyncio.gather(
             *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
         )
+        gained = [
+            k
+            for k, lease in self._leases.items()
+            if lease.status is LeaseStatus.ACTIVE and k not in owned_before
+        ]
+        await self._hooks.assigned(gained)
+        for key in gained:  # fetch only once the application has heard about the shard
+            lease = self._leases[key]
+            cache = self.caches[key[0]]
+            self._start_fetcher(lease, cache.by_id().get(key[1], Shard(key[1])), cache)
         for key, result in zip(keys, results, strict=True):
             if result is True:
                 self._pending.discard(key)
@@ -258,11 +274,7 @@ class Coordinator:
             return False
         if seen is not None and seen.owner not in (None, self.client_id):
             log.info("[%s] took %s/%s over from %s", self.client_id, stream, shard_id, seen.owner)
-        lease = Lease(claimed)
-        self._leases[key] = lease
-        cache = self.caches[stream]
-        shard = cache.by_id().get(shard_id, Shard(shard_id))
-        self._start_fetcher(lease, shard, cache)
+        self._leases[key] = Lease(claimed)  # claim_pending starts its fetcher
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

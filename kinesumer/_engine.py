@@ -25,6 +25,7 @@ from ._checkpointer import Checkpointer
 from ._coordinator import Coordinator
 from ._fetcher import run_fetcher
 from ._heartbeat import Heartbeat
+from ._hooks import RebalanceHooks
 from ._state import EngineFailed, Lease, LeaseStatus, RecordBuffer
 from .config import Config, InitialPosition
 from .core import has_known_parent, parents_pending
@@ -145,8 +146,9 @@ class Cursor:
 
 
 class Engine:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
         self.config = config
+        self.hooks = hooks or RebalanceHooks()
         self.client_id = config.client_id or default_client_id()
         self.stats = RetryStats()
         self.leases: dict[tuple[str, str], Lease] = {}
@@ -188,7 +190,9 @@ class Engine:
             await self._store.check()
             for stream in streams:
                 await self._reader.check_stream(stream)
-            self._checkpointer = Checkpointer(self._store, self.client_id)
+            self._checkpointer = Checkpointer(
+                self._store, self.client_id, self.hooks, self._on_lost
+            )
             self._heartbeat = Heartbeat(
                 config, self.client_id, lambda: self._coordinator.streams, self._owned_lag
             )
@@ -203,6 +207,7 @@ class Engine:
                 self._start_fetcher,
                 self._heartbeat,
                 self._fail,
+                self.hooks,
             )
             self._coordinator.streams = streams
             await self._coordinator.heartbeat()
@@ -412,6 +417,17 @@ class Engine:
             ),
             f"fetcher {stream}/{shard.shard_id}",
         )
+
+    def _on_lost(self, lease: Lease) -> None:
+        self._spawn(self.hooks.revoked([lease.key]), "on_revoked hook")
+
+    def lag(self) -> dict[tuple[str, str], int | None]:
+        """MillisBehindLatest of every shard this member reads (None until its first read)."""
+        return {
+            key: lease.millis_behind
+            for key, lease in sorted(self.leases.items())
+            if lease.status is LeaseStatus.ACTIVE
+        }
 
     def _owned_lag(self) -> dict[str, int]:
         """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 
 from ._engine import ConsumerStats, Engine
+from ._hooks import Hook, RebalanceHooks
 from .config import Config, check_streams
 from .errors import ConsumerClosedError
 from .models import Record
@@ -25,10 +26,16 @@ class AsyncKinesumer:
     asks for the next one; with ``auto_commit=False`` when it calls :meth:`commit`.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        on_assigned: Hook | None = None,
+        on_revoked: Hook | None = None,
+    ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"AsyncKinesumer needs a kinesumer.Config, got {type(config).__name__}")
-        self._engine = Engine(config)
+        self._engine = Engine(config, RebalanceHooks(on_assigned, on_revoked))
         self._consuming_task: asyncio.Task[object] | None = None
 
     @property
@@ -73,6 +80,10 @@ class AsyncKinesumer:
     async def refresh(self, streams: Iterable[str]) -> None:
         """Consume a different set of streams from now on."""
         await self._engine.start(check_streams(streams))
+
+    def lag(self) -> dict[tuple[str, str], int | None]:
+        """``(stream, shard_id)`` -> MillisBehindLatest of each shard this member reads."""
+        return self._engine.lag()
 
     def stats(self) -> ConsumerStats:
         return self._engine.snapshot()

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._engine import ConsumerStats, Engine
+from ._hooks import Hook, RebalanceHooks
 from .config import Config, check_streams
 from .errors import ConsumerClosedError
 from .models import Record
@@ -34,10 +35,16 @@ class Kinesumer:
     the next one; with ``auto_commit=False`` when the application calls :meth:`commit`.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        on_assigned: Hook | None = None,
+        on_revoked: Hook | None = None,
+    ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"Kinesumer needs a kinesumer.Config, got {type(config).__name__}")
-        self._engine = Engine(config)
+        self._engine = Engine(config, RebalanceHooks(on_assigned, on_revoked))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._consumer_thread: int | None = None
@@ -104,6 +111,10 @@ class Kinesumer:
     def refresh(self, streams: Iterable[str]) -> None:
         """Consume a different set of streams from now on."""
         self._run(self._engine.start(check_streams(streams)))
+
+    def lag(self) -> dict[tuple[str, str], int | None]:
+        """``(stream, shard_id)`` -> MillisBehindLatest of each shard this member reads."""
+        return self._engine.lag()
 
     def stats(self) -> ConsumerStats:
         return self._engine.snapshot()

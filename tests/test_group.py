@@ -325,3 +325,43 @@ async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any
         assert await store.list_clients() == []
     finally:
         await engine._aws.close()
+
+
+async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
+    """on_assigned before the first record of a shard; on_revoked during a handoff, after the
+    in-hand record and before the release (the checkpoint still names us as owner)."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    events: list[tuple[str, str, list[tuple[str, str]]]] = []
+    owner_at_revoke: list[str | None] = []
+
+    def assigned(shards: list[tuple[str, str]]) -> None:
+        events.append(("a", "assigned", shards))
+
+    async def revoked(shards: list[tuple[str, str]]) -> None:
+        events.append(("a", "revoked", shards))
+        store = a.consumer._engine._store
+        (key,) = shards
+        checkpoint = (await store.get_checkpoints(key[0], [key[1]]))[key[1]]
+        owner_at_revoke.append(checkpoint.owner)
+
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink)
+    a.consumer = AsyncKinesumer(
+        config_for(group, client_id="a"), on_assigned=assigned, on_revoked=revoked
+    )
+    a.start()
+    await eventually(lambda: len(a.owned()) == 2, what="a owns both")
+    assert events == [("a", "assigned", sorted(a.owned()))]
+    put(url, stream, 0, 20)
+    await eventually(lambda: len(sink) >= 20, what="records")
+    lag = a.consumer.lag()
+    assert set(lag) == a.owned() and all(v is not None and v >= 0 for v in lag.values())
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(b.owned()) == 1, what="b takes one shard")
+    assert events[1][1] == "revoked" and len(events[1][2]) == 1
+    assert owner_at_revoke == ["a"]  # the hook ran before the release
+    await a.close()
+    await b.close()
+    with pytest.raises(TypeError):
+        AsyncKinesumer(group["config"], on_assigned="not callable")  # type: ignore[arg-type]
