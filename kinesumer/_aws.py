@@ -19,7 +19,8 @@ import aioboto3
 from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 from tenacity import (
     AsyncRetrying,
@@ -77,11 +78,18 @@ def is_transient(exc: BaseException) -> bool:
         code = error_code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return code in _THROTTLE_CODES or code in _SERVER_CODES or int(status or 0) >= 500
-    # BotoCoreError covers EndpointConnectionError, ConnectionClosedError, Read/ConnectTimeout;
-    # OSError covers resets aiohttp did not wrap; TimeoutError covers asyncio timeouts.
-    return isinstance(exc, (BotoCoreError, OSError, asyncio.TimeoutError)) or (
-        type(exc).__module__.startswith("aiohttp")
+    # Network trouble only: connection errors, resets and timeouts (botocore's
+    # ConnectionError/HTTPClientError families, OSError that aiohttp did not wrap, asyncio
+    # timeouts). Other BotoCoreErrors (no credentials, no region, bad parameters) will not heal
+    # by retrying, and must reach the application at once.
+    network = (
+        BotoConnectionError,
+        HTTPClientError,
+        IncompleteReadError,
+        OSError,
+        asyncio.TimeoutError,
     )
+    return isinstance(exc, network) or type(exc).__module__.startswith("aiohttp")
 
 
 def is_denied(exc: BaseException) -> bool:

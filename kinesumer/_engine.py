@@ -165,6 +165,7 @@ class Engine:
         self._reader: KinesisReader
         self._store: DynamoDBStateStore
         self._heartbeat: Heartbeat
+        self._coordinator_task: asyncio.Task[Any]
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, streams: tuple[str, ...]) -> None:
@@ -218,7 +219,7 @@ class Engine:
         self.started = True
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
         self._heartbeat.start()
-        self._spawn(self._coordinator.run(self._stop), "coordinator")
+        self._coordinator_task = self._spawn(self._coordinator.run(self._stop), "coordinator")
         self._spawn(self._flush_periodically(), "checkpoint-flusher")
         self._spawn(self._watchdog(), "lease-watchdog")
 
@@ -239,6 +240,12 @@ class Engine:
         if not self.started:
             return
         self._stop.set()
+        # A tick in flight may still claim shards: let it finish before handing everything off,
+        # or a shard claimed after the handoffs would stay owned by a member that has left.
+        try:
+            await asyncio.wait_for(asyncio.shield(self._coordinator_task), 30)
+        except (asyncio.TimeoutError, Exception) as exc:  # reported by its done callback
+            log.debug("[%s] coordinator stopped with %r", self.client_id, exc)
         if in_hand_done:
             self.cursor.finish_in_hand()
         for lease in list(self.leases.values()):

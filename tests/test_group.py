@@ -365,3 +365,25 @@ async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
     await b.close()
     with pytest.raises(TypeError):
         AsyncKinesumer(group["config"], on_assigned="not callable")  # type: ignore[arg-type]
+
+
+async def test_close_leaves_no_shard_owned(group: dict[str, Any]) -> None:
+    """close() waits for a coordinator tick in flight: a claim made during close would leave a
+    shard owned by a member that has gone."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 4)
+    put(url, stream, 0, 40)
+    for round_ in range(3):
+        consumer = AsyncKinesumer(config_for(group, client_id=f"c{round_}"))
+        async for _ in consumer.consume([stream]):
+            break
+        await consumer.aclose()
+        await consumer._engine._aws.open()
+        store = DynamoDBStateStore(
+            consumer._engine._aws.dynamodb, group["table"], group["app"], RetryStats()
+        )
+        try:
+            owners = {c.owner for c in (await store.get_checkpoints(stream)).values()}
+        finally:
+            await consumer._engine._aws.close()
+        assert owners <= {None}, (round_, owners)

@@ -1,0 +1,515 @@
+"""The ``kinesumer`` command against moto in server mode.
+
+Most commands run in-process through :func:`kinesumer.cli.main` (fast, and their output is
+captured); what depends on signals and process boundaries (consume stopped by SIGTERM, the
+demo and its Ctrl-C) runs as subprocesses, each stopped by its own pid.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, kinesis, make_config, put, setup_table
+
+from kinesumer import Kinesumer, cli
+from kinesumer._aws import RetryStats
+from kinesumer.models import ClientInfo
+from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
+
+Names = Callable[[str], str]
+
+
+class Running:
+    """A subprocess whose stdout lines are collected by a thread, so a test can wait for a line
+    with a deadline instead of blocking on a pipe. :meth:`stop` kills it by its own pid."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches pytest only
+        )
+        self.lines: list[str] = []
+        self._errors: list[bytes] = []
+        self._threads = [
+            threading.Thread(target=self._read_lines, daemon=True),
+            threading.Thread(target=self._read_errors, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _read_lines(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        self._errors.append(self.proc.stderr.read())
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def errors(self) -> str:
+        return b"".join(self._errors).decode(errors="replace")
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.proc.poll() is not None:
+                time.sleep(0.2)  # let the readers drain the pipes
+                if predicate():
+                    return
+                raise AssertionError(
+                    f"exited ({self.proc.returncode}) before {what}:\n{self.output}\n{self.errors}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout}s:\n{self.output}\n{self.errors}")
+            time.sleep(0.05)
+
+    def send_signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        for thread in self._threads:
+            thread.join(10)
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for thread in self._threads:
+            thread.join(10)
+
+
+@pytest.fixture
+def g(moto_url: str, unique_name: Names) -> dict[str, Any]:
+    """Names for one test's group, and the options every command needs to reach it."""
+    app, table, stream = unique_name("app"), unique_name("state"), unique_name("s")
+    where = ["--app", app, "--table", table, "--region", "us-east-1"]
+    where += ["--dynamodb-endpoint", moto_url]
+    return {
+        "url": moto_url,
+        "app": app,
+        "table": table,
+        "stream": stream,
+        "where": where,
+        "consume": ["consume", *where, "--kinesis-endpoint", moto_url],
+        "config": make_config(moto_url, moto_url, app, table),
+    }
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def status_json(capsys: pytest.CaptureFixture[str], g: dict[str, Any]) -> dict[str, Any]:
+    code, out, err = run(capsys, "status", "--json", *g["where"])
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+@pytest.fixture
+def member(g: dict[str, Any]) -> Iterator[Callable[..., Kinesumer]]:
+    """``member(client_id)``: a live group member in this process (its engine runs on its own
+    thread), subscribed to the test's stream; closed gracefully at teardown."""
+    started: list[Kinesumer] = []
+
+    def start(client_id: str, **overrides: Any) -> Kinesumer:
+        consumer = Kinesumer(g["config"].replace(client_id=client_id, **overrides))
+        consumer.subscribe([g["stream"]])
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.close()
+
+
+def poll_until(check: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+# -- consume ----------------------------------------------------------------------------------
+def test_consume_prints_json_lines_with_text_or_base64_and_stops_after_count(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    client = kinesis(g["url"])
+    payloads = [b"hello", "h\u00e9llo \u2603".encode(), b"\xff\xfe\x00binary"]
+    for index, data in enumerate(payloads):
+        client.put_record(StreamName=g["stream"], Data=data, PartitionKey=f"key-{index}")
+    argv = [*g["consume"], "--initial-position", "TRIM_HORIZON", "--count", "3", g["stream"]]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line.get("data") for line in lines] == ["hello", "h\u00e9llo \u2603", None]
+    assert base64.b64decode(lines[2]["data_b64"]) == payloads[2]
+    assert "data" not in lines[2]
+    first = lines[0]
+    assert first["stream"] == g["stream"] and first["shard_id"] == "shardId-000000000000"
+    assert first["partition_key"] == "key-0" and first["sub_sequence_number"] == 0
+    assert first["sequence_number"].isdigit()
+    assert datetime.fromisoformat(first["approximate_arrival_timestamp"]).tzinfo is not None
+    # --count stopped cleanly: the three are checkpointed, the next run starts after them.
+    client.put_record(StreamName=g["stream"], Data=b"fourth", PartitionKey="k")
+    code, out, err = run(capsys, *argv[:-2], "1", g["stream"])
+    assert code == 0, err
+    assert [json.loads(line)["data"] for line in out.splitlines()] == ["fourth"]
+
+
+def test_consume_stops_cleanly_on_sigterm(g: dict[str, Any]) -> None:
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    put(g["url"], g["stream"], 0, 10)
+    argv = [sys.executable, "-m", "kinesumer.cli", *g["consume"], "--client-id", "cli-member"]
+    proc = Running([*argv, "--initial-position", "TRIM_HORIZON", g["stream"]])
+    try:
+        proc.wait_for(lambda: len(proc.lines) >= 10, 60, "10 records")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.errors
+    finally:
+        proc.stop()
+    printed = [json.loads(line) for line in proc.lines]
+    assert sorted(int(r["data"]) for r in printed) == list(range(10))
+    assert proc.errors == ""
+    # The checkpoints are exactly the last record printed of each shard.
+    last: dict[str, str] = {}
+    for record in printed:
+        last[record["shard_id"]] = record["sequence_number"]
+    store = boto3.client("dynamodb", endpoint_url=g["url"], region_name="us-east-1")
+    items = store.query(
+        TableName=g["table"],
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"check_point#{g['app']}#{g['stream']}"}},
+    )["Items"]
+    assert {i["sk"]["S"]: i["sequence_number"]["S"] for i in items} == last
+    # ... and the member left the group.
+    clients = store.query(
+        TableName=g["table"],
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"client#{g['app']}"}},
+    )["Items"]
+    assert clients == []
+
+
+# -- status -----------------------------------------------------------------------------------
+def test_status_shows_leader_owned_shards_and_lag(
+    g: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    member: Callable[..., Kinesumer],
+) -> None:
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    put(g["url"], g["stream"], 0, 20)
+    # The leader prunes dead members when it syncs shards: once at start, then not for a minute.
+    member("m-live", shard_sync_interval=60.0)
+    # A dead member with a lower id: listed, but neither live nor leader.
+    dead = ClientInfo("a-dead", int(time.time() * 1000) - 60_000, frozenset([g["stream"]]))
+    boto3.client("dynamodb", endpoint_url=g["url"], region_name="us-east-1").put_item(
+        TableName=g["table"], Item=client_item(g["app"], dead, 3600)
+    )
+    poll_until(
+        lambda: all(
+            s["owner"] == "m-live" and s["millis_behind_latest"] is not None
+            for s in status_json(capsys, g)["streams"][0]["shards"]
+        ),
+        what="both shards owned by m-live, with lag",
+    )
+    doc = status_json(capsys, g)
+    assert doc["leader"] == "m-live"
+    members = {m["client_id"]: m for m in doc["members"]}
+    assert members["m-live"]["live"] and members["m-live"]["leader"]
+    assert members["m-live"]["shards"] == [
+        f"{g['stream']}/shardId-000000000000",
+        f"{g['stream']}/shardId-000000000001",
+    ]
+    assert not members["a-dead"]["live"] and not members["a-dead"]["leader"]
+    (stream,) = doc["streams"]
+    assert stream["stream"] == g["stream"]
+    assert [s["state"] for s in stream["shards"]] == ["owned", "owned"]
+    assert all(isinstance(s["millis_behind_latest"], int) for s in stream["shards"])
+
+    code, out, err = run(capsys, "status", *g["where"])
+    assert code == 0, err
+    assert "* m-live" in out and "1 live member" in out
+    assert "a-dead" in out and "dead" in out
+    assert f"stream {g['stream']}: 2 shards, 0 finished" in out
+    assert out.count(" ms") >= 2  # a lag per shard
+    # A member is live by the status's --client-timeout: with a tiny one, nobody is.
+    code, out, err = run(capsys, "status", "--json", "--client-timeout", "0.001", *g["where"])
+    assert json.loads(out)["leader"] is None
+
+
+def test_status_watch_refreshes_until_interrupted(g: dict[str, Any]) -> None:
+    setup_table(g["config"])
+    argv = [sys.executable, "-m", "kinesumer.cli", "status", "--watch", "0.2", *g["where"]]
+    proc = Running(argv)
+    try:
+        proc.wait_for(lambda: proc.output.count("refreshing every") >= 2, 30, "two refreshes")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        proc.stop()
+    assert "no members registered" in proc.output
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+def test_checkpoints_refuse_a_live_owner_unless_forced(
+    g: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    member: Callable[..., Kinesumer],
+) -> None:
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    put(g["url"], g["stream"], 0, 10)
+    shard = "shardId-000000000000"
+    consumer = member("owner-1")
+    got = consumer.poll(max_records=10, timeout=10)
+    assert len(got) == 10
+    sequences = [r.sequence_number for r in got]
+    select = ["--stream", g["stream"], "--shard", shard]
+
+    code, out, err = run(capsys, "checkpoints", "set", *g["where"], *select, "--sequence", "1")
+    assert code == cli.EXIT_REFUSED
+    assert "owned by live member 'owner-1'" in err and "--force" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_REFUSED
+
+    # --force takes the shard from its owner (new lease, no owner): its old lease is fenced off.
+    before = _checkpoint(capsys, g)
+    code, out, err = run(
+        capsys, "checkpoints", "set", *g["where"], *select, "--sequence", sequences[4], "--force"
+    )
+    assert code == 0, err
+    assert f"set to {sequences[4]}" in out and "taken from live member owner-1" in out
+    after = _checkpoint(capsys, g)
+    assert after["sequence_number"] == sequences[4] and after["lease"] > before["lease"]
+    # The owner finds out at its next checkpoint write (refused: its lease is gone), drops what
+    # it buffered, claims the shard again and reads on from the new position: records 5.. again.
+    put(g["url"], g["stream"], 10, 5)
+    later: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while b"5" not in later or b"14" not in later[later.index(b"5") :]:
+        assert time.monotonic() < deadline, f"no re-delivery from the new position: {later}"
+        later += [r.data for r in consumer.poll(max_records=100, timeout=0.5)]
+    again = later[later.index(b"5") :]
+    assert again == [str(i).encode() for i in range(5, 15)], later
+    final = _checkpoint(capsys, g)
+    assert final["owner"] == "owner-1" and final["lease"] > after["lease"]
+
+
+def test_checkpoints_list_set_reset_when_nobody_owns_the_shard(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    put(g["url"], g["stream"], 0, 5)
+    consume = [*g["consume"], "--initial-position", "TRIM_HORIZON", g["stream"]]
+    code, out, _ = run(capsys, *consume[:-1], "--count", "5", g["stream"])
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(records) == 5
+    shard = records[0]["shard_id"]
+    select = ["--stream", g["stream"], "--shard", shard]
+
+    code, out, err = run(capsys, "checkpoints", "list", *g["where"], "--stream", g["stream"])
+    assert code == 0, err
+    row = next(line.split() for line in out.splitlines() if shard in line)
+    assert row[4] == records[-1]["sequence_number"], out  # SHARD STATE OWNER LEASE CHECKPOINT
+
+    # set: resume right after record 1
+    second = records[1]["sequence_number"]
+    code, out, err = run(capsys, "checkpoints", "set", *g["where"], *select, "--sequence", second)
+    assert code == 0, err
+    code, out, _ = run(capsys, *consume[:-1], "--count", "3", g["stream"])
+    assert [json.loads(line)["data"] for line in out.splitlines()] == ["2", "3", "4"]
+
+    # reset: back to the initial position (TRIM_HORIZON for this member)
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == 0, err
+    assert "restarts at the initial position" in out
+    assert _checkpoint(capsys, g)["sequence_number"] is None
+    code, out, _ = run(capsys, *consume[:-1], "--count", "5", g["stream"])
+    assert [json.loads(line)["data"] for line in out.splitlines()] == ["0", "1", "2", "3", "4"]
+
+    # an unknown shard is refused, --force writes it; --all-shards resets every shard
+    unknown = ["--stream", g["stream"], "--shard", "shardId-000000000099", "--sequence", "7"]
+    code, _, err = run(capsys, "checkpoints", "set", *g["where"], *unknown)
+    assert code == cli.EXIT_REFUSED and "not known" in err
+    code, _, err = run(capsys, "checkpoints", "set", *g["where"], *unknown, "--force")
+    assert code == 0, err
+    code, out, err = run(
+        capsys, "checkpoints", "reset", *g["where"], "--stream", g["stream"], "--all-shards"
+    )
+    assert code == 0 and out.count("reset (was") == 2, out
+
+
+def test_checkpoint_write_loses_to_a_racing_claim(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the read and the write a member claims the shard: the conditional write fails
+    with a clear message (exit 3) and the member's claim stands."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    put(g["url"], g["stream"], 0, 2)
+    code, _, _ = run(
+        capsys, *g["consume"], "--initial-position", "TRIM_HORIZON", "--count", "2", g["stream"]
+    )
+    assert code == 0
+    real = cli.view.stream_shards
+
+    async def read_then_race(store: DynamoDBStateStore, stream: str, live: Any) -> Any:
+        views = await real(store, stream, live)
+        racer = DynamoDBStateStore(store._db, g["table"], g["app"], RetryStats())
+        assert await racer.claim(stream, views[0].shard_id, "racer", views[0].checkpoint)
+        return views
+
+    monkeypatch.setattr(cli.view, "stream_shards", read_then_race)
+    select = ["--stream", g["stream"], "--shard", "shardId-000000000000"]
+    code, _, err = run(capsys, "checkpoints", "set", *g["where"], *select, "--sequence", "1")
+    assert code == cli.EXIT_REFUSED
+    assert "changed while it was being written" in err and "nothing written" in err
+    monkeypatch.undo()
+    assert _checkpoint(capsys, g)["owner"] == "racer"
+
+
+def _checkpoint(capsys: pytest.CaptureFixture[str], g: dict[str, Any]) -> dict[str, Any]:
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"])
+    assert code == 0, err
+    (shard,) = json.loads(out)
+    return shard  # type: ignore[no-any-return]
+
+
+# -- create-table, errors ---------------------------------------------------------------------
+def test_create_table_is_idempotent(g: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    where = ["--table", g["table"], "--region", "us-east-1", "--dynamodb-endpoint", g["url"]]
+    code, out, _ = run(capsys, "create-table", *where)
+    assert code == 0 and "created table" in out
+    code, out, _ = run(capsys, "create-table", *where)
+    assert code == 0 and "already exists" in out
+
+
+def test_errors_are_one_line_with_documented_exit_codes(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def one_line(argv: list[str], code: int, *fragments: str) -> None:
+        got, out, err = run(capsys, *argv)
+        assert got == code, (argv, out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        for fragment in fragments:
+            assert fragment in err, err
+
+    one_line(
+        ["status", *g["where"]],
+        cli.EXIT_ERROR,
+        f"kinesumer: table '{g['table']}' does not exist: create it with `kinesumer "
+        f"create-table --table {g['table']} --region us-east-1 --dynamodb-endpoint {g['url']}`",
+    )
+    nothing_there = ["--app", "a", "--table", "t-x", "--dynamodb-endpoint", "http://127.0.0.1:9"]
+    one_line(
+        ["status", "--region", "us-east-1", *nothing_there],
+        cli.EXIT_ERROR,
+        'connect to the endpoint URL: "http://127.0.0.1:9/": is the endpoint right',
+    )
+    setup_table(g["config"])
+    one_line([*g["consume"], "nope"], cli.EXIT_ERROR, "stream 'nope' does not exist")
+    one_line(["checkpoints", "list", *g["where"]], cli.EXIT_ERROR, "no checkpoints")
+    with pytest.raises(SystemExit) as usage:  # argparse: usage on stderr, exit 2
+        cli.main(["consume", *g["where"]])
+    assert usage.value.code == cli.EXIT_USAGE
+    for bad in (["--count", "0"], ["--initial-position", "yesterday"]):
+        with pytest.raises(SystemExit) as usage:
+            cli.main([*g["consume"], *bad, g["stream"]])
+        assert usage.value.code == cli.EXIT_USAGE
+    capsys.readouterr()
+    one_line(
+        ["consume", *g["where"][2:], "--app", "bad name", "s"], cli.EXIT_USAGE, "--app: must be"
+    )
+    one_line(["checkpoints", "reset", *g["where"], "--stream", "s"], cli.EXIT_USAGE, "--all-shards")
+    with pytest.raises(SystemExit):
+        cli.main(["checkpoints", "set", *g["where"], "--stream", "s", "--shard", "x",
+                  "--sequence", "12ab"])  # fmt: skip
+    assert "decimal digits only" in capsys.readouterr().err
+    # --debug: the traceback too
+    code, _, err = run(
+        capsys, "status", "--debug", *g["where"][:3], "missing-table", *g["where"][4:]
+    )
+    assert code == cli.EXIT_ERROR and "Traceback" in err and "does not exist" in err
+
+
+def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["status", "--help"], ["checkpoints", "set", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        assert done.value.code == 0
+        assert "130  interrupted" in capsys.readouterr().out
+
+
+# -- demo -------------------------------------------------------------------------------------
+def test_demo_end_to_end_loses_nothing() -> None:
+    argv = [sys.executable, "-m", "kinesumer.cli", "demo", "--members", "2", "--shards", "2"]
+    proc = Running([*argv, "--records", "300", "--rate", "300"], env=_demo_env())
+    try:
+        code = proc.wait(150)
+    finally:
+        proc.stop()
+    assert code == 0, f"{proc.output}\n{proc.errors}"
+    out = proc.output
+    assert "  lost        0" in out and "result: OK, nothing lost" in out
+    assert "SIGKILL member-1" in out and "started member-3" in out
+    assert "produced    300 records" in out and "consumed    300 unique" in out
+
+
+def test_demo_interrupted_stops_every_member_by_pid() -> None:
+    argv = [sys.executable, "-m", "kinesumer.cli", "demo", "--members", "2", "--shards", "2"]
+    proc = Running([*argv, "--records", "100000", "--rate", "50"], env=_demo_env())
+    try:
+        proc.wait_for(lambda: "group formed" in proc.output, 90, "the group")
+        pids = [int(line.split("(pid ")[1].rstrip(")")) for line in proc.lines if "(pid " in line]
+        assert len(pids) == 2
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == cli.EXIT_INTERRUPTED
+    finally:
+        proc.stop()
+    assert "interrupted: stopped the member processes" in proc.output
+    for pid in pids:
+        poll_until(lambda pid=pid: not _exists(pid), 10, f"pid {pid} gone")  # type: ignore[misc]
+
+
+def _demo_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,156 @@
+"""The programs in examples/ run, as a user would run them, against moto in server mode.
+
+Each example is a subprocess (its own interpreter, configured only through the environment
+variables its docstring documents, with endpoints given the standard boto3 way), stopped by its
+own pid. Assertions are on what it printed and on what a later run sees: a clean stop must leave
+checkpoints behind, so the next run delivers only new records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, make_config, put, setup_table
+from test_cli import Running
+
+from kinesumer import cli
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DATA = re.compile(r"data=b'(\d+)'")
+
+
+@pytest.fixture
+def env(moto_url: str, unique_name: Callable[[str], str]) -> dict[str, Any]:
+    """A stream name, an app and a created table; the environment the examples read."""
+    app, table, stream = unique_name("app"), unique_name("state"), unique_name("orders")
+    setup_table(make_config(moto_url, moto_url, app, table))
+    variables = {
+        **os.environ,  # the fake credentials of conftest's session fixture
+        "AWS_ENDPOINT_URL_KINESIS": moto_url,
+        "AWS_ENDPOINT_URL_DYNAMODB": moto_url,
+        "KINESUMER_APP": app,
+        "KINESUMER_TABLE": table,
+        "KINESUMER_STREAMS": stream,
+        "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
+    }
+    return {"url": moto_url, "app": app, "table": table, "stream": stream, "environ": variables}
+
+
+def run_example(name: str, environ: dict[str, str], *args: str, timeout: float = 60) -> Running:
+    """Run ``examples/<name>`` to its end; fails the test on a non-zero exit."""
+    proc = Running([sys.executable, str(EXAMPLES / name), *args], env=environ)
+    try:
+        code = proc.wait(timeout)
+    finally:
+        proc.stop()
+    assert code == 0, f"{name} exited with {code}:\n{proc.output}\n{proc.errors}"
+    return proc
+
+
+def numbers(proc: Running) -> list[int]:
+    return [int(m.group(1)) for line in proc.lines for m in DATA.finditer(line)]
+
+
+def test_basic_reads_everything_and_a_break_keeps_the_position(env: dict[str, Any]) -> None:
+    create_stream(env["url"], env["stream"], 2)
+    put(env["url"], env["stream"], 0, 30)
+    first = run_example("basic.py", env["environ"], "30")
+    assert sorted(numbers(first)) == list(range(30))
+    assert "done: 30 records" in first.output
+    put(env["url"], env["stream"], 30, 5)
+    second = run_example("basic.py", env["environ"], "5")
+    assert sorted(numbers(second)) == list(range(30, 35))  # nothing delivered twice
+
+
+def test_async_consumer(env: dict[str, Any]) -> None:
+    create_stream(env["url"], env["stream"], 2)
+    put(env["url"], env["stream"], 0, 20)
+    proc = run_example("async_consumer.py", env["environ"], "20")
+    assert sorted(numbers(proc)) == list(range(20))
+    assert "leader=True" in proc.output  # the only member leads its group
+    assert "done: 20 records" in proc.output
+
+
+def test_manual_commit_commits_batches_and_resumes_after_them(env: dict[str, Any]) -> None:
+    create_stream(env["url"], env["stream"], 1)
+    put(env["url"], env["stream"], 0, 20)
+    environ = {**env["environ"], "KINESUMER_BATCH": "7"}
+    first = run_example("manual_commit.py", environ, "20")
+    assert numbers(first) == list(range(20))  # one shard: in order
+    sizes = [int(m.group(1)) for m in re.finditer(r"committed (\d+) records", first.output)]
+    assert sum(sizes) == 20 and max(sizes) <= 7
+    put(env["url"], env["stream"], 20, 3)
+    second = run_example("manual_commit.py", environ, "3")
+    assert numbers(second) == [20, 21, 22]
+
+
+def test_cross_account_reads_through_the_assumed_role(env: dict[str, Any]) -> None:
+    """moto keeps accounts apart by credentials: the stream is created with the role's
+    credentials, in its account; the state table is in the caller's."""
+    role = "arn:aws:iam::210987654321:role/orders-reader"
+    sts = boto3.client("sts", endpoint_url=env["url"], region_name="us-east-1")
+    creds = sts.assume_role(RoleArn=role, RoleSessionName="setup")["Credentials"]
+    other = boto3.client(
+        "kinesis",
+        endpoint_url=env["url"],
+        region_name="us-east-1",
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+    other.create_stream(StreamName=env["stream"], ShardCount=1)
+    other.get_waiter("stream_exists").wait(
+        StreamName=env["stream"], WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    for i in range(10):
+        other.put_record(StreamName=env["stream"], Data=str(i).encode(), PartitionKey="k")
+    environ = {
+        **env["environ"],
+        "KINESUMER_ROLE_ARN": role,
+        "KINESUMER_EXTERNAL_ID": "orders-etl-7f3a",
+        "KINESUMER_STS_ENDPOINT": env["url"],
+    }
+    proc = run_example("cross_account.py", environ, "10")
+    assert numbers(proc) == list(range(10))
+    assert f"through {role}" in proc.output
+
+
+def test_graceful_shutdown_on_sigterm_writes_checkpoints(
+    env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_stream(env["url"], env["stream"], 2)
+    put(env["url"], env["stream"], 0, 20)
+    script = [sys.executable, str(EXAMPLES / "graceful_shutdown.py")]
+
+    def run_until(expected: set[int]) -> Running:
+        proc = Running(script, env=env["environ"])
+        try:
+            proc.wait_for(lambda: set(numbers(proc)) >= expected, 60, f"records {expected}")
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(30)
+        finally:
+            proc.stop()
+        assert code == 0, f"exit {code}:\n{proc.output}\n{proc.errors}"
+        assert "stopped cleanly" in proc.output
+        return proc
+
+    first = run_until(set(range(20)))
+    assert sorted(numbers(first)) == list(range(20))
+    # Both shards have a checkpoint (seen through the CLI, as an operator would look).
+    argv = ["checkpoints", "list", "--json", "--stream", env["stream"]]
+    argv += ["--app", env["app"], "--table", env["table"], "--dynamodb-endpoint", env["url"]]
+    assert cli.main(argv) == 0
+    shards = json.loads(capsys.readouterr().out)
+    assert len(shards) == 2 and all(s["sequence_number"] for s in shards), shards
+    put(env["url"], env["stream"], 20, 20)
+    second = run_until(set(range(20, 40)))
+    assert sorted(numbers(second)) == list(range(20, 40))  # a restart re-delivers nothing
