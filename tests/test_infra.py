@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -969,3 +969,31 @@ def test_validation_rejects(rejected: dict[str, list[str]], call: str, message: 
     assert messages, f"module.{call} was accepted; errors of the other calls: {rejected}"
     # Exactly the intended validation fired, not some other one.
     assert all(m.startswith(message) for m in messages), messages
+
+
+def test_consumer_runs_on_the_table_terraform_declares(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """The table built from the parsed HCL (not from the library's own create_state_table) is
+    one the consumer group runs on: join, read, checkpoint, resume."""
+    import boto3
+    from _group import create_stream, make_config, put
+
+    from kinesumer import Kinesumer
+
+    table, stream = unique_name("tf-state"), unique_name("s")
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
+    create_table_from_terraform(dynamodb, table, variables={"deletion_protection": False})
+    create_stream(moto_url, stream, 2)
+    produced = put(moto_url, stream, 0, 40)
+    config = make_config(moto_url, moto_url, unique_name("app"), table)
+    got = []
+    for _ in range(2):  # the second run resumes from the checkpoints written in the first
+        with Kinesumer(config) as consumer:
+            for record in consumer.consume([stream]):
+                got.append(record.data)
+                if len(got) in (25, 40):
+                    break
+    assert sorted(got) == sorted(produced)
+    items = dynamodb.scan(TableName=table)["Items"]
+    assert {i["pk"]["S"].split("#")[0] for i in items} >= {"check_point", "shard_cache"}
