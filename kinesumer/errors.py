@@ -12,7 +12,9 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── KinesisError                Kinesis stream problems
     │   └── StreamNotFoundError         a stream does not exist
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
-    └── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
+    ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
+    └── SparkNotInstalledError      kinesumer.spark without pyspark/pyarrow (also ImportError;
+                                    defined in kinesumer.spark, which may not be importable)
 
 Errors raised inside the engine's background tasks are re-raised to the caller of
 ``consume()`` (or ``commit()`` / ``close()``), never left to die in a task.
