@@ -230,6 +230,7 @@ def test_dynalite_create_table_and_conditional_put(
 
 
 def test_moto_reset_empties_state(moto_server: MotoStandIn) -> None:
+    moto_server.reset()  # the session's server holds whatever earlier tests left behind
     kinesis = client("kinesis", moto_server.url)
     dynamodb = client("dynamodb", moto_server.url)
     kinesis.create_stream(StreamName="before-reset", ShardCount=1)
