@@ -39,11 +39,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from bench_core import fill  # noqa: E402
 
 import kinesumer.spark as kspark  # noqa: E402
 from kinesumer import Config, Kinesumer, Record, create_state_table  # noqa: E402
@@ -54,19 +54,6 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 REGION = "us-east-1"
 TABLE = "bench-spark-state"
-
-
-def fill(url: str, stream: str, shards: int, records: int, size: int = 100) -> None:
-    client = boto3.client("kinesis", endpoint_url=url, region_name=REGION)
-    client.create_stream(StreamName=stream, ShardCount=shards)
-    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-    payload = b"x" * (size - 8)
-    for start in range(0, records, 500):
-        batch = [
-            {"Data": b"%08d" % i + payload, "PartitionKey": f"k{i}"}
-            for i in range(start, min(start + 500, records))
-        ]
-        client.put_records(StreamName=stream, Records=batch)
 
 
 def start_spark() -> Any:

@@ -43,6 +43,21 @@ def kinesis(url: str) -> Any:
     return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
 
 
+def kinesis_in_account_of(url: str, role_arn: str) -> Any:
+    """A Kinesis client acting in ``role_arn``'s account: moto keeps accounts apart by the
+    credentials, so streams it creates live there, not in the caller's account."""
+    sts = boto3.client("sts", endpoint_url=url, region_name="us-east-1")
+    creds = sts.assume_role(RoleArn=role_arn, RoleSessionName="setup")["Credentials"]
+    return boto3.client(
+        "kinesis",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+
+
 def create_stream(url: str, name: str, shards: int) -> None:
     client = kinesis(url)
     client.create_stream(StreamName=name, ShardCount=shards)

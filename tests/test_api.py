@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
+from _group import create_stream, kinesis, kinesis_in_account_of, make_config, put, setup_table
 from aws_kinesis_agg.aggregator import RecordAggregator
 from botocore.exceptions import ClientError
 
@@ -180,16 +180,7 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
     table stays in the caller's."""
     setup_table(env["config"])
     role = "arn:aws:iam::210987654321:role/stream-reader"
-    sts = boto3.client("sts", endpoint_url=env["url"], region_name="us-east-1")
-    creds = sts.assume_role(RoleArn=role, RoleSessionName="setup")["Credentials"]
-    other = boto3.client(
-        "kinesis",
-        endpoint_url=env["url"],
-        region_name="us-east-1",
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-    )
+    other = kinesis_in_account_of(env["url"], role)
     other.create_stream(StreamName=env["stream"], ShardCount=1)
     produced = [str(i).encode() for i in range(10)]
     for data in produced:

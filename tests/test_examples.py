@@ -17,9 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from _group import create_stream, kinesis_in_account_of, make_config, put, setup_table
 from test_cli import Running
 
 from kinesumer import cli
@@ -97,16 +96,7 @@ def test_cross_account_reads_through_the_assumed_role(env: dict[str, Any]) -> No
     """moto keeps accounts apart by credentials: the stream is created with the role's
     credentials, in its account; the state table is in the caller's."""
     role = "arn:aws:iam::210987654321:role/orders-reader"
-    sts = boto3.client("sts", endpoint_url=env["url"], region_name="us-east-1")
-    creds = sts.assume_role(RoleArn=role, RoleSessionName="setup")["Credentials"]
-    other = boto3.client(
-        "kinesis",
-        endpoint_url=env["url"],
-        region_name="us-east-1",
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-    )
+    other = kinesis_in_account_of(env["url"], role)
     other.create_stream(StreamName=env["stream"], ShardCount=1)
     other.get_waiter("stream_exists").wait(
         StreamName=env["stream"], WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
