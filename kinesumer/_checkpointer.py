@@ -93,8 +93,11 @@ class Checkpointer:
         )
 
     def lose(self, lease: Lease, why: str) -> None:
-        if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+        """Stop a lease at once: no more deliveries, fetcher cancelled, hook told. Idempotent;
+        the status may already be LOST (the delivery side sets it the moment it drops records)."""
+        if lease.status is LeaseStatus.RELEASED or lease.loss_handled:
             return
+        lease.loss_handled = True
         stream, shard_id = lease.key
         log.warning("[%s] lost %s/%s: %s", self._client_id, stream, shard_id, why)
         lease.stop_delivering(LeaseStatus.LOST)

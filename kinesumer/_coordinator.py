@@ -62,9 +62,11 @@ class Coordinator:
         self.caches: dict[str, ShardCache] = {}
         self._digests: dict[str, str] = {}
         self.live_ids: list[str] = []
+        self._members_read_ms = 0  # wall clock just before live_ids was read
         self.leader = False
         self._last_sync = float("-inf")
         self._pending: set[tuple[str, str]] = set()
+        self._wanted: set[tuple[str, str]] = set()
         self._handoffs: set[asyncio.Task[bool]] = set()
         self._sync_requests: set[str] = set()
         self.ticks = 0
@@ -104,10 +106,12 @@ class Coordinator:
         (Heartbeats run separately: :meth:`run_heartbeats`.)"""
         self.ticks += 1
         config = self._config
+        read_at = int(time.time() * 1000)
         clients = await self._store.list_clients()
         now_ms = int(time.time() * 1000)
         live = live_clients(clients, now_ms, int(config.client_timeout * 1000))
         self.live_ids = [c.client_id for c in live]
+        self._members_read_ms = read_at
         was_leader, self.leader = self.leader, is_leader(self.client_id, self.live_ids)
         if self.leader != was_leader:
             log.info("[%s] %s leader", self.client_id, "became" if self.leader else "is no longer")
@@ -188,6 +192,7 @@ class Coordinator:
     # -- assignment ---------------------------------------------------------------------------
     async def _rebalance(self, mine: dict[str, tuple[str, ...]]) -> None:
         wanted = {(stream, sid) for stream, ids in mine.items() for sid in ids}
+        self._wanted = wanted
         owned = {k for k, lease in self._leases.items() if lease.status is LeaseStatus.ACTIVE}
         for key in sorted(owned - wanted):
             self.rebalances += 1
@@ -247,6 +252,12 @@ class Coordinator:
             elif isinstance(result, BaseException):
                 raise result
 
+    def reclaim(self, key: tuple[str, str]) -> None:
+        """A lease of ours was lost (fence, refused write): if the shard is still ours by the
+        assignment, claim it again on the fast retry cadence rather than at the next tick."""
+        if key in self._wanted:
+            self._pending.add(key)
+
     @property
     def has_pending(self) -> bool:
         return bool(self._pending)
@@ -255,6 +266,8 @@ class Coordinator:
         """True when the shard needs nothing more from us (claimed, or already finished).
         ``seen`` is its checkpoint as just read (strongly consistent)."""
         stream, shard_id = key
+        if time.monotonic() >= self._heartbeat.deadline:
+            return False  # fenced: claiming now would only be refused again at delivery
         existing = self._leases.get(key)
         if existing is not None and existing.status is LeaseStatus.ACTIVE:
             return True
@@ -269,6 +282,14 @@ class Coordinator:
             and seen.owner in self.live_ids
         ):
             return False  # a live owner: it will hand the shard off at its next tick
+        if (
+            seen is not None
+            and seen.owner not in (None, self.client_id)
+            and seen.last_update_ms >= self._members_read_ms
+        ):
+            # Written since we last read the members: the owner may have joined after that read
+            # rather than died. Judge it with the next tick's fresh member list.
+            return False
         claimed = await self._store.claim(stream, shard_id, self.client_id, seen)
         if claimed is None:
             return False

@@ -16,7 +16,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,8 @@ class Cursor:
     def __init__(self, auto_commit: bool) -> None:
         self._auto = auto_commit
         self.fence: Any = _NoFence
+        # Called (from whatever thread delivers) with a lease the fence made us drop records of.
+        self.on_fenced: Callable[[Lease], object] = lambda lease: None
         self._records: list[Record] = []
         self._index = 0
         self._lease: Lease | None = None
@@ -115,7 +117,10 @@ class Cursor:
             record = records[self._index]
             self._index += 1
             # Past the fence the others may already be reading this shard: deliver nothing more.
-            if time.monotonic() < fence.deadline and lease.try_deliver(record):
+            if time.monotonic() >= fence.deadline:
+                self._fenced(lease)
+                break
+            if lease.try_deliver(record):
                 self._in_hand = (lease, lease.delivered)  # type: ignore[assignment]
                 return record
             break  # revoked or lost: the next owner reads the rest from the checkpoint
@@ -132,7 +137,11 @@ class Cursor:
         while self._index < len(records) and len(out) < limit:
             record = records[self._index]
             self._index += 1
-            if time.monotonic() < fence.deadline and lease.try_deliver(record):
+            if time.monotonic() >= fence.deadline:
+                self._fenced(lease)
+                self._lease = None
+                return
+            if lease.try_deliver(record):
                 out.append(record)
                 self._polled[lease] = lease.delivered  # type: ignore[assignment]
             else:
@@ -140,6 +149,14 @@ class Cursor:
                 return
         if self._index >= len(records):
             self._lease = None
+
+    def _fenced(self, lease: Lease) -> None:
+        """Records of ``lease`` are being dropped undelivered: the lease must end *now*. Left
+        active, a heartbeat landing late would let it go on after the dropped records (its
+        fetcher has read past them) and a later checkpoint would skip them: lost. Lost instead,
+        the shard is claimed again and read from its checkpoint."""
+        lease.stop_delivering(LeaseStatus.LOST)
+        self.on_fenced(lease)
 
     def set_batch(self, lease: Lease, records: list[Record]) -> None:
         self._lease, self._records, self._index = lease, records, 0
@@ -198,6 +215,10 @@ class Engine:
                 config, self.client_id, lambda: self._coordinator.streams, self._owned_lag
             )
             self.cursor.fence = self._heartbeat
+            loop = asyncio.get_running_loop()
+            self.cursor.on_fenced = lambda lease: loop.call_soon_threadsafe(
+                self._checkpointer.lose, lease, "the fence passed while delivering"
+            )
             self._coordinator = Coordinator(
                 config,
                 self.client_id,
@@ -426,6 +447,7 @@ class Engine:
         )
 
     def _on_lost(self, lease: Lease) -> None:
+        self._coordinator.reclaim(lease.key)
         self._spawn(self.hooks.revoked([lease.key]), "on_revoked hook")
 
     def lag(self) -> dict[tuple[str, str], int | None]:

@@ -43,8 +43,24 @@ async def run_fetcher(
     if not lease.deliverable:
         return
 
+    async def iterator_at(position: Position | None) -> str | None:
+        """A shard iterator, retried while AWS has trouble (5 GetShardIterator/s per shard is
+        easy to hit in a big rebalance); None when the lease ended meanwhile."""
+        while lease.deliverable:
+            try:
+                return await reader.shard_iterator(stream, shard_id, position, initial)
+            except TransientAWSError as exc:
+                log.warning(
+                    "%s GetShardIterator failing (%s); pausing %.1fs", where, exc, FAILURE_PAUSE
+                )
+                await asyncio.sleep(FAILURE_PAUSE)
+        return None
+
     start: Position | None = lease.checkpointed
-    iterator = await reader.shard_iterator(stream, shard_id, start, initial)
+    first = await iterator_at(start)
+    if first is None:
+        return
+    iterator = first
     skip = start
     log.info("%s reading from %s", where, f"after {start.sequence_number}" if start else initial)
     interval = config.scan_interval
@@ -64,8 +80,10 @@ async def run_fetcher(
             # Resume after the last record we buffered, not the checkpoint: nothing replays.
             resume = lease.fetched or start
             log.info("%s iterator expired; resuming at %s", where, resume)
-            iterator = await reader.shard_iterator(stream, shard_id, resume, initial)
-            skip = resume
+            renewed = await iterator_at(resume)
+            if renewed is None:
+                return
+            iterator, skip = renewed, resume
             continue
         except TransientAWSError as exc:
             log.warning("%s GetRecords failing (%s); pausing %.1fs", where, exc, FAILURE_PAUSE)

@@ -37,6 +37,7 @@ class Lease:
     checkpointed: Position | None = None
     fetched: Position | None = None  # last record put in the buffer under this lease
     reached_end: bool = False
+    loss_handled: bool = False
     finished_written: bool = False
     millis_behind: int | None = None
     caught_up: bool = False  # the last GetRecords came back empty: nothing more to fetch now
