@@ -105,6 +105,11 @@ class Cursor:
         if self._polled:
             self._polled = {}
 
+    def drop_in_hand(self) -> None:
+        """Forget what the application holds without counting it as processed."""
+        self._in_hand = None
+        self._polled = {}
+
     def next_local(self) -> Record | None:
         """The next deliverable record of the current batch, or None when a new batch is needed."""
         self.finish_in_hand()
@@ -173,6 +178,9 @@ class Engine:
         self.failure: BaseException | None = None
         self.started = False
         self.closed = False
+        # Set while start() runs: close() waits for it, or a start finishing after the close
+        # would claim shards and leave the caller waiting for records that never come.
+        self._starting: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._aws = AwsClients(config, self.stats)
         self.buffer: RecordBuffer
@@ -190,10 +198,21 @@ class Engine:
         this client's first shards before returning."""
         if self.closed:
             raise ConsumerClosedError("this consumer was closed; create a new one")
+        if self._starting is not None:
+            await self._starting.wait()
+            self._raise_if_failed()
         if self.started:
             if streams != self._coordinator.streams:
                 await self.refresh(streams)
             return
+        self._starting = asyncio.Event()
+        try:
+            await self._start(streams)
+        finally:
+            self._starting.set()
+            self._starting = None
+
+    async def _start(self, streams: tuple[str, ...]) -> None:
         config = self.config
         self.buffer = RecordBuffer(config.max_buffered_records, config.max_buffered_bytes)
         self._stop = asyncio.Event()
@@ -253,11 +272,18 @@ class Engine:
         await self._coordinator.heartbeat()  # announce the new streams before rebalancing
         await self._coordinator.tick()
 
-    async def close(self, in_hand_done: bool) -> None:
-        """Hand every shard off (checkpoint, release), leave the group, close the clients."""
+    async def close(self, in_hand_done: bool, discard: bool = False) -> None:
+        """Hand every shard off (checkpoint, release), leave the group, close the clients.
+
+        ``discard``: what was delivered but not processed never will be (the application failed
+        on it): checkpoint only what was processed and release at once instead of waiting
+        ``handoff_timeout`` for it. The next owner delivers it again.
+        """
         if self.closed:
             return
         self.closed = True
+        if self._starting is not None:
+            await self._starting.wait()
         if not self.started:
             return
         self._stop.set()
@@ -267,7 +293,12 @@ class Engine:
             await asyncio.wait_for(asyncio.shield(self._coordinator_task), 30)
         except (asyncio.TimeoutError, Exception) as exc:  # reported by its done callback
             log.debug("[%s] coordinator stopped with %r", self.client_id, exc)
-        if in_hand_done:
+        if discard:
+            self.cursor.drop_in_hand()
+            for lease in list(self.leases.values()):
+                with lease.lock:
+                    lease.delivered = lease.processed
+        elif in_hand_done:
             self.cursor.finish_in_hand()
         for lease in list(self.leases.values()):
             if lease.status is LeaseStatus.ACTIVE:

@@ -501,7 +501,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         if clean:
             consumer.close()
         else:
-            consumer._close(in_hand_done=False)
+            consumer.close(discard=True)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return EXIT_OK

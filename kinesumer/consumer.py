@@ -88,14 +88,18 @@ class AsyncKinesumer:
     def stats(self) -> ConsumerStats:
         return self._engine.snapshot()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, discard: bool = False) -> None:
         """Hand every shard off gracefully and leave the group.
 
         Called from the task that iterates (in auto-commit mode), the record it holds counts as
-        processed; from elsewhere, the handoff waits up to ``handoff_timeout`` for it.
+        processed; from elsewhere, the handoff waits up to ``handoff_timeout`` for it. With
+        ``discard=True`` (the application failed on what it holds) only what was processed or
+        committed is checkpointed and nothing is waited for; the rest is delivered again.
         """
         same_task = self._consuming_task is asyncio.current_task()
-        await self._engine.close(in_hand_done=same_task and self._engine.config.auto_commit)
+        await self._engine.close(
+            in_hand_done=same_task and self._engine.config.auto_commit, discard=discard
+        )
 
     async def __aenter__(self) -> AsyncKinesumer:
         return self
@@ -107,7 +111,4 @@ class AsyncKinesumer:
         tb: TracebackType | None,
     ) -> None:
         # Leaving on an exception: the record in hand was not processed; do not checkpoint it.
-        if exc_type is None:
-            await self.aclose()
-        else:
-            await self._engine.close(in_hand_done=False)
+        await self.aclose(discard=exc_type is not None)

@@ -680,19 +680,11 @@ def _since(first_at: float | None) -> float:
 def _close_discarding(consumer: Kinesumer) -> None:
     """Close after a failed batch: nothing of it is checkpointed, and the handoffs do not wait.
 
-    The engine's close waits up to ``handoff_timeout`` for delivered-but-uncommitted records,
-    which after a failure will never be committed; marking them undelivered (the positions go
-    back to the last commit) lets every shard be released at once at its last checkpoint. It
-    uses engine internals; without them the close simply waits. Errors while closing are logged,
-    not raised: the caller is already propagating the error that matters.
+    ``close(discard=True)`` releases every shard at once at its last commit instead of waiting
+    ``handoff_timeout`` for records that will never be committed. Errors while closing are
+    logged, not raised: the caller is already propagating the error that matters.
     """
     try:
-        for lease in list(consumer._engine.leases.values()):
-            with lease.lock:
-                lease.delivered = lease.processed
-    except AttributeError:  # pragma: no cover - engine internals changed
-        log.debug("could not discard uncommitted records; the close waits handoff_timeout")
-    try:
-        consumer.close()
+        consumer.close(discard=True)
     except Exception as exc:
         log.warning("[%s] closing after a failed batch: %r", consumer.client_id, exc)

@@ -119,21 +119,23 @@ class Kinesumer:
     def stats(self) -> ConsumerStats:
         return self._engine.snapshot()
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
         """Hand every shard off gracefully, leave the group and stop the background thread.
 
         Called from the thread that iterates (in auto-commit mode), the record it holds counts
         as processed; from another thread, the handoff waits up to ``handoff_timeout`` for it.
+        With ``discard=True`` (the application failed on what it holds) only what was processed
+        or committed is checkpointed and nothing is waited for; the rest is delivered again.
         """
         same_thread = self._consumer_thread == threading.get_ident()
-        self._close(in_hand_done=same_thread and self._engine.config.auto_commit)
+        self._close(same_thread and self._engine.config.auto_commit, discard)
 
-    def _close(self, in_hand_done: bool) -> None:
+    def _close(self, in_hand_done: bool, discard: bool = False) -> None:
         if self._loop is None or self._loop.is_closed():
             self._engine.closed = True
             return
         try:
-            self._run(self._engine.close(in_hand_done))
+            self._run(self._engine.close(in_hand_done, discard))
         finally:
             loop, thread = self._loop, self._thread
             if thread is not None and thread.is_alive():
@@ -152,7 +154,4 @@ class Kinesumer:
         tb: TracebackType | None,
     ) -> None:
         # Leaving on an exception: the record in hand was not processed; do not checkpoint it.
-        if exc_type is None:
-            self.close()
-        else:
-            self._close(in_hand_done=False)
+        self.close(discard=exc_type is not None)

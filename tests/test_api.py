@@ -3,6 +3,7 @@ reaching the caller, KPL records end to end, and cross-account reading through a
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,15 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, kinesis_in_account_of, make_config, put, setup_table
+from _group import (
+    create_stream,
+    eventually,
+    kinesis,
+    kinesis_in_account_of,
+    make_config,
+    put,
+    setup_table,
+)
 from aws_kinesis_agg.aggregator import RecordAggregator
 from botocore.exceptions import ClientError
 
@@ -26,6 +35,7 @@ from kinesumer import (
     StreamNotFoundError,
 )
 from kinesumer._aws import RetryStats
+from kinesumer._cli_status import open_table
 from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 Names = Callable[[str], str]
@@ -252,3 +262,41 @@ async def test_async_poll_auto_commit_processes_previous_poll(env: dict[str, Any
     again = await consumer.poll(max_records=30, timeout=5)
     await consumer.aclose()
     assert [r.data for r in again] == produced[10:30]
+
+
+def test_leaving_on_an_exception_redelivers_only_the_record_in_hand(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 1)
+    produced = put(env["url"], env["stream"], 0, 10)
+    got: list[bytes] = []
+    with pytest.raises(RuntimeError, match="sink down"), Kinesumer(env["config"]) as consumer:
+        for record in consumer.consume([env["stream"]]):
+            got.append(record.data)
+            if len(got) == 5:
+                raise RuntimeError("sink down")  # record 4 was not processed
+    with Kinesumer(env["config"]) as consumer:
+        for record in consumer.consume([env["stream"]]):
+            got.append(record.data)
+            if len(got) == 11:
+                break
+    assert got == produced[:5] + produced[4:]  # only the failed record comes again
+
+
+async def test_close_while_joining_hands_off_and_ends_the_iteration(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 2)
+    consumer = AsyncKinesumer(env["config"])
+
+    async def run() -> None:
+        async for _ in consumer.consume([env["stream"]]):
+            pass
+
+    task = asyncio.create_task(run())
+    # Joining (registered, claiming, not started yet): a 20 ms poll lands inside the join.
+    await eventually(lambda: consumer._engine._starting is not None, what="joining")
+    await consumer.aclose()  # waits for the join, then hands off what it claimed
+    await asyncio.wait_for(task, 10)
+    async with open_table(env["config"]) as (_, store):
+        assert await store.list_clients() == []  # it left the group
+        checkpoints = await store.get_checkpoints(env["stream"])
+    assert checkpoints and all(c.owner is None for c in checkpoints.values())  # and released
