@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -30,6 +32,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from ._metrics import Metrics
 from .config import Config
 from .errors import AccessDeniedError, TransientAWSError
 
@@ -104,12 +107,87 @@ def denied(exc: ClientError, call: str, resource: str) -> AccessDeniedError:
 
 
 class RetryStats:
-    """Counts of retried errors by (operation, error code), shared across an engine; readable by
-    the application through ``consumer.stats()``."""
+    """What an engine's AWS clients did, shared across the engine and readable through
+    ``consumer.stats()``: retried errors by (operation, error code), every request by
+    ``service:Operation``, throttled requests, DynamoDB capacity consumed. Also forwards each
+    request to the engine's :class:`~kinesumer._metrics.Metrics`."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Metrics | None = None) -> None:
         self.retries: Counter[tuple[str, str]] = Counter()
         self.last_error: BaseException | None = None
+        self.requests: Counter[str] = Counter()
+        self.throttles: Counter[str] = Counter()
+        self.capacity: dict[str, float] = {}  # DynamoDB capacity units by operation
+        self.metrics = metrics or Metrics()
+        self._lock = threading.Lock()  # the heartbeat thread's client reports here too
+
+    def counts(self) -> dict[str, Any]:
+        """Copies of the request, throttle and capacity counts (another thread adds to them)."""
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "throttles": dict(self.throttles),
+                "dynamodb_capacity": dict(self.capacity),
+            }
+
+    def request(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        key = f"{service}:{operation}"
+        with self._lock:
+            self.requests[key] += 1
+            if capacity:
+                self.capacity[operation] = self.capacity.get(operation, 0.0) + capacity
+            if error in _THROTTLE_CODES:
+                self.throttles[key] += 1
+        self.metrics.aws_call(service, operation, seconds, error, capacity)
+        if error in _THROTTLE_CODES:
+            self.metrics.throttled(service, operation)
+
+
+#: DynamoDB operations that can report the capacity they consumed.
+_CAPACITY_OPERATIONS = frozenset(
+    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem"}
+    | {"BatchWriteItem", "TransactGetItems", "TransactWriteItems"}
+)
+
+
+def _consumed(parsed: dict[str, Any]) -> float:
+    consumed = parsed.get("ConsumedCapacity")
+    if isinstance(consumed, dict):
+        consumed = [consumed]
+    return float(sum(c.get("CapacityUnits", 0) or 0 for c in consumed or ()))
+
+
+def instrument(client: Any, stats: RetryStats) -> Any:
+    """Account every request ``client`` makes (boto3 or aiobotocore: the same events) in
+    ``stats``: count, latency, error code and, for DynamoDB, the capacity it consumed (asked for
+    with ``ReturnConsumedCapacity=TOTAL``, which costs nothing). Returns ``client``."""
+    service = client.meta.service_model.service_id.hyphenize()  # "dynamodb", "kinesis", "sts"
+    events = client.meta.events
+    key = "kinesumer_call"
+
+    def before_parameter_build(params: dict[str, Any], model: Any, context: Any, **_: Any) -> None:
+        if service == "dynamodb" and model.name in _CAPACITY_OPERATIONS:
+            params.setdefault("ReturnConsumedCapacity", "TOTAL")
+        context[key] = (model.name, time.perf_counter())
+
+    def after_call(http_response: Any, parsed: Any, context: Any, **_: Any) -> None:
+        operation, started = context.get(key, ("unknown", time.perf_counter()))
+        failed = http_response.status_code >= 300
+        error = str(parsed.get("Error", {}).get("Code", "") or "HTTP") if failed else None
+        seconds = time.perf_counter() - started
+        stats.request(service, operation, seconds, error, _consumed(parsed))
+
+    def after_call_error(exception: BaseException, context: Any, **_: Any) -> None:
+        operation, started = context.get(key, ("unknown", time.perf_counter()))
+        seconds = time.perf_counter() - started
+        stats.request(service, operation, seconds, type(exception).__name__, 0.0)
+
+    events.register(f"before-parameter-build.{service}", before_parameter_build)
+    events.register(f"after-call.{service}", after_call)
+    events.register(f"after-call-error.{service}", after_call_error)
+    return client
 
 
 async def call_with_retry(
@@ -259,21 +337,27 @@ class AwsClients:
         kinesis_session = assumed_role_session(config, self._stats) if config.role_arn else caller
         # A DynamoDB call hanging longer than a member's timeout is as good as failed: give up on
         # it early and retry, rather than wait out a long socket timeout.
-        self.dynamodb = await self._stack.enter_async_context(
-            caller.client(
-                "dynamodb",
-                region_name=config.effective_dynamodb_region,
-                endpoint_url=config.dynamodb_endpoint,
-                config=boto_config(read_timeout=max(1.0, config.client_timeout)),
-            )
+        self.dynamodb = instrument(
+            await self._stack.enter_async_context(
+                caller.client(
+                    "dynamodb",
+                    region_name=config.effective_dynamodb_region,
+                    endpoint_url=config.dynamodb_endpoint,
+                    config=boto_config(read_timeout=max(1.0, config.client_timeout)),
+                )
+            ),
+            self._stats,
         )
-        self.kinesis = await self._stack.enter_async_context(
-            kinesis_session.client(
-                "kinesis",
-                region_name=config.effective_kinesis_region,
-                endpoint_url=config.kinesis_endpoint,
-                config=boto_config(),
-            )
+        self.kinesis = instrument(
+            await self._stack.enter_async_context(
+                kinesis_session.client(
+                    "kinesis",
+                    region_name=config.effective_kinesis_region,
+                    endpoint_url=config.kinesis_endpoint,
+                    config=boto_config(),
+                )
+            ),
+            self._stats,
         )
 
     async def close(self) -> None:

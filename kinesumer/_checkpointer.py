@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ._hooks import RebalanceHooks
+from ._metrics import Metrics
 from ._state import Lease, LeaseStatus
 from .errors import TransientAWSError
 from .statestore.base import StateStore
@@ -31,7 +32,9 @@ class Checkpointer:
         client_id: str,
         hooks: RebalanceHooks | None = None,
         on_lost: Callable[[Lease], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._store = store
         self._client_id = client_id
         self._hooks = hooks or RebalanceHooks()
@@ -58,6 +61,7 @@ class Checkpointer:
                 lease.checkpoint, position if moved else None, finished=finished, release=release
             )
             self.writes += 1
+            self._metrics.checkpoint(lease.key[0], conflict=not ok)
             if not ok:
                 self.conflicts += 1
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
@@ -145,6 +149,7 @@ class Checkpointer:
             raise hook_error
         if released:
             lease.status = LeaseStatus.RELEASED
+            self._metrics.handoff(time.monotonic() - started)
             log.info(
                 "[%s] handed off %s/%s at %s in %.3fs",
                 self._client_id,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ._checkpointer import Checkpointer
 from ._heartbeat import Heartbeat
 from ._hooks import RebalanceHooks
+from ._metrics import Metrics
 from ._state import Lease, LeaseStatus
 from .config import Config
 from .core import active_shards, is_leader, live_clients, shards_of
@@ -47,7 +48,9 @@ class Coordinator:
         heartbeat: Heartbeat,
         report: Callable[[BaseException, str], None],
         hooks: RebalanceHooks,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._config = config
         self.client_id = client_id
         self._store = store
@@ -128,6 +131,7 @@ class Coordinator:
             # Our heartbeat did not land (or we were pruned): we own nothing until it does.
             log.warning("[%s] not in the live member list; releasing all shards", self.client_id)
             await self._rebalance({})
+            self._report_membership()
             return
         members = {c.client_id: c.streams for c in live}
         shards = {
@@ -136,6 +140,11 @@ class Coordinator:
             if stream in self.streams
         }
         await self._rebalance(shards_of(self.client_id, members, shards))
+        self._report_membership()
+
+    def _report_membership(self) -> None:
+        active = sum(1 for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE)
+        self._metrics.membership(active, self.leader)
 
     async def _prune(self, stale: list[ClientInfo]) -> None:
         for client in stale:
@@ -192,10 +201,12 @@ class Coordinator:
     # -- assignment ---------------------------------------------------------------------------
     async def _rebalance(self, mine: dict[str, tuple[str, ...]]) -> None:
         wanted = {(stream, sid) for stream, ids in mine.items() for sid in ids}
+        if wanted != self._wanted:
+            self.rebalances += 1
+            self._metrics.rebalanced()
         self._wanted = wanted
         owned = {k for k, lease in self._leases.items() if lease.status is LeaseStatus.ACTIVE}
         for key in sorted(owned - wanted):
-            self.rebalances += 1
             self.hand_off(self._leases[key], self._config.handoff_timeout)
         self._pending = wanted - owned
         await self.claim_pending()
@@ -210,6 +221,7 @@ class Coordinator:
                 self._report(t.exception(), f"handoff of {lease.key[0]}/{lease.key[1]}")  # type: ignore[arg-type]
             if self._leases.get(lease.key) is lease and lease.status is not LeaseStatus.ACTIVE:
                 del self._leases[lease.key]
+                self._metrics.shard_dropped(*lease.key)
 
         task.add_done_callback(done)
 

@@ -26,6 +26,7 @@ from ._coordinator import Coordinator
 from ._fetcher import run_fetcher
 from ._heartbeat import Heartbeat
 from ._hooks import RebalanceHooks
+from ._metrics import metrics_for
 from ._state import EngineFailed, Lease, LeaseStatus, RecordBuffer
 from .config import Config, InitialPosition
 from .core import has_known_parent, parents_pending
@@ -66,6 +67,11 @@ class ConsumerStats:
     rebalances: int
     retries: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
+    #: AWS requests made (every attempt), by ``service:Operation``; throttled ones likewise.
+    requests: dict[str, int] = field(default_factory=dict)
+    throttles: dict[str, int] = field(default_factory=dict)
+    #: DynamoDB capacity units consumed, by operation (heartbeats included).
+    dynamodb_capacity: dict[str, float] = field(default_factory=dict)
 
 
 class _NoFence:
@@ -172,7 +178,9 @@ class Engine:
         self.config = config
         self.hooks = hooks or RebalanceHooks()
         self.client_id = config.client_id or default_client_id()
-        self.stats = RetryStats()
+        # Built first: a missing extra or a busy metrics port is a named error now, not later.
+        self.metrics = metrics_for(config, self.client_id)
+        self.stats = RetryStats(self.metrics)
         self.leases: dict[tuple[str, str], Lease] = {}
         self.cursor = Cursor(config.auto_commit)
         self.failure: BaseException | None = None
@@ -228,10 +236,14 @@ class Engine:
             for stream in streams:
                 await self._reader.check_stream(stream)
             self._checkpointer = Checkpointer(
-                self._store, self.client_id, self.hooks, self._on_lost
+                self._store, self.client_id, self.hooks, self._on_lost, self.metrics
             )
             self._heartbeat = Heartbeat(
-                config, self.client_id, lambda: self._coordinator.streams, self._owned_lag
+                config,
+                self.client_id,
+                lambda: self._coordinator.streams,
+                self._owned_lag,
+                self.stats,
             )
             self.cursor.fence = self._heartbeat
             loop = asyncio.get_running_loop()
@@ -249,6 +261,7 @@ class Engine:
                 self._heartbeat,
                 self._fail,
                 self.hooks,
+                self.metrics,
             )
             self._coordinator.streams = streams
             await self._coordinator.heartbeat()
@@ -323,14 +336,17 @@ class Engine:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._aws.close()
+            self.metrics.close()
         log.info("[%s] left app %r", self.client_id, self.config.app)
 
     # -- delivery -----------------------------------------------------------------------------
     async def next_batch(self) -> tuple[Lease, list[Record]]:
         try:
-            return await self.buffer.get()
+            lease, records, nbytes = await self.buffer.get()
         except EngineFailed as wrapped:
             raise wrapped.__cause__ from None  # type: ignore[misc]
+        self.metrics.delivered(*lease.key, len(records), nbytes)
+        return lease, records
 
     async def poll(self, max_records: int, timeout: float) -> list[Record]:
         """Up to ``max_records`` records, waiting at most ``timeout`` seconds for the first ones.
@@ -389,6 +405,7 @@ class Engine:
             rebalances=coordinator.rebalances if coordinator else 0,
             retries={f"{op}:{code}": n for (op, code), n in self.stats.retries.items()},
             last_error=repr(self.stats.last_error) if self.stats.last_error else None,
+            **self.stats.counts(),
         )
 
     # -- background work ----------------------------------------------------------------------
@@ -473,11 +490,13 @@ class Engine:
                 parents_finished,
                 self._on_shard_end,
                 self.client_id,
+                self.metrics,
             ),
             f"fetcher {stream}/{shard.shard_id}",
         )
 
     def _on_lost(self, lease: Lease) -> None:
+        self.metrics.shard_dropped(*lease.key)
         self._coordinator.reclaim(lease.key)
         self._spawn(self.hooks.revoked([lease.key]), "on_revoked hook")
 
@@ -504,4 +523,5 @@ class Engine:
     def _on_finished(self, lease: Lease) -> None:
         if self.leases.get(lease.key) is lease:
             del self.leases[lease.key]
+        self.metrics.shard_dropped(*lease.key)
         self._coordinator.request_sync(lease.key[0])

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from ._metrics import Metrics
 from ._state import Lease, RecordBuffer
 from .config import Config, InitialPosition
 from .errors import TransientAWSError
@@ -30,6 +31,7 @@ async def run_fetcher(
     parents_finished: Callable[[], Awaitable[bool]],
     on_shard_end: Callable[[Lease], None],
     client_id: str,
+    metrics: Metrics,
 ) -> None:
     """Read ``lease``'s shard into ``buffer`` until the lease stops being deliverable or the
     shard ends. Transient AWS trouble is retried here forever (logged and counted); anything
@@ -94,6 +96,7 @@ async def run_fetcher(
         if not lease.deliverable:
             return  # revoked or lost while the call was in flight: drop what came back
         lease.millis_behind = batch.millis_behind
+        metrics.behind(stream, shard_id, batch.millis_behind)
         lease.caught_up = batch.raw_count == 0 and not batch.millis_behind
         if batch.records:
             last = batch.records[-1]

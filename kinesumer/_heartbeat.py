@@ -23,6 +23,7 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
+from ._aws import RetryStats, instrument
 from ._version import __version__
 from .config import Config
 from .models import ClientInfo
@@ -38,8 +39,10 @@ class Heartbeat:
         client_id: str,
         streams: Callable[[], tuple[str, ...]],
         owned: Callable[[], dict[str, int]] = dict,
+        stats: RetryStats | None = None,
     ) -> None:
         self._config = config
+        self._stats = stats
         self._client_id = client_id
         self._streams = streams
         self._owned = owned
@@ -87,7 +90,7 @@ class Heartbeat:
     def start(self) -> None:
         config = self._config
         timeout = max(0.5, config.heartbeat_interval)
-        self._client = boto3.client(
+        client = boto3.client(
             "dynamodb",
             region_name=config.effective_dynamodb_region,
             endpoint_url=config.dynamodb_endpoint,
@@ -97,6 +100,7 @@ class Heartbeat:
                 read_timeout=timeout,
             ),
         )
+        self._client = instrument(client, self._stats) if self._stats else client
         self._thread = threading.Thread(
             target=self._run, name=f"kinesumer-heartbeat-{self._client_id}", daemon=True
         )

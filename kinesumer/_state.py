@@ -121,8 +121,9 @@ class RecordBuffer:
             self._bytes += size
             self._changed.notify_all()
 
-    async def get(self) -> tuple[Lease, list[Record]]:
-        """The oldest batch; raises the engine's failure once nothing is left before it."""
+    async def get(self) -> tuple[Lease, list[Record], int]:
+        """The oldest batch and its bytes of data; raises the engine's failure once nothing is
+        left before it."""
         async with self._changed:
             await self._changed.wait_for(lambda: bool(self._batches) or self._failure is not None)
             if self._failure is not None:
@@ -131,7 +132,7 @@ class RecordBuffer:
             self._records -= len(records)
             self._bytes -= size
             self._changed.notify_all()
-            return lease, records
+            return lease, records, size
 
     async def fail(self, error: BaseException) -> None:
         async with self._changed:

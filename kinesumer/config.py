@@ -52,6 +52,9 @@ class Config:
     handoff_timeout: float = 5.0
     max_buffered_records: int = 20_000
     max_buffered_bytes: int = 64 * 1024 * 1024
+    metrics: bool = False
+    metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -91,6 +94,14 @@ class Config:
             )
         _check_int("max_buffered_records", self.max_buffered_records, 1, 10**9)
         _check_int("max_buffered_bytes", self.max_buffered_bytes, 1024, 2**40)
+        if not isinstance(self.metrics, bool):
+            raise ConfigError("metrics", f"must be True or False, got {self.metrics!r}")
+        if self.metrics_port is not None:
+            _check_int("metrics_port", self.metrics_port, 1, 65535)
+        if not isinstance(self.metrics_address, str) or not self.metrics_address:
+            raise ConfigError(
+                "metrics_address", f"must be an address to listen on, got {self.metrics_address!r}"
+            )
 
     @property
     def effective_kinesis_region(self) -> str | None:

@@ -13,6 +13,7 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     │   └── StreamNotFoundError         a stream does not exist
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
     ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
+    ├── MetricsNotInstalledError    Config.metrics without prometheus_client (also ImportError)
     └── SparkNotInstalledError      kinesumer.spark without pyspark/pyarrow (also ImportError;
                                     defined in kinesumer.spark, which may not be importable)
 
@@ -69,3 +70,8 @@ class AccessDeniedError(KinesumerError):
 
 class TransientAWSError(KinesumerError):
     """AWS kept failing with throttling, server errors or network errors past all retries."""
+
+
+class MetricsNotInstalledError(KinesumerError, ImportError):
+    """Metrics were asked for but ``prometheus_client`` is missing: install
+    ``kinesumer[metrics]``."""

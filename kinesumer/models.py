@@ -49,7 +49,10 @@ class ClientInfo:
     host: str = ""
     pid: int = 0
     version: str = ""
-    owned: dict[str, int] = field(default_factory=dict)  # "stream/shard" -> MillisBehindLatest
+    #: ``"stream/shard"`` -> MillisBehindLatest (-1 unknown) of the shards it reads; only the
+    #: furthest behind when they are too many for a 1 KB item (``owned_count`` is the total).
+    owned: dict[str, int] = field(default_factory=dict)
+    owned_count: int = -1  # -1: not reported (an older version)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from _faultproxy import FaultProxy
+from _group import make_config, setup_table
 from _standins import MotoStandIn, NodeStandIn, start_dynalite, start_kinesalite, start_moto
 
 FAKE_AWS_ENV = {
@@ -161,3 +163,26 @@ def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
     finally:
         for proxy in proxies:
             proxy.stop()
+
+
+@pytest.fixture
+def proxied(
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> dict[str, Any]:
+    """A table and a stream name on kinesalite + dynalite, reached through a fault proxy each
+    (``kinesis`` / ``dynamodb``); ``url`` is kinesalite itself, for setting up unhindered."""
+    kinesis_proxy, dynamodb_proxy = fault_proxy(kinesalite.url), fault_proxy(dynalite.url)
+    config = make_config(
+        kinesis_proxy.url, dynamodb_proxy.url, unique_name("app"), unique_name("state")
+    )
+    setup_table(config.replace(dynamodb_endpoint=dynalite.url))
+    return {
+        "url": kinesalite.url,
+        "config": config,
+        "stream": unique_name("s"),
+        "kinesis": kinesis_proxy,
+        "dynamodb": dynamodb_proxy,
+    }

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-from _faultproxy import Fault, FaultProxy, OpKey
-from _group import create_stream, datas, duplicates, eventually, make_config, put, setup_table
+from _faultproxy import Fault, OpKey
+from _group import create_stream, datas, duplicates, eventually, put
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer._aws import RetryStats
@@ -39,24 +38,6 @@ async def test_list_shards_follows_every_page_with_next_token_only() -> None:
     assert [s.closed for s in shards] == [True, True, False]
     assert shards[1].parent_shard_id == "shardId-000001"
     assert calls == [{"StreamName": "s"}, {"NextToken": "t1"}, {"NextToken": "t2"}]
-
-
-@pytest.fixture
-def proxied(
-    kinesalite: Any, dynalite: Any, unique_name: Names, fault_proxy: Callable[[str], FaultProxy]
-) -> dict[str, Any]:
-    kinesis_proxy, dynamodb_proxy = fault_proxy(kinesalite.url), fault_proxy(dynalite.url)
-    config = make_config(
-        kinesis_proxy.url, dynamodb_proxy.url, unique_name("app"), unique_name("state")
-    )
-    setup_table(config.replace(dynamodb_endpoint=dynalite.url))
-    return {
-        "url": kinesalite.url,
-        "config": config,
-        "stream": unique_name("s"),
-        "kinesis": kinesis_proxy,
-        "dynamodb": dynamodb_proxy,
-    }
 
 
 async def consume(consumer: AsyncKinesumer, stream: str, count: int) -> list[Record]:

@@ -38,7 +38,15 @@ from ..errors import (
 )
 from ..models import Checkpoint, ClientInfo, Position
 from .base import ShardCache
-from .schema import PARTITION_KEY, SORT_KEY, checkpoint_pk, client_pk, shard_cache_pk
+from .schema import (
+    PARTITION_KEY,
+    SORT_KEY,
+    checkpoint_pk,
+    client_pk,
+    item_size,
+    shard_cache_pk,
+    value_size,
+)
 
 log = logging.getLogger("kinesumer.statestore")
 T = TypeVar("T")
@@ -122,6 +130,7 @@ class DynamoDBStateStore:
                 pid=int(i.get("pid", {}).get("N", "0")),
                 version=i.get("version", {}).get("S", ""),
                 owned={k: int(v["N"]) for k, v in i.get("owned", {}).get("M", {}).items()},
+                owned_count=int(i.get("owned_count", {}).get("N", "-1")),
             )
             for i in items
         ]
@@ -414,9 +423,16 @@ class DynamoDBStateStore:
         return True
 
 
+#: A heartbeat rewrites the client item every ``heartbeat_interval``: within 1 KB it costs one
+#: write unit, however many shards the member reads. The per-shard lag in it is for
+#: ``kinesumer status``; past the budget the shards furthest behind are kept, and
+#: ``owned_count`` says how many the member reads in all.
+CLIENT_ITEM_BUDGET = 1024
+
+
 def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any]:
     """The client item a heartbeat writes (shared with the heartbeat thread's boto3 client)."""
-    return {
+    item = {
         PARTITION_KEY: {"S": client_pk(app)},
         SORT_KEY: {"S": client.client_id},
         "last_update": {"N": str(client.last_update_ms)},
@@ -425,8 +441,19 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "pid": {"N": str(client.pid)},
         "version": {"S": client.version or __version__},
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
-        "owned": {"M": {key: {"N": str(lag)} for key, lag in sorted(client.owned.items())}},
+        "owned_count": {"N": str(len(client.owned))},
     }
+    room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
+    kept: dict[str, Any] = {}
+    for key, lag in sorted(client.owned.items(), key=lambda kv: (-kv[1], kv[0])):
+        value = {"N": str(lag)}
+        cost = len(key.encode()) + value_size(value) + 1
+        if cost > room:
+            break
+        kept[key] = value
+        room -= cost
+    item["owned"] = {"M": dict(sorted(kept.items()))}
+    return item
 
 
 def _names_in(expression: str, *extra: str) -> dict[str, str]:

@@ -7,6 +7,8 @@ DynamoDB removes members that vanished without deregistering.
 
 from __future__ import annotations
 
+from typing import Any
+
 PARTITION_KEY = "pk"
 SORT_KEY = "sk"
 TTL_ATTRIBUTE = "expires_at"
@@ -22,3 +24,29 @@ def shard_cache_pk(app: str) -> str:
 
 def checkpoint_pk(app: str, stream: str) -> str:
     return f"check_point#{app}#{stream}"
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills and limits it (400 KB), from its attribute values:
+    names and values in UTF-8 bytes, numbers at most 21 bytes, 3 bytes per map or list plus
+    one per element. Slightly over rather than under."""
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+def value_size(value: dict[str, Any]) -> int:
+    ((kind, inner),) = value.items()
+    if kind == "S":
+        return len(inner.encode())
+    if kind == "B":
+        return len(inner)
+    if kind == "N":
+        return min(21, len(inner.lstrip("-").replace(".", "")) // 2 + 2)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + value_size(v) + 1 for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(value_size(v) + 1 for v in inner)
+    if kind in ("SS", "NS", "BS"):
+        return sum(value_size({kind[0]: v}) for v in inner)
+    raise ValueError(f"unknown DynamoDB attribute type {kind!r}")

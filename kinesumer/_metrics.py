@@ -1,0 +1,239 @@
+"""Prometheus metrics, with the ``metrics`` extra (``pip install kinesumer[metrics]``).
+
+The engine reports what happens to a :class:`Metrics` object; the base class records nothing
+(metrics off, the default), :class:`PrometheusMetrics` records into a ``prometheus_client``
+registry (the process-wide default one, so the application's own metrics and ours share one
+endpoint). Every series carries ``app`` and ``client_id``; per-shard series are removed when the
+shard leaves this member, so a long-running process does not accumulate dead series.
+
+Calls come once per batch, per AWS request or per membership change, never per record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from .config import Config
+from .errors import ConfigError, MetricsNotInstalledError
+
+log = logging.getLogger("kinesumer.metrics")
+
+# Seconds; GetRecords usually answers in tens of milliseconds, DynamoDB in single digits.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """What the engine reports. This base records nothing."""
+
+    def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
+        """A batch of ``records`` (``nbytes`` of data) handed to the application."""
+
+    def behind(self, stream: str, shard_id: str, millis: int | None) -> None:
+        """MillisBehindLatest of the last GetRecords on a shard."""
+
+    def shard_dropped(self, stream: str, shard_id: str) -> None:
+        """The shard left this member: forget its series."""
+
+    def aws_call(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        """One AWS request (every attempt, retries included), its error code if it failed and
+        the DynamoDB capacity it consumed."""
+
+    def throttled(self, service: str, operation: str) -> None:
+        """One AWS request refused for throughput."""
+
+    def checkpoint(self, stream: str, conflict: bool) -> None:
+        """A checkpoint write landed, or was refused because another member owns the shard."""
+
+    def membership(self, owned: int, leader: bool) -> None:
+        """Shards this member reads now, and whether it leads."""
+
+    def rebalanced(self) -> None:
+        """This member's assignment changed."""
+
+    def handoff(self, seconds: float) -> None:
+        """A shard was handed off: from revoke to the release write."""
+
+    def close(self) -> None:
+        """The member left."""
+
+
+class _Families:
+    """The metric families, created once per registry (a registry refuses duplicates)."""
+
+    def __init__(self, registry: Any) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        member = ["app", "client_id"]
+        shard = [*member, "stream", "shard_id"]
+        call = [*member, "service", "operation"]
+        kw = {"registry": registry}
+        self.records = Counter(
+            "kinesumer_records", "Records handed to the application.", shard, **kw
+        )
+        self.bytes = Counter(
+            "kinesumer_bytes", "Bytes of record data handed to the application.", shard, **kw
+        )
+        self.behind = Gauge(
+            "kinesumer_millis_behind_latest",
+            "MillisBehindLatest of the last GetRecords on each shard this member reads.",
+            shard,
+            **kw,
+        )
+        self.calls = Counter(
+            "kinesumer_aws_requests",
+            "AWS requests, every attempt, by outcome ('ok' or the error code).",
+            [*call, "outcome"],
+            **kw,
+        )
+        self.latency = Histogram(
+            "kinesumer_aws_request_seconds",
+            "Latency of AWS requests (GetRecords, DynamoDB, ...).",
+            call,
+            buckets=_LATENCY_BUCKETS,
+            **kw,
+        )
+        self.throttles = Counter(
+            "kinesumer_throttles", "AWS requests refused for throughput.", call, **kw
+        )
+        self.capacity = Counter(
+            "kinesumer_dynamodb_consumed_capacity",
+            "DynamoDB capacity units consumed (ReturnConsumedCapacity=TOTAL).",
+            [*member, "operation"],
+            **kw,
+        )
+        self.checkpoints = Counter(
+            "kinesumer_checkpoint_writes",
+            "Checkpoint writes that landed.",
+            [*member, "stream"],
+            **kw,
+        )
+        self.conflicts = Counter(
+            "kinesumer_checkpoint_conflicts",
+            "Checkpoint writes refused because another member owns the shard.",
+            [*member, "stream"],
+            **kw,
+        )
+        self.owned = Gauge("kinesumer_owned_shards", "Shards this member reads.", member, **kw)
+        self.leader = Gauge(
+            "kinesumer_leader", "1 while this member leads its group, else 0.", member, **kw
+        )
+        self.rebalances = Counter(
+            "kinesumer_rebalances", "Changes of this member's assignment.", member, **kw
+        )
+        self.handoff = Histogram(
+            "kinesumer_handoff_seconds",
+            "Graceful handoff of a shard: from revoke to the release write.",
+            member,
+            buckets=_HANDOFF_BUCKETS,
+            **kw,
+        )
+
+
+_families: dict[int, _Families] = {}
+_servers: dict[tuple[str, int], Any] = {}
+_lock = threading.Lock()
+
+
+def _families_for(registry: Any) -> _Families:
+    with _lock:
+        families = _families.get(id(registry))
+        if families is None:
+            families = _families[id(registry)] = _Families(registry)
+        return families
+
+
+class PrometheusMetrics(Metrics):
+    def __init__(self, app: str, client_id: str, registry: Any = None) -> None:
+        if registry is None:
+            from prometheus_client import REGISTRY
+
+            registry = REGISTRY
+        self._f = _families_for(registry)
+        self._member = (app, client_id)
+        self._shards: set[tuple[str, str]] = set()
+
+    def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
+        labels = (*self._member, stream, shard_id)
+        self._f.records.labels(*labels).inc(records)
+        self._f.bytes.labels(*labels).inc(nbytes)
+
+    def behind(self, stream: str, shard_id: str, millis: int | None) -> None:
+        if millis is not None:
+            self._shards.add((stream, shard_id))
+            self._f.behind.labels(*self._member, stream, shard_id).set(millis)
+
+    def shard_dropped(self, stream: str, shard_id: str) -> None:
+        labels = (*self._member, stream, shard_id)
+        for family in (self._f.behind, self._f.records, self._f.bytes):
+            with contextlib.suppress(KeyError):  # never reported, or already removed
+                family.remove(*labels)
+        self._shards.discard((stream, shard_id))
+
+    def aws_call(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        labels = (*self._member, service, operation)
+        self._f.calls.labels(*labels, error or "ok").inc()
+        self._f.latency.labels(*labels).observe(seconds)
+        if capacity:
+            self._f.capacity.labels(*self._member, operation).inc(capacity)
+
+    def throttled(self, service: str, operation: str) -> None:
+        self._f.throttles.labels(*self._member, service, operation).inc()
+
+    def checkpoint(self, stream: str, conflict: bool) -> None:
+        family = self._f.conflicts if conflict else self._f.checkpoints
+        family.labels(*self._member, stream).inc()
+
+    def membership(self, owned: int, leader: bool) -> None:
+        self._f.owned.labels(*self._member).set(owned)
+        self._f.leader.labels(*self._member).set(1 if leader else 0)
+
+    def rebalanced(self) -> None:
+        self._f.rebalances.labels(*self._member).inc()
+
+    def handoff(self, seconds: float) -> None:
+        self._f.handoff.labels(*self._member).observe(seconds)
+
+    def close(self) -> None:
+        """The member left: its gauges would otherwise report stale values forever."""
+        for stream, shard_id in list(self._shards):
+            self.shard_dropped(stream, shard_id)
+        for family in (self._f.owned, self._f.leader):
+            with contextlib.suppress(KeyError):
+                family.remove(*self._member)
+
+
+def metrics_for(config: Config, client_id: str) -> Metrics:
+    """The metrics an engine reports to: nothing unless ``config.metrics`` (or a port) is set;
+    starts the HTTP endpoint on ``metrics_port`` once per process."""
+    if not (config.metrics or config.metrics_port is not None):
+        return Metrics()
+    try:
+        import prometheus_client
+    except ImportError as exc:
+        raise MetricsNotInstalledError(
+            "Config.metrics needs prometheus_client: pip install 'kinesumer[metrics]'"
+        ) from exc
+    if config.metrics_port is not None:
+        key = (config.metrics_address, config.metrics_port)
+        with _lock:
+            if key not in _servers:
+                try:
+                    _servers[key] = prometheus_client.start_http_server(
+                        config.metrics_port, addr=config.metrics_address
+                    )
+                except OSError as exc:
+                    raise ConfigError(
+                        "metrics_port",
+                        f"cannot serve metrics on {config.metrics_address}:{config.metrics_port} "
+                        f"({exc.strerror or exc}); choose a free port",
+                    ) from exc
+                log.info("serving Prometheus metrics on %s:%d/metrics", *key)
+    return PrometheusMetrics(config.app, client_id)
