@@ -44,16 +44,30 @@ REGION = "us-east-1"
 
 
 def fill(url: str, stream: str, shards: int, records: int, size: int = 100) -> None:
+    """Create ``stream`` and write ``records`` records of ``size`` bytes, spread over its shards
+    (PutRecords batches under the 5 MB request limit, from 4 threads: kinesalite takes ~13k
+    records/s that way, ~10k from one)."""
     client = boto3.client("kinesis", endpoint_url=url, region_name=REGION)
     client.create_stream(StreamName=stream, ShardCount=shards)
     client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
     payload = b"x" * (size - 8)
-    for start in range(0, records, 500):
-        batch = [
-            {"Data": b"%08d" % i + payload, "PartitionKey": f"k{i}"}
-            for i in range(start, min(start + 500, records))
-        ]
-        client.put_records(StreamName=stream, Records=batch)
+    per_call = max(1, min(500, 4_000_000 // size))
+    starts = list(range(0, records, per_call))
+
+    def write(part: list[int]) -> None:
+        writer = boto3.client("kinesis", endpoint_url=url, region_name=REGION)
+        for start in part:
+            batch = [
+                {"Data": b"%08d" % i + payload, "PartitionKey": f"k{i}"}
+                for i in range(start, min(start + per_call, records))
+            ]
+            writer.put_records(StreamName=stream, Records=batch)
+
+    threads = [threading.Thread(target=write, args=(starts[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 class Clock:
@@ -210,6 +224,40 @@ def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str
             }
         )
     return table
+
+
+def compare(
+    kurl: str, durl: str, shards: int, size: int, records: int, rounds: int
+) -> dict[str, Any]:
+    """The suite's throughput cell: the plain aioboto3 loop vs one AsyncKinesumer member over
+    the same pre-filled stream, rounds alternating; medians and ratios."""
+    stream = f"cmp-{shards}x{size}-{os.getpid()}"
+    fill(kurl, stream, shards, records, size)
+    runs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "kinesumer": []}
+    for n in range(rounds):
+        config = Config(
+            app=f"cmp-{shards}x{size}-{n}",
+            dynamodb_table="bench-state",
+            region=REGION,
+            kinesis_endpoint=kurl,
+            dynamodb_endpoint=durl,
+            initial_position="TRIM_HORIZON",
+        )
+        contenders = {
+            "plain": lambda c: asyncio.run(plain_loop(kurl, stream, records, c)),
+            "kinesumer": lambda c, config=config: asyncio.run(
+                library_async(config, stream, records, c)
+            ),
+        }
+        for name in list(contenders) if n % 2 == 0 else list(reversed(contenders)):
+            runs[name].append(measure(contenders[name]))
+    out: dict[str, Any] = {"shards": shards, "size": size, "records": records}
+    for name, values in runs.items():
+        out[f"{name}_rate"] = statistics.median(records / w for w, _, _ in values)
+        out[f"{name}_cpu"] = statistics.median(c for _, c, _ in values) * 100_000 / records
+    out["rate_ratio"] = out["kinesumer_rate"] / out["plain_rate"]
+    out["cpu_ratio"] = out["kinesumer_cpu"] / out["plain_cpu"]
+    return out
 
 
 def join_time(kurl: str, durl: str, rounds: int) -> list[float]:

@@ -88,9 +88,13 @@ class EngineFailed(Exception):
 class RecordBuffer:
     """Batches fetched from all owned shards, bounded by record count and bytes.
 
-    A fetcher waits for room before its next GetRecords, so a slow application slows fetching
-    instead of growing memory. One batch may overshoot the bounds (a shard's batch is never
-    split), so the peak is the bounds plus one GetRecords answer.
+    Before each GetRecords a fetcher reserves room for the records it asks for (its ``Limit``),
+    so buffered plus in-flight records never exceed ``max_records``, however many shards a
+    member reads: a slow application slows fetching instead of growing memory. A fetcher waits
+    until a useful share of room is free (a quarter of the bound, at most ``scan_limit``) rather
+    than spend its 5 reads/s on tiny calls. Bytes are checked before each call, not reserved
+    (GetRecords cannot be limited by size): they may overshoot by one answer per owned shard.
+    KPL aggregates count as one record each in ``Limit``, so they can overshoot too.
     """
 
     def __init__(self, max_records: int, max_bytes: int) -> None:
@@ -99,6 +103,8 @@ class RecordBuffer:
         self._bytes = 0
         self._max_records = max_records
         self._max_bytes = max_bytes
+        self._reserved = 0
+        self._notifying: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Condition()
         self._failure: BaseException | None = None
 
@@ -109,15 +115,44 @@ class RecordBuffer:
     def _full(self) -> bool:
         return self._records >= self._max_records or self._bytes >= self._max_bytes
 
-    async def wait_for_room(self) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: not self._full() or self._failure is not None)
+    def _free(self) -> int:
+        return self._max_records - self._records - self._reserved
 
-    async def put(self, lease: Lease, records: list[Record]) -> None:
+    async def reserve(self, wanted: int) -> int:
+        """Wait for room, then reserve it for up to ``wanted`` records: the ``Limit`` of the next
+        GetRecords. Give it back with :meth:`put` or :meth:`release`."""
+        enough = max(1, min(wanted, self._max_records // 4))
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: (
+                    (self._free() >= enough and self._bytes < self._max_bytes)
+                    or self._failure is not None
+                )
+            )
+            granted = max(1, min(wanted, self._free()))
+            self._reserved += granted
+            return granted
+
+    def release(self, reserved: int) -> None:
+        """Give back a reservation whose records never came (failed call, lease ended)."""
+        self._reserved -= reserved
+        # Synchronous (it runs in ``finally`` blocks, also on cancellation); waking the waiters
+        # needs the condition's lock, so that happens in a task of its own.
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._notifying.add(task)
+        task.add_done_callback(self._notifying.discard)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def put(self, lease: Lease, records: list[Record], reserved: int = 0) -> None:
+        """Buffer a fetched batch, turning its reservation into the records that came."""
         size = sum(len(r.data) for r in records)
         async with self._changed:
             self._batches.append((lease, records, size))
             self._records += len(records)
+            self._reserved -= reserved
             self._bytes += size
             self._changed.notify_all()
 
