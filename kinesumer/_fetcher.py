@@ -68,54 +68,62 @@ async def run_fetcher(
     interval = config.scan_interval
     wait = interval
     next_call = loop.time()
-    while lease.deliverable:
-        delay = next_call - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if not lease.deliverable:
-            return
-        limit = await buffer.reserve(config.scan_limit)
-        reserved = limit  # handed over to the buffer with the records, or released
-        try:
-            started = loop.time()
-            try:
-                batch = await reader.get_records(stream, shard_id, iterator, limit, skip)
-            except IteratorExpired:
-                # Resume after the last record we buffered, not the checkpoint: nothing replays.
-                resume = lease.fetched or start
-                log.info("%s iterator expired; resuming at %s", where, resume)
-                renewed = await iterator_at(resume)
-                if renewed is None:
-                    return
-                iterator, skip = renewed, resume
-                continue
-            except TransientAWSError as exc:
-                log.warning("%s GetRecords failing (%s); pausing %.1fs", where, exc, FAILURE_PAUSE)
-                next_call = started + FAILURE_PAUSE
-                continue
-            if batch.raw_count:
-                skip = None  # the resume point has been passed
+    buffer.fetchers += 1
+    try:
+        while lease.deliverable:
+            delay = next_call - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
             if not lease.deliverable:
-                return  # revoked or lost while the call was in flight: drop what came back
-            lease.millis_behind = batch.millis_behind
-            metrics.behind(stream, shard_id, batch.millis_behind)
-            lease.caught_up = batch.raw_count == 0 and not batch.millis_behind
-            if batch.records:
-                last = batch.records[-1]
-                lease.fetched = Position(last.sequence_number, last.sub_sequence_number)
-                await buffer.put(lease, batch.records, reserved)
-                reserved = 0
-            if batch.next_iterator is None:
-                log.info("%s reached SHARD_END", where)
-                lease.reached_end = True
-                on_shard_end(lease)
                 return
-            iterator = batch.next_iterator
-            # At most one call per scan_interval (5/s per shard is the service limit, shared with
-            # other consumers of the stream); empty reads at the tip back off to MAX_IDLE_INTERVAL.
-            behind = batch.millis_behind or 0
-            wait = interval if batch.raw_count or behind > 0 else min(wait * 2, MAX_IDLE_INTERVAL)
-            next_call = started + max(wait, interval)
-        finally:
-            if reserved:
-                buffer.release(reserved)
+            limit = await buffer.reserve(config.scan_limit)
+            reserved = limit  # handed over to the buffer with the records, or released
+            try:
+                started = loop.time()
+                try:
+                    batch = await reader.get_records(stream, shard_id, iterator, limit, skip)
+                except IteratorExpired:
+                    # Resume after the last record we buffered, not the checkpoint: nothing replays.
+                    resume = lease.fetched or start
+                    log.info("%s iterator expired; resuming at %s", where, resume)
+                    renewed = await iterator_at(resume)
+                    if renewed is None:
+                        return
+                    iterator, skip = renewed, resume
+                    continue
+                except TransientAWSError as exc:
+                    log.warning(
+                        "%s GetRecords failing (%s); pausing %.1fs", where, exc, FAILURE_PAUSE
+                    )
+                    next_call = started + FAILURE_PAUSE
+                    continue
+                if batch.raw_count:
+                    skip = None  # the resume point has been passed
+                if not lease.deliverable:
+                    return  # revoked or lost while the call was in flight: drop what came back
+                lease.millis_behind = batch.millis_behind
+                metrics.behind(stream, shard_id, batch.millis_behind)
+                lease.caught_up = batch.raw_count == 0 and not batch.millis_behind
+                if batch.records:
+                    last = batch.records[-1]
+                    lease.fetched = Position(last.sequence_number, last.sub_sequence_number)
+                    await buffer.put(lease, batch.records, reserved)
+                    reserved = 0
+                if batch.next_iterator is None:
+                    log.info("%s reached SHARD_END", where)
+                    lease.reached_end = True
+                    on_shard_end(lease)
+                    return
+                iterator = batch.next_iterator
+                # At most one call per scan_interval (5/s per shard is the service limit, shared
+                # with other consumers); empty reads at the tip back off to MAX_IDLE_INTERVAL.
+                behind = batch.millis_behind or 0
+                wait = (
+                    interval if batch.raw_count or behind > 0 else min(wait * 2, MAX_IDLE_INTERVAL)
+                )
+                next_call = started + max(wait, interval)
+            finally:
+                if reserved:
+                    buffer.release(reserved)
+    finally:
+        buffer.fetchers -= 1

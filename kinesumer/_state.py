@@ -91,8 +91,9 @@ class RecordBuffer:
     Before each GetRecords a fetcher reserves room for the records it asks for (its ``Limit``),
     so buffered plus in-flight records never exceed ``max_records``, however many shards a
     member reads: a slow application slows fetching instead of growing memory. A fetcher waits
-    until a useful share of room is free (a quarter of the bound, at most ``scan_limit``) rather
-    than spend its 5 reads/s on tiny calls. Bytes are checked before each call, not reserved
+    for its fair share: the bound divided among the member's fetchers (at most ``scan_limit``),
+    so every shard can have a call in flight at once and none starves while another holds room
+    for records its shard does not have. Bytes are checked before each call, not reserved
     (GetRecords cannot be limited by size): they may overshoot by one answer per owned shard.
     KPL aggregates count as one record each in ``Limit``, so they can overshoot too.
     """
@@ -104,6 +105,7 @@ class RecordBuffer:
         self._max_records = max_records
         self._max_bytes = max_bytes
         self._reserved = 0
+        self.fetchers = 0  # shards being fetched: each gets a fair share of the bound
         self._notifying: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Condition()
         self._failure: BaseException | None = None
@@ -121,17 +123,16 @@ class RecordBuffer:
     async def reserve(self, wanted: int) -> int:
         """Wait for room, then reserve it for up to ``wanted`` records: the ``Limit`` of the next
         GetRecords. Give it back with :meth:`put` or :meth:`release`."""
-        enough = max(1, min(wanted, self._max_records // 4))
+        share = max(1, min(wanted, self._max_records // max(1, self.fetchers)))
         async with self._changed:
             await self._changed.wait_for(
                 lambda: (
-                    (self._free() >= enough and self._bytes < self._max_bytes)
+                    (self._free() >= share and self._bytes < self._max_bytes)
                     or self._failure is not None
                 )
             )
-            granted = max(1, min(wanted, self._free()))
-            self._reserved += granted
-            return granted
+            self._reserved += share
+            return share
 
     def release(self, reserved: int) -> None:
         """Give back a reservation whose records never came (failed call, lease ended)."""

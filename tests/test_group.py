@@ -392,3 +392,30 @@ async def test_close_leaves_no_shard_owned(group: dict[str, Any]) -> None:
         finally:
             await consumer._engine._aws.close()
         assert owners <= {None}, (round_, owners)
+
+
+async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
+    """The bound holds with many fetchers: each reserves its fair share of it (its GetRecords
+    Limit) before calling, reservations plus buffered records never exceed the bound, and a
+    used or released reservation makes room again."""
+    from kinesumer._state import Lease, RecordBuffer
+    from kinesumer.models import Checkpoint
+
+    buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
+    buffer.fetchers = 2
+    lease = Lease(Checkpoint("s", "shard-0", owner="c", lease=1))
+    first = await buffer.reserve(80)
+    second = await buffer.reserve(80)
+    assert (first, second) == (50, 50)  # a fair share each, not scan_limit each
+    waiting = asyncio.ensure_future(buffer.reserve(80))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # nothing free: a third call waits instead of overshooting
+    records = [Record("s", "shard-0", str(i), 0, "k", b"x", None) for i in range(10)]  # type: ignore[arg-type]
+    await buffer.put(lease, records, reserved=first)  # 50 reserved became 10 buffered
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # 40 free: less than a share
+    await buffer.get()
+    assert await asyncio.wait_for(waiting, 1) == 50
+    buffer.release(second)  # a failed call gives its room back
+    assert await asyncio.wait_for(buffer.reserve(80), 1) == 50
+    assert buffer.size == (0, 0)

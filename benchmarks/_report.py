@@ -1,0 +1,198 @@
+"""Tables, plots and the README section of the benchmark suite (``benchmarks/run.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def tables(r: dict[str, Any]) -> str:
+    lines = [
+        f"Measured by `./scripts/bench` on {r['finished']}; machine: {r['machine']}. "
+        "kinesalite + dynalite on loopback (single-threaded Node servers on the same cores: "
+        "their ceiling is part of every figure), library defaults unless stated.",
+        "",
+        "**Throughput**: one `AsyncKinesumer` member vs a plain aioboto3 loop (one task per "
+        "shard, GetRecords every 0.2 s) over the same pre-filled stream; steady state, median "
+        "of 3 alternating rounds. CPU is client process CPU seconds per 100k records.",
+        "",
+        "| shards | record | records | plain rec/s | kinesumer rec/s | ratio | plain CPU | "
+        "kinesumer CPU | CPU ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in r["throughput"]:
+        size = f"{c['size'] // 1024} KB" if c["size"] >= 1024 else f"{c['size']} B"
+        lines.append(
+            f"| {c['shards']} | {size} | {c['records']} | {c['plain_rate']:.0f} | "
+            f"{c['kinesumer_rate']:.0f} | {c['rate_ratio']:.2f}x | {c['plain_cpu']:.2f} s | "
+            f"{c['kinesumer_cpu']:.2f} s | {c['cpu_ratio']:.2f}x |"
+        )
+    plain = r["scaling"][0]["plain_records_per_s"]
+    lines += [
+        "",
+        "**Group scaling**: member processes draining one pre-filled 16-shard stream "
+        f"(aggregate, first record to last); one plain-loop process on it: {plain:.0f} rec/s.",
+        "",
+        "| members | records/s | vs plain loop |",
+        "|---:|---:|---:|",
+    ]
+    for s in r["scaling"]:
+        lines.append(
+            f"| {s['members']} | {s['records_per_s']:.0f} | {s['records_per_s'] / plain:.2f}x |"
+        )
+    fo = r["failover"]
+    lines += [
+        "",
+        f"**Failover** (3 member processes, 6 shards, defaults; median of {len(fo)}): "
+        "seconds until the shards are read again.",
+        "",
+        "| event | seconds | aim |",
+        "|---|---:|---:|",
+    ]
+    for key, label, aim in (
+        ("crash", "SIGKILL of a member", "< 5"),
+        ("leave", "graceful leave (SIGTERM)", "< 2"),
+        ("join", "join (newcomer up -> balanced, reading)", "< 2"),
+    ):
+        lines.append(f"| {label} | {statistics.median(x[key] for x in fo):.2f} | {aim} |")
+    lines += [
+        "",
+        "**State-store cost** per member per minute (members of one app in one process, 16 "
+        "shards; busy = 400 records/s produced), and GetRecords per shard per second "
+        "(the service allows 5).",
+        "",
+        "| members | idle DynamoDB calls | idle capacity units | busy calls | busy capacity units "
+        "| GetRecords/shard/s idle | busy |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in r["cost"]:
+        lines.append(
+            f"| {c['members']} | {c['idle_calls']:.0f} | {c['idle_capacity']:.0f} | "
+            f"{c['busy_calls']:.0f} | {c['busy_capacity']:.0f} | {c['idle_getrecords']:.2f} | "
+            f"{c['busy_getrecords']:.2f} |"
+        )
+    a, i = r["assignment"], r["items"]
+    lines += [
+        "",
+        f"**Assignment scale**: the whole group's assignment for {a['members']} members x "
+        f"{a['shards']} shards in {a['seconds'] * 1000:.1f} ms (median of 5; every member "
+        f"computes it each tick). **Item sizes at {i['shards']} shards** (+{i['shards'] // 2} "
+        f"closed parents), DynamoDB limit {i['limit'] // 1024} KB: shard cache "
+        f"{i['cache_json'] / 1e6:.1f} MB JSON -> {i['cache_compressed'] / 1024:.0f} KB zlib in "
+        f"{i['cache_chunks']} chunk item(s), largest {i['largest_cache_item'] / 1024:.0f} KB; "
+        f"client item {i['client_item']} B (capped at 1 KB: one write unit per heartbeat); "
+        f"checkpoint item {i['checkpoint_item']} B.",
+        "",
+        "**Memory**: peak RSS of a member process whose application takes 1 ms per record, "
+        "reading 4 shards of 100 B records; `max_buffered_records` 20,000.",
+        "",
+        "| backlog | records consumed | peak buffered | peak RSS |",
+        "|---:|---:|---:|---:|",
+    ]
+    for m in r["memory"]:
+        lines.append(
+            f"| {m['backlog']:,} | {m['consumed']:,} | {m['peak_buffered']:,} | "
+            f"{m['peak_rss_mb']:.0f} MB |"
+        )
+    total = sum(r["seconds"].values())
+    lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
+    return "\n".join(lines)
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    labels = [
+        f"{c['shards']} sh\n{'10 KB' if c['size'] >= 1024 else '100 B'}" for c in r["throughput"]
+    ]
+    xs = range(len(labels))
+    left.bar(
+        [x - 0.2 for x in xs],
+        [c["plain_rate"] for c in r["throughput"]],
+        0.4,
+        label="plain aioboto3 loop",
+    )
+    left.bar(
+        [x + 0.2 for x in xs],
+        [c["kinesumer_rate"] for c in r["throughput"]],
+        0.4,
+        label="kinesumer",
+    )
+    left.set_xticks(list(xs), labels)
+    left.set_ylabel("records/s")
+    left.set_title("Throughput, one member")
+    left.legend()
+    members = [s["members"] for s in r["scaling"]]
+    middle.bar(
+        [str(m) for m in members], [s["records_per_s"] for s in r["scaling"]], color="tab:orange"
+    )
+    middle.axhline(
+        r["scaling"][0]["plain_records_per_s"], color="grey", linestyle="--", label="one plain loop"
+    )
+    middle.set_xlabel("member processes")
+    middle.set_ylabel("records/s")
+    middle.set_title("Group scaling, 16 shards")
+    middle.legend()
+    sizes = [str(c["members"]) for c in r["cost"]]
+    right.bar(
+        [x - 0.2 for x in range(len(sizes))],
+        [c["idle_capacity"] for c in r["cost"]],
+        0.4,
+        label="idle",
+    )
+    right.bar(
+        [x + 0.2 for x in range(len(sizes))],
+        [c["busy_capacity"] for c in r["cost"]],
+        0.4,
+        label="busy",
+    )
+    right.set_xticks(list(range(len(sizes))), sizes)
+    right.set_xlabel("members in the group")
+    right.set_ylabel("capacity units / member / minute")
+    right.set_title("DynamoDB cost")
+    right.legend()
+    fig.suptitle(f"kinesumer benchmarks, {r['finished']} ({r['machine'].split(',')[0]})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def splice(readme: Path, begin: str, end: str, body: str) -> None:
+    text = readme.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+
+
+def main(
+    run_all: Callable[[bool], dict[str, Any]], results: Path, readme: Path, begin: str, end: str
+) -> None:
+    parser = argparse.ArgumentParser(description="kinesumer benchmark suite")
+    parser.add_argument("--quick", action="store_true", help="smaller data, fewer rounds")
+    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    parser.add_argument("--from-json", type=Path, help="re-render from a results.json")
+    args = parser.parse_args()
+    started = time.monotonic()
+    r = json.loads(args.from_json.read_text()) if args.from_json else run_all(args.quick)
+    results.mkdir(exist_ok=True)
+    (results / "results.json").write_text(json.dumps(r, indent=2) + "\n")
+    text = tables(r)
+    (results / "results.md").write_text(text)
+    plot(r, results / "summary.png")
+    body = f"{text}\n![benchmarks](benchmarks/results/summary.png)\n"
+    if not args.no_readme:
+        splice(readme, begin, end, body)
+    print()
+    print(text)
+    print(f"(suite: {(time.monotonic() - started) / 60:.1f} min; results in {results})")

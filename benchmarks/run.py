@@ -1,0 +1,135 @@
+"""The benchmark suite: every figure of the README from one command.
+
+    ./scripts/bench            (installs the bench extra, then runs this)
+    .venv/bin/python benchmarks/run.py [--quick] [--no-readme]
+
+On kinesalite + dynalite started here on free loopback ports (stopped by pid). Writes
+``benchmarks/results/results.json`` (raw), ``benchmarks/results/results.md`` (tables) and
+``benchmarks/results/summary.png`` (plots), and replaces the README's section between
+``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->`` with the tables: the README's
+figures come from this command, never from hand edits. Every figure is a ratio or a side by side
+from the same run (the machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+
+import bench_core  # noqa: E402
+import bench_failover  # noqa: E402
+import bench_group  # noqa: E402
+import bench_limits  # noqa: E402
+from _scenario import Scenario  # noqa: E402
+from _standins import start_dynalite, start_kinesalite  # noqa: E402
+
+from kinesumer import Config, create_state_table  # noqa: E402
+
+RESULTS = HERE / "results"
+BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+
+
+def run_all(quick: bool) -> dict[str, Any]:
+    scale = 0.3 if quick else 1.0
+    out: dict[str, Any] = {"machine": machine(), "started": now()}
+    kinesalite, dynalite = start_kinesalite(), start_dynalite()
+    kurl, durl = kinesalite.url, dynalite.url
+    timings: dict[str, float] = {}
+    try:
+        create_state_table(
+            Config(
+                app="bench",
+                dynamodb_table="bench-state",
+                region="us-east-1",
+                dynamodb_endpoint=durl,
+            )
+        )
+        started = time.monotonic()
+        out["throughput"] = []
+        for shards, size, records in (
+            (4, 100, 60_000),
+            (16, 100, 60_000),
+            (4, 10_240, 6_000),
+            (16, 10_240, 6_000),
+        ):
+            cell = bench_core.compare(kurl, durl, shards, size, int(records * scale), 3)
+            out["throughput"].append(cell)
+            print(
+                f"  throughput {shards} shards x {size} B: {cell['rate_ratio']:.2f}x records/s, "
+                f"{cell['cpu_ratio']:.2f}x CPU of the plain loop",
+                flush=True,
+            )
+        timings["throughput"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["scaling"] = bench_group.scaling(kurl, durl, int(100_000 * scale), (1, 2, 4))
+        timings["scaling"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["failover"] = failover(kurl, durl, rounds=1 if quick else 2)
+        timings["failover"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["cost"] = bench_group.cost(kurl, durl, (1, 10, 50), 16, 10.0 if quick else 15.0, 400)
+        timings["cost"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["assignment"] = bench_limits.assignment_scale()
+        out["items"] = bench_limits.item_sizes()
+        out["memory"] = bench_limits.memory(
+            kurl, durl, (20_000, int(1_000_000 * scale)), 10.0 if quick else 15.0
+        )
+        timings["limits"] = time.monotonic() - started
+    finally:
+        kinesalite.stop()
+        dynalite.stop()
+    out["seconds"] = timings
+    out["finished"] = now()
+    return out
+
+
+def failover(kurl: str, durl: str, rounds: int) -> list[dict[str, float]]:
+    import tempfile
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-failover-") as workdir:
+        world = Scenario(kurl, durl, f"fo-{os.getpid()}", "bench-state", Path(workdir))
+        for number in range(rounds):
+            world.app = f"fo-{os.getpid()}-{number}"
+            try:
+                results.append(bench_failover.one_round(world, number, 6))
+            finally:
+                world.close()
+                world.members.clear()
+                world.producers.clear()
+            print(f"  failover round {number + 1}: {results[-1]}", flush=True)
+    return results
+
+
+def machine() -> str:
+    return (
+        f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at start"
+    )
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+if __name__ == "__main__":
+    from _report import main
+
+    main(run_all, RESULTS, ROOT / "README.md", BEGIN, END)
