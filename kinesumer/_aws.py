@@ -109,7 +109,9 @@ def denied(exc: ClientError, call: str, resource: str) -> AccessDeniedError:
 class RetryStats:
     """What an engine's AWS clients did, shared across the engine and readable through
     ``consumer.stats()``: retried errors by (operation, error code), every request by
-    ``service:Operation``, throttled requests, DynamoDB capacity consumed. Also forwards each
+    ``service:Operation`` (each attempt: the engine's clients do not retry inside botocore; the
+    heartbeat thread's client makes one quick retry of its own, counted with its call),
+    throttled requests, DynamoDB capacity consumed. Also forwards each
     request to the engine's :class:`~kinesumer._metrics.Metrics`."""
 
     def __init__(self, metrics: Metrics | None = None) -> None:

@@ -296,7 +296,12 @@ class Engine:
             return
         self.closed = True
         if self._starting is not None:
-            await self._starting.wait()
+            try:
+                await self._starting.wait()
+            except asyncio.CancelledError:
+                # Not closed after all: a later close() must still hand off what the join claims.
+                self.closed = False
+                raise
         if not self.started:
             return
         self._stop.set()
@@ -345,7 +350,8 @@ class Engine:
             lease, records, nbytes = await self.buffer.get()
         except EngineFailed as wrapped:
             raise wrapped.__cause__ from None  # type: ignore[misc]
-        self.metrics.delivered(*lease.key, len(records), nbytes)
+        if lease.deliverable:  # leftovers of a dropped lease are discarded by the cursor
+            self.metrics.delivered(*lease.key, len(records), nbytes)
         return lease, records
 
     async def poll(self, max_records: int, timeout: float) -> list[Record]:

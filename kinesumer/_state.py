@@ -123,14 +123,19 @@ class RecordBuffer:
     async def reserve(self, wanted: int) -> int:
         """Wait for room, then reserve it for up to ``wanted`` records: the ``Limit`` of the next
         GetRecords. Give it back with :meth:`put` or :meth:`release`."""
-        share = max(1, min(wanted, self._max_records // max(1, self.fetchers)))
+        share = wanted
+
+        def room() -> bool:
+            # The share is recomputed at every wake-up: a fetcher that started waiting while
+            # few shards were fetched must not wait for more room than a later one needs.
+            nonlocal share
+            share = max(1, min(wanted, self._max_records // max(1, self.fetchers)))
+            return (
+                self._free() >= share and self._bytes < self._max_bytes
+            ) or self._failure is not None
+
         async with self._changed:
-            await self._changed.wait_for(
-                lambda: (
-                    (self._free() >= share and self._bytes < self._max_bytes)
-                    or self._failure is not None
-                )
-            )
+            await self._changed.wait_for(room)
             self._reserved += share
             return share
 

@@ -300,3 +300,24 @@ async def test_close_while_joining_hands_off_and_ends_the_iteration(env: dict[st
         assert await store.list_clients() == []  # it left the group
         checkpoints = await store.get_checkpoints(env["stream"])
     assert checkpoints and all(c.owner is None for c in checkpoints.values())  # and released
+
+
+async def test_a_close_cancelled_during_the_join_can_be_repeated(env: dict[str, Any]) -> None:
+    setup_table(env["config"])
+    create_stream(env["url"], env["stream"], 2)
+    consumer = AsyncKinesumer(env["config"])
+
+    async def run() -> None:
+        async for _ in consumer.consume([env["stream"]]):
+            pass
+
+    task = asyncio.create_task(run())
+    await eventually(lambda: consumer._engine._starting is not None, what="joining")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(consumer.aclose(), 0.001)  # given up while the join runs
+    await consumer.aclose()  # a second close still hands off what the join claimed
+    await asyncio.wait_for(task, 10)
+    async with open_table(env["config"]) as (_, store):
+        assert await store.list_clients() == []
+        checkpoints = await store.get_checkpoints(env["stream"])
+    assert checkpoints and all(c.owner is None for c in checkpoints.values())

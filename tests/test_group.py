@@ -419,3 +419,19 @@ async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
     buffer.release(second)  # a failed call gives its room back
     assert await asyncio.wait_for(buffer.reserve(80), 1) == 50
     assert buffer.size == (0, 0)
+
+
+async def test_a_waiting_fetcher_needs_only_the_current_fair_share() -> None:
+    """A fetcher that began waiting while few shards were fetched (a big share) is served as
+    soon as today's share is free, not starved behind fetchers with smaller shares."""
+    from kinesumer._state import RecordBuffer
+
+    buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
+    buffer.fetchers = 1
+    assert await buffer.reserve(80) == 80
+    waiting = asyncio.ensure_future(buffer.reserve(80))  # its share now: 80, only 20 free
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    buffer.fetchers = 5  # more shards joined: a share is 20 now
+    buffer.release(0)  # any change wakes the waiters
+    assert await asyncio.wait_for(waiting, 1) == 20
