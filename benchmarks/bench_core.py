@@ -70,6 +70,20 @@ def fill(url: str, stream: str, shards: int, records: int, size: int = 100) -> N
         thread.join()
 
 
+def bench_config(kurl: str | None, durl: str, app: str, **extra: Any) -> Config:
+    """A member's Config on the stand-ins: library defaults, reading from TRIM_HORIZON (every
+    benchmark reads a pre-filled stream) unless ``extra`` says otherwise."""
+    values: dict[str, Any] = {"initial_position": "TRIM_HORIZON", **extra}
+    return Config(
+        app=app,
+        dynamodb_table="bench-state",
+        region=REGION,
+        kinesis_endpoint=kurl,
+        dynamodb_endpoint=durl,
+        **values,
+    )
+
+
 class Clock:
     """Wall and process-CPU time at the start, the first record and the end of a run."""
 
@@ -178,14 +192,7 @@ def throughput(kurl: str, durl: str, records: int, rounds: int) -> list[dict[str
     for n in range(rounds):
 
         def config(kind: str, n: int = n) -> Config:
-            return Config(
-                app=f"bench-{kind}-{n}",
-                dynamodb_table="bench-state",
-                region=REGION,
-                kinesis_endpoint=kurl,
-                dynamodb_endpoint=durl,
-                initial_position="TRIM_HORIZON",
-            )
+            return bench_config(kurl, durl, f"bench-{kind}-{n}")
 
         contenders = {
             "plain": lambda c: asyncio.run(plain_loop(kurl, stream, records, c)),
@@ -235,14 +242,7 @@ def compare(
     fill(kurl, stream, shards, records, size)
     runs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "kinesumer": []}
     for n in range(rounds):
-        config = Config(
-            app=f"cmp-{shards}x{size}-{n}",
-            dynamodb_table="bench-state",
-            region=REGION,
-            kinesis_endpoint=kurl,
-            dynamodb_endpoint=durl,
-            initial_position="TRIM_HORIZON",
-        )
+        config = bench_config(kurl, durl, f"cmp-{shards}x{size}-{n}")
         contenders = {
             "plain": lambda c: asyncio.run(plain_loop(kurl, stream, records, c)),
             "kinesumer": lambda c, config=config: asyncio.run(
@@ -289,14 +289,7 @@ def join_time(kurl: str, durl: str, rounds: int) -> list[float]:
 
 async def _join_once(kurl: str, durl: str, stream: str, app: str) -> float:
     def config(client_id: str) -> Config:
-        return Config(
-            app=app,
-            dynamodb_table="bench-state",
-            region=REGION,
-            kinesis_endpoint=kurl,
-            dynamodb_endpoint=durl,
-            client_id=client_id,
-        )
+        return bench_config(kurl, durl, app, client_id=client_id, initial_position="LATEST")
 
     seen: dict[str, set[str]] = {"a": set(), "b": set()}
     members = {c: AsyncKinesumer(config(c)) for c in "ab"}
@@ -339,14 +332,7 @@ def main() -> None:
     args = parser.parse_args()
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
-        create_state_table(
-            Config(
-                app="bench",
-                dynamodb_table="bench-state",
-                region=REGION,
-                dynamodb_endpoint=dynalite.url,
-            )
-        )
+        create_state_table(bench_config(None, dynalite.url, "bench"))
         table = throughput(kinesalite.url, dynalite.url, args.records, args.rounds)
         joins = join_time(kinesalite.url, dynalite.url, args.rounds)
     finally:

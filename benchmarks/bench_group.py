@@ -25,23 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
-from bench_core import REGION, Clock, fill, plain_loop  # noqa: E402
+from bench_core import REGION, Clock, bench_config, fill, plain_loop  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
-
-TABLE = "bench-state"
-
-
-def _config(kurl: str, durl: str, app: str, **extra: Any) -> Config:
-    return Config(
-        app=app,
-        dynamodb_table=TABLE,
-        region=REGION,
-        kinesis_endpoint=kurl,
-        dynamodb_endpoint=durl,
-        initial_position="TRIM_HORIZON",
-        **extra,
-    )
 
 
 # -- scaling ------------------------------------------------------------------------------------
@@ -76,7 +62,7 @@ def scaling(kurl: str, durl: str, records: int, sizes: tuple[int, ...]) -> list[
         stop = ctx.Event()
         counts = [ctx.Value("q", 0) for _ in range(k)]
         firsts = [ctx.Value("d", 0.0) for _ in range(k)]
-        config = _config(kurl, durl, f"scale-{k}-{os.getpid()}")
+        config = bench_config(kurl, durl, f"scale-{k}-{os.getpid()}")
         procs = [
             ctx.Process(
                 target=_member,
@@ -120,7 +106,7 @@ async def _cost_for(
     fill(kurl, stream, shards, 0)
     app = f"cost-{members}-{os.getpid()}"
     consumers = [
-        AsyncKinesumer(_config(kurl, durl, app, client_id=f"c{i:03d}")) for i in range(members)
+        AsyncKinesumer(bench_config(kurl, durl, app, client_id=f"c{i:03d}")) for i in range(members)
     ]
     joining = asyncio.Semaphore(8)  # a deployment does not start 50 members in one millisecond
 
@@ -208,7 +194,7 @@ def main() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
-        create_state_table(_config(kinesalite.url, dynalite.url, "bench"))
+        create_state_table(bench_config(kinesalite.url, dynalite.url, "bench"))
         print(scaling(kinesalite.url, dynalite.url, args.scaling_records, (1, 2, 4)))
         print(cost(kinesalite.url, dynalite.url, (1, 10, 50), 16, args.cost_window, 400))
     finally:

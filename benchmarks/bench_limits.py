@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
-from bench_core import REGION, fill  # noqa: E402
+from bench_core import bench_config, fill  # noqa: E402
 
 from kinesumer import Config, Kinesumer, create_state_table  # noqa: E402
 from kinesumer.core import assign  # noqa: E402
@@ -115,14 +115,7 @@ def memory(kurl: str, durl: str, backlogs: tuple[int, ...], seconds: float) -> l
         print(
             f"  memory: filled {backlog} records in {time.monotonic() - started:.0f}s", flush=True
         )
-        config = Config(
-            app=f"mem-{backlog}-{os.getpid()}",
-            dynamodb_table="bench-state",
-            region=REGION,
-            kinesis_endpoint=kurl,
-            dynamodb_endpoint=durl,
-            initial_position="TRIM_HORIZON",
-        )
+        config = bench_config(kurl, durl, f"mem-{backlog}-{os.getpid()}")
         out = ctx.Queue()
         proc = ctx.Process(target=_slow_member, args=(config, stream, seconds, out))
         proc.start()
@@ -143,11 +136,7 @@ def main() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
-        create_state_table(
-            Config(
-                app="b", dynamodb_table="bench-state", region=REGION, dynamodb_endpoint=dynalite.url
-            )
-        )
+        create_state_table(bench_config(None, dynalite.url, "bench"))
         print(memory(kinesalite.url, dynalite.url, (20_000, args.backlog), 15.0))
     finally:
         kinesalite.stop()

@@ -35,7 +35,7 @@ import bench_limits  # noqa: E402
 from _scenario import Scenario  # noqa: E402
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
 
-from kinesumer import Config, create_state_table  # noqa: E402
+from kinesumer import create_state_table  # noqa: E402
 
 RESULTS = HERE / "results"
 BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
@@ -48,14 +48,7 @@ def run_all(quick: bool) -> dict[str, Any]:
     kurl, durl = kinesalite.url, dynalite.url
     timings: dict[str, float] = {}
     try:
-        create_state_table(
-            Config(
-                app="bench",
-                dynamodb_table="bench-state",
-                region="us-east-1",
-                dynamodb_endpoint=durl,
-            )
-        )
+        create_state_table(bench_core.bench_config(None, durl, "bench"))
         started = time.monotonic()
         out["throughput"] = []
         # Steady state must last seconds, not a fraction of one, or the ratios are noise.

@@ -388,6 +388,11 @@ class Engine:
         self._raise_if_failed()
 
     def snapshot(self) -> ConsumerStats:
+        """Safe from any thread (the sync API calls it from the application's): the containers
+        the engine mutates are copied first, each in one C-level step that holds the GIL, then
+        read from the copies."""
+        leases = sorted(self.leases.items())
+        retries = dict(self.stats.retries)
         shards = tuple(
             ShardStatus(
                 stream,
@@ -397,7 +402,7 @@ class Engine:
                 lease.millis_behind,
                 lease.caught_up,
             )
-            for (stream, shard_id), lease in sorted(self.leases.items())
+            for (stream, shard_id), lease in leases
         )
         coordinator = getattr(self, "_coordinator", None)
         checkpointer = getattr(self, "_checkpointer", None)
@@ -409,7 +414,7 @@ class Engine:
             checkpoint_writes=checkpointer.writes if checkpointer else 0,
             checkpoint_conflicts=checkpointer.conflicts if checkpointer else 0,
             rebalances=coordinator.rebalances if coordinator else 0,
-            retries={f"{op}:{code}": n for (op, code), n in self.stats.retries.items()},
+            retries={f"{op}:{code}": n for (op, code), n in retries.items()},
             last_error=repr(self.stats.last_error) if self.stats.last_error else None,
             **self.stats.counts(),
         )

@@ -237,18 +237,6 @@ def stats_dict(stats: ConsumerStats) -> dict[str, Any]:
     }
 
 
-def read_stats(consumer: Kinesumer, attempts: int = 20) -> ConsumerStats | None:
-    """``consumer.stats()`` from a thread other than the engine's: the engine may mutate the
-    lease table or the retry counters while the snapshot iterates them (RuntimeError), so
-    retry a few times."""
-    for _ in range(attempts):
-        try:
-            return consumer.stats()
-        except RuntimeError:
-            time.sleep(0.001)
-    return None
-
-
 def sample_ownership(
     consumer: Kinesumer,
     events: EventLog,
@@ -263,9 +251,7 @@ def sample_ownership(
     while not done.wait(interval):
         if os.getppid() != parent:
             stop.set("parent process exited")
-        stats = read_stats(consumer)
-        if stats is None:
-            continue
+        stats = consumer.stats()  # from this thread while the engine's changes the leases
         owned = sorted(f"{s.stream}/{s.shard_id}" for s in stats.shards if s.status == "active")
         key = (tuple(owned), stats.live_members, stats.leader)
         if key != last:
@@ -421,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 consumer.close()
             except Exception as exc:
                 log.warning("close after %s failed: %r", "error", exc)
-        final = read_stats(consumer) if consumer is not None else None
+        final = consumer.stats() if consumer is not None else None
         events.emit(
             "closed",
             code=code,

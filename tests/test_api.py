@@ -282,7 +282,9 @@ def test_leaving_on_an_exception_redelivers_only_the_record_in_hand(env: dict[st
     assert got == produced[:5] + produced[4:]  # only the failed record comes again
 
 
-async def test_close_while_joining_hands_off_and_ends_the_iteration(env: dict[str, Any]) -> None:
+async def start_joining(env: dict[str, Any]) -> tuple[AsyncKinesumer, asyncio.Task[None]]:
+    """A consumer iterating in a task, returned while it is joining (registered, claiming, not
+    started yet): a 20 ms poll lands inside the join."""
     setup_table(env["config"])
     create_stream(env["url"], env["stream"], 2)
     consumer = AsyncKinesumer(env["config"])
@@ -292,32 +294,28 @@ async def test_close_while_joining_hands_off_and_ends_the_iteration(env: dict[st
             pass
 
     task = asyncio.create_task(run())
-    # Joining (registered, claiming, not started yet): a 20 ms poll lands inside the join.
     await eventually(lambda: consumer._engine._starting is not None, what="joining")
-    await consumer.aclose()  # waits for the join, then hands off what it claimed
-    await asyncio.wait_for(task, 10)
+    return consumer, task
+
+
+async def assert_left_and_released(env: dict[str, Any]) -> None:
     async with open_table(env["config"]) as (_, store):
         assert await store.list_clients() == []  # it left the group
         checkpoints = await store.get_checkpoints(env["stream"])
     assert checkpoints and all(c.owner is None for c in checkpoints.values())  # and released
 
 
+async def test_close_while_joining_hands_off_and_ends_the_iteration(env: dict[str, Any]) -> None:
+    consumer, task = await start_joining(env)
+    await consumer.aclose()  # waits for the join, then hands off what it claimed
+    await asyncio.wait_for(task, 10)
+    await assert_left_and_released(env)
+
+
 async def test_a_close_cancelled_during_the_join_can_be_repeated(env: dict[str, Any]) -> None:
-    setup_table(env["config"])
-    create_stream(env["url"], env["stream"], 2)
-    consumer = AsyncKinesumer(env["config"])
-
-    async def run() -> None:
-        async for _ in consumer.consume([env["stream"]]):
-            pass
-
-    task = asyncio.create_task(run())
-    await eventually(lambda: consumer._engine._starting is not None, what="joining")
+    consumer, task = await start_joining(env)
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(consumer.aclose(), 0.001)  # given up while the join runs
     await consumer.aclose()  # a second close still hands off what the join claimed
     await asyncio.wait_for(task, 10)
-    async with open_table(env["config"]) as (_, store):
-        assert await store.list_clients() == []
-        checkpoints = await store.get_checkpoints(env["stream"])
-    assert checkpoints and all(c.owner is None for c in checkpoints.values())
+    await assert_left_and_released(env)
