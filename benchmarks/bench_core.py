@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
-from kinesumer._aws import _botocore_session  # noqa: E402
+from kinesumer.aws import _botocore_session  # noqa: E402
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")

@@ -28,7 +28,7 @@ from kinesumer import Config, Kinesumer, create_state_table  # noqa: E402
 from kinesumer.core import assign  # noqa: E402
 from kinesumer.models import ClientInfo, Shard  # noqa: E402
 from kinesumer.statestore.base import ShardCache  # noqa: E402
-from kinesumer.statestore.dynamodb import _CHUNK_BYTES, client_item  # noqa: E402
+from kinesumer.statestore.dynamodb.store import _CHUNK_BYTES, client_item  # noqa: E402
 from kinesumer.statestore.schema import item_size  # noqa: E402
 
 DYNAMODB_ITEM_LIMIT = 400 * 1024

@@ -10,11 +10,12 @@
             handle(record)
 """
 
-from ._engine import ConsumerStats, ShardStatus
 from ._version import __version__
 from .admin import create_state_table
 from .config import Config
-from .consumer import AsyncKinesumer
+from .consumer.aio import AsyncKinesumer
+from .consumer.sync import Kinesumer
+from .engine.engine import ConsumerStats, ShardStatus
 from .errors import (
     AccessDeniedError,
     ConfigError,
@@ -30,7 +31,6 @@ from .errors import (
     TransientAWSError,
 )
 from .models import Record
-from .sync import Kinesumer
 
 __all__ = [
     "AccessDeniedError",

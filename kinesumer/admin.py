@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from ._aws import error_code
+from .aws import error_code
 from .config import Config
 from .errors import AccessDeniedError, StateTableSchemaError
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE

@@ -66,7 +66,7 @@ if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or no
     sys.path.insert(0, str(_ROOT))
 
 from kinesumer import Config, Kinesumer, KinesumerError, Record  # noqa: E402
-from kinesumer._engine import ConsumerStats  # noqa: E402
+from kinesumer.engine.engine import ConsumerStats  # noqa: E402
 
 EXIT_OK = 0
 EXIT_LIBRARY_ERROR = 3

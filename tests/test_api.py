@@ -34,9 +34,9 @@ from kinesumer import (
     StateTableSchemaError,
     StreamNotFoundError,
 )
-from kinesumer._aws import RetryStats
-from kinesumer._cli_status import open_table
-from kinesumer.statestore.dynamodb import DynamoDBStateStore
+from kinesumer.aws import RetryStats
+from kinesumer.cli.status import open_table
+from kinesumer.statestore.dynamodb.store import DynamoDBStateStore
 
 Names = Callable[[str], str]
 

@@ -24,9 +24,9 @@ import pytest
 from _group import create_stream, kinesis, make_config, put, setup_table
 
 from kinesumer import Kinesumer, cli
-from kinesumer._aws import RetryStats
+from kinesumer.aws import RetryStats
 from kinesumer.models import ClientInfo
-from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
+from kinesumer.statestore.dynamodb.store import DynamoDBStateStore, client_item
 
 Names = Callable[[str], str]
 

@@ -21,12 +21,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, MetricsNotInstalledError, Record
-from kinesumer._checkpointer import Checkpointer
-from kinesumer._engine import Engine
-from kinesumer._metrics import PrometheusMetrics
-from kinesumer._state import Lease
+from kinesumer.engine.checkpointer import Checkpointer
+from kinesumer.engine.engine import Engine
+from kinesumer.engine.leases import Lease
+from kinesumer.metrics import PrometheusMetrics
 from kinesumer.models import Checkpoint, ClientInfo, Position
-from kinesumer.statestore.dynamodb import CLIENT_ITEM_BUDGET, client_item
+from kinesumer.statestore.dynamodb.store import CLIENT_ITEM_BUDGET, client_item
 from kinesumer.statestore.schema import item_size
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -10,7 +10,7 @@ from _faultproxy import Fault, OpKey
 from _group import create_stream, datas, duplicates, eventually, put
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer._aws import RetryStats
+from kinesumer.aws import RetryStats
 from kinesumer.kinesis.reader import KinesisReader
 
 Names = Callable[[str], str]

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from .._aws import RetryStats, call_with_retry, denied, error_code, is_denied
+from ..aws import RetryStats, call_with_retry, denied, error_code, is_denied
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard

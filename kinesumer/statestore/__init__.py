@@ -1,6 +1,6 @@
 """Where the group's state lives: the interface, and its DynamoDB implementation."""
 
 from .base import ShardCache, StateStore
-from .dynamodb import DynamoDBStateStore
+from .dynamodb.store import DynamoDBStateStore
 
 __all__ = ["DynamoDBStateStore", "ShardCache", "StateStore"]

@@ -15,18 +15,18 @@ import logging
 import time
 from collections.abc import Callable
 
-from ._checkpointer import Checkpointer
-from ._heartbeat import Heartbeat
-from ._hooks import RebalanceHooks
-from ._metrics import Metrics
-from ._state import Lease, LeaseStatus
-from .config import Config
-from .core import active_shards, is_leader, live_clients, shards_of
-from .core.membership import stale_clients
-from .errors import TransientAWSError
-from .kinesis.reader import KinesisReader
-from .models import Checkpoint, ClientInfo, Shard
-from .statestore.base import ShardCache, StateStore
+from ..config import Config
+from ..core import active_shards, is_leader, live_clients, shards_of
+from ..core.membership import stale_clients
+from ..errors import TransientAWSError
+from ..kinesis.reader import KinesisReader
+from ..metrics import Metrics
+from ..models import Checkpoint, ClientInfo, Shard
+from ..statestore.base import ShardCache, StateStore
+from .checkpointer import Checkpointer
+from .heartbeat import Heartbeat
+from .hooks import RebalanceHooks
+from .leases import Lease, LeaseStatus
 
 log = logging.getLogger("kinesumer.coordinator")
 

@@ -20,21 +20,21 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._aws import AwsClients, RetryStats
-from ._checkpointer import Checkpointer
-from ._coordinator import Coordinator
-from ._fetcher import run_fetcher
-from ._heartbeat import Heartbeat
-from ._hooks import RebalanceHooks
-from ._metrics import metrics_for
-from ._state import EngineFailed, Lease, LeaseStatus, RecordBuffer
-from .config import Config, InitialPosition
-from .core import has_known_parent, parents_pending
-from .errors import ConsumerClosedError, KinesumerError, TransientAWSError
-from .kinesis.reader import KinesisReader
-from .models import Position, Record, Shard
-from .statestore.base import ShardCache
-from .statestore.dynamodb import DynamoDBStateStore
+from ..aws import AwsClients, RetryStats
+from ..config import Config, InitialPosition
+from ..core import has_known_parent, parents_pending
+from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
+from ..kinesis.reader import KinesisReader
+from ..metrics import metrics_for
+from ..models import Position, Record, Shard
+from ..statestore.base import ShardCache
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from .checkpointer import Checkpointer
+from .coordinator import Coordinator
+from .fetcher import run_fetcher
+from .heartbeat import Heartbeat
+from .hooks import RebalanceHooks
+from .leases import EngineFailed, Lease, LeaseStatus, RecordBuffer
 
 log = logging.getLogger("kinesumer")
 

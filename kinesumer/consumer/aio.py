@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 
-from ._engine import ConsumerStats, Engine
-from ._hooks import Hook, RebalanceHooks
-from .config import Config, check_streams
-from .errors import ConsumerClosedError
-from .models import Record
+from ..config import Config, check_streams
+from ..engine.engine import ConsumerStats, Engine
+from ..engine.hooks import Hook, RebalanceHooks
+from ..errors import ConsumerClosedError
+from ..models import Record
 
 
 class AsyncKinesumer:

@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from ._hooks import RebalanceHooks
-from ._metrics import Metrics
-from ._state import Lease, LeaseStatus
-from .errors import TransientAWSError
-from .statestore.base import StateStore
+from ..errors import TransientAWSError
+from ..metrics import Metrics
+from ..statestore.base import StateStore
+from .hooks import RebalanceHooks
+from .leases import Lease, LeaseStatus
 
 log = logging.getLogger("kinesumer.checkpoint")
 

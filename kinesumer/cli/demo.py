@@ -34,14 +34,14 @@ from typing import IO, Any
 
 import boto3
 
-from . import _cli_status as view
-from ._aws import RetryStats, boto_config, session_for
-from ._cli_status import CliError
-from .admin import create_state_table
-from .config import Config
-from .core import assign
-from .errors import TransientAWSError
-from .statestore.dynamodb import DynamoDBStateStore
+from ..admin import create_state_table
+from ..aws import RetryStats, boto_config, session_for
+from ..config import Config
+from ..core import assign
+from ..errors import TransientAWSError
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from . import status as view
+from .status import CliError
 
 APP = "demo"
 TABLE = "kinesumer-demo"

@@ -32,9 +32,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from ._metrics import Metrics
-from .config import Config
-from .errors import AccessDeniedError, TransientAWSError
+from ..config import Config
+from ..errors import AccessDeniedError, TransientAWSError
+from ..metrics import Metrics
 
 log = logging.getLogger("kinesumer.aws")
 T = TypeVar("T")

@@ -28,12 +28,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ._aws import RetryStats, boto_config, error_code, session_for
-from .config import Config
-from .core import leader_of, live_clients
-from .models import Checkpoint, ClientInfo, Position, Shard
-from .statestore.dynamodb import DynamoDBStateStore
-from .statestore.schema import PARTITION_KEY, SORT_KEY, checkpoint_pk, shard_cache_pk
+from ..aws import RetryStats, boto_config, error_code, session_for
+from ..config import Config
+from ..core import leader_of, live_clients
+from ..models import Checkpoint, ClientInfo, Position, Shard
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..statestore.schema import PARTITION_KEY, SORT_KEY, checkpoint_pk, shard_cache_pk
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -6,12 +6,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from ._metrics import Metrics
-from ._state import Lease, RecordBuffer
-from .config import Config, InitialPosition
-from .errors import TransientAWSError
-from .kinesis.reader import IteratorExpired, KinesisReader
-from .models import Position
+from ..config import Config, InitialPosition
+from ..errors import TransientAWSError
+from ..kinesis.reader import IteratorExpired, KinesisReader
+from ..metrics import Metrics
+from ..models import Position
+from .leases import Lease, RecordBuffer
 
 log = logging.getLogger("kinesumer.fetcher")
 

@@ -16,7 +16,7 @@ import enum
 import threading
 from dataclasses import dataclass, field
 
-from .models import Checkpoint, Position, Record
+from ..models import Checkpoint, Position, Record
 
 
 class LeaseStatus(enum.Enum):

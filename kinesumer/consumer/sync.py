@@ -13,11 +13,11 @@ from collections.abc import Coroutine, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._engine import ConsumerStats, Engine
-from ._hooks import Hook, RebalanceHooks
-from .config import Config, check_streams
-from .errors import ConsumerClosedError
-from .models import Record
+from ..config import Config, check_streams
+from ..engine.engine import ConsumerStats, Engine
+from ..engine.hooks import Hook, RebalanceHooks
+from ..errors import ConsumerClosedError
+from ..models import Record
 
 T = TypeVar("T")
 

@@ -39,9 +39,15 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from . import _cli_status as view
-from ._aws import error_code
-from ._cli_status import (
+from .._version import __version__
+from ..admin import create_state_table
+from ..aws import error_code
+from ..config import Config, InitialPosition
+from ..consumer.sync import Kinesumer
+from ..errors import ConfigError, KinesumerError, StateTableNotFoundError
+from ..models import Record
+from . import status as view
+from .status import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -49,12 +55,6 @@ from ._cli_status import (
     EXIT_USAGE,
     CliError,
 )
-from ._version import __version__
-from .admin import create_state_table
-from .config import Config, InitialPosition
-from .errors import ConfigError, KinesumerError, StateTableNotFoundError
-from .models import Record
-from .sync import Kinesumer
 
 __all__ = [
     "EXIT_CODES",
@@ -554,7 +554,7 @@ def cmd_create_table(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo  # imports moto: only for the demo
+    from .demo import run_demo  # imports moto: only for the demo
 
     return run_demo(members=args.members, shards=args.shards, records=args.records, rate=args.rate)
 

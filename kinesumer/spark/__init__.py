@@ -40,12 +40,12 @@ from datetime import datetime, timezone
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._hooks import Hook
-from ._state import LeaseStatus
-from .config import Config, check_streams
-from .errors import KinesumerError
-from .models import Record
-from .sync import Kinesumer
+from ..config import Config, check_streams
+from ..consumer.sync import Kinesumer
+from ..engine.hooks import Hook
+from ..engine.leases import LeaseStatus
+from ..errors import KinesumerError
+from ..models import Record
 
 if TYPE_CHECKING:
     import pyarrow

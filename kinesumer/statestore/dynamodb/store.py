@@ -28,17 +28,17 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from .._aws import RetryStats, call_with_retry, denied, error_code, is_denied
-from .._version import __version__
-from ..errors import (
+from ..._version import __version__
+from ...aws import RetryStats, call_with_retry, denied, error_code, is_denied
+from ...errors import (
     CorruptStateError,
     StateStoreError,
     StateTableNotFoundError,
     StateTableSchemaError,
 )
-from ..models import Checkpoint, ClientInfo, Position
-from .base import ShardCache
-from .schema import (
+from ...models import Checkpoint, ClientInfo, Position
+from ..base import ShardCache
+from ..schema import (
     PARTITION_KEY,
     SORT_KEY,
     checkpoint_pk,

@@ -23,11 +23,11 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
-from ._aws import RetryStats, instrument
-from ._version import __version__
-from .config import Config
-from .models import ClientInfo
-from .statestore.dynamodb import client_item
+from .._version import __version__
+from ..aws import RetryStats, instrument
+from ..config import Config
+from ..models import ClientInfo
+from ..statestore.dynamodb.store import client_item
 
 log = logging.getLogger("kinesumer.heartbeat")
 
