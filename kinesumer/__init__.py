@@ -15,7 +15,6 @@ from .admin import create_state_table
 from .config import Config
 from .consumer.aio import AsyncKinesumer
 from .consumer.sync import Kinesumer
-from .engine.engine import ConsumerStats, ShardStatus
 from .errors import (
     AccessDeniedError,
     ConfigError,
@@ -31,6 +30,7 @@ from .errors import (
     TransientAWSError,
 )
 from .models import Record
+from .stats import ConsumerStats, ShardStatus
 
 __all__ = [
     "AccessDeniedError",

@@ -169,6 +169,6 @@ class Checkpointer:
             return
         if await self._release(lease, finished=True):
             lease.stop_delivering(LeaseStatus.RELEASED)
-            lease.finished_written = True
+            lease.finished = True
             log.info("[%s] finished %s/%s", self._client_id, *lease.key)
             on_finished(lease)

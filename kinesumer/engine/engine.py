@@ -17,7 +17,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..aws import AwsClients, RetryStats
@@ -29,6 +28,8 @@ from ..metrics import metrics_for
 from ..models import Position, Record, Shard
 from ..statestore.base import ShardCache
 from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..stats import ConsumerStats as ConsumerStats
+from ..stats import ShardStatus as ShardStatus
 from .checkpointer import Checkpointer
 from .coordinator import Coordinator
 from .fetcher import run_fetcher
@@ -42,36 +43,6 @@ log = logging.getLogger("kinesumer")
 def default_client_id() -> str:
     host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:40] or "host"
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True)
-class ShardStatus:
-    stream: str
-    shard_id: str
-    status: str
-    checkpoint: str | None
-    millis_behind: int | None
-    caught_up: bool = False
-
-
-@dataclass(frozen=True)
-class ConsumerStats:
-    """A snapshot of what the engine is doing, for the application and for tests."""
-
-    client_id: str
-    leader: bool
-    live_members: tuple[str, ...]
-    shards: tuple[ShardStatus, ...]
-    checkpoint_writes: int
-    checkpoint_conflicts: int
-    rebalances: int
-    retries: dict[str, int] = field(default_factory=dict)
-    last_error: str | None = None
-    #: AWS requests made (every attempt), by ``service:Operation``; throttled ones likewise.
-    requests: dict[str, int] = field(default_factory=dict)
-    throttles: dict[str, int] = field(default_factory=dict)
-    #: DynamoDB capacity units consumed, by operation (heartbeats included).
-    dynamodb_capacity: dict[str, float] = field(default_factory=dict)
 
 
 class _NoFence:
@@ -401,11 +372,15 @@ class Engine:
                 lease.checkpointed.sequence_number if lease.checkpointed else None,
                 lease.millis_behind,
                 lease.caught_up,
+                ended=lease.reached_end,
+                finished=lease.finished,
             )
             for (stream, shard_id), lease in leases
         )
         coordinator = getattr(self, "_coordinator", None)
         checkpointer = getattr(self, "_checkpointer", None)
+        buffer = getattr(self, "buffer", None)
+        buffered_records, buffered_bytes = buffer.size if buffer is not None else (0, 0)
         return ConsumerStats(
             client_id=self.client_id,
             leader=bool(coordinator and coordinator.leader),
@@ -417,7 +392,22 @@ class Engine:
             retries={f"{op}:{code}": n for (op, code), n in retries.items()},
             last_error=repr(self.stats.last_error) if self.stats.last_error else None,
             **self.stats.counts(),
+            state=self.state,
+            claims_pending=bool(coordinator and coordinator.has_pending),
+            coordinator_ticks=coordinator.ticks if coordinator else 0,
+            buffered_records=buffered_records,
+            buffered_bytes=buffered_bytes,
         )
+
+    @property
+    def state(self) -> str:
+        if self.failure is not None:
+            return "failed"
+        if self.closed:
+            return "closed" if not self._tasks else "closing"
+        if self._starting is not None:
+            return "joining"
+        return "running" if self.started else "new"
 
     # -- background work ----------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:

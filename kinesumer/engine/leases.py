@@ -38,7 +38,7 @@ class Lease:
     fetched: Position | None = None  # last record put in the buffer under this lease
     reached_end: bool = False
     loss_handled: bool = False
-    finished_written: bool = False
+    finished: bool = False  # checkpointed finished (SHARD_END reached and processed)
     millis_behind: int | None = None
     caught_up: bool = False  # the last GetRecords came back empty: nothing more to fetch now
     fetcher: asyncio.Task[None] | None = None
