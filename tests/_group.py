@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -134,16 +133,6 @@ class Member:
             task.cancel()
         await asyncio.gather(*tasks, *([self.task] if self.task else []), return_exceptions=True)
         await engine._aws.close()
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> float:
-    """Wait until ``predicate()`` holds; returns the seconds it took. Fails after ``timeout``."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 def datas(sink: list[tuple[str, Record]]) -> list[bytes]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from _wait import wait_until
 
 from kinesumer import Config, create_state_table
 
@@ -295,24 +296,6 @@ class MemberProcess:
 # --- waiting ------------------------------------------------------------------------------------
 
 
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout: float,
-    what: str,
-    diagnose: Callable[[], str] | None = None,
-    interval: float = 0.1,
-) -> float:
-    """Poll ``predicate`` until it holds; seconds it took. Bounded: fails after ``timeout`` with
-    ``what`` and whatever ``diagnose`` says about the members."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            detail = diagnose() if diagnose else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{detail}")
-        time.sleep(interval)
-    return time.monotonic() - started
-
-
 # --- producing ----------------------------------------------------------------------------------
 
 
@@ -517,7 +500,7 @@ class Scenario:
         return "\n".join(m.describe(tail=6000 if m in running else 2500) for m in self.members)
 
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> float:
-        return wait_until(predicate, timeout, what, self.describe)
+        return wait_until(predicate, timeout, what, self.describe, interval=0.1)
 
     def wait_balanced(
         self, members: Sequence[MemberProcess], shards: Iterable[str], timeout: float = 60

@@ -13,13 +13,13 @@ import boto3
 import pytest
 from _group import (
     create_stream,
-    eventually,
     kinesis,
     kinesis_in_account_of,
     make_config,
     put,
     setup_table,
 )
+from _wait import eventually
 from aws_kinesis_agg.aggregator import RecordAggregator
 from botocore.exceptions import ClientError
 

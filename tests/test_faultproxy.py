@@ -35,6 +35,7 @@ from _faultproxy import (
     identify_operation,
 )
 from _standins import LOOPBACK, NodeStandIn, find_free_port
+from _wait import wait_until
 
 ProxyFactory = Callable[[str], FaultProxy]
 
@@ -48,15 +49,6 @@ def config(read_timeout: float = 10.0) -> botocore.config.Config:
 
 def client(service: str, url: str, read_timeout: float = 10.0) -> Any:
     return boto3.client(service, endpoint_url=url, config=config(read_timeout))
-
-
-def poll_until(condition: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    """Bounded polling: wait for ``condition`` or fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 def error_code(exc: botocore.exceptions.ClientError) -> str:
@@ -95,13 +87,14 @@ def stream(kinesalite: NodeStandIn, unique_name: Callable[[str], str]) -> str:
     direct = client("kinesis", kinesalite.url)
     name = unique_name("proxy")
     direct.create_stream(StreamName=name, ShardCount=1)
-    poll_until(
+    wait_until(
         lambda: (
             direct.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"][
                 "StreamStatus"
             ]
             == "ACTIVE"
         ),
+        timeout=5,
         what="stream ACTIVE",
     )
     direct.put_record(StreamName=name, Data=b"record-0", PartitionKey="pk")
@@ -410,7 +403,7 @@ def test_blackhole_is_released_when_the_rule_is_removed(kinesis_proxy: FaultProx
 
     caller = threading.Thread(target=call)
     caller.start()
-    poll_until(lambda: rule.fired == 1, what="the request to be held")
+    wait_until(lambda: rule.fired == 1, timeout=5, what="the request to be held")
     started = time.monotonic()
     rule.remove()
     caller.join(5)
@@ -578,7 +571,7 @@ def test_stop_closes_sockets_and_joins_threads(kinesalite: NodeStandIn) -> None:
 
         caller = threading.Thread(target=call)
         caller.start()
-        poll_until(lambda: rule.fired == 1, what="the request to be held")
+        wait_until(lambda: rule.fired == 1, timeout=5, what="the request to be held")
     finally:
         started = time.monotonic()
         proxy.stop()

@@ -13,11 +13,11 @@ from _group import (
     create_stream,
     datas,
     duplicates,
-    eventually,
     make_config,
     put,
     setup_table,
 )
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.aws import RetryStats

@@ -14,7 +14,8 @@ from typing import Any
 import boto3
 import pytest
 from _faultproxy import Fault
-from _group import create_stream, eventually, put
+from _group import create_stream, put
+from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry

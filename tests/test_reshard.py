@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import Member, create_stream, datas, duplicates, eventually, kinesis, make_config, put
+from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put
 from _group import setup_table as create_table
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 

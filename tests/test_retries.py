@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from _faultproxy import Fault, OpKey
-from _group import create_stream, datas, duplicates, eventually, put
+from _group import create_stream, datas, duplicates, put
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.aws import RetryStats

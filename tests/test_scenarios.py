@@ -28,7 +28,7 @@ from typing import Any
 import aws_kinesis_agg
 import pytest
 from _faultproxy import Fault, FaultKind, FaultProxy, OpKey
-from _group import Member, datas, eventually, make_config, put, setup_table
+from _group import Member, datas, make_config, put, setup_table
 from _group import create_stream as create_stream_in_process
 from _group import duplicates as in_process_duplicates
 from _scenario import (
@@ -47,6 +47,7 @@ from _scenario import (
     warning_lines,
 )
 from _standins import NodeStandIn
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 
