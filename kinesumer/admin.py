@@ -4,12 +4,10 @@ from ``infra/``, and the consumer never needs create-table rights)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 
-from .aws import error_code
+from .aws import ClientFactory, error_code
 from .config import Config
 from .errors import AccessDeniedError, StateTableSchemaError
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
@@ -23,11 +21,7 @@ def create_state_table(config: Config, *, wait: bool = True) -> bool:
     Idempotent: an existing table with the right keys is left as it is and False is returned; an
     existing table with other keys raises :class:`StateTableSchemaError`.
     """
-    client: Any = boto3.client(
-        "dynamodb",
-        region_name=config.effective_dynamodb_region,
-        endpoint_url=config.dynamodb_endpoint,
-    )
+    client = ClientFactory(config).sync_dynamodb()
     name = config.dynamodb_table
     try:
         client.create_table(

@@ -1,0 +1,103 @@
+"""Request accounting: every request an AWS client of kinesumer makes, counted where
+``consumer.stats()`` and the metrics can read it.
+
+:func:`instrument` hooks a client's botocore events (boto3 and aiobotocore clients emit the same
+ones); :class:`RetryStats` holds the counts. Despite its name (kept: it is imported across the
+package), it counts every request, not only retries.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from ..metrics import Metrics
+from .retry import THROTTLE_CODES
+
+
+class RetryStats:
+    """What an engine's AWS clients did, shared across the engine and readable through
+    ``consumer.stats()``: retried errors by (operation, error code), every request by
+    ``service:Operation`` (each attempt: the engine's clients do not retry inside botocore; the
+    heartbeat thread's client makes one quick retry of its own, counted with its call),
+    throttled requests, DynamoDB capacity consumed. Also forwards each
+    request to the engine's :class:`~kinesumer.metrics.Metrics`."""
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.retries: Counter[tuple[str, str]] = Counter()
+        self.last_error: BaseException | None = None
+        self.requests: Counter[str] = Counter()
+        self.throttles: Counter[str] = Counter()
+        self.capacity: dict[str, float] = {}  # DynamoDB capacity units by operation
+        self.metrics = metrics or Metrics()
+        self._lock = threading.Lock()  # the heartbeat thread's client reports here too
+
+    def counts(self) -> dict[str, Any]:
+        """Copies of the request, throttle and capacity counts (another thread adds to them)."""
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "throttles": dict(self.throttles),
+                "dynamodb_capacity": dict(self.capacity),
+            }
+
+    def request(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        key = f"{service}:{operation}"
+        with self._lock:
+            self.requests[key] += 1
+            if capacity:
+                self.capacity[operation] = self.capacity.get(operation, 0.0) + capacity
+            if error in THROTTLE_CODES:
+                self.throttles[key] += 1
+        self.metrics.aws_call(service, operation, seconds, error, capacity)
+        if error in THROTTLE_CODES:
+            self.metrics.throttled(service, operation)
+
+
+#: DynamoDB operations that can report the capacity they consumed.
+_CAPACITY_OPERATIONS = frozenset(
+    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem"}
+    | {"BatchWriteItem", "TransactGetItems", "TransactWriteItems"}
+)
+
+
+def _consumed(parsed: dict[str, Any]) -> float:
+    consumed = parsed.get("ConsumedCapacity")
+    if isinstance(consumed, dict):
+        consumed = [consumed]
+    return float(sum(c.get("CapacityUnits", 0) or 0 for c in consumed or ()))
+
+
+def instrument(client: Any, stats: RetryStats) -> Any:
+    """Account every request ``client`` makes (boto3 or aiobotocore: the same events) in
+    ``stats``: count, latency, error code and, for DynamoDB, the capacity it consumed (asked for
+    with ``ReturnConsumedCapacity=TOTAL``, which costs nothing). Returns ``client``."""
+    service = client.meta.service_model.service_id.hyphenize()  # "dynamodb", "kinesis", "sts"
+    events = client.meta.events
+    key = "kinesumer_call"
+
+    def before_parameter_build(params: dict[str, Any], model: Any, context: Any, **_: Any) -> None:
+        if service == "dynamodb" and model.name in _CAPACITY_OPERATIONS:
+            params.setdefault("ReturnConsumedCapacity", "TOTAL")
+        context[key] = (model.name, time.perf_counter())
+
+    def after_call(http_response: Any, parsed: Any, context: Any, **_: Any) -> None:
+        operation, started = context.get(key, ("unknown", time.perf_counter()))
+        failed = http_response.status_code >= 300
+        error = str(parsed.get("Error", {}).get("Code", "") or "HTTP") if failed else None
+        seconds = time.perf_counter() - started
+        stats.request(service, operation, seconds, error, _consumed(parsed))
+
+    def after_call_error(exception: BaseException, context: Any, **_: Any) -> None:
+        operation, started = context.get(key, ("unknown", time.perf_counter()))
+        seconds = time.perf_counter() - started
+        stats.request(service, operation, seconds, type(exception).__name__, 0.0)
+
+    events.register(f"before-parameter-build.{service}", before_parameter_build)
+    events.register(f"after-call.{service}", after_call)
+    events.register(f"after-call-error.{service}", after_call_error)
+    return client

@@ -1,0 +1,210 @@
+"""The one place kinesumer builds AWS clients: DynamoDB (async for the engine and the command
+line, blocking boto3 for the heartbeat thread and table creation), Kinesis (async, through a
+cross-account role when ``Config.role_arn`` is set), and the sessions behind them.
+
+Every client made here has botocore's retries off (one attempt: :mod:`.retry` is the only retry
+policy) unless a caller asks for attempts, and parses timestamps with a fast path for the epoch
+numbers Kinesis returns. DynamoDB always uses the caller's own credentials: the state table stays
+in the caller's account even when Kinesis is read in another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any
+
+import aioboto3
+import boto3
+from aiobotocore.credentials import AioDeferredRefreshableCredentials
+from aiobotocore.session import AioSession
+from botocore.config import Config as BotoConfig
+from botocore.utils import parse_timestamp as botocore_parse_timestamp
+
+from ..config import Config
+from .accounting import RetryStats, instrument
+from .retry import call_with_retry
+
+log = logging.getLogger("kinesumer.aws")
+
+
+def boto_config(read_timeout: float = 10.0) -> BotoConfig:
+    return BotoConfig(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        max_pool_connections=64,
+    )
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """botocore's timestamp parser, with a fast path for the epoch numbers Kinesis returns.
+
+    botocore turns every ``ApproximateArrivalTimestamp`` into a datetime in dateutil's
+    ``tzlocal()``, which costs more CPU than the rest of parsing a record put together. Epoch
+    numbers become UTC datetimes here: the same instants, several times cheaper.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            pass
+    parsed: datetime = botocore_parse_timestamp(value)
+    return parsed
+
+
+def botocore_session() -> AioSession:
+    """A fresh aiobotocore session whose responses parse timestamps with :func:`parse_timestamp`."""
+    session = AioSession()
+    session.get_component("response_parser_factory").set_parser_defaults(
+        timestamp_parser=parse_timestamp
+    )
+    return session
+
+
+def session_for(config: Config) -> aioboto3.Session:
+    """A session with the caller's own credentials (boto3's default chain)."""
+    return aioboto3.Session(botocore_session=botocore_session(), region_name=config.region)
+
+
+def assumed_role_session(config: Config, stats: RetryStats) -> aioboto3.Session:
+    """A session whose credentials come from ``sts:AssumeRole`` on ``config.role_arn`` and are
+    renewed by botocore before they expire (it refreshes 15 minutes ahead, and insists at 10).
+
+    The STS call itself uses the caller's own credentials (the default chain), the same ones
+    DynamoDB uses: the state table stays in the caller's account.
+    """
+    assert config.role_arn is not None
+    base = session_for(config)
+    session_name = f"kinesumer-{config.app}"[:64]
+
+    async def fetch() -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
+        if config.external_id:
+            kwargs["ExternalId"] = config.external_id
+        region = config.effective_kinesis_region
+        async with base.client(
+            "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
+        ) as sts:
+            response = await call_with_retry(
+                "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
+            )
+        creds = response["Credentials"]
+        expiry = creds["Expiration"]
+        if isinstance(expiry, datetime):
+            expiry = expiry.astimezone(timezone.utc).isoformat()
+        log.info("assumed role %s (credentials valid until %s)", config.role_arn, expiry)
+        return {
+            "access_key": creds["AccessKeyId"],
+            "secret_key": creds["SecretAccessKey"],
+            "token": creds["SessionToken"],
+            "expiry_time": expiry,
+        }
+
+    role_session = botocore_session()
+    role_session._credentials = AioDeferredRefreshableCredentials(
+        refresh_using=fetch, method="sts-assume-role"
+    )
+    return aioboto3.Session(botocore_session=role_session, region_name=config.region)
+
+
+class ClientFactory:
+    """Every AWS client kinesumer makes for one :class:`~kinesumer.Config`.
+
+    With ``stats``, each client is instrumented (:func:`~.accounting.instrument`): its requests
+    are counted there. The async clients are async context managers (closed on exit); the
+    blocking ones are plain boto3 clients (nothing to close).
+    """
+
+    def __init__(self, config: Config, stats: RetryStats | None = None) -> None:
+        self.config = config
+        self.stats = stats
+
+    @contextlib.asynccontextmanager
+    async def dynamodb(self, *, read_timeout: float = 10.0) -> AsyncIterator[Any]:
+        """An aiobotocore DynamoDB client on the state table's region and endpoint."""
+        config = self.config
+        async with session_for(config).client(
+            "dynamodb",
+            region_name=config.effective_dynamodb_region,
+            endpoint_url=config.dynamodb_endpoint,
+            config=boto_config(read_timeout=read_timeout),
+        ) as client:
+            yield self._instrumented(client)
+
+    @contextlib.asynccontextmanager
+    async def kinesis(self) -> AsyncIterator[Any]:
+        """An aiobotocore Kinesis client; through ``config.role_arn`` (STS, self-refreshing
+        credentials) when it is set."""
+        config = self.config
+        if config.role_arn:
+            session = assumed_role_session(
+                config, self.stats if self.stats is not None else RetryStats()
+            )
+        else:
+            session = session_for(config)
+        async with session.client(
+            "kinesis",
+            region_name=config.effective_kinesis_region,
+            endpoint_url=config.kinesis_endpoint,
+            config=boto_config(),
+        ) as client:
+            yield self._instrumented(client)
+
+    def sync_dynamodb(self, *, attempts: int | None = None, timeout: float | None = None) -> Any:
+        """A blocking boto3 DynamoDB client, for threads without an event loop (the heartbeat)
+        and one-off calls (table creation). ``attempts``/``timeout``: botocore's own retries
+        and connect/read timeouts; None keeps botocore's defaults."""
+        options: dict[str, Any] = {}
+        if attempts is not None:
+            options["retries"] = {"total_max_attempts": attempts, "mode": "standard"}
+        if timeout is not None:
+            options.update(connect_timeout=timeout, read_timeout=timeout)
+        config = self.config
+        # A session per client: boto3's default session is not safe to share across threads.
+        client = boto3.session.Session().client(
+            "dynamodb",
+            region_name=config.effective_dynamodb_region,
+            endpoint_url=config.dynamodb_endpoint,
+            config=BotoConfig(**options) if options else None,
+        )
+        return self._instrumented(client)
+
+    def sync_kinesis(self) -> Any:
+        """A blocking boto3 Kinesis client with the caller's own credentials (local tools: the
+        demo's producer; the engine reads through :meth:`kinesis`)."""
+        config = self.config
+        client = boto3.session.Session().client(
+            "kinesis",
+            region_name=config.effective_kinesis_region,
+            endpoint_url=config.kinesis_endpoint,
+        )
+        return self._instrumented(client)
+
+    def _instrumented(self, client: Any) -> Any:
+        return instrument(client, self.stats) if self.stats is not None else client
+
+
+class AwsClients:
+    """The two low-level aiobotocore clients an engine uses, opened and closed together."""
+
+    def __init__(self, config: Config, stats: RetryStats) -> None:
+        self._config = config
+        self._factory = ClientFactory(config, stats)
+        self._stack = contextlib.AsyncExitStack()
+        self.dynamodb: Any = None
+        self.kinesis: Any = None
+
+    async def open(self) -> None:
+        # A DynamoDB call hanging longer than a member's timeout is as good as failed: give up on
+        # it early and retry, rather than wait out a long socket timeout.
+        read_timeout = max(1.0, self._config.client_timeout)
+        self.dynamodb = await self._stack.enter_async_context(
+            self._factory.dynamodb(read_timeout=read_timeout)
+        )
+        self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
+
+    async def close(self) -> None:
+        await self._stack.aclose()
