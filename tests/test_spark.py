@@ -24,15 +24,20 @@ from typing import Any
 import boto3
 import pytest
 from _group import create_stream, kinesis, make_config, put, setup_table
+from _wait import wait_until
 
-from kinesumer import Config, KinesumerError
+from kinesumer import Config, KinesumerError, Record
+from kinesumer.spark import COLUMNS as SPARK_COLUMNS
 from kinesumer.spark import (
     BatchInfo,
     RunSummary,
     SparkNotInstalledError,
+    arrow_schema,
     foreach_batch,
     records_to_arrow,
+    spark_schema,
 )
+from kinesumer.spark.arrow import FIELDS
 
 Names = Callable[[str], str]
 
@@ -172,14 +177,6 @@ def checkpoints(env: Env) -> dict[str, str | None]:
     """shard id -> checkpointed sequence number."""
     items = checkpoint_items(env.url, env.config, env.stream)
     return {shard: item.get("sequence_number", {}).get("S") for shard, item in items.items()}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -504,6 +501,24 @@ def test_arguments_are_checked_before_connecting(spark: Any) -> None:
     with pytest.raises(ValueError, match="max_interval"):
         foreach_batch(spark, config, ["s"], lambda df, i: None, max_interval=float("nan"))
     assert records_to_arrow([]).num_rows == 0
+
+
+@needs_spark
+def test_arrow_schema_is_what_spark_expects_for_the_columns() -> None:
+    """A Python data source's Arrow batches must equal Spark's Arrow form of its schema exactly
+    (nullability included): the streaming source yields records_to_arrow() batches for
+    spark_schema(), foreach_batch builds its DataFrames from the same tables."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert SPARK_COLUMNS == COLUMNS == Record._fields == tuple(name for name, _, _ in FIELDS)
+    assert to_arrow_schema(spark_schema(), timezone="UTC").equals(arrow_schema())
+    assert spark_schema().simpleString() == SCHEMA
+    assert (
+        str(arrow_schema().field("approximate_arrival_timestamp").type) == "timestamp[us, tz=UTC]"
+    )
+    record = Record("s", "shardId-0", "1" * 56, 3, "k", b"\x00x", datetime.now(timezone.utc))
+    assert records_to_arrow([record]).schema.equals(arrow_schema())
+    assert records_to_arrow([record]).to_pylist()[0]["sequence_number"] == "1" * 56
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,91 @@
+"""Records as Arrow and as Spark DataFrames: the one conversion both Spark paths use.
+
+:func:`foreach_batch` builds each micro-batch's DataFrame with :func:`records_to_dataframe`; the
+streaming source's executors yield :func:`records_to_arrow` batches from ``read()``. Spark (4.3)
+accepts an Arrow batch from a Python data source only when its schema *equals* the expected one,
+nullability included, so :func:`arrow_schema` is exactly ``to_arrow_schema(spark_schema(),
+timezone="UTC")``: both are derived from :data:`FIELDS` (a test pins the equality).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..models import Record
+from .deps import require_pyarrow, require_spark
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+#: The columns, in order, with their kind and nullability: the fields of :class:`~kinesumer.Record`.
+#: Kinds: ``string`` (Arrow string, Spark string), ``long`` (int64, bigint), ``binary``,
+#: ``timestamp`` (Arrow ``timestamp[us, tz=UTC]``, a Spark timestamp: a UTC instant). Only the
+#: arrival time may be missing (records built by hand); Kinesis always sets it.
+FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("stream", "string", False),
+    ("shard_id", "string", False),
+    ("sequence_number", "string", False),
+    ("sub_sequence_number", "long", False),
+    ("partition_key", "string", False),
+    ("data", "binary", False),
+    ("approximate_arrival_timestamp", "timestamp", True),
+)
+
+#: The DataFrame's column names, in order (a test pins them to :data:`FIELDS`).
+COLUMNS: tuple[str, ...] = Record._fields
+
+
+def arrow_schema() -> pyarrow.Schema:
+    """The Arrow schema of a batch of records (string, string, string, int64, string, binary,
+    ``timestamp[us, tz=UTC]``; non-null but for the arrival time)."""
+    pa = require_pyarrow()
+    types = {
+        "string": pa.string(),
+        "long": pa.int64(),
+        "binary": pa.binary(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    return pa.schema([pa.field(name, types[kind], nullable) for name, kind, nullable in FIELDS])
+
+
+def spark_schema() -> StructType:
+    """The Spark schema of the same columns (string, string, string, bigint, string, binary,
+    timestamp); Arrow batches of :func:`arrow_schema` are what Spark expects for it."""
+    require_spark()
+    from pyspark.sql import types as T
+
+    types: dict[str, Any] = {
+        "string": T.StringType(),
+        "long": T.LongType(),
+        "binary": T.BinaryType(),
+        "timestamp": T.TimestampType(),
+    }
+    return T.StructType(
+        [T.StructField(name, types[kind], nullable) for name, kind, nullable in FIELDS]
+    )
+
+
+def records_to_arrow(records: Sequence[Record]) -> pyarrow.Table:
+    """Records as one Arrow table, column by column (no per-row Python objects on the way to the
+    JVM). Arrival timestamps become UTC instants whatever their tzinfo."""
+    pa = require_pyarrow()
+    schema = arrow_schema()
+    if not records:
+        return schema.empty_table()
+    columns = zip(*records, strict=True)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def records_to_dataframe(spark: SparkSession, records: Sequence[Record]) -> DataFrame:
+    """One DataFrame for ``records``, through Arrow (``spark.createDataFrame(pyarrow.Table)``).
+
+    pyspark 4 ships an Arrow table to the JVM as Arrow record batches (one partition per
+    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows), several times faster than a list
+    of rows, which it would verify, pickle and convert row by row.
+    """
+    require_spark()
+    return spark.createDataFrame(records_to_arrow(records))
