@@ -2,7 +2,8 @@
 
 It drives the same asyncio engine as :class:`~kinesumer.AsyncKinesumer`, on a private event loop
 in a background thread. Records cross threads a GetRecords batch at a time, so the per-record cost
-on the application's thread is a lock and two attribute writes.
+on the application's thread is a lock and two attribute writes. Everything that is not about
+blocking lives in :mod:`.base`.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ from collections.abc import Coroutine, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..config import Config, check_streams
-from ..engine.engine import ConsumerStats, Engine
-from ..engine.hooks import Hook, RebalanceHooks
+from ..config import Config
+from ..engine.hooks import Hook
 from ..errors import ConsumerClosedError
 from ..models import Record
+from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, SUBSCRIBE, BaseKinesumer, shared_doc
 
 T = TypeVar("T")
 
 
-class Kinesumer:
+class Kinesumer(BaseKinesumer):
     """A member of a consumer group, for ordinary (blocking) Python.
 
     ::
@@ -31,8 +32,9 @@ class Kinesumer:
             for record in consumer.consume(["orders", "payments"]):
                 handle(record)
 
-    With ``auto_commit=True`` (the default) a record counts as processed when the loop asks for
-    the next one; with ``auto_commit=False`` when the application calls :meth:`commit`.
+    When a record counts as processed, and the hooks: see
+    :class:`~kinesumer.consumer.base.BaseKinesumer`. :meth:`close` also stops the background
+    thread.
     """
 
     def __init__(
@@ -42,19 +44,17 @@ class Kinesumer:
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
     ) -> None:
-        if not isinstance(config, Config):
-            raise TypeError(f"Kinesumer needs a kinesumer.Config, got {type(config).__name__}")
-        self._engine = Engine(config, RebalanceHooks(on_assigned, on_revoked))
+        super().__init__(config, on_assigned=on_assigned, on_revoked=on_revoked)
+        # The engine's event loop and its thread, started by the first call that needs them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._consumer_thread: int | None = None
         self._lock = threading.Lock()
 
-    @property
-    def client_id(self) -> str:
-        return self._engine.client_id
+    def _here(self) -> object:
+        return threading.get_ident()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop (started on first use) and wait for its result."""
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -68,16 +68,14 @@ class Kinesumer:
                 raise ConsumerClosedError("this consumer was closed; create a new one")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    @shared_doc(CONSUME)
     def consume(self, streams: Iterable[str]) -> Iterator[Record]:
-        """Join the group (or change streams), then yield records from this member's shards
-        until :meth:`close`. Errors from the engine are raised here, in the caller's thread."""
-        names = check_streams(streams)
-        engine = self._engine
-        self._run(engine.start(names))
+        names = self._stream_names(streams)
+        self._run(self._engine.start(names))
         return self._records()
 
     def _records(self) -> Iterator[Record]:
-        self._consumer_thread = threading.get_ident()
+        self._iterating_here()
         cursor = self._engine.cursor
         next_batch = self._engine.next_batch
         while True:
@@ -91,51 +89,31 @@ class Kinesumer:
                 continue
             yield record
 
+    @shared_doc(SUBSCRIBE)
     def subscribe(self, streams: Iterable[str]) -> None:
-        """Join the group for ``streams`` (or change them) without iterating: for :meth:`poll`."""
-        self._run(self._engine.start(check_streams(streams)))
+        self._run(self._engine.start(self._stream_names(streams)))
 
+    @shared_doc(POLL)
     def poll(self, max_records: int = 1000, timeout: float = 1.0) -> list[Record]:
-        """Up to ``max_records`` records from this member's shards, waiting at most ``timeout``
-        seconds; after :meth:`subscribe`. In auto-commit mode a poll's records count as processed
-        at the next poll; otherwise at :meth:`commit`."""
-        if not self._engine.started:
-            raise RuntimeError("call subscribe(streams) before poll()")
-        self._consumer_thread = threading.get_ident()
+        self._check_subscribed()
+        self._iterating_here()
         return self._run(self._engine.poll(max_records, timeout))
 
+    @shared_doc(COMMIT)
     def commit(self) -> None:
-        """Mark every record delivered so far as processed and write the checkpoints now."""
         self._run(self._engine.commit())
 
+    @shared_doc(REFRESH)
     def refresh(self, streams: Iterable[str]) -> None:
-        """Consume a different set of streams from now on."""
-        self._run(self._engine.start(check_streams(streams)))
+        self._run(self._engine.start(self._stream_names(streams)))
 
-    def lag(self) -> dict[tuple[str, str], int | None]:
-        """``(stream, shard_id)`` -> MillisBehindLatest of each shard this member reads."""
-        return self._engine.lag()
-
-    def stats(self) -> ConsumerStats:
-        return self._engine.snapshot()
-
+    @shared_doc(CLOSE)
     def close(self, *, discard: bool = False) -> None:
-        """Hand every shard off gracefully, leave the group and stop the background thread.
-
-        Called from the thread that iterates (in auto-commit mode), the record it holds counts
-        as processed; from another thread, the handoff waits up to ``handoff_timeout`` for it.
-        With ``discard=True`` (the application failed on what it holds) only what was processed
-        or committed is checkpointed and nothing is waited for; the rest is delivered again.
-        """
-        same_thread = self._consumer_thread == threading.get_ident()
-        self._close(same_thread and self._engine.config.auto_commit, discard)
-
-    def _close(self, in_hand_done: bool, discard: bool = False) -> None:
         if self._loop is None or self._loop.is_closed():
             self._engine.closed = True
             return
         try:
-            self._run(self._engine.close(in_hand_done, discard))
+            self._run(self._engine.close(self._in_hand_done(), discard))
         finally:
             loop, thread = self._loop, self._thread
             if thread is not None and thread.is_alive():
