@@ -1,0 +1,297 @@
+"""Item codecs: how every item of the state table is encoded, decoded and conditionally written.
+
+One place for the item layout (as the KCL's ``LeaseSerializer``), used by every writer: the
+store, the heartbeat thread and the command line. Items, for app ``A`` (keys from
+:mod:`..schema`):
+
+- client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``expires_at`` (TTL, s), host, pid,
+  version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``.
+- shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``body``, ``chunks``; the body
+  chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
+- checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
+  56 digits, beyond DynamoDB numbers), ``sub_sequence_number``, ``owner``, ``lease``,
+  ``finished``, ``last_update``.
+
+Writes are returned as the keyword arguments of the DynamoDB call (``UpdateExpression``,
+``ConditionExpression``, names and values), so their conditions are written once, here.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from ..._version import __version__
+from ...errors import CorruptStateError
+from ...models import Checkpoint, ClientInfo, Position
+from ..schema import (
+    PARTITION_KEY,
+    SORT_KEY,
+    checkpoint_pk,
+    client_pk,
+    item_size,
+    shard_cache_pk,
+    value_size,
+)
+
+#: A heartbeat rewrites the client item every ``heartbeat_interval``: within 1 KB it costs one
+#: write unit, however many shards the member reads. The per-shard lag in it is for
+#: ``kinesumer status``; past the budget the shards furthest behind are kept, and
+#: ``owned_count`` says how many the member reads in all.
+CLIENT_ITEM_BUDGET = 1024
+
+#: Longest sequence number a checkpoint may hold (Kinesis's are ~56 digits; more is corruption).
+MAX_SEQUENCE_DIGITS = 128
+
+_NAMES = {
+    "#owner": "owner",
+    "#lease": "lease",
+    "#lu": "last_update",
+    "#seq": "sequence_number",
+    "#sub": "sub_sequence_number",
+    "#fin": "finished",
+}
+
+
+def now_ms() -> int:
+    """The ``last_update`` clock: epoch milliseconds."""
+    return int(time.time() * 1000)
+
+
+def item_key(pk: str, sk: str) -> dict[str, Any]:
+    return {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
+
+
+# -- client items -----------------------------------------------------------------------------
+def client_key(app: str, client_id: str) -> dict[str, Any]:
+    return item_key(client_pk(app), client_id)
+
+
+def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any]:
+    """The client item a heartbeat writes (the engine's store and the heartbeat thread's boto3
+    client both write this)."""
+    item = {
+        **client_key(app, client.client_id),
+        "last_update": {"N": str(client.last_update_ms)},
+        "expires_at": {"N": str(client.last_update_ms // 1000 + ttl_seconds)},
+        "host": {"S": client.host or socket.gethostname()},
+        "pid": {"N": str(client.pid)},
+        "version": {"S": client.version or __version__},
+        "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
+        "owned_count": {"N": str(len(client.owned))},
+    }
+    room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
+    kept: dict[str, Any] = {}
+    for key, lag in sorted(client.owned.items(), key=lambda kv: (-kv[1], kv[0])):
+        value = {"N": str(lag)}
+        cost = len(key.encode()) + value_size(value) + 1
+        if cost > room:
+            break
+        kept[key] = value
+        room -= cost
+    item["owned"] = {"M": dict(sorted(kept.items()))}
+    return item
+
+
+def decode_client(item: dict[str, Any]) -> ClientInfo:
+    return ClientInfo(
+        client_id=item[SORT_KEY]["S"],
+        last_update_ms=int(item.get("last_update", {}).get("N", "0")),
+        streams=frozenset(s["S"] for s in item.get("streams", {}).get("L", [])),
+        host=item.get("host", {}).get("S", ""),
+        pid=int(item.get("pid", {}).get("N", "0")),
+        version=item.get("version", {}).get("S", ""),
+        owned={k: int(v["N"]) for k, v in item.get("owned", {}).get("M", {}).items()},
+        owned_count=int(item.get("owned_count", {}).get("N", "-1")),
+    )
+
+
+def prune_condition(client: ClientInfo) -> dict[str, Any]:
+    """Delete a dead client only if it did not heartbeat since it was read (it may revive)."""
+    return {
+        "ConditionExpression": "#lu = :seen",
+        "ExpressionAttributeNames": {"#lu": "last_update"},
+        "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
+    }
+
+
+# -- shard cache items ------------------------------------------------------------------------
+def shard_cache_key(app: str, sk: str) -> dict[str, Any]:
+    return item_key(shard_cache_pk(app), sk)
+
+
+def chunk_item(app: str, body_key: str, index: int, data: bytes) -> dict[str, Any]:
+    return {**shard_cache_key(app, f"{body_key}#{index}"), "data": {"B": data}}
+
+
+def shard_cache_head(
+    app: str, stream: str, *, digest: str, body_key: str, chunks: int, shard_count: int
+) -> dict[str, Any]:
+    return {
+        **shard_cache_key(app, stream),
+        "digest": {"S": digest},
+        "body": {"S": body_key},
+        "chunks": {"N": str(chunks)},
+        "last_update": {"N": str(now_ms())},
+        "shard_count": {"N": str(shard_count)},
+    }
+
+
+def decode_head(item: dict[str, Any]) -> tuple[str, int]:
+    """(body key, chunk count) of a shard cache head."""
+    return item["body"]["S"], int(item["chunks"]["N"])
+
+
+def head_condition(expected_digest: str | None) -> dict[str, Any]:
+    """Replace the head only if it still has the digest the writer read (None: no head yet)."""
+    if expected_digest is None:
+        return {"ConditionExpression": "attribute_not_exists(pk)"}
+    return {
+        "ConditionExpression": "digest = :expected",
+        "ExpressionAttributeValues": {":expected": {"S": expected_digest}},
+    }
+
+
+# -- checkpoint items -------------------------------------------------------------------------
+def checkpoint_key(app: str, stream: str, shard_id: str) -> dict[str, Any]:
+    return item_key(checkpoint_pk(app, stream), shard_id)
+
+
+def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoint:
+    """A checkpoint item; :class:`CorruptStateError` (saying how to fix it) if it cannot be."""
+    shard_id = item[SORT_KEY]["S"]
+    try:
+        sequence = item["sequence_number"]["S"] if "sequence_number" in item else None
+        if sequence is not None and (not sequence.isdigit() or len(sequence) > MAX_SEQUENCE_DIGITS):
+            raise ValueError(f"sequence_number {sequence[:80]!r} is not a decimal number")
+        return Checkpoint(
+            stream=stream,
+            shard_id=shard_id,
+            sequence_number=sequence,
+            sub_sequence_number=int(item.get("sub_sequence_number", {}).get("N", "0")),
+            owner=item["owner"]["S"] if "owner" in item else None,
+            lease=int(item.get("lease", {}).get("N", "0")),
+            finished=bool(item.get("finished", {}).get("BOOL", False)),
+            last_update_ms=int(item.get("last_update", {}).get("N", "0")),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CorruptStateError(
+            f"checkpoint of {stream}/{shard_id} in table {table!r} is corrupt ({exc}); "
+            f"fix it with `kinesumer checkpoints set` or delete it to restart the shard from "
+            f"the initial position"
+        ) from exc
+
+
+def claim_update(client_id: str, seen: Checkpoint | None) -> dict[str, Any]:
+    """Take the shard as ``client_id`` with the next lease, if the item is still as ``seen``
+    (absent; unowned at the same lease; or held by the same owner at the same lease)."""
+    values: dict[str, Any] = {
+        ":me": {"S": client_id},
+        ":now": {"N": str(now_ms())},
+        ":next": {"N": str((seen.lease if seen else 0) + 1)},
+    }
+    if seen is None:
+        condition = "attribute_not_exists(pk)"
+    elif seen.owner is None:
+        condition = "attribute_not_exists(#owner) AND #lease = :lease"
+        values[":lease"] = {"N": str(seen.lease)}
+    else:
+        condition = "#owner = :seen AND #lease = :lease"
+        values[":lease"] = {"N": str(seen.lease)}
+        values[":seen"] = {"S": seen.owner}
+    return {
+        "UpdateExpression": "SET #owner = :me, #lease = :next, #lu = :now",
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": _names_in(condition, "#owner", "#lease", "#lu"),
+        "ExpressionAttributeValues": values,
+    }
+
+
+def checkpoint_update(
+    checkpoint: Checkpoint, position: Position | None, *, finished: bool, release: bool
+) -> dict[str, Any]:
+    """The owner's checkpoint write, fenced: only while it still holds ``checkpoint``'s owner
+    and lease. ``release`` also gives the shard up (owner removed, lease kept)."""
+    sets = ["#lu = :now"]
+    values: dict[str, Any] = {
+        ":me": {"S": checkpoint.owner or ""},
+        ":lease": {"N": str(checkpoint.lease)},
+        ":now": {"N": str(now_ms())},
+    }
+    if position is not None:
+        sets += ["#seq = :seq", "#sub = :sub"]
+        values[":seq"] = {"S": position.sequence_number}
+        values[":sub"] = {"N": str(position.sub_sequence_number)}
+    if finished:
+        sets.append("#fin = :fin")
+        values[":fin"] = {"BOOL": True}
+    expression = "SET " + ", ".join(sets) + (" REMOVE #owner" if release else "")
+    condition = "#owner = :me AND #lease = :lease"
+    return {
+        "UpdateExpression": expression,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": _names_in(expression + condition),
+        "ExpressionAttributeValues": values,
+    }
+
+
+def new_checkpoint_item(
+    app: str, stream: str, shard_id: str, position: Position | None
+) -> dict[str, Any]:
+    """A checkpoint an operator writes where there was none: lease 1, no owner (put it with
+    :data:`ABSENT`)."""
+    item: dict[str, Any] = {
+        **checkpoint_key(app, stream, shard_id),
+        "lease": {"N": "1"},
+        "last_update": {"N": str(now_ms())},
+    }
+    if position is not None:
+        item["sequence_number"] = {"S": position.sequence_number}
+        item["sub_sequence_number"] = {"N": str(position.sub_sequence_number)}
+    return item
+
+
+#: The condition of a put that creates an item: none with its key exists yet.
+ABSENT: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+
+
+def move_update(seen: Checkpoint, position: Position | None) -> dict[str, Any]:
+    """An operator's move of a checkpoint to ``position`` (None: remove the position), if the
+    item is still as ``seen``: it bumps the lease and removes the owner and ``finished``, as if
+    the shard had been released and claimed again. A member still holding the old lease has its
+    next checkpoint write refused (it cannot overwrite the new position) and drops the shard."""
+    values: dict[str, Any] = {
+        ":lease": {"N": str(seen.lease)},
+        ":next": {"N": str(seen.lease + 1)},
+        ":now": {"N": str(now_ms())},
+    }
+    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin"]
+    if position is not None:
+        sets += ["#seq = :seq", "#sub = :sub"]
+        values[":seq"] = {"S": position.sequence_number}
+        values[":sub"] = {"N": str(position.sub_sequence_number)}
+    else:
+        removes += ["#seq", "#sub"]
+    # Items written before leases existed have none: lease 0 matches them too.
+    lease = "#lease = :lease"
+    if not seen.lease:
+        lease = "(attribute_not_exists(#lease) OR #lease = :lease)"
+    if seen.owner is None:
+        owner = "attribute_not_exists(#owner)"
+    else:
+        owner = "#owner = :owner"
+        values[":owner"] = {"S": seen.owner}
+    return {
+        "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+        "ConditionExpression": f"attribute_exists(pk) AND {lease} AND {owner}",
+        "ExpressionAttributeNames": dict(_NAMES),
+        "ExpressionAttributeValues": values,
+    }
+
+
+def _names_in(expression: str, *extra: str) -> dict[str, str]:
+    """ExpressionAttributeNames for the placeholders an expression uses (DynamoDB rejects unused
+    ones). ``owner`` is a reserved word, hence placeholders throughout."""
+    used = set(extra) | {n for n in _NAMES if n in expression}
+    return {n: _NAMES[n] for n in sorted(used)}
