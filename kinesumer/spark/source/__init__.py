@@ -1,0 +1,33 @@
+"""The Structured Streaming source ``spark.readStream.format("kinesumer")``.
+
+Modules: :mod:`.datasource` (the data source, its reader, :func:`read_stream`), :mod:`.options`
+(Spark options -> Config), :mod:`.offsets` (the offset JSON), :mod:`.planner` (the driver side:
+a group member planning micro-batches), :mod:`.partition` (what an executor task gets),
+:mod:`.executor` (GetRecords -> Arrow on executors), :mod:`.ledger` (per-batch ranges in the
+state table), :mod:`.driverio` (the planner's own AWS calls), :mod:`.compat` (pyspark 4.2+).
+"""
+
+from .compat import HAVE_SOURCE_API, REQUIRED_PYSPARK
+from .datasource import (
+    SCHEMA,
+    KinesumerDataSource,
+    KinesumerStreamReader,
+    option_strings,
+    read_stream,
+)
+from .executor import ReplayMismatchError
+from .options import SOURCE_DEFAULTS, SourceOptions, parse_options
+
+__all__ = [
+    "HAVE_SOURCE_API",
+    "REQUIRED_PYSPARK",
+    "SCHEMA",
+    "SOURCE_DEFAULTS",
+    "KinesumerDataSource",
+    "KinesumerStreamReader",
+    "ReplayMismatchError",
+    "SourceOptions",
+    "option_strings",
+    "parse_options",
+    "read_stream",
+]

@@ -1,0 +1,158 @@
+"""``spark.readStream.format("kinesumer")``: the data source, its stream reader, and
+:func:`read_stream`, which builds one from a :class:`~kinesumer.Config`.
+
+::
+
+    from kinesumer.spark import KinesumerDataSource
+    spark.dataSource.register(KinesumerDataSource)
+    df = (spark.readStream.format("kinesumer")
+            .option("app", "orders-etl").option("dynamodb_table", "kinesumer-state")
+            .option("streams", "orders,payments").option("region", "eu-west-1")
+            .load())
+
+The reader delegates planning to :class:`~.planner.Planner` (driver side, a group member) and
+reading to :func:`~.executor.read_partition` (executors). Options are checked in ``schema()``,
+which Spark calls at ``load()``: a bad option, a missing table or stream fails there with the
+library's named error in the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ...aws import AwsClients, RetryStats
+from ...config import Config
+from ...kinesis import KinesisReader
+from ...statestore import DynamoDBStateStore
+from .compat import (
+    DataSource,
+    DataSourceStreamReader,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    require_source_api,
+)
+from .executor import read_partition
+from .options import SourceOptions, parse_options, to_options
+from .partition import ShardPartition
+from .planner import Planner
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The source's columns (those of :class:`~kinesumer.Record`, as foreach_batch has them).
+SCHEMA = (
+    "stream string, shard_id string, sequence_number string, sub_sequence_number bigint, "
+    "partition_key string, data binary, approximate_arrival_timestamp timestamp"
+)
+
+
+class KinesumerDataSource(DataSource):
+    """The ``kinesumer`` format: options as in :mod:`.options`, columns as :data:`SCHEMA`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesumer"
+
+    def schema(self) -> str:
+        # Called once, at load(): the place to fail early, with the option's name.
+        check_resources(self._parsed())
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> KinesumerStreamReader:
+        return KinesumerStreamReader(self._parsed())
+
+    def _parsed(self) -> SourceOptions:
+        require_source_api()
+        return parse_options(self.options)
+
+
+class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's calls, handed to the planner (driver side) or the executor module."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._planner = Planner(options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for executors before it joins anything: ship the options only.
+        return {"options": self._planner.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._planner = Planner(state["options"])
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._planner.initial_offset()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self._planner.latest_offset(start, max_rows)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        bound = self._planner.options.max_records_per_trigger
+        return ReadMaxRows(bound) if bound else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._planner.report_latest()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._planner.prepare_available_now()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
+        return self._planner.partitions(end)
+
+    def read(self, partition: ShardPartition) -> Iterator[Any]:  # type: ignore[override]
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._planner.commit(end)
+
+    def stop(self) -> None:
+        self._planner.close()
+
+
+def check_resources(options: SourceOptions) -> None:
+    """The state table and every stream exist (else the library's named errors)."""
+
+    async def check() -> None:
+        stats = RetryStats()
+        clients = AwsClients(options.config, stats)
+        await clients.open()
+        try:
+            config = options.config
+            await DynamoDBStateStore(
+                clients.dynamodb, config.dynamodb_table, config.app, stats
+            ).check()
+            reader = KinesisReader(clients.kinesis, stats, config.effective_kinesis_region)
+            for stream in options.streams:
+                await reader.check_stream(stream)
+        finally:
+            await clients.close()
+
+    asyncio.run(check())
+
+
+def read_stream(
+    spark: SparkSession, config: Config, streams: Iterable[str], **options: Any
+) -> DataFrame:
+    """``spark.readStream.format("kinesumer")`` for ``config`` and ``streams``, checked here.
+
+    ``options`` are the source's own (``max_records_per_trigger=...``, ``idle_poll_interval=...``).
+    Raises :class:`~kinesumer.ConfigError`, :class:`~kinesumer.StreamNotFoundError` or
+    :class:`~kinesumer.StateTableNotFoundError` in the caller's process, before Spark starts.
+    Registers :class:`KinesumerDataSource` with the session.
+    """
+    require_source_api()
+    strings = to_options(config, tuple(streams), **options)
+    check_resources(parse_options(strings))
+    spark.dataSource.register(KinesumerDataSource)
+    reader = spark.readStream.format("kinesumer").options(**strings)
+    frame: DataFrame = reader.load()
+    return frame
+
+
+def option_strings(config: Config, streams: Iterable[str], **options: Any) -> Mapping[str, str]:
+    """The ``.option(...)`` strings for ``config``, ``streams`` and source ``options``."""
+    return to_options(config, tuple(streams), **options)

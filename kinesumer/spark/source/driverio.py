@@ -1,0 +1,89 @@
+"""The driver side's own AWS calls: ledger reads and clean-up, and idle probes.
+
+The planner's methods are plain blocking calls from Spark's long-lived source worker; the
+library's clients are asyncio ones. :class:`DriverIO` runs one event loop on a daemon thread,
+opens the clients there once, and runs each call on it. The group member
+(:class:`~kinesumer.engine.external.ExternalReadMember`) keeps its own loop and clients.
+
+A probe is how an idle query finds new records without planning empty batches: for each shard
+(every one caught up), one GetShardIterator plus one GetRecords of two records at most, from
+where the next batch would start. Its records are dropped unseen: only "is there any?" leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from ...aws import AwsClients, RetryStats
+from ...config import Config
+from ...kinesis import KinesisReader
+from .ledger import Ledger, LedgerEntry
+from .offsets import Start
+
+T = TypeVar("T")
+
+
+class DriverIO:
+    """Clients and a loop thread for the planner; :meth:`close` ends both (idempotent)."""
+
+    def __init__(self, config: Config, query: str, ledger_ttl: int) -> None:
+        self._config = config
+        self._stats = RetryStats()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kinesumer-spark-io", daemon=True
+        )
+        self._thread.start()
+        self._clients = AwsClients(config, self._stats)
+        self._run(self._clients.open())
+        self.ledger = Ledger(
+            self._clients.dynamodb,
+            config.dynamodb_table,
+            config.app,
+            query,
+            self._stats,
+            ledger_ttl,
+        )
+        self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
+        self._closed = False
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        return future.result()
+
+    def batch(self, batch: int) -> dict[tuple[str, str], LedgerEntry]:
+        return self._run(self.ledger.batch(batch))
+
+    def delete_before(self, batch: int) -> int:
+        return self._run(self.ledger.delete_before(batch))
+
+    def any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
+        """Whether any shard holds a record past its start (probes run concurrently)."""
+        return bool(starts) and self._run(self._any_new(starts))
+
+    async def _any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
+        found = await asyncio.gather(*(self._probe(k, s) for k, s in starts.items()))
+        return any(found)
+
+    async def _probe(self, key: tuple[str, str], start: Start) -> bool:
+        stream, shard_id = key
+        reader = self._reader
+        iterator = await reader.shard_iterator(stream, shard_id, start.after, start.initial)  # type: ignore[arg-type]
+        # Two records: an iterator AT the start's sequence number returns that record first
+        # (it is skipped as already read); a second one is new.
+        batch = await reader.get_records(stream, shard_id, iterator, 2, start.after)
+        return bool(batch.records) or bool(batch.millis_behind) or batch.next_iterator is None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._clients.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)

@@ -1,0 +1,236 @@
+"""``read(partition)`` on an executor: GetRecords for one shard of one batch, as Arrow.
+
+Runs in executor Python workers, with the library's own reader (:class:`KinesisReader`: retries,
+KPL unpacking, epoch timestamps) inside ``asyncio.run``. The ledger decides the range:
+
+1. The (batch, shard) item exists: a replay (task retry, speculative copy, restart). Read from
+   the start up to and including the recorded end: exactly the recorded records, or
+   :class:`ReplayMismatchError` if the stream no longer holds them (trimmed, re-created).
+2. It does not: read from the start until the partition's record limit, the shard's tip
+   (an empty answer with nothing behind), SHARD_END or ``max_read_seconds``; then write the item
+   conditionally. If another attempt won meanwhile, return exactly *its* range instead.
+
+Records are handed to Spark only after the ledger holds their range, so no attempt ever yields
+what a concurrent attempt might not agree on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...aws import AwsClients, RetryStats
+from ...errors import KinesumerError
+from ...kinesis import KinesisReader
+from ...kinesis.reader import IteratorExpired
+from ...models import Position, Record
+from .ledger import Ledger, LedgerEntry
+from .offsets import Start
+from .partition import ShardPartition
+
+log = logging.getLogger("kinesumer.spark.source")
+
+#: Rows per Arrow record batch handed to Spark.
+ARROW_BATCH_ROWS = 10_000
+
+
+class ReplayMismatchError(KinesumerError):
+    """A replayed batch could not read the records its ledger recorded (trimmed by retention,
+    or the stream was re-created): the batch cannot be reproduced exactly."""
+
+
+class InjectedReadFailure(RuntimeError):
+    """TEST ONLY: raised once per (batch, shard) when ``test_fail_first_read_dir`` is set."""
+
+
+def read_partition(partition: ShardPartition) -> Iterator[Any]:
+    """The partition's records as ``pyarrow.RecordBatch``es in Spark's exact schema."""
+    import pyarrow as pa
+
+    records = asyncio.run(read_records(partition))
+    schema = arrow_schema(pa)
+    for start in range(0, len(records), ARROW_BATCH_ROWS):
+        chunk = records[start : start + ARROW_BATCH_ROWS]
+        columns = list(zip(*chunk, strict=True))
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def arrow_schema(pa: Any) -> Any:
+    """Spark's schema of the source (:data:`~.datasource.SCHEMA`) as Arrow: every field
+    nullable, timestamps in microseconds UTC, as pyspark's ``to_arrow_schema`` makes it."""
+    return pa.schema(
+        [
+            ("stream", pa.string()),
+            ("shard_id", pa.string()),
+            ("sequence_number", pa.string()),
+            ("sub_sequence_number", pa.int64()),
+            ("partition_key", pa.string()),
+            ("data", pa.binary()),
+            ("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+
+async def read_records(p: ShardPartition) -> list[Record]:
+    stats = RetryStats()
+    clients = AwsClients(p.config, stats)
+    await clients.open()
+    try:
+        ledger = Ledger(
+            clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl
+        )
+        shard = _ShardReader(KinesisReader(clients.kinesis, stats, p.config.region), p)
+        entry = await ledger.get(p.batch, p.stream, p.shard_id)
+        if entry is not None:
+            log.info("%s: replay of %d records", p.describe(), entry.count)
+            return await shard.replay(entry)
+        records, entry = await shard.read_new()
+        held = await ledger.record(entry)
+        _maybe_fail(p)
+        if held != entry:
+            log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
+            return await shard.replay(held)
+        log.info("%s: %d records%s", p.describe(), len(records), _how(entry))
+        return records
+    finally:
+        await clients.close()
+
+
+def _how(entry: LedgerEntry) -> str:
+    if entry.shard_end:
+        return ", SHARD_END"
+    return ", caught up" if entry.caught_up else ""
+
+
+def _maybe_fail(p: ShardPartition) -> None:
+    """TEST ONLY seam: fail the first attempt of (batch, shard) once, after its ledger write."""
+    if not p.fail_first_read_dir:
+        return
+    marker = Path(p.fail_first_read_dir) / f"{p.query}-{p.batch}-{p.stream}-{p.shard_id}"
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    raise InjectedReadFailure(f"test seam: first read of {p.describe()} fails once")
+
+
+def _position(record: Record) -> tuple[int, int]:
+    return int(record.sequence_number), record.sub_sequence_number
+
+
+class _ShardReader:
+    """GetRecords on one shard for one partition, paced at ``scan_interval``."""
+
+    def __init__(self, reader: KinesisReader, p: ShardPartition) -> None:
+        self._reader = reader
+        self._p = p
+        self._next_call = 0.0
+
+    async def _iterator(self, start: Start, after: Position | None) -> str:
+        return await self._reader.shard_iterator(
+            self._p.stream,
+            self._p.shard_id,
+            after,
+            start.initial,  # type: ignore[arg-type]
+        )
+
+    async def _records(self, deadline: float) -> Any:
+        """Yield GetRecords answers from the partition's start (an async generator)."""
+        p = self._p
+        after = p.start.after
+        iterator = await self._iterator(p.start, after)
+        skip = last = after
+        loop = asyncio.get_running_loop()
+        while True:
+            delay = self._next_call - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._next_call = loop.time() + p.config.scan_interval
+            try:
+                batch = await self._reader.get_records(
+                    p.stream, p.shard_id, iterator, p.config.scan_limit, skip
+                )
+            except IteratorExpired:
+                # Resume after the last record read (AT it, skipping through it).
+                iterator = await self._iterator(p.start, last)
+                skip = last
+                continue
+            if batch.raw_count:
+                skip = None  # the resume point has been passed
+            if batch.records:
+                tail = batch.records[-1]
+                last = Position(tail.sequence_number, tail.sub_sequence_number)
+            yield batch
+            if batch.next_iterator is None or time.monotonic() >= deadline:
+                return
+            iterator = batch.next_iterator
+
+    async def read_new(self) -> tuple[list[Record], LedgerEntry]:
+        p = self._p
+        out: list[Record] = []
+        caught_up = shard_end = False
+        deadline = time.monotonic() + p.max_read_seconds
+        async for batch in self._records(deadline):
+            out.extend(batch.records)
+            if len(out) > p.limit:
+                del out[p.limit :]  # the rest of this answer belongs to the next batch
+                break
+            if batch.next_iterator is None:
+                shard_end = True
+                break
+            if len(out) == p.limit:
+                break
+            if batch.raw_count == 0 and not batch.millis_behind:
+                caught_up = True
+                break
+        arrivals = [r.approximate_arrival_timestamp for r in out]
+        last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
+        end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None
+        entry = LedgerEntry(
+            batch=p.batch,
+            stream=p.stream,
+            shard_id=p.shard_id,
+            end=end,
+            count=len(out),
+            caught_up=caught_up,
+            shard_end=shard_end,
+            last_arrival_ms=last_arrival,
+            owner=p.owner,
+            lease=p.start.lease,
+        )
+        return out, entry
+
+    async def replay(self, entry: LedgerEntry) -> list[Record]:
+        """Exactly the ``entry.count`` records from the start through ``entry.end``."""
+        p = self._p
+        if entry.end is None or entry.count == 0:
+            return []
+        end = (int(entry.end.sequence_number), entry.end.sub_sequence_number)
+        out: list[Record] = []
+        deadline = time.monotonic() + max(60.0, 3 * p.max_read_seconds)
+        reached = False
+        async for batch in self._records(deadline):
+            for record in batch.records:
+                if _position(record) > end:
+                    break
+                out.append(record)
+            if (out and _position(out[-1]) >= end) or len(out) >= entry.count:
+                reached = True
+                break
+            if batch.records and _position(batch.records[-1]) > end:
+                break
+        if not reached or len(out) != entry.count or _position(out[-1]) != end:
+            raise ReplayMismatchError(
+                f"{p.describe()}: the ledger recorded {entry.count} records ending at "
+                f"{entry.end.sequence_number}/{entry.end.sub_sequence_number}, but the shard now "
+                f"gives {len(out)} records to that point: trimmed by retention, or the stream "
+                f"was re-created; the batch cannot be replayed exactly"
+            )
+        return out

@@ -1,0 +1,127 @@
+"""The source's offset: which batch, where each of its shards starts, and the per-shard limits.
+
+Spark stores offsets as JSON in ``<checkpointLocation>/offsets/<batch>``; this module is their
+codec. Kinesis has no high-water mark, so an offset does not say where a batch *ends*: it names
+batch ``b`` and each shard's **start**; executors read from there up to the shard's limit and
+record where they stopped in the ledger (:mod:`.ledger`), from which the next offset is formed::
+
+    {"v": 1, "query": "<ledger id>", "batch": 7, "owner": "<client id>",
+     "shards": {"orders/shardId-000": {"after": "4960...", "sub": 0, "lease": 3},
+                "orders/shardId-001": {"at": "TRIM_HORIZON", "lease": 1},
+                "orders/shardId-002": {"at_timestamp": 1767225600000, "lease": 2}},
+     "limits": {"orders/shardId-000": 2500, ...}}
+
+``query`` is made once per Spark checkpoint (by ``initialOffset``) and travels in every offset,
+so a restart finds the same ledger. Sequence numbers stay strings (up to 56 digits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ...errors import CorruptStateError
+from ...models import Position
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a shard's reading starts in a batch: after a position, or at an iterator type."""
+
+    after: Position | None = None
+    at: str | None = None  # "TRIM_HORIZON" | "LATEST"
+    at_timestamp_ms: int | None = None
+    lease: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any]
+        if self.after is not None:
+            out = {"after": self.after.sequence_number, "sub": self.after.sub_sequence_number}
+        elif self.at_timestamp_ms is not None:
+            out = {"at_timestamp": self.at_timestamp_ms}
+        else:
+            out = {"at": self.at or "TRIM_HORIZON"}
+        out["lease"] = self.lease
+        return out
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Start:
+        lease = int(value.get("lease", 0))
+        if "after" in value:
+            return cls(after=Position(str(value["after"]), int(value.get("sub", 0))), lease=lease)
+        if "at_timestamp" in value:
+            return cls(at_timestamp_ms=int(value["at_timestamp"]), lease=lease)
+        at = value.get("at")
+        if at not in ("TRIM_HORIZON", "LATEST"):
+            raise CorruptStateError(f"kinesumer offset: unknown start {value!r}")
+        return cls(at=at, lease=lease)
+
+    @property
+    def initial(self) -> str | datetime:
+        """The iterator type for :meth:`KinesisReader.shard_iterator` when ``after`` is None."""
+        if self.at_timestamp_ms is not None:
+            return datetime.fromtimestamp(self.at_timestamp_ms / 1000, timezone.utc)
+        return self.at or "TRIM_HORIZON"
+
+    def describe(self) -> str:
+        if self.after is not None:
+            return f"after {self.after.sequence_number}/{self.after.sub_sequence_number}"
+        if self.at_timestamp_ms is not None:
+            return f"at {self.initial}"
+        return f"at {self.at}"
+
+
+def shard_name(stream: str, shard_id: str) -> str:
+    return f"{stream}/{shard_id}"
+
+
+def shard_key(name: str) -> tuple[str, str]:
+    stream, _, shard_id = name.partition("/")
+    return stream, shard_id
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One offset of the source (see the module docstring)."""
+
+    query: str
+    batch: int
+    owner: str = ""
+    shards: dict[tuple[str, str], Start] = field(default_factory=dict)
+    limits: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "query": self.query,
+            "batch": self.batch,
+            "owner": self.owner,
+            "shards": {shard_name(*k): s.to_json() for k, s in sorted(self.shards.items())},
+            "limits": {shard_name(*k): n for k, n in sorted(self.limits.items())},
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> SourceOffset:
+        if not isinstance(value, dict) or value.get("v") != VERSION or "query" not in value:
+            raise CorruptStateError(
+                f"not a kinesumer source offset (version {VERSION}): {str(value)[:200]}; was the "
+                f"checkpoint folder written by another source?"
+            )
+        return cls(
+            query=str(value["query"]),
+            batch=int(value["batch"]),
+            owner=str(value.get("owner", "")),
+            shards={shard_key(k): Start.from_json(v) for k, v in value["shards"].items()},
+            limits={shard_key(k): int(v) for k, v in value.get("limits", {}).items()},
+        )
+
+
+def sequence_after(a: Position, b: Position) -> bool:
+    """Whether ``a`` lies after ``b`` (sequence numbers compared as integers, then sub)."""
+    return (int(a.sequence_number), a.sub_sequence_number) > (
+        int(b.sequence_number),
+        b.sub_sequence_number,
+    )

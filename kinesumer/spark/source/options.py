@@ -1,0 +1,178 @@
+"""Spark options -> :class:`~kinesumer.Config` plus the source's own settings, checked by name.
+
+Spark hands a data source its options as a case-insensitive mapping of strings. Every
+:class:`~kinesumer.Config` field is an option under its own name (``app``, ``dynamodb_table``,
+``region``, ``scan_interval``, ``initial_position`` ...); ``streams`` is a comma-separated list;
+the source adds the options of :data:`SOURCE_DEFAULTS`. A missing, unknown or malformed option
+raises :class:`~kinesumer.ConfigError` naming it, from ``load()`` / ``start()``, before any
+worker connects anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ...config import Config, check_streams
+from ...errors import ConfigError
+
+#: The source's own options and their defaults (documented in the README's Spark section).
+SOURCE_DEFAULTS: dict[str, Any] = {
+    # Admission control: records per micro-batch across the query's shards (None: no bound
+    # beyond max_records_per_shard). Also Spark's ReadMaxRows when the query gives one.
+    "max_records_per_trigger": None,
+    # Records one shard contributes to one micro-batch at most.
+    "max_records_per_shard": 10_000,
+    # Longest an executor task reads one shard for one micro-batch (seconds).
+    "max_read_seconds": 10.0,
+    # Idle shards (every one caught up): how often the driver looks for new records with a
+    # one-record probe before planning a batch (seconds).
+    "idle_poll_interval": 1.0,
+    # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL).
+    "ledger_ttl_seconds": 7 * 24 * 3600,
+    # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
+    "test_fail_first_read_dir": None,
+}
+
+_REQUIRED = ("app", "dynamodb_table", "streams")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the source needs, parsed: the member's Config, the streams, the bounds."""
+
+    config: Config
+    streams: tuple[str, ...]
+    max_records_per_trigger: int | None = None
+    max_records_per_shard: int = 10_000
+    max_read_seconds: float = 10.0
+    idle_poll_interval: float = 1.0
+    ledger_ttl_seconds: int = 7 * 24 * 3600
+    test_fail_first_read_dir: str | None = None
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Parse Spark's option strings; :class:`ConfigError` names the first bad option."""
+    given = {str(k).lower(): v for k, v in options.items()}
+    config_fields = {f.name: f for f in dataclasses.fields(Config)}
+    for name in given:
+        if name not in config_fields and name not in SOURCE_DEFAULTS and name != "streams":
+            raise ConfigError(name, f"is not an option of the kinesumer source{_hint(name)}")
+    for name in _REQUIRED:
+        if not str(given.get(name) or "").strip():
+            raise ConfigError(name, "is required: .option(" + repr(name) + ", ...)")
+    values: dict[str, Any] = {}
+    for name, field in config_fields.items():
+        if name in given:
+            values[name] = _config_value(name, str(field.type), given[name])
+    config = Config(**values)
+    streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
+    source: dict[str, Any] = {}
+    for name in SOURCE_DEFAULTS:
+        if name in given:
+            source[name] = _source_value(name, given[name])
+    return SourceOptions(config=config, streams=streams, **source)
+
+
+def to_options(
+    config: Config, streams: list[str] | tuple[str, ...], **source: Any
+) -> dict[str, str]:
+    """The option strings that :func:`parse_options` turns back into ``config`` and ``source``
+    (for :func:`~kinesumer.spark.read_stream`); fields left at their default are omitted."""
+    out: dict[str, str] = {}
+    for field in dataclasses.fields(Config):
+        value = getattr(config, field.name)
+        if value == field.default or value is None:
+            continue
+        out[field.name] = value.isoformat() if isinstance(value, datetime) else str(value)
+    out["streams"] = ",".join(check_streams(streams))
+    for name, value in source.items():
+        if name not in SOURCE_DEFAULTS:
+            raise ConfigError(name, f"is not an option of the kinesumer source{_hint(name)}")
+        if value is not None:
+            out[name] = str(value)
+    return out
+
+
+def _hint(name: str) -> str:
+    known = [f.name for f in dataclasses.fields(Config)] + list(SOURCE_DEFAULTS) + ["streams"]
+    close = [k for k in known if name.replace("-", "_") == k or k.startswith(name[:4])]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _config_value(name: str, kind: str, raw: str) -> Any:
+    """One Config field from its option string, by the field's annotation."""
+    text = str(raw).strip()
+    if "None" in kind and text.lower() in ("", "none", "null"):
+        return None
+    if kind.startswith("int"):
+        return _int(name, text)
+    if kind.startswith("float"):
+        return _float(name, text)
+    if kind.startswith("bool"):
+        return _bool(name, text)
+    if kind == "InitialPosition":
+        return _initial_position(text)
+    return text
+
+
+def _source_value(name: str, raw: str) -> Any:
+    text = str(raw).strip()
+    if name == "test_fail_first_read_dir":
+        return text or None
+    if name == "max_records_per_trigger" and text.lower() in ("", "none", "null"):
+        return None
+    if name in ("max_records_per_trigger", "max_records_per_shard", "ledger_ttl_seconds"):
+        value = _int(name, text)
+        if value < 1:
+            raise ConfigError(name, f"must be an integer >= 1, got {value}")
+        return value
+    number = _float(name, text)
+    low = 0.2 if name == "idle_poll_interval" else 0.5
+    if number < low:
+        raise ConfigError(name, f"must be a number of seconds >= {low}, got {number}")
+    return number
+
+
+def _int(name: str, text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise ConfigError(name, f"must be an integer, got {text!r}") from None
+
+
+def _float(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(name, f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ConfigError(name, f"must be a finite number, got {text!r}")
+    return value
+
+
+def _bool(name: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ConfigError(name, f"must be true or false, got {text!r}")
+
+
+def _initial_position(text: str) -> Any:
+    upper = text.upper()
+    if upper in ("LATEST", "TRIM_HORIZON"):
+        return upper
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            "initial_position",
+            f"must be LATEST, TRIM_HORIZON or an ISO timestamp (AT_TIMESTAMP), got {text!r}",
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)

@@ -1,0 +1,43 @@
+"""The input partition of one shard in one micro-batch: everything an executor's read needs.
+
+``partitions()`` runs in the driver's long-lived Python worker; ``read()`` runs in executor
+workers that never see the driver's objects (no member, no clients, nothing learned after the
+reader was pickled). So a partition carries the whole :class:`~kinesumer.Config` (endpoints,
+region, role, retries, scan settings), the shard, its start, its record limit, the ledger it
+writes to and the claim it was planned under. It is a frozen dataclass of plain values:
+picklable, and printable in Spark's task logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...config import Config
+from .compat import InputPartition
+from .offsets import Start
+
+
+@dataclass(frozen=True)
+class ShardPartition(InputPartition):
+    """Read ``stream/shard_id`` from ``start`` for batch ``batch`` of query ``query``."""
+
+    config: Config
+    query: str
+    batch: int
+    stream: str
+    shard_id: str
+    start: Start
+    limit: int
+    owner: str
+    max_read_seconds: float
+    ledger_ttl: int
+    #: TEST ONLY (option ``test_fail_first_read_dir``): fail the first read of this
+    #: (batch, shard) once, after its ledger item was written.
+    fail_first_read_dir: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.stream, self.shard_id
+
+    def describe(self) -> str:
+        return f"batch {self.batch} {self.stream}/{self.shard_id} {self.start.describe()}"

@@ -1,0 +1,108 @@
+"""A stand-in group member for unit tests of the source's planner (no engine, no Spark).
+
+:class:`SoloMember` owns every shard of its streams, parents before children (a child is listed
+only once every parent was completed with ``finished=True``), and records each call, so a test
+can check what the planner began, completed and abandoned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from kinesumer import Config
+from kinesumer.models import Position
+
+
+@dataclass(frozen=True)
+class FakeOwned:
+    stream: str
+    shard_id: str
+    owner: str
+    lease: int
+    position: Position | None
+    start: Any
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.stream, self.shard_id
+
+
+@dataclass(frozen=True)
+class FakeStats:
+    client_id: str
+    claims_pending: bool = False
+    coordinator_ticks: int = 0
+
+
+@dataclass
+class SoloMember:
+    config: Config
+    client_id: str = "solo-1"
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    positions: dict[tuple[str, str], Position | None] = field(default_factory=dict)
+    finished: set[tuple[str, str]] = field(default_factory=set)
+    begun: dict[tuple[str, str], int] = field(default_factory=dict)
+    streams: tuple[str, ...] = ()
+    ticks: int = 0
+    closed: bool = False
+
+    def start(self, streams: Sequence[str]) -> None:
+        self.streams = tuple(streams)
+        self.calls.append(("start", self.streams))
+
+    def _shards(self) -> list[dict[str, Any]]:
+        client = boto3.client(
+            "kinesis", endpoint_url=self.config.kinesis_endpoint, region_name="us-east-1"
+        )
+        out = []
+        for stream in self.streams:
+            for shard in client.list_shards(StreamName=stream)["Shards"]:
+                out.append({"stream": stream, **shard})
+        return out
+
+    def owned(self) -> list[FakeOwned]:
+        out = []
+        for shard in self._shards():
+            key = (shard["stream"], shard["ShardId"])
+            if key in self.finished:
+                continue
+            parents = [shard.get(p) for p in ("ParentShardId", "AdjacentParentShardId")]
+            known = {s["ShardId"] for s in self._shards() if s["stream"] == key[0]}
+            pending = [p for p in parents if p and p in known and (key[0], p) not in self.finished]
+            if pending:
+                continue
+            is_child = any(p and p in known for p in parents)
+            start = "TRIM_HORIZON" if is_child else self.config.initial_position
+            out.append(FakeOwned(*key, self.client_id, 1, self.positions.get(key), start))
+        return out
+
+    def begin(self, key: tuple[str, str]) -> None:
+        self.calls.append(("begin", key))
+        self.begun[key] = self.begun.get(key, 0) + 1
+
+    def complete(
+        self, key: tuple[str, str], position: Position | None, *, finished: bool = False
+    ) -> bool:
+        self.calls.append(("complete", key, position, finished))
+        assert self.begun.get(key, 0) > 0, f"complete({key}) without begin"
+        self.begun[key] -= 1
+        if position is not None:
+            self.positions[key] = position
+        if finished:
+            self.finished.add(key)
+        return True
+
+    def abandon(self, key: tuple[str, str]) -> None:
+        self.calls.append(("abandon", key))
+        self.begun[key] -= 1
+
+    def stats(self) -> FakeStats:
+        self.ticks += 1
+        return FakeStats(self.client_id, False, self.ticks)
+
+    def close(self) -> None:
+        self.closed = True
