@@ -8,6 +8,7 @@ side drop its buffered records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -66,7 +67,7 @@ class Checkpointer:
                 self.conflicts += 1
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
                 return False
-            lease.checkpointed = position
+            lease.mark_checkpointed(position)
             return True
 
     async def _release(self, lease: Lease, finished: bool) -> bool:
@@ -96,36 +97,39 @@ class Checkpointer:
             *(self.write(lease) for lease in leases if lease.status is LeaseStatus.ACTIVE)
         )
 
+    async def flush_periodically(
+        self, leases: dict[tuple[str, str], Lease], interval: float, stop: asyncio.Event
+    ) -> None:
+        """Flush every ``interval`` seconds until ``stop`` is set; transient errors are logged
+        and the next flush tries again."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if stop.is_set():
+                return
+            try:
+                await self.flush(list(leases.values()))
+            except TransientAWSError as exc:
+                log.warning("[%s] checkpoint flush failed, will retry: %s", self._client_id, exc)
+
     def lose(self, lease: Lease, why: str) -> None:
         """Stop a lease at once: no more deliveries, fetcher cancelled, hook told. Idempotent;
         the status may already be LOST (the delivery side sets it the moment it drops records)."""
-        if lease.status is LeaseStatus.RELEASED or lease.loss_handled:
+        if not lease.lose():
             return
-        lease.loss_handled = True
         stream, shard_id = lease.key
         log.warning("[%s] lost %s/%s: %s", self._client_id, stream, shard_id, why)
-        lease.stop_delivering(LeaseStatus.LOST)
-        if lease.fetcher is not None:
-            lease.fetcher.cancel()
         if self._on_lost is not None:
             self._on_lost(lease)
 
-    async def handoff(self, lease: Lease, timeout: float, in_hand_done: bool = False) -> bool:
-        """Give a shard back: stop fetching and delivering, let the record in the application's
-        hands finish (up to ``timeout``), write the checkpoint and release ownership.
-
-        ``in_hand_done``: the application told us it is done with what it holds (it is closing
-        from the consuming thread), so the in-hand record counts as processed.
-        """
+    async def handoff(self, lease: Lease, timeout: float) -> bool:
+        """Give a shard back: stop fetching and delivering, let what the application holds
+        finish (a delivered record, or a batch read elsewhere; up to ``timeout``), write the
+        checkpoint and release ownership."""
         stream, shard_id = lease.key
-        if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
-            return False
         started = time.monotonic()
-        lease.stop_delivering(LeaseStatus.REVOKING)
-        if lease.fetcher is not None:
-            lease.fetcher.cancel()
-        if in_hand_done:
-            lease.processed = lease.delivered if lease.delivered is not None else lease.processed
+        if not lease.begin_handoff():
+            return False
         deadline = started + timeout
         # Polling (rare: once per handoff) keeps all signalling off the delivery hot path.
         while lease.in_hand and time.monotonic() < deadline:  # noqa: ASYNC110
@@ -148,7 +152,7 @@ class Checkpointer:
         if hook_error is not None:
             raise hook_error
         if released:
-            lease.status = LeaseStatus.RELEASED
+            lease.release()
             self._metrics.handoff(time.monotonic() - started)
             log.info(
                 "[%s] handed off %s/%s at %s in %.3fs",
@@ -168,7 +172,6 @@ class Checkpointer:
         if lease.status is not LeaseStatus.ACTIVE:
             return
         if await self._release(lease, finished=True):
-            lease.stop_delivering(LeaseStatus.RELEASED)
-            lease.finished = True
+            lease.finish()
             log.info("[%s] finished %s/%s", self._client_id, *lease.key)
             on_finished(lease)

@@ -1,17 +1,17 @@
-"""The state the engine's parts share: leases on shards, and the bounded record buffer.
+"""The lease: this member's ownership of one shard, the state every engine part shares.
 
-The coordinator creates and revokes leases, a fetcher per lease fills the buffer, the delivery
-side (generator or async iterator, possibly on another thread) hands records to the application
-and moves each lease's ``delivered``/``processed`` marks, and the checkpointer writes
-``processed`` to the state store. Marks are single attribute writes, so the engine thread may read
-them while the application thread writes them; the one step that must not interleave, "is this
-lease still deliverable? then it is delivered", happens under the lease's lock.
+The leasing part creates a lease when a claim succeeds; a fetcher fills the buffer under it; the
+delivery side (possibly on the application's thread) moves its ``delivered`` and ``processed``
+marks; the checkpointer writes ``processed`` and ends the lease. Every change goes through a
+method below, whose docstring says who calls it and what it changes. Marks are single attribute
+writes, so the engine thread may read them while the application thread writes them; the one
+step that must not interleave, "is this lease still deliverable? then it is delivered", happens
+under the lease's lock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import enum
 import threading
 from dataclasses import dataclass, field
@@ -20,6 +20,22 @@ from ..models import Checkpoint, Position, Record
 
 
 class LeaseStatus(enum.Enum):
+    """Where a lease is in its life. Every transition, and who makes it::
+
+        (claim) ──────────────► ACTIVE        leasing.Leasing: a conditional claim succeeded
+        ACTIVE ──begin_handoff─► REVOKING     Checkpointer.handoff: the assignment moved the
+                                              shard away, or the member is closing
+        REVOKING ──release────► RELEASED      Checkpointer.handoff: the final write landed
+        ACTIVE ──finish───────► RELEASED      Checkpointer.finish: SHARD_END reached, every
+                                              record processed, written ``finished``
+        ACTIVE/REVOKING ─fence─► LOST         delivery.Cursor (any thread): the fence passed
+                                              while delivering; records are being dropped
+        ACTIVE/REVOKING ─lose──► LOST         Checkpointer.lose: a write was refused, or the
+                                              heartbeats failed (membership's fence)
+
+    RELEASED and LOST are final: a shard claimed again gets a new lease.
+    """
+
     ACTIVE = "active"  # claimed: fetching and delivering
     REVOKING = "revoking"  # moving away gracefully: no more deliveries, finishing the in-hand one
     LOST = "lost"  # someone else owns it now: drop everything buffered
@@ -28,19 +44,32 @@ class LeaseStatus(enum.Enum):
 
 @dataclass(eq=False)
 class Lease:
-    """This client's ownership of one shard, from a successful claim until release or loss."""
+    """This client's ownership of one shard, from a successful claim until release or loss.
+
+    Read its fields freely; change them only through its methods.
+    """
 
     checkpoint: Checkpoint
     status: LeaseStatus = LeaseStatus.ACTIVE
+    #: The last record handed to the application.
     delivered: Position | None = None
+    #: The last record the application finished (auto mode) or committed.
     processed: Position | None = None
+    #: The position last written to the checkpoint.
     checkpointed: Position | None = None
-    fetched: Position | None = None  # last record put in the buffer under this lease
+    #: The last record put in the buffer under this lease.
+    fetched: Position | None = None
+    #: GetRecords reached SHARD_END: every record of the shard was fetched.
     reached_end: bool = False
-    loss_handled: bool = False
-    finished: bool = False  # checkpointed finished (SHARD_END reached and processed)
+    #: Checkpointed finished (SHARD_END reached and every record processed).
+    finished: bool = False
+    #: MillisBehindLatest of the last GetRecords (None until the first).
     millis_behind: int | None = None
-    caught_up: bool = False  # the last GetRecords came back empty: nothing more to fetch now
+    #: The last GetRecords came back empty at the tip: nothing more to fetch now.
+    caught_up: bool = False
+    #: Batches read elsewhere (external members) begun and not yet completed or abandoned.
+    open_batches: int = 0
+    loss_handled: bool = False
     fetcher: asyncio.Task[None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -58,125 +87,123 @@ class Lease:
     def deliverable(self) -> bool:
         return self.status is LeaseStatus.ACTIVE
 
-    def try_deliver(self, record: Record) -> bool:
-        """Mark ``record`` delivered if this lease may still deliver; False means drop it."""
+    @property
+    def in_hand(self) -> bool:
+        """Something the application holds and has not finished: a delivered record not yet
+        processed (auto mode) or committed, or a batch read elsewhere not yet completed."""
+        return self.open_batches > 0 or (
+            self.delivered is not None and self.delivered != self.processed
+        )
+
+    @property
+    def drained(self) -> bool:
+        """At SHARD_END with every fetched record processed: the shard can be marked finished."""
+        return (
+            self.reached_end
+            and self.open_batches == 0
+            and (self.fetched is None or self.processed == self.fetched)
+        )
+
+    # -- delivery side (delivery.Cursor, Engine.commit/close; any thread) ---------------------
+    def mark_delivered(self, record: Record) -> bool:
+        """Cursor: hand ``record`` out if this lease may still deliver. Sets ``delivered``;
+        False (nothing changed) means drop the record: the lease was revoked or lost."""
         with self.lock:
             if self.status is not LeaseStatus.ACTIVE:
                 return False
             self.delivered = Position(record.sequence_number, record.sub_sequence_number)
             return True
 
-    def stop_delivering(self, status: LeaseStatus) -> None:
+    def mark_processed(self, position: Position) -> None:
+        """Cursor (auto mode: the application asked for more) and external members (a batch
+        completed): everything up to ``position`` is done. Sets ``processed``."""
+        self.processed = position
+
+    def commit_delivered(self) -> None:
+        """Engine.commit: everything delivered so far is processed."""
         with self.lock:
-            self.status = status
+            if self.delivered is not None:
+                self.processed = self.delivered
 
-    @property
-    def in_hand(self) -> bool:
-        """A delivered record the application has not finished (auto mode) or committed."""
-        return self.delivered is not None and self.delivered != self.processed
+    def discard_delivered(self) -> None:
+        """Engine.close(discard=True): what was delivered but not processed never will be; it
+        is delivered again by the next owner. Moves ``delivered`` back to ``processed``."""
+        with self.lock:
+            self.delivered = self.processed
 
-    @property
-    def drained(self) -> bool:
-        """At SHARD_END with every fetched record processed: the shard can be marked finished."""
-        return self.reached_end and (self.fetched is None or self.processed == self.fetched)
+    def fence(self) -> None:
+        """Cursor (any thread): the fence passed while delivering; stop delivering at once
+        (status LOST). The checkpointer's :meth:`lose` does the rest on the engine's loop."""
+        with self.lock:
+            self.status = LeaseStatus.LOST
 
+    # -- external members (external.ExternalReadMember) ---------------------------------------
+    def begin_batch(self) -> None:
+        """A batch reading this shard elsewhere was planned: a handoff waits for it."""
+        self.open_batches += 1
 
-class EngineFailed(Exception):
-    """Internal: wraps the error that stopped the engine while it travels to the caller."""
+    def end_batch(self) -> None:
+        """That batch was completed (after its checkpoint write) or abandoned."""
+        self.open_batches = max(0, self.open_batches - 1)
 
+    # -- fetcher side (fetcher.ShardFetcher) ----------------------------------------------------
+    def attach_fetcher(self, task: asyncio.Task[None]) -> None:
+        """Engine: the task reading this shard, cancelled when the lease stops."""
+        self.fetcher = task
 
-class RecordBuffer:
-    """Batches fetched from all owned shards, bounded by record count and bytes.
+    def stop_fetching(self) -> None:
+        """Checkpointer (handoff, loss) and the engine (failure): cancel the fetcher, if any."""
+        if self.fetcher is not None:
+            self.fetcher.cancel()
 
-    Before each GetRecords a fetcher reserves room for the records it asks for (its ``Limit``),
-    so buffered plus in-flight records never exceed ``max_records``, however many shards a
-    member reads: a slow application slows fetching instead of growing memory. A fetcher waits
-    for its fair share: the bound divided among the member's fetchers (at most ``scan_limit``),
-    so every shard can have a call in flight at once and none starves while another holds room
-    for records its shard does not have. Bytes are checked before each call, not reserved
-    (GetRecords cannot be limited by size): they may overshoot by one answer per owned shard.
-    KPL aggregates count as one record each in ``Limit``, so they can overshoot too.
-    """
+    def observe_read(self, millis_behind: int | None, raw_count: int) -> None:
+        """ShardFetcher, after each GetRecords: how far behind the shard is, and whether the
+        read came back empty at the tip. Sets ``millis_behind`` and ``caught_up``."""
+        self.millis_behind = millis_behind
+        self.caught_up = raw_count == 0 and not millis_behind
 
-    def __init__(self, max_records: int, max_bytes: int) -> None:
-        self._batches: collections.deque[tuple[Lease, list[Record], int]] = collections.deque()
-        self._records = 0
-        self._bytes = 0
-        self._max_records = max_records
-        self._max_bytes = max_bytes
-        self._reserved = 0
-        self.fetchers = 0  # shards being fetched: each gets a fair share of the bound
-        self._notifying: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Condition()
-        self._failure: BaseException | None = None
+    def mark_fetched(self, position: Position) -> None:
+        """ShardFetcher (a batch went into the buffer) and external members (a batch ending
+        at SHARD_END completed): sets ``fetched``."""
+        self.fetched = position
 
-    @property
-    def size(self) -> tuple[int, int]:
-        return self._records, self._bytes
+    def mark_end(self) -> None:
+        """ShardFetcher and external members: the shard's reads reached SHARD_END."""
+        self.reached_end = True
 
-    def _full(self) -> bool:
-        return self._records >= self._max_records or self._bytes >= self._max_bytes
+    # -- checkpointer side (checkpointer.Checkpointer; on the engine's loop) -------------------
+    def mark_checkpointed(self, position: Position | None) -> None:
+        """A checkpoint write landed with ``position``. Sets ``checkpointed``."""
+        self.checkpointed = position
 
-    def _free(self) -> int:
-        return self._max_records - self._records - self._reserved
+    def begin_handoff(self) -> bool:
+        """ACTIVE → REVOKING: no more deliveries, fetcher cancelled. False (nothing changed)
+        when the lease already ended (LOST or RELEASED)."""
+        with self.lock:
+            if self.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+                return False
+            self.status = LeaseStatus.REVOKING
+        self.stop_fetching()
+        return True
 
-    async def reserve(self, wanted: int) -> int:
-        """Wait for room, then reserve it for up to ``wanted`` records: the ``Limit`` of the next
-        GetRecords. Give it back with :meth:`put` or :meth:`release`."""
-        share = wanted
+    def release(self) -> None:
+        """REVOKING → RELEASED: the handoff's final write (checkpoint, owner cleared) landed."""
+        with self.lock:
+            self.status = LeaseStatus.RELEASED
 
-        def room() -> bool:
-            # The share is recomputed at every wake-up: a fetcher that started waiting while
-            # few shards were fetched must not wait for more room than a later one needs.
-            nonlocal share
-            share = max(1, min(wanted, self._max_records // max(1, self.fetchers)))
-            return (
-                self._free() >= share and self._bytes < self._max_bytes
-            ) or self._failure is not None
+    def finish(self) -> None:
+        """ACTIVE → RELEASED with ``finished``: the shard was checkpointed finished."""
+        with self.lock:
+            self.status = LeaseStatus.RELEASED
+            self.finished = True
 
-        async with self._changed:
-            await self._changed.wait_for(room)
-            self._reserved += share
-            return share
-
-    def release(self, reserved: int) -> None:
-        """Give back a reservation whose records never came (failed call, lease ended)."""
-        self._reserved -= reserved
-        # Synchronous (it runs in ``finally`` blocks, also on cancellation); waking the waiters
-        # needs the condition's lock, so that happens in a task of its own.
-        task = asyncio.get_running_loop().create_task(self._notify())
-        self._notifying.add(task)
-        task.add_done_callback(self._notifying.discard)
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def put(self, lease: Lease, records: list[Record], reserved: int = 0) -> None:
-        """Buffer a fetched batch, turning its reservation into the records that came."""
-        size = sum(len(r.data) for r in records)
-        async with self._changed:
-            self._batches.append((lease, records, size))
-            self._records += len(records)
-            self._reserved -= reserved
-            self._bytes += size
-            self._changed.notify_all()
-
-    async def get(self) -> tuple[Lease, list[Record], int]:
-        """The oldest batch and its bytes of data; raises the engine's failure once nothing is
-        left before it."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: bool(self._batches) or self._failure is not None)
-            if self._failure is not None:
-                raise EngineFailed() from self._failure
-            lease, records, size = self._batches.popleft()
-            self._records -= len(records)
-            self._bytes -= size
-            self._changed.notify_all()
-            return lease, records, size
-
-    async def fail(self, error: BaseException) -> None:
-        async with self._changed:
-            if self._failure is None:
-                self._failure = error
-            self._changed.notify_all()
+    def lose(self) -> bool:
+        """→ LOST: another member owns the shard now. Stops deliveries and the fetcher. True
+        the first time only (the caller then tells the hooks); False once handled or when the
+        lease was already released."""
+        if self.status is LeaseStatus.RELEASED or self.loss_handled:
+            return False
+        self.loss_handled = True
+        self.fence()
+        self.stop_fetching()
+        return True

@@ -1,0 +1,171 @@
+"""Leasing: claims and handoffs, moving this member's leases to match its assignment.
+
+Shards that moved away are handed off gracefully (:meth:`Leasing.hand_off`); new ones are
+claimed with a conditional write. A claim refused because the previous owner is still live (it
+is handing off) stays pending and is retried on the coordinator's fast cadence until the next
+tick, so a rebalance completes in a fraction of a tick after the previous owner lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..errors import TransientAWSError
+from ..metrics import Metrics
+from ..models import Checkpoint
+from ..statestore.base import StateStore
+from .checkpointer import Checkpointer
+from .hooks import RebalanceHooks
+from .leases import Lease, LeaseStatus
+from .membership import Membership
+from .shard_sync import ShardStart, ShardSync
+
+log = logging.getLogger("kinesumer.coordinator")
+
+#: Called with a newly claimed lease once the application heard about it: start reading it.
+OnClaimed = Callable[[Lease, ShardStart], None]
+
+
+class Leasing:
+    def __init__(
+        self,
+        client_id: str,
+        handoff_timeout: float,
+        store: StateStore,
+        checkpointer: Checkpointer,
+        leases: dict[tuple[str, str], Lease],
+        membership: Membership,
+        shard_sync: ShardSync,
+        on_claimed: OnClaimed,
+        report: Callable[[BaseException, str], None],
+        hooks: RebalanceHooks,
+        metrics: Metrics,
+    ) -> None:
+        self.client_id = client_id
+        self._handoff_timeout = handoff_timeout
+        self._store = store
+        self._checkpointer = checkpointer
+        self._leases = leases
+        self._membership = membership
+        self._shard_sync = shard_sync
+        self._on_claimed = on_claimed
+        self._report = report
+        self._hooks = hooks
+        self._metrics = metrics
+        self._pending: set[tuple[str, str]] = set()
+        self._wanted: set[tuple[str, str]] = set()
+        self._handoffs: set[asyncio.Task[bool]] = set()
+        self.rebalances = 0
+
+    @property
+    def has_pending(self) -> bool:
+        """Wanted shards not claimed yet."""
+        return bool(self._pending)
+
+    def active_keys(self) -> set[tuple[str, str]]:
+        return {k for k, lease in self._leases.items() if lease.status is LeaseStatus.ACTIVE}
+
+    async def rebalance(self, mine: dict[str, tuple[str, ...]]) -> None:
+        """Hand off the shards no longer ours, claim the ones newly ours."""
+        wanted = {(stream, sid) for stream, ids in mine.items() for sid in ids}
+        if wanted != self._wanted:
+            self.rebalances += 1
+            self._metrics.rebalanced()
+        self._wanted = wanted
+        owned = self.active_keys()
+        for key in sorted(owned - wanted):
+            self.hand_off(self._leases[key])
+        self._pending = wanted - owned
+        await self.claim_pending()
+
+    def hand_off(self, lease: Lease) -> None:
+        """Start a graceful handoff of ``lease`` (bounded by ``handoff_timeout``); the lease
+        leaves the table once it is done."""
+        task = asyncio.ensure_future(self._checkpointer.handoff(lease, self._handoff_timeout))
+        self._handoffs.add(task)
+
+        def done(t: asyncio.Task[bool]) -> None:
+            self._handoffs.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self._report(t.exception(), f"handoff of {lease.key[0]}/{lease.key[1]}")  # type: ignore[arg-type]
+            if self._leases.get(lease.key) is lease and lease.status is not LeaseStatus.ACTIVE:
+                del self._leases[lease.key]
+                self._metrics.shard_dropped(*lease.key)
+
+        task.add_done_callback(done)
+
+    async def wait_handoffs(self) -> None:
+        while self._handoffs:
+            # Errors were reported by each task's done callback; here we only wait.
+            await asyncio.gather(*list(self._handoffs), return_exceptions=True)
+
+    def reclaim(self, key: tuple[str, str]) -> None:
+        """A lease of ours was lost (fence, refused write): if the shard is still ours by the
+        assignment, claim it again on the fast retry cadence rather than at the next tick."""
+        if key in self._wanted:
+            self._pending.add(key)
+
+    async def claim_pending(self) -> None:
+        """Try to claim every wanted shard not owned yet (several can be in flight at once)."""
+        if not self._pending:
+            return
+        keys = sorted(self._pending)
+        seen: dict[tuple[str, str], Checkpoint | None] = {}
+        for stream in sorted({s for s, _ in keys}):
+            ids = [sid for s, sid in keys if s == stream]
+            found = await self._store.get_checkpoints(stream, ids)  # one read per 100 shards
+            seen.update({(stream, sid): found.get(sid) for sid in ids})
+        owned_before = self.active_keys()
+        results = await asyncio.gather(
+            *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
+        )
+        gained = sorted(self.active_keys() - owned_before)
+        await self._hooks.assigned(gained)
+        for key in gained:  # read only once the application has heard about the shard
+            self._on_claimed(self._leases[key], self._shard_sync.start_of(key))
+        for key, result in zip(keys, results, strict=True):
+            if result is True:
+                self._pending.discard(key)
+            elif isinstance(result, TransientAWSError):
+                log.warning("[%s] claim of %s/%s: %s", self.client_id, *key, result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
+        """True when the shard needs nothing more from us (claimed, or already finished).
+        ``seen`` is its checkpoint as just read (strongly consistent)."""
+        stream, shard_id = key
+        membership = self._membership
+        if membership.fenced:
+            return False  # fenced: claiming now would only be refused again at delivery
+        existing = self._leases.get(key)
+        if existing is not None and existing.status is LeaseStatus.ACTIVE:
+            return True
+        if existing is not None and existing.status is LeaseStatus.REVOKING:
+            return False  # our own handoff is still running; claim again once it is done
+        if seen is not None and seen.finished:
+            return True
+        if (
+            seen is not None
+            and seen.owner is not None
+            and seen.owner != self.client_id
+            and seen.owner in membership.live_ids
+        ):
+            return False  # a live owner: it will hand the shard off at its next tick
+        if (
+            seen is not None
+            and seen.owner not in (None, self.client_id)
+            and seen.last_update_ms >= membership.read_at_ms
+        ):
+            # Written since we last read the members: the owner may have joined after that read
+            # rather than died. Judge it with the next tick's fresh member list.
+            return False
+        claimed = await self._store.claim(stream, shard_id, self.client_id, seen)
+        if claimed is None:
+            return False
+        if seen is not None and seen.owner not in (None, self.client_id):
+            log.info("[%s] took %s/%s over from %s", self.client_id, stream, shard_id, seen.owner)
+        self._leases[key] = Lease(claimed)  # claim_pending starts reading it
+        return True

@@ -1,0 +1,358 @@
+"""A group member: what every member has, whoever reads its shards.
+
+Wires the parts (AWS clients, the state store, the heartbeat thread, membership, shard sync,
+leasing, the coordinator's tick, the checkpointer, the watchdog, the supervisor) around one
+shared lease table, and runs the member's lifecycle: join, change streams, leave (hand every
+shard off, deregister). What reads the records is not here: the :class:`~.engine.Engine` adds
+fetchers, a buffer and the delivery cursor; an :class:`~.external.ExternalReadMember` lets
+something else (Spark executors) read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+import uuid
+
+from ..aws import AwsClients, RetryStats
+from ..config import Config
+from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
+from ..kinesis.reader import KinesisReader
+from ..metrics import metrics_for
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..stats import ConsumerStats, ShardStatus
+from .checkpointer import Checkpointer
+from .coordinator import Coordinator
+from .heartbeat import Heartbeat
+from .hooks import RebalanceHooks
+from .leases import Lease, LeaseStatus
+from .leasing import Leasing
+from .lifecycle import EngineState, Lifecycle
+from .membership import Membership
+from .shard_sync import ShardStart, ShardSync
+from .supervisor import Supervisor
+
+log = logging.getLogger("kinesumer")
+
+
+def default_client_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class GroupMember:
+    """Subclasses say how claimed shards are read: :meth:`on_claimed`, :meth:`on_failed`,
+    :meth:`on_leaving`, :meth:`on_closed`, :meth:`buffered`."""
+
+    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
+        self.config = config
+        self.hooks = hooks or RebalanceHooks()
+        self.client_id = config.client_id or default_client_id()
+        # Built first: a missing extra or a busy metrics port is a named error now, not later.
+        self.metrics = metrics_for(config, self.client_id)
+        self.requests = RetryStats(self.metrics)
+        #: The shared state: this member's leases by (stream, shard id).
+        self.leases: dict[tuple[str, str], Lease] = {}
+        self.lifecycle = Lifecycle()
+        self.aws = AwsClients(config, self.requests)
+        # Built by the join:
+        self.store: DynamoDBStateStore
+        self.reader: KinesisReader
+        self.checkpointer: Checkpointer
+        self.heartbeat: Heartbeat
+        self.coordinator: Coordinator
+        self.leasing: Leasing
+        self.shard_sync: ShardSync
+        self.supervisor: Supervisor
+        self._coordinator_task: asyncio.Task[None]
+
+    # -- for subclasses -----------------------------------------------------------------------
+    def on_claimed(self, lease: Lease, start: ShardStart) -> None:
+        """A shard was claimed (and the application told): start reading it."""
+
+    def on_failed(self, error: BaseException) -> None:
+        """The engine failed with ``error`` (the supervisor stopped everything else already)."""
+
+    async def on_closed(self) -> None:
+        """Closed: wake whoever waits for records (they end)."""
+
+    def on_leaving(self) -> None:
+        """Closing: claims are over, the handoffs start next."""
+
+    def buffered(self) -> tuple[int, int]:
+        """Records and bytes fetched and not delivered yet."""
+        return (0, 0)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def state(self) -> EngineState:
+        return self.lifecycle.state
+
+    @property
+    def started(self) -> bool:
+        """Whether a join succeeded (still True once closing, closed or failed)."""
+        return self.lifecycle.joined
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.lifecycle.failure
+
+    async def start(self, streams: tuple[str, ...]) -> None:
+        """Connect, check the table and streams (named errors, now), join the group and claim
+        this client's first shards before returning. Joined already: change the streams."""
+        lifecycle = self.lifecycle
+        if lifecycle.closing_or_closed:
+            raise ConsumerClosedError(EngineState.CLOSED.message)
+        if lifecycle.joining:
+            await lifecycle.wait_joined()
+            lifecycle.check()
+        if lifecycle.joined:
+            if streams != self.coordinator.streams:
+                await self.refresh(streams)
+            return
+        lifecycle.begin_join()
+        ok = False
+        try:
+            await self._join(streams)
+            ok = True
+        finally:
+            lifecycle.end_join(ok)
+
+    async def _join(self, streams: tuple[str, ...]) -> None:
+        config = self.config
+        self.supervisor = Supervisor(self.client_id, self.lifecycle)
+        self.supervisor.on_failure.append(self._stop_everything)
+        await self.aws.open()
+        try:
+            self._build_parts()
+            await self.store.check()
+            for stream in streams:
+                await self.reader.check_stream(stream)
+            self.coordinator.streams = streams
+            await self.coordinator.membership.announce()
+            await self.coordinator.tick()
+        except BaseException:
+            await self.aws.close()
+            raise
+        log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
+        self.heartbeat.start()
+        supervisor = self.supervisor
+        self._coordinator_task = supervisor.spawn(
+            self.coordinator.run(supervisor.stop), "coordinator"
+        )
+        supervisor.spawn(
+            self.checkpointer.flush_periodically(
+                self.leases, config.commit_interval, supervisor.stop
+            ),
+            "checkpoint-flusher",
+        )
+        membership = self.coordinator.membership
+        step = min(0.1, config.heartbeat_interval / 4)
+        supervisor.spawn(supervisor.watch(membership.fence_if_expired, step), "lease-watchdog")
+
+    def _build_parts(self) -> None:
+        config, client_id, metrics = self.config, self.client_id, self.metrics
+        self.store = DynamoDBStateStore(
+            self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
+        )
+        self.reader = KinesisReader(
+            self.aws.kinesis, self.requests, config.effective_kinesis_region
+        )
+        self.checkpointer = Checkpointer(self.store, client_id, self.hooks, self._on_lost, metrics)
+        self.heartbeat = Heartbeat(
+            config, client_id, lambda: self.coordinator.streams, self.owned_lag, self.requests
+        )
+        membership = Membership(
+            client_id,
+            config.client_timeout,
+            self.store,
+            self.heartbeat,
+            self.checkpointer,
+            self.leases,
+        )
+        self.shard_sync = ShardSync(client_id, config.initial_position, self.store, self.reader)
+        self.leasing = Leasing(
+            client_id,
+            config.handoff_timeout,
+            self.store,
+            self.checkpointer,
+            self.leases,
+            membership,
+            self.shard_sync,
+            self.on_claimed,
+            self.supervisor.fail,
+            self.hooks,
+            metrics,
+        )
+        self.coordinator = Coordinator(
+            config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
+        )
+
+    async def refresh(self, streams: tuple[str, ...]) -> None:
+        """Read ``streams`` from now on; shards of dropped streams are handed off."""
+        self.lifecycle.check()
+        for stream in set(streams) - set(self.coordinator.streams):
+            await self.reader.check_stream(stream)
+        self.coordinator.streams = streams
+        await self.coordinator.membership.announce()  # the new streams, before rebalancing
+        await self.coordinator.tick()
+
+    async def leave(self) -> None:
+        """Hand every shard off (checkpoint, release), leave the group, close the clients."""
+        lifecycle = self.lifecycle
+        if lifecycle.begin_close() is None:
+            return
+        if lifecycle.joining:
+            try:
+                await lifecycle.wait_joined()
+            except asyncio.CancelledError:
+                # Not closed after all: a later close() must still hand off what the join claims.
+                lifecycle.close_cancelled()
+                raise
+        if not lifecycle.joined:
+            lifecycle.closed()
+            return
+        self.supervisor.stop.set()
+        # A tick in flight may still claim shards: let it finish before handing everything off,
+        # or a shard claimed after the handoffs would stay owned by a member that has left.
+        try:
+            await asyncio.wait_for(asyncio.shield(self._coordinator_task), 30)
+        except (asyncio.TimeoutError, Exception) as exc:  # reported by its done callback
+            log.debug("[%s] coordinator stopped with %r", self.client_id, exc)
+        self.on_leaving()
+        for lease in list(self.leases.values()):
+            if lease.status is LeaseStatus.ACTIVE:
+                self.leasing.hand_off(lease)
+        try:
+            # Bounded: a handoff retries its final write while DynamoDB is unreachable.
+            limit = self.config.handoff_timeout + 2 * self.config.client_timeout + 5
+            try:
+                await asyncio.wait_for(self.leasing.wait_handoffs(), limit)
+            except asyncio.TimeoutError:
+                log.warning("[%s] handoffs did not finish in %.0fs", self.client_id, limit)
+            # No heartbeat may land after the deregistration (it would bring the item back).
+            await asyncio.get_running_loop().run_in_executor(None, self.heartbeat.stop)
+            if lifecycle.failure is None:
+                await self.store.deregister(self.client_id)
+        except (KinesumerError, TransientAWSError) as exc:
+            log.warning("[%s] close could not finish cleanly: %s", self.client_id, exc)
+        finally:
+            await self._shut_down()
+        log.info("[%s] left app %r", self.client_id, self.config.app)
+
+    async def _shut_down(self) -> None:
+        await self.on_closed()
+        await self.supervisor.cancel_all()
+        await self.aws.close()
+        self.metrics.close()
+        self.lifecycle.closed()
+
+    def mark_closed(self) -> None:
+        """Close a member that never joined and never will (the sync face never started its
+        loop): there is nothing to hand off; later calls raise ConsumerClosedError."""
+        if not self.lifecycle.joining and not self.lifecycle.joined:
+            self.lifecycle.begin_close()
+            self.lifecycle.closed()
+
+    async def abort(self) -> None:
+        """Stop like a killed process: no handoff, no final checkpoint, no deregistration; the
+        others take the shards over once this member's heartbeat is ``client_timeout`` old.
+        (A test seam for crashes.)"""
+        lifecycle = self.lifecycle
+        if lifecycle.begin_close() is None:
+            return
+        if lifecycle.joining:
+            await lifecycle.wait_joined()
+        if not lifecycle.joined:
+            lifecycle.closed()
+            return
+        self.heartbeat.stop()
+        self.supervisor.stop.set()
+        await self.supervisor.cancel_all()
+        await self.aws.close()
+        lifecycle.closed()
+
+    # -- failures and lease events ------------------------------------------------------------
+    def _stop_everything(self, error: BaseException) -> None:
+        self.heartbeat.halt()  # a failed member must look dead to the others
+        for lease in self.leases.values():
+            lease.stop_fetching()
+        self.on_failed(error)
+
+    def _on_lost(self, lease: Lease) -> None:
+        self.metrics.shard_dropped(*lease.key)
+        self.leasing.reclaim(lease.key)
+        self.supervisor.spawn(self.hooks.revoked([lease.key]), "on_revoked hook")
+
+    async def finish_shard(self, lease: Lease) -> None:
+        """After SHARD_END: once drained, checkpoint the shard finished, release it, and sync
+        the stream's shards so the children can be claimed."""
+        await self.checkpointer.finish(lease, self._on_finished)
+
+    def _on_finished(self, lease: Lease) -> None:
+        if self.leases.get(lease.key) is lease:
+            del self.leases[lease.key]
+        self.metrics.shard_dropped(*lease.key)
+        self.shard_sync.request(lease.key[0])
+
+    # -- what callers read --------------------------------------------------------------------
+    def lag(self) -> dict[tuple[str, str], int | None]:
+        """MillisBehindLatest of every shard this member reads (None until its first read)."""
+        return {
+            key: lease.millis_behind
+            for key, lease in sorted(self.leases.items())
+            if lease.status is LeaseStatus.ACTIVE
+        }
+
+    def owned_lag(self) -> dict[str, int]:
+        """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the
+        client item (``kinesumer status`` shows it for every member)."""
+        return {
+            f"{stream}/{shard_id}": -1 if lease.millis_behind is None else lease.millis_behind
+            for (stream, shard_id), lease in list(self.leases.items())
+            if lease.status is LeaseStatus.ACTIVE
+        }
+
+    def snapshot(self) -> ConsumerStats:
+        """Safe from any thread (the sync API calls it from the application's): the containers
+        the engine mutates are copied first, each in one C-level step that holds the GIL, then
+        read from the copies."""
+        leases = sorted(self.leases.items())
+        retries = dict(self.requests.retries)
+        shards = tuple(
+            ShardStatus(
+                stream,
+                shard_id,
+                lease.status.value,
+                lease.checkpointed.sequence_number if lease.checkpointed else None,
+                lease.millis_behind,
+                lease.caught_up,
+                ended=lease.reached_end,
+                finished=lease.finished,
+            )
+            for (stream, shard_id), lease in leases
+        )
+        coordinator: Coordinator | None = getattr(self, "coordinator", None)
+        checkpointer: Checkpointer | None = getattr(self, "checkpointer", None)
+        buffered_records, buffered_bytes = self.buffered()
+        last_error = self.requests.last_error
+        return ConsumerStats(
+            client_id=self.client_id,
+            leader=bool(coordinator and coordinator.membership.leader),
+            live_members=tuple(coordinator.membership.live_ids) if coordinator else (),
+            shards=shards,
+            checkpoint_writes=checkpointer.writes if checkpointer else 0,
+            checkpoint_conflicts=checkpointer.conflicts if checkpointer else 0,
+            rebalances=coordinator.leasing.rebalances if coordinator else 0,
+            retries={f"{op}:{code}": n for (op, code), n in retries.items()},
+            last_error=repr(last_error) if last_error else None,
+            **self.requests.counts(),
+            state=self.lifecycle.state.value,
+            claims_pending=bool(coordinator and coordinator.leasing.has_pending),
+            coordinator_ticks=coordinator.ticks if coordinator else 0,
+            buffered_records=buffered_records,
+            buffered_bytes=buffered_bytes,
+        )
