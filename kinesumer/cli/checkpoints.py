@@ -1,0 +1,116 @@
+"""``kinesumer checkpoints list|reset|set``: show checkpoints, and move them as an operator.
+
+Moves go through the state store's own codec and condition
+(:meth:`~kinesumer.statestore.dynamodb.DynamoDBStateStore.move_checkpoint`): conditional on the
+lease read just before, so a racing claim makes them fail, never clobber; and they refuse a shard
+a live member owns (or one the table does not know) unless ``--force``, before writing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from ..core import live_clients
+from ..models import Position
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from . import view
+from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
+from .options import group_config
+from .render import shard_table
+
+
+def checkpoints_command(args: argparse.Namespace) -> int:
+    """``kinesumer checkpoints list|reset|set``."""
+    return asyncio.run(_checkpoints(args))
+
+
+async def _checkpoints(args: argparse.Namespace) -> int:
+    async with view.open_table(group_config(args)) as (_, store):
+        now_ms = int(time.time() * 1000)
+        clients = await store.list_clients()
+        live = {
+            c.client_id: c for c in live_clients(clients, now_ms, int(args.client_timeout * 1000))
+        }
+        if args.action == "list":
+            return await _list(args, store, live, now_ms)
+        return await _move_checkpoints(args, store, live)
+
+
+async def _list(
+    args: argparse.Namespace, store: DynamoDBStateStore, live: dict[str, Any], now_ms: int
+) -> int:
+    streams = [args.stream] if args.stream else await store.cached_streams()
+    shards = [s for stream in streams for s in await view.stream_shards(store, stream, live)]
+    shards = [s for s in shards if args.shard in (None, s.shard_id)]
+    if args.json:
+        print(json.dumps([view.shard_json(s) for s in shards], indent=2))
+        return EXIT_OK
+    if not shards:
+        raise CliError(
+            f"no checkpoints or shards known for app {args.app!r}"
+            + (f" and stream {args.stream!r}" if args.stream else "")
+            + ": has a member of this app consumed it? (names are case-sensitive)"
+        )
+    for stream in streams:
+        rows = [s for s in shards if s.stream == stream]
+        if rows:
+            print(f"stream {stream}")
+            print("\n".join(shard_table(rows, now_ms, lease=True)))
+    return EXIT_OK
+
+
+async def _move_checkpoints(
+    args: argparse.Namespace, store: DynamoDBStateStore, live: dict[str, Any]
+) -> int:
+    stream = args.stream
+    known = {s.shard_id: s for s in await view.stream_shards(store, stream, live)}
+    if args.action == "reset" and not args.shard and not args.all_shards:
+        raise CliError("reset needs --shard ID or --all-shards", EXIT_USAGE)
+    targets = [args.shard] if args.shard else sorted(known)
+    position = Position(args.sequence, args.sub_sequence) if args.action == "set" else None
+    refusals = []
+    for shard_id in targets:
+        shard = known.get(shard_id)
+        if shard is None and not args.force:
+            refusals.append(
+                f"shard {shard_id!r} is not known in stream {stream!r} of app {args.app!r} (see "
+                f"`kinesumer checkpoints list --stream {stream}`); --force writes it anyway"
+            )
+        elif shard is not None and shard.owner_live and not args.force:
+            refusals.append(
+                f"{stream}/{shard_id} is owned by live member {shard.owner!r}: stop the group "
+                f"(or wait for the shard to move), or pass --force to take it from its owner"
+            )
+    if refusals:  # refuse before writing anything, so a command does all or nothing
+        raise CliError("; ".join(refusals), EXIT_REFUSED)
+    conflicts = 0
+    for shard_id in targets:
+        seen = known[shard_id].checkpoint if shard_id in known else None
+        if position is None and (seen is None or seen.sequence_number is None):
+            print(f"{stream}/{shard_id}: no position to reset (starts at the initial position)")
+            if seen is None or not seen.finished:
+                continue
+        if not await store.move_checkpoint(stream, shard_id, seen, position):
+            conflicts += 1
+            print(
+                f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
+                f"claimed it or moved its checkpoint): nothing written; run the command again",
+                file=sys.stderr,
+            )
+            continue
+        was = seen.sequence_number if seen and seen.sequence_number else "no position"
+        taken = f"; taken from live member {seen.owner}" if seen and seen.owner in live else ""
+        if position is None:
+            print(
+                f"{stream}/{shard_id}: reset (was {was}); restarts at the initial position{taken}"
+            )
+        else:
+            print(f"{stream}/{shard_id}: set to {position.sequence_number} (was {was}){taken}")
+        if seen is not None and seen.finished:
+            print(f"{stream}/{shard_id}: was finished; it is read again after the next shard sync")
+    return EXIT_REFUSED if conflicts else EXIT_OK

@@ -1,0 +1,84 @@
+"""The command line's option values: argparse types that check them (one clear message per bad
+value), environment defaults, and the :class:`~kinesumer.Config` a command's options make."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from ..config import Config, InitialPosition
+from ..statestore.dynamodb.codecs import MAX_SEQUENCE_DIGITS
+
+DEFAULT_CLIENT_TIMEOUT: float = next(
+    f.default for f in dataclasses.fields(Config) if f.name == "client_timeout"
+)  # type: ignore[assignment]
+
+
+def env_option(parser: argparse.ArgumentParser, flag: str, env: str, what: str) -> None:
+    """An option that defaults to ``$env`` and is required when that is unset."""
+    default = os.environ.get(env) or None
+    parser.add_argument(
+        flag, default=default, required=default is None, help=f"{what} (default: ${env})"
+    )
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def sequence_number(text: str) -> str:
+    """Kinesis sequence numbers are decimal strings of up to ~56 digits (checked as text: they
+    do not fit in a float, nor in a DynamoDB number)."""
+    if not text.isascii() or not text.isdigit() or len(text) > MAX_SEQUENCE_DIGITS:
+        raise argparse.ArgumentTypeError(
+            f"a sequence number is decimal digits only (e.g. 4959033827149025660855969253836157"
+            f"1095921575989136588898), got {text!r}"
+        )
+    return text
+
+
+def initial_position(text: str) -> InitialPosition:
+    if text.upper() in ("LATEST", "TRIM_HORIZON"):
+        return "LATEST" if text.upper() == "LATEST" else "TRIM_HORIZON"
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LATEST, TRIM_HORIZON or an ISO 8601 time (2024-05-01T12:00:00Z), "
+            f"got {text!r}"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def group_config(args: argparse.Namespace, **extra: Any) -> Config:
+    return Config(
+        app=args.app,
+        dynamodb_table=args.table,
+        region=args.region,
+        dynamodb_endpoint=args.dynamodb_endpoint,
+        kinesis_endpoint=getattr(args, "kinesis_endpoint", None),
+        **extra,
+    )

@@ -1,0 +1,261 @@
+"""The ``kinesumer`` argument parser: shared option groups, then one small function per command
+that adds its parser and names its handler."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._version import __version__
+from .checkpoints import checkpoints_command
+from .consume import consume_command
+from .create_table import create_table_command
+from .errors import EXIT_CODES
+from .options import (
+    DEFAULT_CLIENT_TIMEOUT,
+    env_option,
+    initial_position,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    sequence_number,
+)
+from .status import status_command
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+class Shared:
+    """The option groups several commands share (argparse parents)."""
+
+    def __init__(self) -> None:
+        self.aws = argparse.ArgumentParser(add_help=False)
+        self.aws.add_argument(
+            "--region", help="AWS region (default: boto3's chain, e.g. $AWS_REGION)"
+        )
+        self.aws.add_argument(
+            "--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (local work)"
+        )
+        self.aws.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+        self.kinesis = argparse.ArgumentParser(add_help=False)
+        self.kinesis.add_argument(
+            "--kinesis-endpoint", metavar="URL", help="Kinesis endpoint (local work)"
+        )
+        self.group = argparse.ArgumentParser(add_help=False)
+        env_option(self.group, "--app", "KINESUMER_APP", "the consumer group's name")
+        env_option(self.group, "--table", "KINESUMER_TABLE", "the DynamoDB state table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kinesumer",
+        description="Consume Amazon Kinesis streams as a consumer group with checkpoints in "
+        "DynamoDB: run a member, inspect a group, move checkpoints, try it all locally.",
+        epilog=EXIT_CODES,
+        formatter_class=_FORMATTER,
+    )
+    parser.add_argument("--version", action="version", version=f"kinesumer {__version__}")
+    parser.set_defaults(debug=False)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    shared = Shared()
+    for add in (add_consume, add_status, add_checkpoints, add_create_table, add_demo):
+        add(commands, shared)
+    return parser
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    parents: list[argparse.ArgumentParser],
+    description: str,
+) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        parents=parents,
+        epilog=EXIT_CODES,
+        formatter_class=_FORMATTER,
+    )
+
+
+def _client_timeout(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--client-timeout",
+        type=positive_float,
+        default=DEFAULT_CLIENT_TIMEOUT,
+        metavar="SECONDS",
+        help=help_text,
+    )
+
+
+def add_consume(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    consume = _command(
+        commands,
+        "consume",
+        "join the group and print each record as a JSON line",
+        [shared.group, shared.aws, shared.kinesis],
+        "Join the group as a member and print every record of this member's shards as one JSON "
+        "line (stream, shard_id, sequence_number, sub_sequence_number, partition_key, "
+        'approximate_arrival_timestamp, and data: UTF-8 text in "data", otherwise base64 in '
+        '"data_b64"). Ctrl-C or SIGTERM closes the member gracefully: checkpoints written, '
+        "shards handed to the other members.",
+    )
+    consume.add_argument("streams", nargs="+", metavar="STREAM", help="stream(s) to consume")
+    consume.add_argument(
+        "--initial-position",
+        type=initial_position,
+        default="LATEST",
+        metavar="POS",
+        help="where a shard without checkpoint starts: LATEST (default), TRIM_HORIZON or an ISO "
+        "8601 time such as 2024-05-01T12:00:00Z (naive times are UTC)",
+    )
+    consume.add_argument("--client-id", help="member id (default: <host>-<pid>-<random>)")
+    consume.add_argument(
+        "--count", type=positive_int, metavar="N", help="stop after N records (default: never)"
+    )
+    consume.add_argument("--stop-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
+    consume.set_defaults(handler=consume_command)
+
+
+def add_status(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    status = _command(
+        commands,
+        "status",
+        "show members, leader, shard owners, checkpoints and lag",
+        [shared.group, shared.aws],
+        "Show the group from its state table: live members (* marks the leader: the lowest live "
+        "id), which shards each owns, and per shard its owner, checkpoint and lag "
+        "(MillisBehindLatest as its owner reports it).",
+    )
+    status.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
+    _client_timeout(
+        status,
+        f"a member is live if it heartbeated within this (default {DEFAULT_CLIENT_TIMEOUT:g}, "
+        "Config's default: use the group's value)",
+    )
+    status.add_argument(
+        "--watch",
+        type=positive_float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+    status.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
+    status.set_defaults(handler=status_command)
+
+
+def add_checkpoints(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    checkpoints = _command(
+        commands,
+        "checkpoints",
+        "list, reset or set shard checkpoints",
+        [],
+        "Inspect and move checkpoints. `reset` removes a shard's position (it restarts at the "
+        "group's initial position); `set` makes it resume right after record --sequence. Both "
+        "refuse a shard a live member owns unless --force, which also takes the shard from its "
+        "owner: at its next checkpoint write the owner finds its lease gone, drops what it "
+        "buffered and claims the shard again at the new position (what it delivered meanwhile "
+        "is delivered again). Both are conditional on the lease read just before: a racing "
+        "claim makes them fail, never clobber.",
+    )
+    actions = checkpoints.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for name, help_text in (
+        ("list", "show the checkpoints of a stream (or of every stream)"),
+        ("reset", "remove checkpoints: the shard restarts at the initial position"),
+        ("set", "resume a shard right after a given sequence number"),
+    ):
+        action = actions.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[shared.group, shared.aws],
+            epilog=EXIT_CODES,
+            formatter_class=_FORMATTER,
+        )
+        action.add_argument("--stream", required=name != "list", help="the stream")
+        action.add_argument("--shard", required=name == "set", metavar="ID", help="the shard id")
+        _client_timeout(
+            action, f"liveness of owners, as for status (default {DEFAULT_CLIENT_TIMEOUT:g})"
+        )
+        _checkpoint_action_options(action, name)
+        action.set_defaults(handler=checkpoints_command, action=name)
+
+
+def _checkpoint_action_options(action: argparse.ArgumentParser, name: str) -> None:
+    """The options only one of list, reset and set has."""
+    if name == "list":
+        action.add_argument("--json", action="store_true", help="JSON instead of a table")
+    else:
+        action.add_argument(
+            "--force",
+            action="store_true",
+            help="even if a live member owns the shard, or the table does not know it",
+        )
+    if name == "reset":
+        action.add_argument("--all-shards", action="store_true", help="every shard of the stream")
+    if name == "set":
+        action.add_argument(
+            "--sequence",
+            required=True,
+            type=sequence_number,
+            metavar="N",
+            help="the last processed record's sequence number (decimal digits)",
+        )
+        action.add_argument(
+            "--sub-sequence",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="index inside a KPL aggregate record (default 0)",
+        )
+
+
+def add_create_table(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    create = _command(
+        commands,
+        "create-table",
+        "create the DynamoDB state table (local work; idempotent)",
+        [shared.aws],
+        "Create the state table (keys pk/sk, on-demand, TTL on expires_at) if it does not "
+        "exist. For local work and tests: production provisions it with Terraform from infra/.",
+    )
+    env_option(create, "--table", "KINESUMER_TABLE", "the DynamoDB state table")
+    create.set_defaults(handler=create_table_command)
+
+
+def add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared) -> None:
+    demo = _command(
+        commands,
+        "demo",
+        "a consumer group on a local moto server: kill a member, watch the rebalance",
+        [],
+        "Start a moto server on 127.0.0.1, a stream and the state table, a producer of numbered "
+        "records and N member processes (`kinesumer consume`); show live who owns what; SIGKILL "
+        "one member, show the takeover, start another, and end with a summary: produced, "
+        "consumed, lost (must be 0) and duplicates (only re-deliveries of the killed member's "
+        "records that were not checkpointed yet). No AWS account is touched.",
+    )
+    demo.add_argument("--members", type=positive_int, default=3, help="members (default 3)")
+    demo.add_argument("--shards", type=positive_int, default=4, help="shards (default 4)")
+    demo.add_argument("--records", type=positive_int, default=8000, help="records (default 8000)")
+    demo.add_argument(
+        "--rate", type=positive_float, default=200.0, help="records per second (default 200)"
+    )
+    demo.add_argument("--debug", action="store_true", help="show tracebacks")
+    demo.set_defaults(handler=demo_command)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from .demo import run_demo  # imports moto: only for the demo
+
+    return run_demo(members=args.members, shards=args.shards, records=args.records, rate=args.rate)

@@ -1,0 +1,84 @@
+"""The text ``kinesumer status`` and ``checkpoints list`` print: plain aligned columns that
+survive pipes, ``grep`` and CI logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .view import GroupStatus, ShardView, iso_time
+
+
+def render(status: GroupStatus) -> list[str]:
+    """The text ``kinesumer status`` prints: members (``*`` marks the leader), then one table of
+    shards per stream."""
+    live = len(status.live_ids)
+    lines = [
+        f"app {status.app}  table {status.table}  {iso_time(status.now_ms)}  "
+        f"{live} live member{'' if live == 1 else 's'} (client timeout {status.client_timeout:g}s)",
+        "",
+    ]
+    if status.members:
+        rows = [
+            [
+                ("* " if m.leader else "  ") + m.client_id,
+                "live" if m.live else "dead",
+                f"{(status.now_ms - m.info.last_update_ms) / 1000:.1f}s ago",
+                f"{m.info.host}/{m.info.pid}",
+                ",".join(sorted(m.info.streams)) or "-",
+                str(len(m.shards)),
+            ]
+            for m in status.members
+        ]
+        lines += table(["  MEMBER", "STATE", "HEARTBEAT", "HOST/PID", "STREAMS", "SHARDS"], rows)
+        lines.append("  (* leader: the lowest live client id)")
+    else:
+        lines.append("no members registered")
+    for stream, shards in sorted(status.streams.items()):
+        finished = sum(1 for s in shards if s.finished)
+        lines += ["", f"stream {stream}: {len(shards)} shards, {finished} finished"]
+        lines += shard_table(shards, status.now_ms)
+    if not status.streams:
+        lines += ["", "no streams: no member has joined this app yet"]
+    return lines
+
+
+def shard_table(shards: Iterable[ShardView], now_ms: int, *, lease: bool = False) -> list[str]:
+    headers = ["SHARD", "STATE", "OWNER", "CHECKPOINT", "LAG", "UPDATED"]
+    if lease:
+        headers.insert(3, "LEASE")
+    rows = []
+    for view in shards:
+        checkpoint = view.checkpoint
+        position = "-"
+        if checkpoint and checkpoint.sequence_number:
+            position = checkpoint.sequence_number
+            if checkpoint.sub_sequence_number:
+                position += f"/{checkpoint.sub_sequence_number}"
+        row = [
+            view.shard_id,
+            view.state,
+            view.owner or "-",
+            position,
+            "-" if view.lag_ms is None else f"{view.lag_ms} ms",
+            _age(now_ms, checkpoint.last_update_ms) if checkpoint else "-",
+        ]
+        if lease:
+            row.insert(3, str(checkpoint.lease) if checkpoint else "-")
+        rows.append(row)
+    return table(headers, rows) if rows else ["  (no shards known yet)"]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart, indented by two."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    return [
+        "  " + "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [headers, *rows]
+    ]
+
+
+def _age(now_ms: int, then_ms: int) -> str:
+    if not then_ms:
+        return "-"
+    seconds = max(0.0, (now_ms - then_ms) / 1000)
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
