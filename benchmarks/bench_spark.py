@@ -1,41 +1,47 @@
-"""Rows per second through kinesumer.spark.foreach_batch, and Arrow vs row lists for DataFrames.
+"""kinesumer into Spark, side by side: ``foreach_batch`` against the Structured Streaming source.
 
-    .venv/bin/python benchmarks/bench_spark.py [--records 100000] [--batch-sizes 10000,50000]
-                                               [--build-rows 10000,50000] [--rounds 3]
-                                               [--build-rounds 5]
+    .venv/bin/python benchmarks/bench_spark.py [--records 100000] [--rounds 2] [--batch 10000]
+                                               [--masters local[1],local[2]]
 
-On kinesalite + dynalite (started here on free loopback ports, stopped by pid) and local Spark
-(``local[2]``, no UI):
+On kinesalite + dynalite (started here on free loopback ports, stopped by pid), one pre-filled
+4-shard stream (``--records`` records of 100 B) is drained, from TRIM_HORIZON by a fresh group
+each run, by
 
-1. A pre-filled 4-shard stream (``--records`` records of 100 B) drained by
-   ``foreach_batch(..., available_now=True, max_records=<batch size>)`` (a fresh group each run,
-   from TRIM_HORIZON, library defaults otherwise) into
-   - ``poll loop (no Spark)``: the same member polling and committing batches of the same size,
-     without Spark: the consumer's own ceiling, for reference;
-   - ``fn: nothing``: the DataFrame is built (Arrow -> JVM) and handed to a no-op fn;
-   - ``fn: noop write``: ``df.write.format("noop")``, a Spark job that materializes every row;
-   - ``fn: Parquet write``: ``df.write.mode("append").parquet(tmp)``.
-   Steady rate: records / (last fn end - first record), where the first record is placed
-   ``collect_seconds`` before the first batch's DataFrame build; the whole run (joining the group,
-   and the two coordinator ticks ``available_now`` waits before it returns) is shown beside it.
-2. Building one DataFrame from ``--build-rows`` records: ``records_to_dataframe`` (a
-   ``pyarrow.Table`` -> ``spark.createDataFrame``) against ``spark.createDataFrame(list_of_rows,
-   schema)``, both followed by a noop write so each is fully materialized in the JVM. Medians of
-   ``--build-rounds``, alternating; wall time and the driver's Python CPU time.
+- ``Kinesumer.poll`` (no Spark): one member polling and committing batches of ``--batch``
+  records: what one Python process reads here, for reference;
+- ``foreach_batch(available_now=True, max_records=--batch)`` with a sink, and
+- ``spark.readStream.format("kinesumer")`` (``max_records_per_trigger=--batch``,
+  ``trigger(availableNow=True)``) with the same sink,
+
+where the sink is ``noop`` (``df.write.format("noop")`` inside ``foreachBatch``: every row is
+materialized, nothing written; a ``foreachBatch`` that ignores ``df`` would not even read) or
+``Parquet`` (the source: ``writeStream.format("parquet")``; foreach_batch: an append). Each Spark
+master runs in its own child process (a fresh JVM each), contenders alternating over
+``--rounds``; the table shows the medians.
+
+Figures per run: **rows/s** over the whole run (start to the end of the last batch: joining the
+group, reading, the sink, and ``available_now``'s settle ticks) and **steady** (first to last
+batch with rows); **driver CPU**: CPU seconds per 100k records of the driver-side Python
+processes, read from ``/proc``: the application process (for foreach_batch: everything; for the
+source: ``foreachBatch`` callbacks and progress polling) plus, for the source, the long-lived
+``python_streaming_source_runner`` worker the JVM starts for the query (the reader: offsets,
+group membership, the ledger). Its CPU is sampled every 0.25 s while it lives (it ends with the
+query), so the last quarter second may be missed. Beside them: the CPU of the other Python
+workers (executors reading the shards, the planner) and of the JVM, for the picture.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,102 +49,260 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
-from bench_core import fill  # noqa: E402
+from bench_core import bench_config, fill  # noqa: E402
 
-import kinesumer.spark as kspark  # noqa: E402
-from kinesumer import Config, Kinesumer, Record, create_state_table  # noqa: E402
+from kinesumer import Config, Kinesumer, create_state_table  # noqa: E402
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-REGION = "us-east-1"
-TABLE = "bench-spark-state"
+
+CONTENDERS = ("foreach_batch/noop", "source/noop", "foreach_batch/parquet", "source/parquet")
+RESULT_PREFIX = "BENCH_SPARK_RESULT "
+SOURCE_RUNNER = "python_streaming_source_runner"
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def start_spark() -> Any:
+# -- process CPU from /proc ---------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` (all its threads), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime: fields 14 and 15
+
+
+def process_tree(root: int) -> dict[int, str]:
+    """``pid -> command line`` of every descendant of ``root``."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                commands[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+    out: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in out:
+                out[pid] = commands.get(pid, "")
+                frontier.append(pid)
+    return out
+
+
+def role(command: str) -> str:
+    """``reader`` (the query's long-lived source worker), ``workers`` (the other Python
+    workers: executors, planners), ``jvm`` or ``other``, by the executable and its module."""
+    program = os.path.basename(command.split(" ", 1)[0])
+    if program.startswith("java"):
+        return "jvm"
+    if program.startswith("python"):
+        return "reader" if SOURCE_RUNNER in command else "workers"
+    return "other"
+
+
+class CpuMeter:
+    """CPU seconds spent during a run by this process and by the Spark processes under it, by
+    role; processes that end during the run count up to their last sample."""
+
+    def __init__(self) -> None:
+        self.before = {pid: cpu_seconds(pid) or 0.0 for pid in process_tree(os.getpid())}
+        self.before[os.getpid()] = cpu_seconds(os.getpid()) or 0.0
+        self.last: dict[int, tuple[str, float]] = {}
+        self._known: dict[int, str] = {}
+        self._scanned = 0.0
+
+    def sample(self) -> None:
+        """Read the CPU of the Spark processes; looks for new ones at most once a second."""
+        now = time.monotonic()
+        if now - self._scanned >= 1.0 or not any(r == "reader" for r in self._known.values()):
+            self._known.update(
+                (pid, role(command)) for pid, command in process_tree(os.getpid()).items()
+            )
+            self._scanned = now
+        for pid, kind in self._known.items():
+            seconds = cpu_seconds(pid)
+            if seconds is not None:
+                self.last[pid] = (kind, seconds)
+
+    def result(self) -> dict[str, float]:
+        self.sample()
+        out = {"app": (cpu_seconds(os.getpid()) or 0.0) - self.before[os.getpid()]}
+        for pid, (kind, seconds) in self.last.items():
+            out[kind] = out.get(kind, 0.0) + seconds - self.before.get(pid, 0.0)
+        return out
+
+
+# -- one run per contender (in the child process, which owns a Spark session) --------------------
+def start_spark(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName("kinesumer-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def config(kurl: str, durl: str) -> Config:
-    return Config(
-        app=f"bench-{uuid.uuid4().hex[:8]}",  # a fresh group: reads the stream from the start
-        dynamodb_table=TABLE,
-        region=REGION,
-        kinesis_endpoint=kurl,
-        dynamodb_endpoint=durl,
-        initial_position="TRIM_HORIZON",
-    )
+def noop_write(df: Any) -> None:
+    df.write.format("noop").mode("overwrite").save()
 
 
-class Timing:
-    """First record and last fn end of one run (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.first_build: float | None = None
-        self.first_record: float | None = None
-        self.last_end = 0.0
-        self.batch_sizes: list[int] = []
-
-
-def run_spark(
-    spark: Any, cfg: Config, stream: str, batch: int, sink: str, out: str
+def run_foreach_batch(
+    spark: Any, cfg: Config, stream: str, batch: int, sink: str
 ) -> dict[str, Any]:
-    timing = Timing()
-    build = kspark.records_to_dataframe
+    from kinesumer.spark import BatchInfo, foreach_batch
 
-    def timed_build(session: Any, records: Any) -> Any:
-        if timing.first_build is None:
-            timing.first_build = time.monotonic()
-        return build(session, records)
+    ends: list[tuple[float, float, int]] = []  # (first record, fn end, rows) per batch
+    out = tempfile.mkdtemp(prefix="bench-spark-fb-")
 
-    def fn(df: Any, batch_id: int, info: kspark.BatchInfo) -> None:
-        if batch_id == 0 and timing.first_build is not None:
-            timing.first_record = timing.first_build - info.collect_seconds
+    def fn(df: Any, batch_id: int, info: BatchInfo) -> None:
+        began = time.monotonic()
         if sink == "noop":
-            df.write.format("noop").mode("overwrite").save()
-        elif sink == "parquet":
+            noop_write(df)
+        else:
             df.write.mode("append").parquet(out)
-        timing.batch_sizes.append(info.records)
-        timing.last_end = time.monotonic()
+        # The batch's first record came collect_seconds (plus the DataFrame build) before fn.
+        ends.append((began - info.collect_seconds, time.monotonic(), info.records))
 
-    kspark.records_to_dataframe = timed_build  # instrumentation only: times the first build
-    try:
-        started = time.monotonic()
-        summary = kspark.foreach_batch(
-            spark, cfg, [stream], fn, max_records=batch, available_now=True
-        )
-        whole = time.monotonic() - started
-    finally:
-        kspark.records_to_dataframe = build
-    assert timing.first_record is not None
+    meter = CpuMeter()
+    started = time.monotonic()
+    summary = foreach_batch(spark, cfg, [stream], fn, max_records=batch, available_now=True)
+    whole = time.monotonic() - started
     return {
         "records": summary.records,
-        "steady": summary.records / (timing.last_end - timing.first_record),
-        "whole": whole,
         "batches": summary.batches,
-        "mean_batch": statistics.mean(timing.batch_sizes),
+        "whole": whole,
+        "steady": steady_rate(ends),
+        "cpu": meter.result(),
     }
 
 
-def run_poll_loop(cfg: Config, stream: str, batch: int, total: int) -> dict[str, Any]:
-    """The consumer alone: poll batches of the same size and commit each, no Spark."""
+def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> dict[str, Any]:
+    from kinesumer.spark import KinesumerDataSource  # type: ignore[attr-defined]
+
+    spark.dataSource.register(KinesumerDataSource)
+    work = tempfile.mkdtemp(prefix="bench-spark-src-")
+    reader = spark.readStream.format("kinesumer")
+    for name, value in source_options(cfg, stream, batch).items():
+        reader = reader.option(name, value)
+    writer = reader.load().writeStream.option("checkpointLocation", f"{work}/checkpoint")
+    if sink == "noop":
+        writer = writer.foreachBatch(lambda df, batch_id: noop_write(df))
+    else:
+        writer = writer.format("parquet").option("path", f"{work}/out")
+    meter = CpuMeter()
+    started = time.monotonic()
+    query = writer.trigger(availableNow=True).start()
+    while query.isActive:
+        meter.sample()
+        time.sleep(0.25)
+    whole = time.monotonic() - started
+    cpu = meter.result()
+    if query.exception() is not None:
+        raise RuntimeError(f"the query failed: {query.exception()}")
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    ends = [
+        (
+            datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(),
+            datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+            + p["durationMs"]["triggerExecution"] / 1000,
+            int(p["numInputRows"]),
+        )
+        for p in progress
+    ]
+    return {
+        "records": sum(rows for _, _, rows in ends),
+        "batches": len(ends),
+        "whole": whole,
+        "steady": steady_rate(ends),
+        "cpu": cpu,
+    }
+
+
+def source_options(cfg: Config, stream: str, batch: int) -> dict[str, str]:
+    options = {
+        "app": cfg.app,
+        "dynamodb_table": cfg.dynamodb_table,
+        "region": cfg.region or "us-east-1",
+        "streams": stream,
+        "initial_position": "TRIM_HORIZON",
+        "max_records_per_trigger": str(batch),
+    }
+    if cfg.kinesis_endpoint:
+        options["kinesis_endpoint"] = cfg.kinesis_endpoint
+    if cfg.dynamodb_endpoint:
+        options["dynamodb_endpoint"] = cfg.dynamodb_endpoint
+    return options
+
+
+def steady_rate(ends: list[tuple[float, float, int]]) -> float:
+    """Rows per second from the first batch's start to the last batch's end."""
+    if not ends:
+        return 0.0
+    span = max(end for _, end, _ in ends) - min(start for start, _, _ in ends)
+    return sum(rows for _, _, rows in ends) / span if span > 0 else 0.0
+
+
+def child(args: argparse.Namespace) -> None:
+    """One Spark master: every contender, alternating, ``rounds`` times; results on stdout."""
+    spark = start_spark(args.master)
+    try:
+        warm = spark.range(1000).selectExpr("id", "cast(id as string) as s")  # JIT, first jobs
+        warm.write.format("noop").mode("overwrite").save()
+        results: list[dict[str, Any]] = []
+        for number in range(args.rounds):
+            for contender in args.contenders.split(","):
+                face, sink = contender.split("/")
+                cfg = bench_config(
+                    args.kinesis, args.dynamodb, f"bench-spark-{uuid.uuid4().hex[:8]}"
+                )
+                run = run_foreach_batch if face == "foreach_batch" else run_source
+                print(f"  {args.master} {contender} round {number + 1} ...", flush=True)
+                result = run(spark, cfg, args.stream, args.batch, sink)
+                results.append({"master": args.master, "contender": contender, **result})
+                print(f"    {summary_line(results[-1])}", flush=True)
+        print(RESULT_PREFIX + json.dumps(results), flush=True)
+    finally:
+        spark.stop()
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    per = 100_000 / max(1, r["records"])
+    cpu = {k: f"{v * per:.2f}" for k, v in sorted(r["cpu"].items())}
+    return (
+        f"{r['records']} records in {r['batches']} batches, {r['records'] / r['whole']:.0f} "
+        f"rows/s whole, {r['steady']:.0f} steady; CPU s/100k {cpu}"
+    )
+
+
+# -- the suite (parent process: stand-ins, the stream, one child per master) --------------------
+def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) -> dict[str, Any]:
+    """``Kinesumer.poll`` batches, committed, no Spark: what one Python process reads here."""
+    cfg = bench_config(kurl, durl, f"bench-spark-poll-{uuid.uuid4().hex[:8]}", auto_commit=False)
     count = batches = 0
     first: float | None = None
+    cpu = time.process_time()
     started = time.monotonic()
-    with Kinesumer(cfg.replace(auto_commit=False)) as consumer:
+    with Kinesumer(cfg) as consumer:
         consumer.subscribe([stream])
         while count < total:
             got = consumer.poll(max_records=batch, timeout=2.0)
@@ -148,182 +312,175 @@ def run_poll_loop(cfg: Config, stream: str, batch: int, total: int) -> dict[str,
             batches += bool(got)
             consumer.commit()
         end = time.monotonic()
-    assert first is not None
     return {
+        "master": "-",
+        "contender": "Kinesumer.poll/none",
         "records": count,
-        "steady": count / (end - first),
-        "whole": time.monotonic() - started,
         "batches": batches,
-        "mean_batch": count / batches,
+        "whole": end - started,
+        "steady": count / (end - (first or started)),
+        "cpu": {"app": time.process_time() - cpu},
     }
 
 
-def synthetic(n: int) -> list[Record]:
-    """Records shaped like kinesalite's: 56-digit sequence numbers, 100 B of data, UTC times."""
-    now = datetime.now(timezone.utc)
-    base = 49_680_412_823_098_765_506_474_831_640_804_325_254_116_639_976_898_691_090
-    return [
-        Record(
-            "bench",
-            f"shardId-00000000000{i % 4}",
-            str(base + i),
-            0,
-            f"k{i}",
-            b"%08d" % i + b"x" * 92,
-            now,
-        )
-        for i in range(n)
-    ]
+def suite(
+    kurl: str,
+    durl: str,
+    records: int = 100_000,
+    rounds: int = 2,
+    batch: int = 10_000,
+    masters: tuple[str, ...] = ("local[1]", "local[2]"),
+    contenders: tuple[str, ...] = CONTENDERS,
+) -> dict[str, Any]:
+    """Fill one stream, measure every contender on every master; the raw runs and medians.
+    ``kurl``/``durl``: running kinesalite/dynalite (the ``bench-state`` table is created if
+    missing)."""
+    import pyarrow
+    import pyspark
 
-
-def build_ratio(spark: Any, n: int, rounds: int) -> dict[str, float]:
-    from pyspark.sql import types as T
-
-    schema = T.StructType(
-        [
-            T.StructField("stream", T.StringType(), False),
-            T.StructField("shard_id", T.StringType(), False),
-            T.StructField("sequence_number", T.StringType(), False),
-            T.StructField("sub_sequence_number", T.LongType(), False),
-            T.StructField("partition_key", T.StringType(), False),
-            T.StructField("data", T.BinaryType(), False),
-            T.StructField("approximate_arrival_timestamp", T.TimestampType(), True),
+    create_state_table(bench_config(None, durl, "bench"))
+    stream = f"bench-spark-{uuid.uuid4().hex[:8]}"
+    print(f"  spark: filling {stream} with {records} records of 100 B on 4 shards", flush=True)
+    fill(kurl, stream, 4, records)
+    runs = [poll_reference(kurl, durl, stream, batch, records)]
+    print(f"    poll reference: {summary_line(runs[0])}", flush=True)
+    for master in masters:
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            f"--master={master}",
+            f"--kinesis={kurl}",
+            f"--dynamodb={durl}",
+            f"--stream={stream}",
+            f"--batch={batch}",
+            f"--rounds={rounds}",
+            f"--contenders={','.join(contenders)}",
         ]
-    )
-    records = synthetic(n)
+        runs += child_runs(command)
+    for run in runs:
+        if run["records"] != records:
+            raise AssertionError(f"{run['contender']} on {run['master']}: {run['records']} rows")
+    return {
+        "records": records,
+        "batch": batch,
+        "rounds": rounds,
+        "shards": 4,
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "runs": runs,
+        "cells": medians(runs),
+    }
 
-    def arrow() -> Any:
-        return kspark.records_to_dataframe(spark, records)
 
-    def rows() -> Any:
-        return spark.createDataFrame(records, schema)
+def child_runs(command: list[str]) -> list[dict[str, Any]]:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert process.stdout is not None
+    result: list[dict[str, Any]] | None = None
+    for line in process.stdout:
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX) :])
+        else:
+            print(line, end="", flush=True)
+    if process.wait() != 0 or result is None:
+        raise RuntimeError(f"{' '.join(command)} failed (exit {process.returncode})")
+    return result
 
-    def measure(make: Callable[[], Any]) -> tuple[float, float, float]:
-        started, cpu = time.perf_counter(), time.process_time()
-        df = make()
-        built, built_cpu = time.perf_counter(), time.process_time()
-        df.write.format("noop").mode("overwrite").save()
-        return built - started, time.perf_counter() - started, built_cpu - cpu
 
-    results: dict[str, list[tuple[float, float, float]]] = {"arrow": [], "rows": []}
-    for _ in range(rounds):
-        for name, make in (("arrow", arrow), ("rows", rows)):
-            results[name].append(measure(make))
-    out: dict[str, float] = {}
-    for name, runs in results.items():
-        out[f"{name}_build"] = statistics.median(r[0] for r in runs)
-        out[f"{name}_total"] = statistics.median(r[1] for r in runs)
-        out[f"{name}_cpu"] = statistics.median(r[2] for r in runs)
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (master, contender): median rows/s and CPU seconds per 100k records, by role."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        cells.setdefault((run["master"], run["contender"]), []).append(run)
+    out = []
+    for (master, contender), group in cells.items():
+        per = [100_000 / r["records"] for r in group]
+        roles = sorted({k for r in group for k in r["cpu"]})
+        cpu = {
+            k: statistics.median(r["cpu"].get(k, 0.0) * p for r, p in zip(group, per, strict=True))
+            for k in roles
+        }
+        driver = statistics.median(
+            (r["cpu"].get("app", 0.0) + r["cpu"].get("reader", 0.0)) * p
+            for r, p in zip(group, per, strict=True)
+        )
+        out.append(
+            {
+                "master": master,
+                "contender": contender,
+                "rate": statistics.median(r["records"] / r["whole"] for r in group),
+                "steady": statistics.median(r["steady"] for r in group),
+                "batches": statistics.median(r["batches"] for r in group),
+                "driver_cpu": driver,
+                "cpu": cpu,
+            }
+        )
     return out
 
 
-def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run with the median steady rate (its other figures come with it)."""
-    return sorted(runs, key=lambda r: r["steady"])[len(runs) // 2]
+def table(r: dict[str, Any]) -> str:
+    """The results as a Markdown table, for the README and ``benchmarks/results``."""
+    lines = [
+        f"{r['records']} records x 100 B on {r['shards']} shards, kinesalite + dynalite, "
+        f"batches of {r['batch']}, median of {r['rounds']} (pyspark {r['pyspark']}, pyarrow "
+        f"{r['pyarrow']}). Driver CPU: CPU seconds per 100k records of the driver-side Python "
+        "processes (the application; for the source also its reader worker); executors and "
+        "JVM beside it.",
+        "",
+        "| path | sink | master | batches | rows/s whole | rows/s steady | driver CPU | "
+        "(app + reader) | executors' Python CPU | JVM CPU |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for c in r["cells"]:
+        face, sink = c["contender"].split("/")
+        cpu = c["cpu"]
+        parts = f"{cpu.get('app', 0.0):.2f} + {cpu.get('reader', 0.0):.2f}"
+        lines.append(
+            f"| {face} | {sink} | {c['master']} | {c['batches']:.0f} | {c['rate']:.0f} | "
+            f"{c['steady']:.0f} | {c['driver_cpu']:.2f} s | {parts} | "
+            f"{cpu.get('workers', 0.0):.2f} s | {cpu.get('jvm', 0.0):.2f} s |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--batch-sizes", default="10000,50000")
-    parser.add_argument("--build-rows", default="10000,50000")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per stream figure")
-    parser.add_argument("--build-rounds", type=int, default=5, help="runs per build figure")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--json", help="also write the results to this file")
+    # The child process's arguments (one Spark master).
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--master", help=argparse.SUPPRESS)
+    parser.add_argument("--kinesis", help=argparse.SUPPRESS)
+    parser.add_argument("--dynamodb", help=argparse.SUPPRESS)
+    parser.add_argument("--stream", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
-    build_rows = [int(x) for x in args.build_rows.split(",")]
-
+    if args.child:
+        child(args)
+        return
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
-    spark = None
-    rows: list[tuple[str, int, dict[str, Any]]] = []
-    builds: list[tuple[int, dict[str, float]]] = []
     try:
-        create_state_table(
-            Config(app="bench", dynamodb_table=TABLE, region=REGION, dynamodb_endpoint=dynalite.url)
+        results = suite(
+            kinesalite.url,
+            dynalite.url,
+            records=args.records,
+            rounds=args.rounds,
+            batch=args.batch,
+            masters=tuple(args.masters.split(",")),
+            contenders=tuple(args.contenders.split(",")),
         )
-        stream = f"bench-{uuid.uuid4().hex[:8]}"
-        print(f"filling {stream}: {args.records} records of 100 B on 4 shards ...", flush=True)
-        fill(kinesalite.url, stream, 4, args.records)
-        print("starting Spark ...", flush=True)
-        spark = start_spark()
-        with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
-            # Warm the JVM up (first jobs compile code): not part of any figure.
-            warm = synthetic(1000)
-            kspark.records_to_dataframe(spark, warm).write.format("noop").mode("overwrite").save()
-            kspark.records_to_dataframe(spark, warm).write.parquet(f"{tmp}/warm")
-            build_ratio(spark, 1000, 1)
-            for n in build_rows:
-                print(f"DataFrame build, {n} rows ...", flush=True)
-                builds.append((n, build_ratio(spark, n, args.build_rounds)))
-            for batch in batch_sizes:
-                for sink in ("poll", "nothing", "noop", "parquet"):
-                    runs = []
-                    for n in range(args.rounds):
-                        cfg = config(kinesalite.url, dynalite.url)
-                        print(f"batch {batch}, {sink}, round {n + 1} ...", flush=True)
-                        if sink == "poll":
-                            result = run_poll_loop(cfg, stream, batch, args.records)
-                        else:
-                            out = f"{tmp}/{sink}-{batch}-{n}"
-                            result = run_spark(spark, cfg, stream, batch, sink, out)
-                        assert result["records"] == args.records, result
-                        runs.append(result)
-                    rows.append((sink, batch, median_run(runs)))
     finally:
-        if spark is not None:
-            spark.stop()
         kinesalite.stop()
         dynalite.stop()
-
-    import pyarrow
-    import pyspark
-
-    labels = {
-        "poll": "poll loop (no Spark)",
-        "nothing": "fn: nothing",
-        "noop": "fn: noop write",
-        "parquet": "fn: Parquet write",
-    }
     print()
-    print(
-        f"foreach_batch, {args.records} records x 100 B, 4 shards, kinesalite + dynalite, "
-        f"local[2], median of {args.rounds} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
-        f"pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__})"
-    )
-    print(
-        f"| {'sink':22s} | {'max_records':>11s} | {'batches':>7s} | {'mean batch':>10s} | "
-        f"{'rows/s steady':>13s} | {'whole run':>9s} |"
-    )
-    print(f"|{'-' * 24}|{'-' * 13}|{'-' * 9}|{'-' * 12}|{'-' * 15}|{'-' * 11}|")
-    for sink, batch, r in rows:
-        print(
-            f"| {labels[sink]:22s} | {batch:11d} | {r['batches']:7d} | {r['mean_batch']:10.0f} | "
-            f"{r['steady']:13.0f} | {r['whole']:8.1f}s |"
-        )
-    print()
-    print(
-        f"DataFrame from records (100 B each): createDataFrame (build, and the Python CPU it "
-        f"takes), then a noop write; median of {args.build_rounds}"
-    )
-    print(
-        f"| {'rows':>6s} | {'Arrow build':>11s} | {'rows build':>10s} | {'ratio':>6s} | "
-        f"{'Arrow CPU':>9s} | {'rows CPU':>9s} | {'ratio':>6s} | "
-        f"{'Arrow +write':>12s} | {'rows +write':>11s} | {'ratio':>6s} |"
-    )
-    print(
-        f"|{'-' * 8}|{'-' * 13}|{'-' * 12}|{'-' * 8}|{'-' * 11}|{'-' * 11}|{'-' * 8}|"
-        f"{'-' * 14}|{'-' * 13}|{'-' * 8}|"
-    )
-    for n, b in builds:
-        print(
-            f"| {n:6d} | {b['arrow_build']:10.3f}s | {b['rows_build']:9.3f}s | "
-            f"{b['rows_build'] / b['arrow_build']:5.1f}x | {b['arrow_cpu']:8.3f}s | "
-            f"{b['rows_cpu']:8.3f}s | {b['rows_cpu'] / b['arrow_cpu']:5.1f}x | "
-            f"{b['arrow_total']:11.3f}s | {b['rows_total']:10.3f}s | "
-            f"{b['rows_total'] / b['arrow_total']:5.1f}x |"
-        )
+    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "bench"
     main()

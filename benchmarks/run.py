@@ -86,6 +86,10 @@ def run_all(quick: bool) -> dict[str, Any]:
             kurl, durl, (20_000, int(1_000_000 * scale)), 10.0 if quick else 15.0
         )
         timings["limits"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["spark"] = spark(kurl, durl, quick)
+        timings["spark"] = time.monotonic() - started
     finally:
         kinesalite.stop()
         dynalite.stop()
@@ -110,6 +114,22 @@ def failover(kurl: str, durl: str, rounds: int) -> list[dict[str, float]]:
                 world.producers.clear()
             print(f"  failover round {number + 1}: {results[-1]}", flush=True)
     return results
+
+
+def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
+    """foreach_batch vs the streaming source, local[1] and local[2] (bench_spark.py); None
+    without the spark extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+        print("  spark: skipped (pip install 'kinesumer[spark]')", flush=True)
+        return None
+    import bench_spark
+
+    if quick:  # the two paths side by side, no Parquet: two JVM starts and four short runs
+        noop = ("foreach_batch/noop", "source/noop")
+        return bench_spark.suite(kurl, durl, records=20_000, rounds=1, contenders=noop)
+    return bench_spark.suite(kurl, durl, records=100_000, rounds=2)
 
 
 def machine() -> str:
