@@ -1,0 +1,220 @@
+"""A group member whose records are read elsewhere (Spark executors).
+
+The same member as every other (heartbeats on their own thread, membership, assignment, fenced
+claims, shard sync, graceful handoffs), without fetchers or a buffer: whoever reads asks
+:meth:`ExternalReadMember.owned` what it may read and from where, and brackets each batch with
+:meth:`~ExternalReadMember.begin` and :meth:`~ExternalReadMember.complete` (or
+:meth:`~ExternalReadMember.abandon`). A begun batch is what the lease calls "in hand": a handoff
+waits for it (bounded by ``handoff_timeout``), exactly as it waits for a record in the hands of
+a generator's caller, and then releases at the completed position, so the next owner starts
+right after it. A batch completed ``finished`` (it reached SHARD_END) checkpoints the shard
+finished, which makes its children readable after the next shard sync.
+
+The API is blocking and thread-safe; the member runs on an event loop thread of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from ..config import Config, InitialPosition
+from ..errors import ConsumerClosedError
+from ..models import Position
+from ..stats import ConsumerStats
+from .fetcher import wait_for_parents
+from .hooks import RebalanceHooks
+from .leases import Lease, LeaseStatus
+from .loop_thread import LoopThread
+from .member import GroupMember
+from .shard_sync import ShardStart
+
+
+@dataclass(frozen=True)
+class OwnedShard:
+    """A shard this member holds and may read now."""
+
+    stream: str
+    shard_id: str
+    #: This member's client id.
+    owner: str
+    #: The lease number (fencing token) of the claim.
+    lease: int
+    #: Resume AFTER this (the checkpoint); None: no checkpoint yet.
+    position: Position | None
+    #: Where to start when ``position`` is None: "TRIM_HORIZON" for a child of a reshard, else
+    #: ``Config.initial_position``.
+    start: InitialPosition
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.stream, self.shard_id)
+
+
+class ReadElsewhereMember(GroupMember):
+    """The asyncio side of :class:`ExternalReadMember` (runs on its loop)."""
+
+    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
+        super().__init__(config, hooks)
+        # Claimed leases whose parents are all finished, with where each starts.
+        self._readable: dict[Lease, InitialPosition] = {}
+        # The leases begun batches were counted on, oldest first, by shard.
+        self._begun: dict[tuple[str, str], list[Lease | None]] = {}
+
+    def on_claimed(self, lease: Lease, start: ShardStart) -> None:
+        stream, shard_id = lease.key
+        check = self.shard_sync.parents_check(lease.key, start)
+        self.supervisor.spawn(
+            self._readable_after_parents(lease, start, check), f"parents of {stream}/{shard_id}"
+        )
+
+    async def _readable_after_parents(
+        self, lease: Lease, start: ShardStart, check: Callable[[], Awaitable[bool]]
+    ) -> None:
+        """Parents before children: the lease becomes readable once every parent finished."""
+        if await wait_for_parents(lease, check, self.config.heartbeat_interval):
+            self._readable[lease] = start.initial
+
+    async def owned(self) -> list[OwnedShard]:
+        failure = self.lifecycle.failure
+        if failure is not None:
+            raise failure
+        for lease in [lease for lease in self._readable if lease.status is not LeaseStatus.ACTIVE]:
+            del self._readable[lease]
+        return [
+            OwnedShard(
+                *lease.key,
+                owner=self.client_id,
+                lease=lease.checkpoint.lease,
+                position=lease.checkpointed,
+                start=initial,
+            )
+            for lease, initial in sorted(self._readable.items(), key=lambda item: item[0].key)
+            if not lease.reached_end
+        ]
+
+    async def begin(self, key: tuple[str, str]) -> None:
+        lease = self.leases.get(key)
+        if lease is not None and lease.status is LeaseStatus.ACTIVE:
+            lease.begin_batch()
+        else:
+            lease = None  # not ours (any more): its complete() writes nothing
+        self._begun.setdefault(key, []).append(lease)
+
+    def _end(self, key: tuple[str, str]) -> Lease | None:
+        begun = self._begun.get(key)
+        if not begun:
+            return None
+        lease = begun.pop(0)
+        if not begun:
+            del self._begun[key]
+        return lease
+
+    async def complete(
+        self, key: tuple[str, str], position: Position | None, finished: bool
+    ) -> bool:
+        lease = self._end(key)
+        if lease is None:
+            return False
+        try:
+            if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+                return False
+            if position is not None:
+                lease.mark_processed(position)
+            if finished:
+                if position is not None:
+                    lease.mark_fetched(position)
+                lease.mark_end()
+            written = await self.checkpointer.write(lease, finished=finished)
+        finally:
+            lease.end_batch()
+        if written and finished and lease.status is LeaseStatus.ACTIVE:
+            await self.finish_shard(lease)  # released; the stream's shards synced next tick
+        return written
+
+    async def abandon(self, key: tuple[str, str]) -> None:
+        lease = self._end(key)
+        if lease is not None:
+            lease.end_batch()
+
+
+class ExternalReadMember:
+    """A member of ``config.app``'s group that reads nothing itself. Thread-safe, blocking."""
+
+    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(
+                f"ExternalReadMember needs a kinesumer.Config, got {type(config).__name__}"
+            )
+        self._member = ReadElsewhereMember(config, hooks)
+        self._loop = LoopThread(f"kinesumer-{self._member.client_id}")
+
+    @property
+    def client_id(self) -> str:
+        return self._member.client_id
+
+    def start(self, streams: Sequence[str]) -> None:
+        """Join (table and streams checked: named errors raised here), return once the first
+        claims settled."""
+        if isinstance(streams, str):
+            raise TypeError("streams must be a list of stream names, not a string")
+        self._loop.run(self._member.start(tuple(streams)))
+
+    def owned(self) -> list[OwnedShard]:
+        """Shards held now and readable now: claimed, parents finished (parents before
+        children), not finished, not being handed off. Raises the engine's failure if it
+        failed."""
+        if not self._loop.started or self._loop.stopped:
+            failure = self._member.failure
+            if failure is not None:
+                raise failure
+            return []
+        return self._loop.run(self._member.owned())
+
+    def begin(self, key: tuple[str, str]) -> None:
+        """A batch that reads this shard was planned: a handoff of the shard now waits (bounded
+        by ``Config.handoff_timeout``) until every begun batch was completed or abandoned. A
+        shard not held now is noted too; its complete() then writes nothing and returns False."""
+        self._loop.run(self._member.begin((key[0], key[1])))
+
+    def complete(
+        self, key: tuple[str, str], position: Position | None, *, finished: bool = False
+    ) -> bool:
+        """The batch begun for this shard committed, ending at ``position`` (None: it read
+        nothing; finished: it reached SHARD_END). Writes the fenced checkpoint (conditional on
+        owner and lease) and ends one begin(). False: the lease was lost (the shard moved);
+        nothing was written. May be called for a shard no longer in owned() (its handoff waits
+        for it): that is how a handoff finishes."""
+        try:
+            return self._loop.run(self._member.complete((key[0], key[1]), position, finished))
+        except ConsumerClosedError:
+            return False
+
+    def abandon(self, key: tuple[str, str]) -> None:
+        """Ends one begin() without writing (the batch will be replayed elsewhere)."""
+        try:
+            self._loop.run(self._member.abandon((key[0], key[1])))
+        except ConsumerClosedError:
+            return
+
+    def stats(self) -> ConsumerStats:
+        return self._member.snapshot()
+
+    def close(self) -> None:
+        """Graceful: wait for begun batches (bounded by handoff_timeout), write, release every
+        shard, deregister. Idempotent."""
+        if not self._loop.started:
+            self._member.mark_closed()
+            return
+        if self._loop.stopped:
+            return
+        try:
+            self._loop.run(self._member.leave())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> ExternalReadMember:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
