@@ -29,12 +29,14 @@ from _wait import wait_until
 from kinesumer import Config, KinesumerError, Record
 from kinesumer.spark import COLUMNS as SPARK_COLUMNS
 from kinesumer.spark import (
+    SCHEMA_DDL,
     BatchInfo,
     RunSummary,
     SparkNotInstalledError,
     arrow_schema,
     foreach_batch,
     records_to_arrow,
+    records_to_batches,
     spark_schema,
 )
 from kinesumer.spark.arrow import FIELDS
@@ -504,14 +506,15 @@ def test_arguments_are_checked_before_connecting(spark: Any) -> None:
 
 
 @needs_spark
-def test_arrow_schema_is_what_spark_expects_for_the_columns() -> None:
+def test_arrow_schema_is_what_spark_expects_for_the_columns(spark: Any) -> None:
     """A Python data source's Arrow batches must equal Spark's Arrow form of its schema exactly
-    (nullability included): the streaming source yields records_to_arrow() batches for
-    spark_schema(), foreach_batch builds its DataFrames from the same tables."""
+    (nullability included): a source declaring SCHEMA_DDL yields records_to_batches(), and
+    foreach_batch builds its DataFrames from the same tables."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     assert SPARK_COLUMNS == COLUMNS == Record._fields == tuple(name for name, _, _ in FIELDS)
     assert to_arrow_schema(spark_schema(), timezone="UTC").equals(arrow_schema())
+    assert spark.createDataFrame([], SCHEMA_DDL).schema == spark_schema()
     assert spark_schema().simpleString() == SCHEMA
     assert (
         str(arrow_schema().field("approximate_arrival_timestamp").type) == "timestamp[us, tz=UTC]"
@@ -519,6 +522,10 @@ def test_arrow_schema_is_what_spark_expects_for_the_columns() -> None:
     record = Record("s", "shardId-0", "1" * 56, 3, "k", b"\x00x", datetime.now(timezone.utc))
     assert records_to_arrow([record]).schema.equals(arrow_schema())
     assert records_to_arrow([record]).to_pylist()[0]["sequence_number"] == "1" * 56
+    batches = list(records_to_batches([record] * 5, rows=2))
+    assert [b.num_rows for b in batches] == [2, 2, 1]
+    assert all(b.schema.equals(arrow_schema()) for b in batches)
+    assert list(records_to_batches([])) == []
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

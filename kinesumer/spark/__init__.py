@@ -26,7 +26,15 @@ conversion both paths use), ``batches`` (what ``fn`` and the caller are told), `
 source).
 """
 
-from .arrow import COLUMNS, arrow_schema, records_to_arrow, records_to_dataframe, spark_schema
+from .arrow import (
+    COLUMNS,
+    SCHEMA_DDL,
+    arrow_schema,
+    records_to_arrow,
+    records_to_batches,
+    records_to_dataframe,
+    spark_schema,
+)
 from .batches import BatchFunction, BatchInfo, RunSummary, ShardRange
 from .deps import SparkNotInstalledError
 from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
@@ -34,6 +42,7 @@ from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
 __all__ = [
     "BATCH_HANDOFF_TIMEOUT",
     "COLUMNS",
+    "SCHEMA_DDL",
     "BatchFunction",
     "BatchInfo",
     "RunSummary",
@@ -42,6 +51,7 @@ __all__ = [
     "arrow_schema",
     "foreach_batch",
     "records_to_arrow",
+    "records_to_batches",
     "records_to_dataframe",
     "spark_schema",
 ]

@@ -1,15 +1,16 @@
 """Records as Arrow and as Spark DataFrames: the one conversion both Spark paths use.
 
-:func:`foreach_batch` builds each micro-batch's DataFrame with :func:`records_to_dataframe`; the
-streaming source's executors yield :func:`records_to_arrow` batches from ``read()``. Spark (4.3)
-accepts an Arrow batch from a Python data source only when its schema *equals* the expected one,
-nullability included, so :func:`arrow_schema` is exactly ``to_arrow_schema(spark_schema(),
-timezone="UTC")``: both are derived from :data:`FIELDS` (a test pins the equality).
+:func:`foreach_batch` builds each micro-batch's DataFrame with :func:`records_to_dataframe`; a
+Python data source's ``read()`` yields :func:`records_to_batches` for the schema
+:data:`SCHEMA_DDL` (or :func:`spark_schema`). Spark (4.3) accepts an Arrow batch from a Python
+data source only when its schema *equals* the expected one, nullability included, so
+:func:`arrow_schema` is exactly ``to_arrow_schema(spark_schema(), timezone="UTC")``: all three
+are derived from :data:`FIELDS` (a test pins the equalities).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..models import Record
@@ -36,6 +37,14 @@ FIELDS: tuple[tuple[str, str, bool], ...] = (
 
 #: The DataFrame's column names, in order (a test pins them to :data:`FIELDS`).
 COLUMNS: tuple[str, ...] = Record._fields
+
+_DDL_TYPES = {"string": "STRING", "long": "BIGINT", "binary": "BINARY", "timestamp": "TIMESTAMP"}
+
+#: The Spark schema as a DDL string (``stream STRING NOT NULL, ...``): what a data source's
+#: ``schema()`` may return without importing pyspark; Spark parses it into :func:`spark_schema`.
+SCHEMA_DDL = ", ".join(
+    f"{name} {_DDL_TYPES[kind]}{'' if nullable else ' NOT NULL'}" for name, kind, nullable in FIELDS
+)
 
 
 def arrow_schema() -> pyarrow.Schema:
@@ -78,6 +87,16 @@ def records_to_arrow(records: Sequence[Record]) -> pyarrow.Table:
     columns = zip(*records, strict=True)
     arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def records_to_batches(
+    records: Sequence[Record], rows: int = 10_000
+) -> Iterator[pyarrow.RecordBatch]:
+    """``records`` as Arrow record batches of at most ``rows`` rows each, in
+    :func:`arrow_schema`: what a Python data source's ``read()`` yields (nothing for no
+    records)."""
+    for start in range(0, len(records), rows):
+        yield from records_to_arrow(records[start : start + rows]).to_batches()
 
 
 def records_to_dataframe(spark: SparkSession, records: Sequence[Record]) -> DataFrame:
