@@ -6,10 +6,12 @@ checkpoints of everything it processed are written and its shards are released i
 conditional write, so the other members (or the next run) start right after the last record it
 handled, at once instead of after ``client_timeout``, and deliver nothing twice.
 
-The signal handler only sets a flag: closing from inside a handler, or raising from one, could
-cut a record in half. ``poll()`` waits at most a second, so the flag is seen within a second
-even when the stream is quiet. Keep ``handoff_timeout`` plus that second well inside the
-orchestrator's grace period (Kubernetes: terminationGracePeriodSeconds, 30 s by default).
+The first signal only sets a flag (:func:`kinesumer.signals.stop_on_signals`): closing from
+inside a handler, or raising from one, could cut a record in half. A second signal stops at once
+(``KeyboardInterrupt``), and the handlers that were there before come back on exit. ``poll()``
+waits at most a second, so the flag is seen within a second even when the stream is quiet. Keep
+``handoff_timeout`` plus that second well inside the orchestrator's grace period (Kubernetes:
+terminationGracePeriodSeconds, 30 s by default).
 
     python examples/graceful_shutdown.py        # then: kill -TERM <pid>, or Ctrl-C
 
@@ -19,22 +21,13 @@ Configuration: the environment variables of examples/basic.py.
 from __future__ import annotations
 
 import os
-import signal
 import threading
-from types import FrameType
 
 from kinesumer import Config, Kinesumer
-
-stopping = threading.Event()
-
-
-def request_stop(signum: int, frame: FrameType | None) -> None:
-    stopping.set()
+from kinesumer.signals import stop_on_signals
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
     from_start = os.environ.get("KINESUMER_INITIAL_POSITION") == "TRIM_HORIZON"
     config = Config(
         app=os.environ.get("KINESUMER_APP", "examples"),
@@ -43,7 +36,8 @@ def main() -> None:
     )
     streams = os.environ.get("KINESUMER_STREAMS", "orders").split(",")
     handled = 0
-    with Kinesumer(config) as consumer:
+    stopping = threading.Event()
+    with stop_on_signals(lambda name: stopping.set()), Kinesumer(config) as consumer:
         consumer.subscribe(streams)
         print(
             f"consuming {', '.join(streams)} as {consumer.client_id} (pid {os.getpid()})",

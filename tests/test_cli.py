@@ -26,6 +26,7 @@ from _group import create_stream, kinesis, make_config, put, setup_table
 from kinesumer import Kinesumer, cli
 from kinesumer.cli import view
 from kinesumer.models import ClientInfo
+from kinesumer.signals import interrupt_on_sigterm, signals_ignored, stop_on_signals
 from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
 
 Names = Callable[[str], str]
@@ -470,6 +471,42 @@ def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
             cli.main(argv)
         assert done.value.code == 0
         assert "130  interrupted" in capsys.readouterr().out
+
+
+# -- kinesumer.signals (the CLI's and the demo's handlers) -----------------------------------
+def test_stop_on_signals_first_stops_second_interrupts_then_restores() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    stops: list[str] = []
+    with pytest.raises(KeyboardInterrupt), stop_on_signals(stops.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stops == ["SIGTERM"]  # the first one only asks to stop
+        os.kill(os.getpid(), signal.SIGINT)  # the second one aborts
+    assert stops == ["SIGTERM"]
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_interrupt_on_sigterm_and_signals_ignored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), interrupt_on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+    with signals_ignored():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_signal_helpers_do_nothing_outside_the_main_thread() -> None:
+    seen: list[object] = []
+
+    def install() -> None:
+        with stop_on_signals(seen.append), interrupt_on_sigterm(), signals_ignored():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    before = signal.getsignal(signal.SIGINT)
+    thread = threading.Thread(target=install)
+    thread.start()
+    thread.join()
+    assert seen == [before]
 
 
 # -- demo -------------------------------------------------------------------------------------
