@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
-from kinesumer.aws import _botocore_session  # noqa: E402
+from kinesumer.aws import botocore_session  # noqa: E402
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -105,7 +105,7 @@ async def plain_loop(url: str, stream: str, total: int, clock: Clock, fast: bool
 
     ``fast``: with kinesumer's timestamp parser installed, to separate that gain from the cost
     of the library's own machinery."""
-    session = aioboto3.Session(botocore_session=_botocore_session()) if fast else aioboto3.Session()
+    session = aioboto3.Session(botocore_session=botocore_session()) if fast else aioboto3.Session()
     count = 0
     done = asyncio.Event()
     async with session.client("kinesis", endpoint_url=url, region_name=REGION) as kinesis:

@@ -28,7 +28,8 @@ from kinesumer import Config, Kinesumer, create_state_table  # noqa: E402
 from kinesumer.core import assign  # noqa: E402
 from kinesumer.models import ClientInfo, Shard  # noqa: E402
 from kinesumer.statestore.base import ShardCache  # noqa: E402
-from kinesumer.statestore.dynamodb.store import _CHUNK_BYTES, client_item  # noqa: E402
+from kinesumer.statestore.dynamodb.shard_cache import CHUNK_BYTES  # noqa: E402
+from kinesumer.statestore.dynamodb.store import client_item  # noqa: E402
 from kinesumer.statestore.schema import item_size  # noqa: E402
 
 DYNAMODB_ITEM_LIMIT = 400 * 1024
@@ -56,7 +57,7 @@ def item_sizes(shards: int = 20_000) -> dict[str, Any]:
     ]
     cache = ShardCache("orders", tuple(parents + children), frozenset(p.shard_id for p in parents))
     body = zlib.compress(cache.to_json(), 6)
-    chunk = body[:_CHUNK_BYTES]
+    chunk = body[:CHUNK_BYTES]
     chunk_item = {"pk": {"S": "shard_cache#orders-etl"}, "sk": {"S": "orders#" + "f" * 45}}
     chunk_item["data"] = {"B": chunk}
     owned = {f"orders/{s.shard_id}": 1000 + i for i, s in enumerate(children)}
@@ -76,7 +77,7 @@ def item_sizes(shards: int = 20_000) -> dict[str, Any]:
         "shards": shards,
         "cache_json": len(cache.to_json()),
         "cache_compressed": len(body),
-        "cache_chunks": -(-len(body) // _CHUNK_BYTES),
+        "cache_chunks": -(-len(body) // CHUNK_BYTES),
         "largest_cache_item": item_size(chunk_item),
         "client_item": item_size(client_item("orders-etl", client, 3600)),
         "checkpoint_item": item_size(checkpoint),
@@ -95,7 +96,7 @@ def _slow_member(config: Config, stream: str, seconds: float, out: Any) -> None:
             time.sleep(0.001)
             consumed += 1
             if consumed % 500 == 0:
-                buffered = max(buffered, consumer._engine.buffer.size[0])
+                buffered = max(buffered, consumer.stats().buffered_records)
                 if time.monotonic() - started > seconds:
                     break
     status = Path("/proc/self/status").read_text()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import boto3
 
 from kinesumer import AsyncKinesumer, Config, Record, create_state_table
+from kinesumer.aws import AwsClients, RetryStats
+from kinesumer.consumer.base import engine_of
+from kinesumer.statestore import DynamoDBStateStore
 
 # Short timings keep the suite fast; every one is still far above the stand-ins' latency.
 FAST = {
@@ -85,6 +89,18 @@ def setup_table(config: Config) -> None:
     create_state_table(config)
 
 
+@contextlib.asynccontextmanager
+async def state_store(config: Config) -> AsyncIterator[DynamoDBStateStore]:
+    """The group's state table as another process sees it (its own clients, built from the
+    config as a member builds them): to read what members wrote, or to write as an intruder."""
+    aws = AwsClients(config, RetryStats())
+    await aws.open()
+    try:
+        yield DynamoDBStateStore(aws.dynamodb, config.dynamodb_table, config.app, RetryStats())
+    finally:
+        await aws.close()
+
+
 class Member:
     """One group member consuming in its own asyncio task, recording every delivery."""
 
@@ -123,16 +139,10 @@ class Member:
 
     async def crash(self) -> None:
         """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
-        engine = self.consumer._engine
-        engine.closed = True
-        engine._heartbeat.stop()
         if self.task is not None:
             self.task.cancel()
-        tasks = list(engine._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, *([self.task] if self.task else []), return_exceptions=True)
-        await engine._aws.close()
+        await engine_of(self.consumer).abort()
+        await asyncio.gather(*([self.task] if self.task else []), return_exceptions=True)
 
 
 def datas(sink: list[tuple[str, Record]]) -> list[bytes]:

@@ -49,6 +49,7 @@ import argparse
 import asyncio
 import base64
 import faulthandler
+import gc
 import json
 import logging
 import os
@@ -65,8 +66,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or not
     sys.path.insert(0, str(_ROOT))
 
-from kinesumer import Config, Kinesumer, KinesumerError, Record  # noqa: E402
-from kinesumer.engine.engine import ConsumerStats  # noqa: E402
+from kinesumer import Config, ConsumerStats, Kinesumer, KinesumerError, Record  # noqa: E402
 
 EXIT_OK = 0
 EXIT_LIBRARY_ERROR = 3
@@ -335,9 +335,16 @@ def run_generator(
 def dump_stacks(consumer: Kinesumer | None) -> None:
     """Every thread's stack now, then (from the loop itself) every asyncio task's stack."""
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    loop = getattr(consumer, "_loop", None)
-    if loop is None or loop.is_closed():
+    if consumer is None:
         return
+    # The consumer's loop runs on its own thread; found through the garbage collector (the only
+    # running loop in this process), so no private attribute of the consumer is read.
+    running = [
+        o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop) and o.is_running()
+    ]
+    if not running:
+        return
+    loop = running[0]
 
     def print_tasks() -> None:
         tasks = asyncio.all_tasks(loop)

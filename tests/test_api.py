@@ -34,7 +34,7 @@ from kinesumer import (
     StateTableSchemaError,
     StreamNotFoundError,
 )
-from kinesumer.aws import RetryStats
+from kinesumer.aws import AwsClients, RetryStats
 from kinesumer.cli.status import open_table
 from kinesumer.statestore.dynamodb.store import DynamoDBStateStore
 
@@ -210,7 +210,11 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
         if len(got) == 10:
             break
     assert got == produced
-    aws = consumer._engine._aws
+    await consumer.aclose()
+    # The clients the engine builds from this config (the same factory, built here: the
+    # consumer's own are not reachable from outside, on purpose).
+    aws = AwsClients(config, RetryStats())
+    await aws.open()
     kinesis_creds = aws.kinesis._request_signer._credentials
     dynamodb_creds = aws.dynamodb._request_signer._credentials
     assert kinesis_creds.method == "sts-assume-role"
@@ -222,7 +226,7 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
     refreshed = await kinesis_creds.get_frozen_credentials()
     assert refreshed.access_key != first.access_key
     assert kinesis_creds._expiry_time > datetime.now(timezone.utc) + timedelta(minutes=14)
-    await consumer.aclose()
+    await aws.close()
 
 
 def test_poll_returns_batches_bounded_by_count_and_time(env: dict[str, Any]) -> None:
@@ -255,7 +259,9 @@ async def test_async_poll_auto_commit_processes_previous_poll(env: dict[str, Any
     await consumer.subscribe([env["stream"]])
     first = await consumer.poll(max_records=10, timeout=5)
     second = await consumer.poll(max_records=10, timeout=5)  # first poll's 10 are processed
-    await consumer._engine.close(in_hand_done=False)  # the second poll's 10 were not finished
+    # Closed from a task that polled, not one that iterated consume(): the second poll's 10
+    # were not finished (auto-commit counts them processed only at the next poll).
+    await consumer.aclose()
     assert [r.data for r in first + second] == produced[:20]
     consumer = AsyncKinesumer(env["config"])
     await consumer.subscribe([env["stream"]])
@@ -294,7 +300,7 @@ async def start_joining(env: dict[str, Any]) -> tuple[AsyncKinesumer, asyncio.Ta
             pass
 
     task = asyncio.create_task(run())
-    await eventually(lambda: consumer._engine._starting is not None, what="joining")
+    await eventually(lambda: consumer.stats().state == "joining", what="joining")
     return consumer, task
 
 

@@ -16,13 +16,12 @@ from _group import (
     make_config,
     put,
     setup_table,
+    state_store,
 )
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer.aws import RetryStats
 from kinesumer.models import Position
-from kinesumer.statestore.dynamodb.store import DynamoDBStateStore
 
 Names = Callable[[str], str]
 
@@ -116,23 +115,24 @@ async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) ->
     a = Member(config_for(group, client_id="a", commit_interval=60), [stream], sink).start()
     await eventually(lambda: len(sink) == 50, what="a read 50")
     await a.consumer.commit()
-    intruder = a.consumer._engine._store  # same table, written as another client would
-    seen = (await intruder.get_checkpoints(stream, [shard]))[shard]
-    assert seen.owner == "a"
-    taken = await intruder.claim(stream, shard, "intruder", seen)
-    assert taken is not None and taken.lease == seen.lease + 1
-    newer = Position(sink[-1][1].sequence_number, 0)
-    assert await intruder.write_checkpoint(taken, newer)
-    # a's old lease can no longer write, whatever position it holds.
-    assert not await intruder.write_checkpoint(seen, Position(sink[0][1].sequence_number, 0))
-    put(url, stream, 50, 10)
-    await eventually(lambda: len(sink) >= 51, what="a reads on until it learns")
-    await a.consumer.commit()  # refused: a's lease was taken over
-    stats = a.consumer.stats()
-    assert stats.checkpoint_conflicts >= 1
-    after = (await intruder.get_checkpoints(stream, [shard]))[shard]
-    assert after.sequence_number == newer.sequence_number
-    assert after.lease >= taken.lease
+    # The same table, written as another client would.
+    async with state_store(group["config"]) as intruder:
+        seen = (await intruder.get_checkpoints(stream, [shard]))[shard]
+        assert seen.owner == "a"
+        taken = await intruder.claim(stream, shard, "intruder", seen)
+        assert taken is not None and taken.lease == seen.lease + 1
+        newer = Position(sink[-1][1].sequence_number, 0)
+        assert await intruder.write_checkpoint(taken, newer)
+        # a's old lease can no longer write, whatever position it holds.
+        assert not await intruder.write_checkpoint(seen, Position(sink[0][1].sequence_number, 0))
+        put(url, stream, 50, 10)
+        await eventually(lambda: len(sink) >= 51, what="a reads on until it learns")
+        await a.consumer.commit()  # refused: a's lease was taken over
+        stats = a.consumer.stats()
+        assert stats.checkpoint_conflicts >= 1
+        after = (await intruder.get_checkpoints(stream, [shard]))[shard]
+        assert after.sequence_number == newer.sequence_number
+        assert after.lease >= taken.lease
     await a.close()
 
 
@@ -220,13 +220,13 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     await eventually(lambda: len(b.owned()) == 2, timeout=15, what="b takes a's shard")
     print(f"takeover after crash: {time.monotonic() - crashed:.2f}s")
     # The leader (b) prunes the dead member's item, with a delete conditional on what it saw.
-    store = b.consumer._engine._store
     members: list[str] = []
-    for _ in range(100):
-        members = [c.client_id for c in await store.list_clients()]
-        if members == ["b"]:
-            break
-        await asyncio.sleep(0.1)
+    async with state_store(group["config"]) as store:
+        for _ in range(100):
+            members = [c.client_id for c in await store.list_clients()]
+            if members == ["b"]:
+                break
+            await asyncio.sleep(0.1)
     assert members == ["b"]
     produced += put(url, stream, 200, 100)
     await eventually(lambda: len(set(datas(sink))) == 300, what="all 300")
@@ -246,11 +246,7 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         for i in range(10_000, 20_000)
     ]
     cache = ShardCache("big", tuple(shards), frozenset(s.shard_id for s in shards[:5000]))
-    consumer = AsyncKinesumer(group["config"])
-    engine = consumer._engine
-    await engine._aws.open()
-    try:
-        store = DynamoDBStateStore(engine._aws.dynamodb, group["table"], group["app"], RetryStats())
+    async with state_store(group["config"]) as store:
         assert await store.save_shard_cache(cache, None)
         assert not await store.save_shard_cache(cache, None)  # conditional: already there
         loaded = await store.load_shard_cache("big")
@@ -260,8 +256,6 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         assert not await store.save_shard_cache(smaller, "stale-digest")
         assert await store.save_shard_cache(smaller, cache.digest)
         assert await store.load_shard_cache("big") == smaller
-    finally:
-        await engine._aws.close()
 
 
 async def test_hot_standby_takes_over_when_a_member_leaves(group: dict[str, Any]) -> None:
@@ -301,7 +295,7 @@ async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None
     got = 0
     async for _ in consumer.consume([stream]):
         got += 1
-        peak = max(peak, consumer._engine.buffer.size[0])
+        peak = max(peak, consumer.stats().buffered_records)
         if got % 50 == 0:
             await asyncio.sleep(0.2)  # a slow application; fetchers keep polling meanwhile
         if got == 400:
@@ -313,11 +307,7 @@ async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None
 async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any]) -> None:
     from kinesumer.models import ClientInfo
 
-    consumer = AsyncKinesumer(group["config"])
-    engine = consumer._engine
-    await engine._aws.open()
-    try:
-        store = DynamoDBStateStore(engine._aws.dynamodb, group["table"], group["app"], RetryStats())
+    async with state_store(group["config"]) as store:
         old = ClientInfo("zombie", last_update_ms=1_000)
         await store.heartbeat(old, 3600)
         await store.heartbeat(ClientInfo("zombie", last_update_ms=2_000), 3600)  # revived
@@ -325,8 +315,6 @@ async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any
         assert [c.client_id for c in await store.list_clients()] == ["zombie"]
         assert await store.prune_client(ClientInfo("zombie", last_update_ms=2_000))
         assert await store.list_clients() == []
-    finally:
-        await engine._aws.close()
 
 
 async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
@@ -342,9 +330,9 @@ async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
 
     async def revoked(shards: list[tuple[str, str]]) -> None:
         events.append(("a", "revoked", shards))
-        store = a.consumer._engine._store
         (key,) = shards
-        checkpoint = (await store.get_checkpoints(key[0], [key[1]]))[key[1]]
+        async with state_store(group["config"]) as store:
+            checkpoint = (await store.get_checkpoints(key[0], [key[1]]))[key[1]]
         owner_at_revoke.append(checkpoint.owner)
 
     sink: list[tuple[str, Record]] = []
@@ -383,14 +371,8 @@ async def test_close_leaves_no_shard_owned(group: dict[str, Any]) -> None:
         async for _ in consumer.consume([stream]):
             break
         await consumer.aclose()
-        await consumer._engine._aws.open()
-        store = DynamoDBStateStore(
-            consumer._engine._aws.dynamodb, group["table"], group["app"], RetryStats()
-        )
-        try:
+        async with state_store(group["config"]) as store:
             owners = {c.owner for c in (await store.get_checkpoints(stream)).values()}
-        finally:
-            await consumer._engine._aws.close()
         assert owners <= {None}, (round_, owners)
 
 
@@ -398,7 +380,8 @@ async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
     """The bound holds with many fetchers: each reserves its fair share of it (its GetRecords
     Limit) before calling, reservations plus buffered records never exceed the bound, and a
     used or released reservation makes room again."""
-    from kinesumer.engine.leases import Lease, RecordBuffer
+    from kinesumer.engine.buffer import RecordBuffer
+    from kinesumer.engine.leases import Lease
     from kinesumer.models import Checkpoint
 
     buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
@@ -424,7 +407,7 @@ async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
 async def test_a_waiting_fetcher_needs_only_the_current_fair_share() -> None:
     """A fetcher that began waiting while few shards were fetched (a big share) is served as
     soon as today's share is free, not starved behind fetchers with smaller shares."""
-    from kinesumer.engine.leases import RecordBuffer
+    from kinesumer.engine.buffer import RecordBuffer
 
     buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
     buffer.fetchers = 1

@@ -145,7 +145,7 @@ async def test_refused_checkpoint_write_counts_as_a_conflict() -> None:
     lost: list[Lease] = []
     checkpointer = Checkpointer(RefusingStore(), "c1", on_lost=lost.append, metrics=metrics)  # type: ignore[arg-type]
     lease = Lease(Checkpoint("s", "shard-1", owner="c1", lease=1))
-    lease.processed = Position("1", 0)
+    lease.mark_processed(Position("1", 0))
     assert await checkpointer.write(lease) is False
     assert lost == [lease]
     labels = {"app": "app", "client_id": "c1", "stream": "s"}

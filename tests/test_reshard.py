@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put
+from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
 from _group import setup_table as create_table
 from _wait import eventually
 
@@ -75,12 +75,8 @@ async def test_split_and_merge_while_consuming(env: dict[str, Any]) -> None:
     # 56-digit sequence numbers survive as strings.
     assert all(len(r.sequence_number) >= 50 for _, r in sink)
     # The three parents were checkpointed finished.
-    store = members[0].consumer._engine._store
-    await members[0].consumer._engine._aws.open()
-    try:
+    async with state_store(env["config"]) as store:
         checkpoints = await store.get_checkpoints(stream)
-    finally:
-        await members[0].consumer._engine._aws.close()
     finished = sorted(sid for sid, c in checkpoints.items() if c.finished)
     assert finished == [f"shardId-00000000000{i}" for i in range(3)]
 

@@ -50,6 +50,7 @@ from _standins import NodeStandIn
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
+from kinesumer.consumer.base import engine_of
 
 pytestmark = pytest.mark.slow
 
@@ -763,8 +764,9 @@ async def test_records_refused_at_the_fence_are_not_lost_when_a_heartbeat_lands(
     consumer = AsyncKinesumer(config)
     records = consumer.consume([stream])
     got = [await anext(records)]  # record 0 in hand; the other 19 wait in the cursor's batch
-    engine = consumer._engine
-    engine.cursor.fence = LapsingFence(engine._heartbeat)
+    # Test seam: the delivery fence is the heartbeat's deadline; wrap it so it lapses once.
+    cursor = engine_of(consumer).cursor
+    cursor.fence = LapsingFence(cursor.fence)
     produced += await asyncio.get_running_loop().run_in_executor(
         None, put, kinesalite.url, stream, 20, 20
     )

@@ -120,3 +120,12 @@ class BaseKinesumer:
             and iterating_in is not None
             and iterating_in == self._here()
         )
+
+
+def engine_of(consumer: BaseKinesumer) -> Engine:
+    """Test seam: the engine behind a face, for the few tests that must act where no public
+    call reaches (a member killed without a handoff: ``Engine.abort()``; a delivery fence that
+    lapses at a chosen moment: ``Engine.cursor.fence``). Named so that such tests say what they
+    do and read no private attribute. Applications have no use for it: the engine is internal
+    (:mod:`kinesumer.engine`) and changes without notice."""
+    return consumer._engine

@@ -110,10 +110,10 @@ class Kinesumer(BaseKinesumer):
     @shared_doc(CLOSE)
     def close(self, *, discard: bool = False) -> None:
         if self._loop is None or self._loop.is_closed():
-            self._engine.closed = True
+            self._engine.mark_closed()
             return
         try:
-            self._run(self._engine.close(self._in_hand_done(), discard))
+            self._run(self._engine.close(in_hand_done=self._in_hand_done(), discard=discard))
         finally:
             loop, thread = self._loop, self._thread
             if thread is not None and thread.is_alive():
