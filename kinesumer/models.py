@@ -80,7 +80,3 @@ class Position(NamedTuple):
 
     sequence_number: str
     sub_sequence_number: int = 0
-
-
-def position_of(record: Record) -> Position:
-    return Position(record.sequence_number, record.sub_sequence_number)

@@ -47,9 +47,6 @@ class RecordBuffer:
     def size(self) -> tuple[int, int]:
         return self._records, self._bytes
 
-    def _full(self) -> bool:
-        return self._records >= self._max_records or self._bytes >= self._max_bytes
-
     def _free(self) -> int:
         return self._max_records - self._records - self._reserved
 
@@ -109,6 +106,7 @@ class RecordBuffer:
             return lease, records, size
 
     async def fail(self, error: BaseException) -> None:
+        """The engine stopped (failed, or closed): whoever waits for records gets ``error``."""
         async with self._changed:
             if self._failure is None:
                 self._failure = error

@@ -31,13 +31,11 @@ class Engine(GroupMember):
         self._discard = False
 
     # -- lifecycle ----------------------------------------------------------------------------
-    async def _join(self, streams: tuple[str, ...]) -> None:
+    def on_joining(self) -> None:
         config = self.config
         self.buffer = RecordBuffer(config.max_buffered_records, config.max_buffered_bytes)
-        await super()._join(streams)
 
-    def _build_parts(self) -> None:
-        super()._build_parts()
+    def on_parts_built(self) -> None:
         self.cursor.fence = self.heartbeat
         loop = asyncio.get_running_loop()
         checkpointer = self.checkpointer

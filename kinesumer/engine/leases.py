@@ -69,9 +69,9 @@ class Lease:
     caught_up: bool = False
     #: Batches read elsewhere (external members) begun and not yet completed or abandoned.
     open_batches: int = 0
-    loss_handled: bool = False
-    fetcher: asyncio.Task[None] | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    _loss_handled: bool = field(default=False, init=False, repr=False)
+    _fetcher: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         start = self.checkpoint.sequence_number
@@ -108,7 +108,7 @@ class Lease:
     def mark_delivered(self, record: Record) -> bool:
         """Cursor: hand ``record`` out if this lease may still deliver. Sets ``delivered``;
         False (nothing changed) means drop the record: the lease was revoked or lost."""
-        with self.lock:
+        with self._lock:
             if self.status is not LeaseStatus.ACTIVE:
                 return False
             self.delivered = Position(record.sequence_number, record.sub_sequence_number)
@@ -121,20 +121,20 @@ class Lease:
 
     def commit_delivered(self) -> None:
         """Engine.commit: everything delivered so far is processed."""
-        with self.lock:
+        with self._lock:
             if self.delivered is not None:
                 self.processed = self.delivered
 
     def discard_delivered(self) -> None:
         """Engine.close(discard=True): what was delivered but not processed never will be; it
         is delivered again by the next owner. Moves ``delivered`` back to ``processed``."""
-        with self.lock:
+        with self._lock:
             self.delivered = self.processed
 
     def fence(self) -> None:
         """Cursor (any thread): the fence passed while delivering; stop delivering at once
         (status LOST). The checkpointer's :meth:`lose` does the rest on the engine's loop."""
-        with self.lock:
+        with self._lock:
             self.status = LeaseStatus.LOST
 
     # -- external members (external.ExternalReadMember) ---------------------------------------
@@ -149,12 +149,12 @@ class Lease:
     # -- fetcher side (fetcher.ShardFetcher) ----------------------------------------------------
     def attach_fetcher(self, task: asyncio.Task[None]) -> None:
         """Engine: the task reading this shard, cancelled when the lease stops."""
-        self.fetcher = task
+        self._fetcher = task
 
     def stop_fetching(self) -> None:
         """Checkpointer (handoff, loss) and the engine (failure): cancel the fetcher, if any."""
-        if self.fetcher is not None:
-            self.fetcher.cancel()
+        if self._fetcher is not None:
+            self._fetcher.cancel()
 
     def observe_read(self, millis_behind: int | None, raw_count: int) -> None:
         """ShardFetcher, after each GetRecords: how far behind the shard is, and whether the
@@ -179,7 +179,7 @@ class Lease:
     def begin_handoff(self) -> bool:
         """ACTIVE → REVOKING: no more deliveries, fetcher cancelled. False (nothing changed)
         when the lease already ended (LOST or RELEASED)."""
-        with self.lock:
+        with self._lock:
             if self.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
                 return False
             self.status = LeaseStatus.REVOKING
@@ -188,12 +188,12 @@ class Lease:
 
     def release(self) -> None:
         """REVOKING → RELEASED: the handoff's final write (checkpoint, owner cleared) landed."""
-        with self.lock:
+        with self._lock:
             self.status = LeaseStatus.RELEASED
 
     def finish(self) -> None:
         """ACTIVE → RELEASED with ``finished``: the shard was checkpointed finished."""
-        with self.lock:
+        with self._lock:
             self.status = LeaseStatus.RELEASED
             self.finished = True
 
@@ -201,9 +201,9 @@ class Lease:
         """→ LOST: another member owns the shard now. Stops deliveries and the fetcher. True
         the first time only (the caller then tells the hooks); False once handled or when the
         lease was already released."""
-        if self.status is LeaseStatus.RELEASED or self.loss_handled:
+        if self.status is LeaseStatus.RELEASED or self._loss_handled:
             return False
-        self.loss_handled = True
+        self._loss_handled = True
         self.fence()
         self.stop_fetching()
         return True

@@ -70,6 +70,13 @@ class GroupMember:
         self._coordinator_task: asyncio.Task[None]
 
     # -- for subclasses -----------------------------------------------------------------------
+    def on_joining(self) -> None:
+        """A join starts (nothing is built yet): prepare what reading needs."""
+
+    def on_parts_built(self) -> None:
+        """The parts (store, reader, checkpointer, heartbeat, coordinator) exist, on the loop;
+        nothing was claimed yet."""
+
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         """A shard was claimed (and the application told): start reading it."""
 
@@ -125,9 +132,11 @@ class GroupMember:
         config = self.config
         self.supervisor = Supervisor(self.client_id, self.lifecycle)
         self.supervisor.on_failure.append(self._stop_everything)
+        self.on_joining()
         await self.aws.open()
         try:
             self._build_parts()
+            self.on_parts_built()
             await self.store.check()
             for stream in streams:
                 await self.reader.check_stream(stream)

@@ -30,11 +30,6 @@ class Supervisor:
         #: Set when the engine stops (failure or close): every loop of background work ends.
         self.stop = asyncio.Event()
 
-    @property
-    def busy(self) -> bool:
-        """Whether any background task is still running."""
-        return any(not t.done() for t in self._tasks)
-
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background; its failure stops the engine."""
         task = asyncio.ensure_future(coro)
