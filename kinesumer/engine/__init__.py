@@ -1,4 +1,18 @@
-"""The engine: one asyncio engine behind every face (internal; not a public API)."""
+"""The engine: one asyncio engine behind every face (internal; not a public API).
+
+One room per job, meeting in the shared lease table (``leases``):
+
+- ``member``: a group member's wiring and lifecycle (join, change streams, leave), whoever reads;
+  ``engine``: the member that reads its shards itself (fetchers, buffer, delivery);
+  ``external``: the member whose records are read elsewhere (Spark executors).
+- ``lifecycle``: the engine's state, one enum; ``supervisor``: background tasks, failures
+  surfaced to the caller, the watchdog; ``loop_thread``: an event loop for blocking callers.
+- ``coordinator``: the tick, in phases: ``membership`` (live members, leader, the fence),
+  ``shard_sync`` (shard lists and lineage), ``leasing`` (claims and handoffs).
+- ``leases``: the lease and its lifecycle; ``buffer``: the bounded record buffer; ``fetcher``:
+  GetRecords per shard; ``delivery``: the cursor's one admission check; ``checkpointer``: fenced
+  writes; ``heartbeat``: liveness on its own thread; ``hooks``: the application's rebalance hooks.
+"""
 
 from .engine import Engine
 
