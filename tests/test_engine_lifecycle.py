@@ -21,6 +21,15 @@ def lease(sequence: str | None = None) -> Lease:
     return Lease(Checkpoint("s", "shard-0", sequence, owner="me", lease=1))
 
 
+def state(lifecycle: Lifecycle) -> EngineState:
+    """Read afresh (mypy would otherwise keep the state narrowed across transitions)."""
+    return lifecycle.state
+
+
+def status(held: Lease) -> LeaseStatus:
+    return held.status
+
+
 def test_every_state_has_a_message() -> None:
     assert all(state.message for state in EngineState)
     assert EngineState.CLOSED.message == "this consumer was closed; create a new one"
@@ -28,17 +37,17 @@ def test_every_state_has_a_message() -> None:
 
 async def test_join_then_run_then_close() -> None:
     lifecycle = Lifecycle()
-    assert lifecycle.state is EngineState.NEW and not lifecycle.joined
+    assert state(lifecycle) is EngineState.NEW and not lifecycle.joined
     lifecycle.begin_join()
-    assert lifecycle.state is EngineState.JOINING and lifecycle.joining
+    assert state(lifecycle) is EngineState.JOINING and lifecycle.joining
     lifecycle.end_join(True)
-    assert lifecycle.state is EngineState.RUNNING and lifecycle.joined
+    assert state(lifecycle) is EngineState.RUNNING and lifecycle.joined
     lifecycle.check()  # running: nothing to raise
     assert lifecycle.begin_close() is EngineState.RUNNING
-    assert lifecycle.state is EngineState.CLOSING
+    assert state(lifecycle) is EngineState.CLOSING
     assert lifecycle.begin_close() is None  # a second close has nothing to do
     lifecycle.closed()
-    assert lifecycle.state is EngineState.CLOSED
+    assert state(lifecycle) is EngineState.CLOSED
     with pytest.raises(ConsumerClosedError):
         lifecycle.check()
     with pytest.raises(ConsumerClosedError):
@@ -49,7 +58,7 @@ async def test_a_failed_join_can_be_tried_again() -> None:
     lifecycle = Lifecycle()
     lifecycle.begin_join()
     lifecycle.end_join(False)
-    assert lifecycle.state is EngineState.NEW and not lifecycle.joined and not lifecycle.joining
+    assert state(lifecycle) is EngineState.NEW and not lifecycle.joined and not lifecycle.joining
 
 
 async def test_a_failure_is_kept_through_closing() -> None:
@@ -58,13 +67,13 @@ async def test_a_failure_is_kept_through_closing() -> None:
     lifecycle.end_join(True)
     error = RuntimeError("boom")
     assert lifecycle.fail(error)
-    assert lifecycle.state is EngineState.FAILED
+    assert state(lifecycle) is EngineState.FAILED
     assert not lifecycle.fail(RuntimeError("later"))  # the first error is the one raised
     with pytest.raises(RuntimeError, match="boom"):
         lifecycle.check()
     assert lifecycle.begin_close() is EngineState.FAILED
     lifecycle.closed()
-    assert lifecycle.state is EngineState.CLOSED
+    assert state(lifecycle) is EngineState.CLOSED
     with pytest.raises(RuntimeError, match="boom"):
         lifecycle.check()
 
@@ -75,7 +84,7 @@ async def test_failures_while_closing_are_only_logged() -> None:
     lifecycle.end_join(True)
     lifecycle.begin_close()
     assert not lifecycle.fail(RuntimeError("late"))
-    assert lifecycle.failure is None and lifecycle.state is EngineState.CLOSING
+    assert lifecycle.failure is None and state(lifecycle) is EngineState.CLOSING
 
 
 async def test_a_close_during_the_join_waits_for_it_and_can_be_cancelled() -> None:
@@ -87,14 +96,14 @@ async def test_a_close_during_the_join_waits_for_it_and_can_be_cancelled() -> No
     assert not waiting.done()
     lifecycle.end_join(True)
     await asyncio.wait_for(waiting, 1)
-    assert lifecycle.state is EngineState.CLOSING and lifecycle.joined  # the close goes on
+    assert state(lifecycle) is EngineState.CLOSING and lifecycle.joined  # the close goes on
     lifecycle.close_cancelled()  # ... unless it was given up: back to what the join left
-    assert lifecycle.state is EngineState.RUNNING
+    assert state(lifecycle) is EngineState.RUNNING
 
 
 def test_a_lease_resumes_after_its_checkpoint() -> None:
     resumed = lease("42")
-    assert resumed.status is LeaseStatus.ACTIVE
+    assert status(resumed) is LeaseStatus.ACTIVE
     assert resumed.processed == resumed.checkpointed == Position("42", 0)
     assert not resumed.in_hand
 
@@ -116,10 +125,10 @@ def test_delivered_then_processed_or_committed() -> None:
 def test_a_handoff_stops_deliveries_and_ends_released() -> None:
     held = lease()
     assert held.begin_handoff()
-    assert held.status is LeaseStatus.REVOKING
+    assert status(held) is LeaseStatus.REVOKING
     assert not held.mark_delivered(record("1"))  # dropped: the next owner reads it
     held.release()
-    assert held.status is LeaseStatus.RELEASED
+    assert status(held) is LeaseStatus.RELEASED
     assert not held.begin_handoff()  # already ended
     assert not held.lose()  # a released lease is not lost
 
@@ -127,7 +136,7 @@ def test_a_handoff_stops_deliveries_and_ends_released() -> None:
 def test_a_fenced_lease_is_lost_once() -> None:
     held = lease()
     held.fence()  # the delivery side, on any thread
-    assert held.status is LeaseStatus.LOST and not held.deliverable
+    assert status(held) is LeaseStatus.LOST and not held.deliverable
     assert held.lose()  # the checkpointer handles the loss once
     assert not held.lose()
     assert not held.begin_handoff()
@@ -143,7 +152,7 @@ def test_finishing_needs_the_end_and_everything_processed() -> None:
     held.mark_processed(Position("5", 0))
     assert held.drained
     held.finish()
-    assert held.status is LeaseStatus.RELEASED and held.finished
+    assert status(held) is LeaseStatus.RELEASED and held.finished
 
 
 def test_a_batch_read_elsewhere_is_in_hand_until_it_ends() -> None:
