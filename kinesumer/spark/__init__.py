@@ -38,6 +38,7 @@ from .arrow import (
 from .batches import BatchFunction, BatchInfo, RunSummary, ShardRange
 from .deps import SparkNotInstalledError
 from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
+from .source import KinesumerDataSource, ReplayMismatchError, read_stream
 
 __all__ = [
     "BATCH_HANDOFF_TIMEOUT",
@@ -45,11 +46,14 @@ __all__ = [
     "SCHEMA_DDL",
     "BatchFunction",
     "BatchInfo",
+    "KinesumerDataSource",
+    "ReplayMismatchError",
     "RunSummary",
     "ShardRange",
     "SparkNotInstalledError",
     "arrow_schema",
     "foreach_batch",
+    "read_stream",
     "records_to_arrow",
     "records_to_batches",
     "records_to_dataframe",

@@ -26,6 +26,7 @@ from ...aws import AwsClients, RetryStats
 from ...config import Config
 from ...kinesis import KinesisReader
 from ...statestore import DynamoDBStateStore
+from ..arrow import SCHEMA_DDL
 from .compat import (
     DataSource,
     DataSourceStreamReader,
@@ -44,10 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The source's columns (those of :class:`~kinesumer.Record`, as foreach_batch has them).
-SCHEMA = (
-    "stream string, shard_id string, sequence_number string, sub_sequence_number bigint, "
-    "partition_key string, data binary, approximate_arrival_timestamp timestamp"
-)
+SCHEMA = SCHEMA_DDL
 
 
 class KinesumerDataSource(DataSource):

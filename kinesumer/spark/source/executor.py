@@ -29,6 +29,7 @@ from ...errors import KinesumerError
 from ...kinesis import KinesisReader
 from ...kinesis.reader import IteratorExpired
 from ...models import Position, Record
+from ..arrow import records_to_batches
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .partition import ShardPartition
@@ -49,32 +50,11 @@ class InjectedReadFailure(RuntimeError):
 
 
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
-    """The partition's records as ``pyarrow.RecordBatch``es in Spark's exact schema."""
-    import pyarrow as pa
-
+    """The partition's records as ``pyarrow.RecordBatch``es in Spark's exact schema
+    (:func:`kinesumer.spark.arrow.arrow_schema`, which equals what Spark expects for
+    :data:`~kinesumer.spark.arrow.SCHEMA_DDL`)."""
     records = asyncio.run(read_records(partition))
-    schema = arrow_schema(pa)
-    for start in range(0, len(records), ARROW_BATCH_ROWS):
-        chunk = records[start : start + ARROW_BATCH_ROWS]
-        columns = list(zip(*chunk, strict=True))
-        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def arrow_schema(pa: Any) -> Any:
-    """Spark's schema of the source (:data:`~.datasource.SCHEMA`) as Arrow: every field
-    nullable, timestamps in microseconds UTC, as pyspark's ``to_arrow_schema`` makes it."""
-    return pa.schema(
-        [
-            ("stream", pa.string()),
-            ("shard_id", pa.string()),
-            ("sequence_number", pa.string()),
-            ("sub_sequence_number", pa.int64()),
-            ("partition_key", pa.string()),
-            ("data", pa.binary()),
-            ("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    return records_to_batches(records, ARROW_BATCH_ROWS)
 
 
 async def read_records(p: ShardPartition) -> list[Record]:

@@ -73,7 +73,7 @@ MemberFactory = Callable[[Config], Member]
 def external_member(config: Config) -> Member:
     from ...engine.external import ExternalReadMember
 
-    member: Member = ExternalReadMember(config)  # type: ignore[assignment]
+    member: Member = ExternalReadMember(config)
     return member
 
 
