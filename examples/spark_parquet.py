@@ -1,17 +1,21 @@
-"""Kinesis to Parquet with local Spark and kinesumer.spark, no AWS account needed.
+"""Kinesis to Parquet with Spark Structured Streaming and the kinesumer source, no AWS account.
 
     pip install 'kinesumer[spark]' 'moto[server]'
     python examples/spark_parquet.py [OUT_DIR] [--records 2000] [--shards 2]
 
-It starts moto on 127.0.0.1 (a free port), creates a stream and the state table, produces JSON
-order events, then drains the stream with ``foreach_batch(..., available_now=True)``: each
-micro-batch becomes one DataFrame, parsed and appended to Parquet under OUT_DIR (default: a new
-temporary directory), and only then checkpointed. A second run finds nothing new. Finally it reads
-the Parquet back and prints what was written.
+It starts moto on 127.0.0.1 (a free port), creates a stream and the state table, and produces
+JSON order events. Then ``spark.readStream.format("kinesumer")`` reads the stream (executors
+call GetRecords; this process only plans micro-batches as a member of the consumer group), the
+JSON is parsed and ``writeStream`` appends it to Parquet under OUT_DIR/orders (default OUT_DIR: a
+new temporary directory) with ``trigger(availableNow=True)``: everything the stream holds, in
+micro-batches of at most ``max_records_per_trigger`` records, then the query stops.
 
-The sink is idempotent the usual way: every row carries (stream, shard_id, sequence_number,
-sub_sequence_number), so a batch delivered twice (a crash between the write and the checkpoint)
-is removed by a dropDuplicates on those columns when reading, or by a MERGE in a table format.
+A second run with the same checkpoint folder (OUT_DIR/checkpoint) finds nothing new. Spark's
+Parquet sink is exactly-once with its checkpoint: a batch replayed after a failure reads exactly
+the same records (the source's ledger) and is written once. The group's DynamoDB checkpoints
+follow Spark's one batch behind (the last batch of an availableNow run is recorded there when
+the query next starts), so ``kinesumer status`` shows where the query is. ``examples/
+spark_foreach_batch.py`` does the same with the driver-only ``foreach_batch``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from kinesumer import Config, create_state_table
-from kinesumer.spark import BatchInfo, foreach_batch
+from kinesumer.spark import KinesumerDataSource
 
 STREAM = "orders"
 KEY_COLUMNS = ["stream", "shard_id", "sequence_number", "sub_sequence_number"]
@@ -41,10 +45,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--shards", type=int, default=2)
     args = parser.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="kinesumer-parquet-")).resolve() / "orders"
+    base = Path(args.out or tempfile.mkdtemp(prefix="kinesumer-parquet-")).resolve()
 
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "demo",
+        "AWS_ACCESS_KEY_ID": "demo",  # read by the executors too: they talk to moto themselves
         "AWS_SECRET_ACCESS_KEY": "demo",
         "PYSPARK_PYTHON": sys.executable,  # workers must run this interpreter
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -72,7 +76,7 @@ def main() -> None:
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
-        run(spark, url, out, args.records, args.shards)
+        run(spark, url, base, args.records, args.shards)
     finally:
         if spark is not None:
             spark.stop()
@@ -95,46 +99,68 @@ def produce(url: str, total: int, shards: int) -> None:
     print(f"produced {total} orders on {shards} shards")
 
 
-def run(spark: Any, url: str, out: Path, total: int, shards: int) -> None:
+def drain(spark: Any, url: str, out: Path, checkpoint: Path) -> list[dict[str, Any]]:
+    """One availableNow run of the query; the progress of its batches that had rows."""
+    from pyspark.sql import functions as F
+
+    orders = (
+        spark.readStream.format("kinesumer")
+        .option("app", "orders-to-parquet")
+        .option("dynamodb_table", "kinesumer-state")
+        .option("streams", STREAM)
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", url)  # a real query leaves both endpoints out
+        .option("dynamodb_endpoint", url)
+        .option("initial_position", "TRIM_HORIZON")  # where a group with no checkpoint starts
+        .option("max_records_per_trigger", 500)  # records per micro-batch, across the shards
+        .option("heartbeat_interval", 0.5)  # a quicker end here (availableNow waits 2 ticks)
+        .option("client_timeout", 2.0)
+        .load()
+    )
+    parsed = (
+        orders.select(
+            *KEY_COLUMNS,
+            "approximate_arrival_timestamp",
+            F.from_json(
+                F.col("data").cast("string"), "order INT, customer STRING, amount INT"
+            ).alias("o"),
+        )
+        .select("*", "o.*")
+        .drop("o")
+    )
+    query = (
+        parsed.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return [p for p in query.recentProgress if p["numInputRows"]]
+
+
+def run(spark: Any, url: str, base: Path, total: int, shards: int) -> None:
     from pyspark.sql import functions as F
 
     produce(url, total, shards)
-    config = Config(
-        app="orders-to-parquet",
-        dynamodb_table="kinesumer-state",
-        region="us-east-1",
-        kinesis_endpoint=url,
-        dynamodb_endpoint=url,
-        initial_position="TRIM_HORIZON",
-        heartbeat_interval=0.5,  # a quicker end of available_now (it waits two ticks)
-        client_timeout=2.0,
-    )
-    create_state_table(config)
-    payload = "order INT, customer STRING, amount INT"
-
-    def write(df: Any, batch_id: int, info: BatchInfo) -> None:
-        parsed = (
-            df.select(
-                *KEY_COLUMNS,
-                "approximate_arrival_timestamp",
-                F.from_json(F.col("data").cast("string"), payload).alias("o"),
-            )
-            .select("*", "o.*")
-            .drop("o")
+    create_state_table(
+        Config(
+            app="orders-to-parquet",
+            dynamodb_table="kinesumer-state",
+            region="us-east-1",
+            dynamodb_endpoint=url,
         )
-        parsed.write.mode("append").parquet(str(out))
-        shards_line = ", ".join(f"{r.shard_id}: {r.count}" for r in info.ranges)
-        print(f"  batch {batch_id}: {info.records} records ({shards_line}) -> {out}")
-
-    summary = foreach_batch(spark, config, [STREAM], write, max_records=500, available_now=True)
-    print(
-        f"run 1: {summary.batches} batches, {summary.records} records, {summary.stopped_by} "
-        f"in {summary.seconds:.1f}s"
     )
-    for (stream, shard_id), (sequence, _) in sorted(summary.last_sequence_numbers.items()):
-        print(f"  checkpoint {stream}/{shard_id} at {sequence}")
-    again = foreach_batch(spark, config, [STREAM], write, available_now=True)
-    print(f"run 2: {again.records} new records (everything was checkpointed)")
+    spark.dataSource.register(KinesumerDataSource)  # the format name "kinesumer"
+    out, checkpoint = base / "orders", base / "checkpoint"
+
+    batches = drain(spark, url, out, checkpoint)
+    for p in batches:
+        print(f"  batch {p['batchId']}: {p['numInputRows']} records -> {out}")
+    records = sum(p["numInputRows"] for p in batches)
+    print(f"run 1: {len(batches)} batches, {records} records")
+    again = drain(spark, url, out, checkpoint)
+    print(f"run 2: {sum(p['numInputRows'] for p in again)} new records (same checkpoint folder)")
 
     written = spark.read.parquet(str(out))
     rows = written.count()

@@ -542,8 +542,10 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
         assert isinstance(caught.value, ImportError) and isinstance(caught.value, KinesumerError)
 
 
-def test_parquet_example_runs_end_to_end(tmp_path: Any) -> None:
-    """examples/spark_parquet.py, as a user runs it: its own moto and Spark, Parquet out."""
+@pytest.mark.parametrize("example", ["spark_parquet.py", "spark_foreach_batch.py"])
+def test_parquet_examples_run_end_to_end(tmp_path: Any, example: str) -> None:
+    """The Parquet examples (the streaming source; foreach_batch), as a user runs them: their
+    own moto and Spark, Parquet out, a second run finding nothing new."""
     import subprocess
     from pathlib import Path
 
@@ -552,7 +554,7 @@ def test_parquet_example_runs_end_to_end(tmp_path: Any) -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(root / "examples" / "spark_parquet.py"),
+            str(root / "examples" / example),
             str(tmp_path / "out"),
             "--records",
             "300",
