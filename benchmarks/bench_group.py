@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from _wait import eventually, wait_until  # noqa: E402
 from bench_core import REGION, Clock, bench_config, fill, plain_loop  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
@@ -73,12 +74,17 @@ def scaling(kurl: str, durl: str, records: int, sizes: tuple[int, ...]) -> list[
         for proc in procs:
             proc.start()
         try:
-            deadline = time.monotonic() + 120
-            while sum(c.value for c in counts) < records:
-                if time.monotonic() > deadline or not all(p.is_alive() for p in procs):
-                    raise RuntimeError(f"{k} members did not drain the stream")
-                time.sleep(0.01)
+            wait_until(
+                lambda counts=counts, procs=procs: (  # type: ignore[misc]
+                    sum(c.value for c in counts) >= records or not all(p.is_alive() for p in procs)
+                ),
+                timeout=120,
+                what=f"{k} members to drain the stream",
+                interval=0.01,
+            )
             end = time.monotonic()
+            if sum(c.value for c in counts) < records:
+                raise RuntimeError(f"{k} members did not drain the stream (one died)")
         finally:
             stop.set()
             for proc in procs:
@@ -118,16 +124,21 @@ async def _cost_for(
 
     tasks = [asyncio.create_task(drain(c)) for c in consumers]
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            stats = [c.stats() for c in consumers]
-            owned = sum(1 for s in stats for sh in s.shards if sh.status == "active")
-            settled = all(len(s.live_members) == members for s in stats)
-            if owned == shards and settled:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{members} members never settled ({owned} shards owned)")
-            await asyncio.sleep(0.1)
+
+        def owned() -> int:
+            return sum(1 for c in consumers for sh in c.stats().shards if sh.status == "active")
+
+        def settled() -> bool:
+            live = all(len(c.stats().live_members) == members for c in consumers)
+            return live and owned() == shards
+
+        await eventually(
+            settled,
+            timeout=120,
+            what=f"{members} members to settle",
+            diagnose=lambda: f"{owned()} shards owned",
+            interval=0.1,
+        )
         await asyncio.sleep(2)  # past the joins' claims and handoffs
         result: dict[str, Any] = {"members": members, "shards": shards}
         for phase in ("idle", "busy"):

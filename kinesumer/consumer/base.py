@@ -37,8 +37,10 @@ REFRESH = """Consume a different set of streams from now on."""
 
 CLOSE = """Hand every shard off gracefully and leave the group.
 
-Called from where the records are iterated (in auto-commit mode), the record held there counts
-as processed; from elsewhere, the handoff waits up to ``handoff_timeout`` for it. With
+Called in auto-commit mode from where the records are consumed (``Kinesumer``: the thread
+iterating ``consume()`` or calling ``poll()``; ``AsyncKinesumer``: the task iterating
+``consume()``), the record held there counts as processed; from elsewhere, the handoff waits up
+to ``handoff_timeout`` for it. With
 ``discard=True`` (the application failed on what it holds) only what was processed or committed
 is checkpointed and nothing is waited for; the rest is delivered again. Leaving the face's
 ``with`` block on an exception closes with ``discard=True``."""
