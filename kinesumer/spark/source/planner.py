@@ -88,6 +88,7 @@ class Planner:
         self._io: DriverIO | None = None
         self._query: str | None = None
         self._planned: dict[int, set[Key]] = {}  # batches planned (and begun) here
+        self._planned_here: set[int] = set()  # every batch this process planned
         self._settled: set[int] = set()
         self._ends: dict[int, dict[Key, LedgerEntry]] = {}
         self._target_ms: int | None = None  # availableNow: records after this are not awaited
@@ -296,7 +297,11 @@ class Planner:
                 continue  # availableNow: past what existed when the run started
             return "more to read"
         if target is not None:
-            return None  # availableNow: every shard read to its tip, nothing moving
+            # availableNow: every shard read to its tip. If that was found before this run
+            # began (the batch was planned by an earlier run), look once for what came since.
+            if start.batch in self._planned_here:
+                return None
+            return "new records" if self.io.any_new(starts) else None
         now = time.monotonic()
         if now - self._last_probe < self.options.idle_poll_interval:
             return None
@@ -329,6 +334,7 @@ class Planner:
         for key in sorted(pinned):
             member.begin(key)
         self._planned[planned.batch] = set(pinned)
+        self._planned_here.add(planned.batch)
         return planned
 
 

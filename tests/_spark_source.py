@@ -1,0 +1,118 @@
+"""Helpers for the streaming source's Spark tests: a local session, a collecting foreachBatch,
+queries started from a Config, and reads of the group's checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from kinesumer import Config
+from kinesumer.spark import KinesumerDataSource
+from kinesumer.spark.source import option_strings
+
+
+@contextlib.contextmanager
+def local_spark() -> Iterator[Any]:
+    """``local[2,4]``: two cores, and a failed task is retried (up to 4 attempts), as on a
+    cluster; loopback only, no UI."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("kinesumer-source-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KinesumerDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@dataclass
+class Collector:
+    """A foreachBatch function keeping every row with its batch id; ``fail_on`` makes the batch
+    with that id raise after its rows were noted (in ``failed``)."""
+
+    fail_on: int | None = None
+    batches: list[tuple[int, list[tuple[Any, ...]]]] = field(default_factory=list)
+    failed: list[tuple[Any, ...]] = field(default_factory=list)
+    dtypes: list[tuple[str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [tuple(r) for r in df.collect()]
+        with self.lock:
+            self.dtypes = list(df.dtypes)
+            if batch_id == self.fail_on:
+                self.failed = rows
+                raise RuntimeError(f"sink failed on batch {batch_id}")
+            self.batches.append((batch_id, rows))
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return [row for _, rows in self.batches for row in rows]
+
+    def datas(self) -> list[bytes]:
+        return [bytes(r[5]) for r in self.rows()]
+
+
+def start_query(
+    spark: Any,
+    config: Config,
+    streams: list[str],
+    sink: Any,
+    checkpoint: str,
+    *,
+    available_now: bool = False,
+    **source: Any,
+) -> Any:
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**option_strings(config, streams, **source))
+        .load()
+    )
+    writer = frame.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="200 milliseconds")
+    return writer.start()
+
+
+def checkpoints(config: Config, stream: str) -> dict[str, dict[str, Any]]:
+    """The group's checkpoint items of ``stream``, by shard id."""
+    client = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    )
+    items = client.query(
+        TableName=config.dynamodb_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"check_point#{config.app}#{stream}"}},
+        ConsistentRead=True,
+    )["Items"]
+    return {i["sk"]["S"]: i for i in items}

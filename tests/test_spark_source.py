@@ -1,0 +1,217 @@
+"""``spark.readStream.format("kinesumer")`` on a local Spark (kinesalite + dynalite): availableNow
+drains exactly once, a failed batch replays exactly, a failed task re-reads the same range, a
+windowed aggregation runs, bad options fail at load() with their named error.
+
+One SparkSession (``local[2,4]``: failed tasks are retried) serves the module.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _group import create_stream, make_config, put, setup_table
+from _spark_source import Collector, checkpoints, local_spark, start_query
+
+from kinesumer import Config, ConfigError, StateTableNotFoundError, StreamNotFoundError
+
+pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
+
+DTYPES = [
+    ("stream", "string"),
+    ("shard_id", "string"),
+    ("sequence_number", "string"),
+    ("sub_sequence_number", "bigint"),
+    ("partition_key", "string"),
+    ("data", "binary"),
+    ("approximate_arrival_timestamp", "timestamp"),
+]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_spark() as session:
+        yield session
+
+
+@pytest.fixture
+def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    # A generous handoff: a Spark batch must fit in it; a long client_timeout: the JVM and
+    # its workers starting next to the members must not make one look dead.
+    config = make_config(
+        kinesalite.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        handoff_timeout=30.0,
+        client_timeout=6.0,
+        heartbeat_interval=0.5,
+    )
+    setup_table(config)
+    return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}
+
+
+def run_available_now(spark: Any, config: Config, stream: str, path: str, **kw: Any) -> Collector:
+    sink = Collector(fail_on=kw.pop("fail_on", None))
+    query = start_query(spark, config, [stream], sink, path, available_now=True, **kw)
+    try:
+        query.awaitTermination(300)
+    finally:
+        if query.isActive:
+            query.stop()
+    return sink
+
+
+def test_available_now_drains_four_shards_exactly_once(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 4)
+    produced = put(group["url"], stream, 0, 400, key=lambda i: f"k{i % 13}")
+    sink = run_available_now(
+        spark, config, stream, str(tmp_path / "ck"), max_records_per_trigger=240
+    )
+    assert sorted(sink.datas()) == sorted(produced)  # every record, exactly once
+    assert sink.dtypes == DTYPES
+    assert len(sink.batches) >= 2  # admission control: 240 records at most per batch
+    assert all(len(rows) <= 240 for _, rows in sink.batches)
+    row = sink.rows()[0]
+    assert row[0] == stream and len(row[2]) >= 50 and row[3] == 0
+    assert row[6] is not None and row[4].startswith("k")
+    # The group's checkpoints are at each shard's last record (the last batch settled when
+    # availableNow asked for more and got nothing).
+    last: dict[str, int] = {}
+    for r in sink.rows():
+        last[r[1]] = max(last.get(r[1], 0), int(r[2]))
+    stored = checkpoints(config, stream)
+    assert {k: int(v["sequence_number"]["S"]) for k, v in stored.items()} == last
+    # A second run with the same checkpoint finds nothing new ...
+    again = run_available_now(spark, config, stream, str(tmp_path / "ck"))
+    assert again.batches == []
+    # ... and a third one, after more records, just those.
+    more = put(group["url"], stream, 400, 40)
+    third = run_available_now(spark, config, stream, str(tmp_path / "ck"))
+    assert sorted(third.datas()) == sorted(more)
+
+
+def test_a_failed_batch_is_replayed_exactly_after_restart(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 2)
+    produced = put(group["url"], stream, 0, 200)
+    path = str(tmp_path / "ck")
+    first = Collector(fail_on=1)
+    query = start_query(
+        spark, config, [stream], first, path, available_now=True, max_records_per_trigger=60
+    )
+    with pytest.raises(Exception, match="sink failed on batch 1"):
+        query.awaitTermination(300)
+    assert [b for b, _ in first.batches] == [0] and first.failed
+    put(group["url"], stream, 200, 50)  # records arriving meanwhile must not join batch 1
+    second = run_available_now(spark, config, stream, path, max_records_per_trigger=60)
+    assert second.batches[0][0] == 1
+    assert sorted(second.batches[0][1]) == sorted(first.failed)  # exactly the same records
+    seen = first.datas() + second.datas()
+    assert Counter(seen) == Counter(produced + [str(i).encode() for i in range(200, 250)])
+
+
+def test_a_task_failing_mid_read_is_retried_on_the_same_range(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 2)
+    produced = put(group["url"], stream, 0, 100)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    sink = run_available_now(
+        spark,
+        config,
+        stream,
+        str(tmp_path / "ck"),
+        max_records_per_trigger=80,
+        test_fail_first_read_dir=str(markers),
+    )
+    assert len(list(markers.iterdir())) >= 2  # every first attempt failed once
+    assert sorted(sink.datas()) == sorted(produced)
+
+
+def test_a_windowed_aggregation_with_a_watermark_runs(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 2)
+    put(group["url"], stream, 0, 90, key=lambda i: f"k{i % 3}")
+    from kinesumer.spark.source import option_strings
+
+    counts = (
+        spark.readStream.format("kinesumer")
+        .options(**option_strings(config, [stream]))
+        .load()
+        .withWatermark("approximate_arrival_timestamp", "1 minute")
+        .groupBy(F.window("approximate_arrival_timestamp", "5 minutes"), "partition_key")
+        .count()
+    )
+    query = (
+        counts.writeStream.outputMode("update")
+        .format("memory")
+        .queryName("kinesumer_counts")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    rows = spark.sql("select partition_key, max(count) as n from kinesumer_counts group by 1")
+    assert sorted((r["partition_key"], r["n"]) for r in rows.collect()) == [
+        ("k0", 30),
+        ("k1", 30),
+        ("k2", 30),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"app": None}, "app"),
+        ({"dynamodb_table": None}, "dynamodb_table"),
+        ({"colour": "blue"}, "colour"),
+        ({"scan_interval": "fast"}, "scan_interval"),
+        ({"max_records_per_trigger": "-3"}, "max_records_per_trigger"),
+    ],
+)
+def test_bad_options_fail_at_load_with_the_named_error(
+    spark: Any, group: dict[str, Any], change: dict[str, Any], named: str
+) -> None:
+    from kinesumer.spark.source import option_strings
+
+    options = dict(option_strings(group["config"], [group["stream"]]))
+    for key, value in change.items():
+        if value is None:
+            options.pop(key)
+        else:
+            options[key] = value
+    with pytest.raises(Exception) as caught:
+        spark.readStream.format("kinesumer").options(**options).load()
+    message = str(caught.value)
+    assert "ConfigError" in message and f"Config.{named}" in message
+
+
+def test_missing_stream_or_table_fail_at_load(spark: Any, group: dict[str, Any]) -> None:
+    from kinesumer.spark import read_stream
+    from kinesumer.spark.source import option_strings
+
+    config, stream = group["config"], group["stream"]  # the stream was never created
+    with pytest.raises(Exception) as caught:
+        spark.readStream.format("kinesumer").options(**option_strings(config, [stream])).load()
+    assert "StreamNotFoundError" in str(caught.value) and stream in str(caught.value)
+    with pytest.raises(StreamNotFoundError):
+        read_stream(spark, config, [stream])  # checked in this process: the real error
+    with pytest.raises(ConfigError, match="max_records_per_shard"):
+        read_stream(spark, config, [stream], max_records_per_shard=0)
+    create_stream(group["url"], stream, 1)
+    with pytest.raises(StateTableNotFoundError):
+        read_stream(spark, config.replace(dynamodb_table="no-such-table"), [stream])
