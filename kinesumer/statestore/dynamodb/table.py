@@ -29,7 +29,7 @@ class StateTable:
     """The state table through one aiobotocore DynamoDB ``client``."""
 
     def __init__(self, client: Any, name: str, stats: RetryStats) -> None:
-        self.client = client
+        self.dynamodb = client
         self.name = name
         self._stats = stats
 
@@ -54,7 +54,7 @@ class StateTable:
     async def check(self) -> None:
         """The table exists with the keys kinesumer needs (``pk``/``sk``, both strings)."""
         response = await self.call(
-            "DescribeTable", partial(self.client.describe_table, TableName=self.name)
+            "DescribeTable", partial(self.dynamodb.describe_table, TableName=self.name)
         )
         table = response["Table"]
         keys = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
@@ -72,7 +72,7 @@ class StateTable:
     async def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
         response = await self.call(
             "GetItem",
-            partial(self.client.get_item, TableName=self.name, Key=key, ConsistentRead=True),
+            partial(self.dynamodb.get_item, TableName=self.name, Key=key, ConsistentRead=True),
         )
         item: dict[str, Any] | None = response.get("Item")
         return item
@@ -89,7 +89,7 @@ class StateTable:
             kwargs["ProjectionExpression"] = projection
         items: list[dict[str, Any]] = []
         while True:
-            response = await self.call("Query", partial(self.client.query, **kwargs))
+            response = await self.call("Query", partial(self.dynamodb.query, **kwargs))
             items.extend(response.get("Items", []))
             if "LastEvaluatedKey" not in response:
                 return items
@@ -113,7 +113,7 @@ class StateTable:
             request: dict[str, Any] = {self.name: wanted}
             while request:
                 response = await self.call(
-                    "BatchGetItem", partial(self.client.batch_get_item, RequestItems=request)
+                    "BatchGetItem", partial(self.dynamodb.batch_get_item, RequestItems=request)
                 )
                 items.extend(response["Responses"].get(self.name, []))
                 request = response.get("UnprocessedKeys") or {}
@@ -121,11 +121,11 @@ class StateTable:
 
     # -- writes -------------------------------------------------------------------------------
     async def put(self, item: dict[str, Any]) -> None:
-        await self.call("PutItem", partial(self.client.put_item, TableName=self.name, Item=item))
+        await self.call("PutItem", partial(self.dynamodb.put_item, TableName=self.name, Item=item))
 
     async def delete(self, key: dict[str, Any]) -> None:
         await self.call(
-            "DeleteItem", partial(self.client.delete_item, TableName=self.name, Key=key)
+            "DeleteItem", partial(self.dynamodb.delete_item, TableName=self.name, Key=key)
         )
 
     async def put_if(
@@ -137,7 +137,7 @@ class StateTable:
         response = await self._conditional(
             "PutItem",
             partial(
-                self.client.put_item,
+                self.dynamodb.put_item,
                 TableName=self.name,
                 Item=item,
                 ReturnValues="ALL_OLD" if return_old else "NONE",
@@ -155,7 +155,7 @@ class StateTable:
         response = await self._conditional(
             "UpdateItem",
             partial(
-                self.client.update_item,
+                self.dynamodb.update_item,
                 TableName=self.name,
                 Key=key,
                 ReturnValues="ALL_NEW" if return_new else "NONE",
@@ -168,7 +168,7 @@ class StateTable:
         """Delete the item at ``key`` if ``condition`` holds; False when it did not."""
         response = await self._conditional(
             "DeleteItem",
-            partial(self.client.delete_item, TableName=self.name, Key=key, **condition),
+            partial(self.dynamodb.delete_item, TableName=self.name, Key=key, **condition),
         )
         return response is not None
 
