@@ -53,14 +53,22 @@ class ShardCache:
 
 
 class StateStore(Protocol):
-    """Storage of one app's group state."""
+    """Storage of one app's group state.
+
+    Every method may raise :class:`~kinesumer.errors.StateTableNotFoundError` (no table),
+    :class:`~kinesumer.errors.AccessDeniedError` (a permission is missing) or
+    :class:`~kinesumer.errors.TransientAWSError` (still failing after the retries); reads raise
+    :class:`~kinesumer.errors.CorruptStateError` for an item they cannot decode, and conditional
+    writes :class:`~kinesumer.errors.StateStoreError` when they fail for another reason than
+    their condition. A refused condition is never an error: it is the return value.
+    """
 
     async def check(self) -> None:
         """Fail with a named error when the table is missing, has the wrong keys, or is denied."""
 
     # -- membership ---------------------------------------------------------------------------
     async def heartbeat(self, client: ClientInfo, ttl_seconds: int) -> None:
-        """Register or refresh this client's item."""
+        """Register or refresh this client's item (unconditional: only its owner writes it)."""
 
     async def deregister(self, client_id: str) -> None:
         """Remove this client's item (on close), so the others rebalance at once."""
@@ -69,7 +77,8 @@ class StateStore(Protocol):
         """Every registered client item, live or not."""
 
     async def prune_client(self, client: ClientInfo) -> bool:
-        """Delete a dead client's item unless it heartbeated since it was read. True if deleted."""
+        """Delete a dead client's item, conditional on its ``last_update`` being still the one
+        read. True if deleted; False: it heartbeated since (it revived), the item stays."""
 
     # -- shard cache --------------------------------------------------------------------------
     async def shard_cache_digests(self, streams: Sequence[str]) -> dict[str, str]:
@@ -79,7 +88,9 @@ class StateStore(Protocol):
         """The whole shard cache of a stream, or None when there is none (or it moved on)."""
 
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
-        """Replace the cache if its digest is still ``expected_digest`` (None: no cache yet)."""
+        """Replace the cache, conditional on its digest being still ``expected_digest`` (None:
+        no cache yet). False: another writer (a leader that overlapped) got there first; its
+        cache stands and this one is discarded."""
 
     # -- checkpoints --------------------------------------------------------------------------
     async def get_checkpoints(
@@ -91,8 +102,9 @@ class StateStore(Protocol):
         self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None
     ) -> Checkpoint | None:
         """Take ownership of a shard if its checkpoint is still as ``seen`` (absent, unowned, or
-        owned by the same lease of a dead client or of ourselves). Returns the new checkpoint, with
-        a new lease number, or None when someone else got there first."""
+        owned by the same lease of a dead client or of ourselves): conditional on owner and lease.
+        Returns the new checkpoint, with a new lease number, or None when someone else got there
+        first (do not read the shard)."""
 
     async def write_checkpoint(
         self,
@@ -103,4 +115,6 @@ class StateStore(Protocol):
         release: bool = False,
     ) -> bool:
         """Write ``position`` (and/or the finished flag, and/or release ownership) if the shard
-        is still owned by ``checkpoint.owner`` under ``checkpoint.lease``. False: lease lost."""
+        is still owned by ``checkpoint.owner`` under ``checkpoint.lease`` (the fencing token).
+        False: the lease was lost (taken over, or moved by an operator): stop reading the shard
+        and drop what it buffered."""
