@@ -46,6 +46,7 @@ class Membership:
         #: Wall clock (ms) just before ``live_ids`` was read.
         self.read_at_ms = 0
         self.leader = False
+        self._warned_at = float("nan")  # the fence deadline last warned about
 
     @property
     def fenced(self) -> bool:
@@ -90,7 +91,10 @@ class Membership:
         if not self.fenced:
             return
         active = [lease for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE]
-        if active:
+        deadline = self._heartbeat.deadline
+        # Said once per lapse even when the delivery side fenced every lease first.
+        if active or self._warned_at != deadline:
+            self._warned_at = deadline
             log.warning(
                 "[%s] no heartbeat has landed for %.1fs: stopping %d shard(s) before others "
                 "take them over",
