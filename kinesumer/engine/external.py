@@ -129,7 +129,10 @@ class ReadElsewhereMember(GroupMember):
         finally:
             lease.end_batch()
         if written and finished and lease.status is LeaseStatus.ACTIVE:
-            await self.finish_shard(lease)  # released; the stream's shards synced next tick
+            if lease.drained:
+                await self.finish_shard(lease)  # released; the stream's shards synced next tick
+            else:  # other batches still open: released once they end, without blocking
+                self.supervisor.spawn(self.finish_shard(lease), f"finish {key[0]}/{key[1]}")
         return written
 
     async def abandon(self, key: tuple[str, str]) -> None:
