@@ -1,6 +1,6 @@
 """kinesumer into Spark, side by side: ``foreach_batch`` against the Structured Streaming source.
 
-    .venv/bin/python benchmarks/bench_spark.py [--records 100000] [--rounds 2] [--batch 10000]
+    .venv/bin/python benchmarks/bench_spark.py [--records 100000] [--rounds 2] [--batch 40000]
                                                [--masters local[1],local[2]]
 
 On kinesalite + dynalite (started here on free loopback ports, stopped by pid), one pre-filled
@@ -15,19 +15,21 @@ each run, by
 
 where the sink is ``noop`` (``df.write.format("noop")`` inside ``foreachBatch``: every row is
 materialized, nothing written; a ``foreachBatch`` that ignores ``df`` would not even read) or
-``Parquet`` (the source: ``writeStream.format("parquet")``; foreach_batch: an append). Each Spark
-master runs in its own child process (a fresh JVM each), contenders alternating over
-``--rounds``; the table shows the medians.
+``Parquet`` (the source: ``writeStream.format("parquet")``; foreach_batch: an append).
+``--batch`` defaults to the source's own batch on 4 shards (``max_records_per_shard``, 10,000:
+one GetRecords at the default ``scan_limit``, per shard). Each Spark master runs in its own
+child process (a fresh JVM), contenders alternating over ``--rounds``; the table shows medians.
 
 Figures per run: **rows/s** over the whole run (start to the end of the last batch: joining the
 group, reading, the sink, and ``available_now``'s settle ticks) and **steady** (first to last
 batch with rows); **driver CPU**: CPU seconds per 100k records of the driver-side Python
 processes, read from ``/proc``: the application process (for foreach_batch: everything; for the
-source: ``foreachBatch`` callbacks and progress polling) plus, for the source, the long-lived
+source: the ``foreachBatch`` callbacks) plus, for the source, the long-lived
 ``python_streaming_source_runner`` worker the JVM starts for the query (the reader: offsets,
-group membership, the ledger). Its CPU is sampled every 0.25 s while it lives (it ends with the
-query), so the last quarter second may be missed. Beside them: the CPU of the other Python
-workers (executors reading the shards, the planner) and of the JVM, for the picture.
+group membership, the ledger), over the whole run and over the steady part. The worker's CPU is
+sampled every 0.25 s while it lives (it ends with the query), so its last quarter second may be
+missed. Beside them: the CPU of the other Python workers (executors reading the shards) and of
+the JVM, for the picture.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -112,34 +115,75 @@ def role(command: str) -> str:
 
 
 class CpuMeter:
-    """CPU seconds spent during a run by this process and by the Spark processes under it, by
-    role; processes that end during the run count up to their last sample."""
+    """CPU seconds spent during a run by this process and by the Spark processes under it.
 
-    def __init__(self) -> None:
-        self.before = {pid: cpu_seconds(pid) or 0.0 for pid in process_tree(os.getpid())}
-        self.before[os.getpid()] = cpu_seconds(os.getpid()) or 0.0
-        self.last: dict[int, tuple[str, float]] = {}
-        self._known: dict[int, str] = {}
+    While running (a context manager), a thread samples every 0.25 s the CPU of this process
+    (``app``) and of the query's source worker (``reader``, once it appears: it is started with
+    the query and ends with it, so its last sample stands for its total). :meth:`between`
+    gives both for a window of wall-clock time (the steady part of a run); :meth:`result` the
+    whole run, by role, with the long-lived Spark processes (executors' Python workers, the JVM)
+    read at both ends.
+    """
+
+    INTERVAL = 0.25
+
+    def __init__(self, *, reader: bool) -> None:
+        me = os.getpid()
+        tree = process_tree(me)
+        self._before = {pid: cpu_seconds(pid) or 0.0 for pid in tree}
+        self._before[me] = cpu_seconds(me) or 0.0
+        self._roles = {pid: role(command) for pid, command in tree.items()}
+        self._watch_reader = reader
+        self._reader_pid: int | None = None
+        self._reader = 0.0
         self._scanned = 0.0
+        self.series: list[tuple[float, float, float]] = []  # (wall time, app, reader)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.INTERVAL):
+            self.sample()
 
     def sample(self) -> None:
-        """Read the CPU of the Spark processes; looks for new ones at most once a second."""
-        now = time.monotonic()
-        if now - self._scanned >= 1.0 or not any(r == "reader" for r in self._known.values()):
-            self._known.update(
-                (pid, role(command)) for pid, command in process_tree(os.getpid()).items()
-            )
-            self._scanned = now
-        for pid, kind in self._known.items():
-            seconds = cpu_seconds(pid)
+        if self._watch_reader and self._reader_pid is None:
+            now = time.monotonic()
+            if now - self._scanned >= 0.5:  # a /proc scan costs this process a few ms
+                self._scanned = now
+                for pid, command in process_tree(os.getpid()).items():
+                    if role(command) == "reader" and pid not in self._before:
+                        self._reader_pid = pid
+        if self._reader_pid is not None:
+            seconds = cpu_seconds(self._reader_pid)
             if seconds is not None:
-                self.last[pid] = (kind, seconds)
+                self._reader = seconds
+        app = (cpu_seconds(os.getpid()) or 0.0) - self._before[os.getpid()]
+        self.series.append((time.time(), app, self._reader))
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """``app`` and ``reader`` CPU seconds from the last sample before ``start`` to the first
+        one after ``end`` (wall-clock times)."""
+        before = [s for s in self.series if s[0] <= start] or self.series[:1]
+        after = [s for s in self.series if s[0] >= end] or self.series[-1:]
+        return {"app": after[0][1] - before[-1][1], "reader": after[0][2] - before[-1][2]}
 
     def result(self) -> dict[str, float]:
-        self.sample()
-        out = {"app": (cpu_seconds(os.getpid()) or 0.0) - self.before[os.getpid()]}
-        for pid, (kind, seconds) in self.last.items():
-            out[kind] = out.get(kind, 0.0) + seconds - self.before.get(pid, 0.0)
+        out = {"app": self.series[-1][1], "reader": self._reader}
+        for pid, command in process_tree(os.getpid()).items():
+            kind = self._roles.get(pid) or role(command)
+            if kind in ("workers", "jvm"):
+                seconds = cpu_seconds(pid) or 0.0
+                out[kind] = out.get(kind, 0.0) + seconds - self._before.get(pid, 0.0)
         return out
 
 
@@ -175,29 +219,30 @@ def run_foreach_batch(
     out = tempfile.mkdtemp(prefix="bench-spark-fb-")
 
     def fn(df: Any, batch_id: int, info: BatchInfo) -> None:
-        began = time.monotonic()
+        began = time.time()
         if sink == "noop":
             noop_write(df)
         else:
             df.write.mode("append").parquet(out)
         # The batch's first record came collect_seconds (plus the DataFrame build) before fn.
-        ends.append((began - info.collect_seconds, time.monotonic(), info.records))
+        ends.append((began - info.collect_seconds, time.time(), info.records))
 
-    meter = CpuMeter()
-    started = time.monotonic()
-    summary = foreach_batch(spark, cfg, [stream], fn, max_records=batch, available_now=True)
-    whole = time.monotonic() - started
+    with CpuMeter(reader=False) as meter:
+        started = time.monotonic()
+        summary = foreach_batch(spark, cfg, [stream], fn, max_records=batch, available_now=True)
+        whole = time.monotonic() - started
     return {
         "records": summary.records,
         "batches": summary.batches,
         "whole": whole,
         "steady": steady_rate(ends),
         "cpu": meter.result(),
+        "steady_cpu": steady_cpu(meter, ends),
     }
 
 
 def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> dict[str, Any]:
-    from kinesumer.spark import KinesumerDataSource  # type: ignore[attr-defined]
+    from kinesumer.spark import KinesumerDataSource
 
     spark.dataSource.register(KinesumerDataSource)
     work = tempfile.mkdtemp(prefix="bench-spark-src-")
@@ -209,17 +254,20 @@ def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> d
         writer = writer.foreachBatch(lambda df, batch_id: noop_write(df))
     else:
         writer = writer.format("parquet").option("path", f"{work}/out")
-    meter = CpuMeter()
-    started = time.monotonic()
-    query = writer.trigger(availableNow=True).start()
-    while query.isActive:
-        meter.sample()
-        time.sleep(0.25)
-    whole = time.monotonic() - started
+    with CpuMeter(reader=True) as meter:
+        started = time.monotonic()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        whole = time.monotonic() - started
     cpu = meter.result()
     if query.exception() is not None:
         raise RuntimeError(f"the query failed: {query.exception()}")
-    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    every = query.recentProgress
+    phases: dict[str, float] = {}  # where the query's time went (ms), every trigger summed
+    for p in every:
+        for phase, ms in p["durationMs"].items():
+            phases[phase] = phases.get(phase, 0) + ms
+    progress = [p for p in every if p["numInputRows"]]
     ends = [
         (
             datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(),
@@ -235,6 +283,9 @@ def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> d
         "whole": whole,
         "steady": steady_rate(ends),
         "cpu": cpu,
+        "steady_cpu": steady_cpu(meter, ends),
+        "triggers": len(every),
+        "phases_ms": phases,
     }
 
 
@@ -252,6 +303,14 @@ def source_options(cfg: Config, stream: str, batch: int) -> dict[str, str]:
     if cfg.dynamodb_endpoint:
         options["dynamodb_endpoint"] = cfg.dynamodb_endpoint
     return options
+
+
+def steady_cpu(meter: CpuMeter, ends: list[tuple[float, float, int]]) -> dict[str, float]:
+    """Driver-side CPU from the first batch's start to the last batch's end: without the
+    start-up (a new worker's imports, joining the group) and the end of the run."""
+    if not ends:
+        return {"app": 0.0, "reader": 0.0}
+    return meter.between(min(s for s, _, _ in ends), max(e for _, e, _ in ends))
 
 
 def steady_rate(ends: list[tuple[float, float, int]]) -> float:
@@ -288,10 +347,15 @@ def child(args: argparse.Namespace) -> None:
 def summary_line(r: dict[str, Any]) -> str:
     per = 100_000 / max(1, r["records"])
     cpu = {k: f"{v * per:.2f}" for k, v in sorted(r["cpu"].items())}
-    return (
+    steady = {k: f"{v * per:.2f}" for k, v in sorted(r.get("steady_cpu", {}).items())}
+    line = (
         f"{r['records']} records in {r['batches']} batches, {r['records'] / r['whole']:.0f} "
-        f"rows/s whole, {r['steady']:.0f} steady; CPU s/100k {cpu}"
+        f"rows/s whole, {r['steady']:.0f} steady; CPU s/100k {cpu}, steady {steady}"
     )
+    if "phases_ms" in r:
+        phases = ", ".join(f"{k} {v / 1000:.1f}" for k, v in sorted(r["phases_ms"].items()))
+        line += f"; {r['triggers']} triggers, seconds in: {phases}"
+    return line
 
 
 # -- the suite (parent process: stand-ins, the stream, one child per master) --------------------
@@ -300,18 +364,18 @@ def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) ->
     cfg = bench_config(kurl, durl, f"bench-spark-poll-{uuid.uuid4().hex[:8]}", auto_commit=False)
     count = batches = 0
     first: float | None = None
-    cpu = time.process_time()
+    cpu = first_cpu = time.process_time()
     started = time.monotonic()
     with Kinesumer(cfg) as consumer:
         consumer.subscribe([stream])
         while count < total:
             got = consumer.poll(max_records=batch, timeout=2.0)
             if got and first is None:
-                first = time.monotonic()
+                first, first_cpu = time.monotonic(), time.process_time()
             count += len(got)
             batches += bool(got)
             consumer.commit()
-        end = time.monotonic()
+        end, end_cpu = time.monotonic(), time.process_time()
     return {
         "master": "-",
         "contender": "Kinesumer.poll/none",
@@ -320,6 +384,7 @@ def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) ->
         "whole": end - started,
         "steady": count / (end - (first or started)),
         "cpu": {"app": time.process_time() - cpu},
+        "steady_cpu": {"app": end_cpu - first_cpu},
     }
 
 
@@ -328,7 +393,7 @@ def suite(
     durl: str,
     records: int = 100_000,
     rounds: int = 2,
-    batch: int = 10_000,
+    batch: int = 40_000,
     masters: tuple[str, ...] = ("local[1]", "local[2]"),
     contenders: tuple[str, ...] = CONTENDERS,
 ) -> dict[str, Any]:
@@ -404,6 +469,10 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             (r["cpu"].get("app", 0.0) + r["cpu"].get("reader", 0.0)) * p
             for r, p in zip(group, per, strict=True)
         )
+        steady = [r.get("steady_cpu", {}) for r in group]
+        steady_driver = statistics.median(
+            (c.get("app", 0.0) + c.get("reader", 0.0)) * p for c, p in zip(steady, per, strict=True)
+        )
         out.append(
             {
                 "master": master,
@@ -412,6 +481,7 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "steady": statistics.median(r["steady"] for r in group),
                 "batches": statistics.median(r["batches"] for r in group),
                 "driver_cpu": driver,
+                "steady_driver_cpu": steady_driver,
                 "cpu": cpu,
             }
         )
@@ -422,14 +492,15 @@ def table(r: dict[str, Any]) -> str:
     """The results as a Markdown table, for the README and ``benchmarks/results``."""
     lines = [
         f"{r['records']} records x 100 B on {r['shards']} shards, kinesalite + dynalite, "
-        f"batches of {r['batch']}, median of {r['rounds']} (pyspark {r['pyspark']}, pyarrow "
-        f"{r['pyarrow']}). Driver CPU: CPU seconds per 100k records of the driver-side Python "
-        "processes (the application; for the source also its reader worker); executors and "
-        "JVM beside it.",
+        f"batches of at most {r['batch']} records, median of {r['rounds']} (pyspark "
+        f"{r['pyspark']}, pyarrow {r['pyarrow']}). CPU: seconds per 100k records. Driver: the "
+        "driver-side Python processes (the application, plus the source's reader worker), "
+        "over the whole run and from the first batch to the last (steady); beside it the "
+        "executors' Python workers and the JVM, whole run.",
         "",
         "| path | sink | master | batches | rows/s whole | rows/s steady | driver CPU | "
-        "(app + reader) | executors' Python CPU | JVM CPU |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|",
+        "(app + reader) | driver CPU steady | executors' Python | JVM |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for c in r["cells"]:
         face, sink = c["contender"].split("/")
@@ -438,7 +509,8 @@ def table(r: dict[str, Any]) -> str:
         lines.append(
             f"| {face} | {sink} | {c['master']} | {c['batches']:.0f} | {c['rate']:.0f} | "
             f"{c['steady']:.0f} | {c['driver_cpu']:.2f} s | {parts} | "
-            f"{cpu.get('workers', 0.0):.2f} s | {cpu.get('jvm', 0.0):.2f} s |"
+            f"{c['steady_driver_cpu']:.2f} s | {cpu.get('workers', 0.0):.2f} s | "
+            f"{cpu.get('jvm', 0.0):.2f} s |"
         )
     return "\n".join(lines)
 
@@ -447,7 +519,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=40_000)
     parser.add_argument("--masters", default="local[1],local[2]")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--json", help="also write the results to this file")

@@ -129,7 +129,7 @@ def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
     if quick:  # the two paths side by side, no Parquet: two JVM starts and four short runs
         noop = ("foreach_batch/noop", "source/noop")
         return bench_spark.suite(kurl, durl, records=20_000, rounds=1, contenders=noop)
-    return bench_spark.suite(kurl, durl, records=100_000, rounds=2)
+    return bench_spark.suite(kurl, durl, records=60_000, rounds=1)
 
 
 def machine() -> str:
