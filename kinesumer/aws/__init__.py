@@ -27,9 +27,6 @@ from .retry import (
     is_transient,
 )
 
-# Until benchmarks/bench_core.py imports the public name (botocore_session).
-_botocore_session = botocore_session
-
 __all__ = [
     "THROTTLE_CODES",
     "AwsClients",

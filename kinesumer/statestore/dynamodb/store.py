@@ -15,13 +15,10 @@ from ..base import ShardCache
 from ..schema import checkpoint_pk, client_pk
 from . import codecs
 from .codecs import CLIENT_ITEM_BUDGET, client_item
-from .shard_cache import CHUNK_BYTES, ShardCacheItems
+from .shard_cache import ShardCacheItems
 from .table import StateTable
 
 __all__ = ["CLIENT_ITEM_BUDGET", "DynamoDBStateStore", "client_item"]
-
-# Until benchmarks/bench_limits.py imports shard_cache.CHUNK_BYTES.
-_CHUNK_BYTES = CHUNK_BYTES
 
 
 class DynamoDBStateStore:
