@@ -51,6 +51,17 @@ class OwnedShard:
         return (self.stream, self.shard_id)
 
 
+def behind(position: Position, other: Position | None) -> bool:
+    """Whether ``position`` is before ``other`` in the shard (sequence numbers compared as
+    numbers: up to 56 digits, not zero-padded)."""
+    if other is None:
+        return False
+    return (int(position.sequence_number), position.sub_sequence_number) < (
+        int(other.sequence_number),
+        other.sub_sequence_number,
+    )
+
+
 class ReadElsewhereMember(GroupMember):
     """The asyncio side of :class:`ExternalReadMember` (runs on its loop)."""
 
@@ -119,8 +130,8 @@ class ReadElsewhereMember(GroupMember):
         try:
             if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
                 return False
-            if position is not None:
-                lease.mark_processed(position)
+            if position is not None and not behind(position, lease.processed):
+                lease.mark_processed(position)  # never backwards (a late, older batch)
             if finished:
                 if position is not None:
                     lease.mark_fetched(position)
