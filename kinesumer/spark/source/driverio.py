@@ -73,10 +73,18 @@ class DriverIO:
         stream, shard_id = key
         reader = self._reader
         iterator = await reader.shard_iterator(stream, shard_id, start.after, start.initial)  # type: ignore[arg-type]
-        # Two records: an iterator AT the start's sequence number returns that record first
-        # (it is skipped as already read); a second one is new.
-        batch = await reader.get_records(stream, shard_id, iterator, 2, start.after)
-        return bool(batch.records) or bool(batch.millis_behind) or batch.next_iterator is None
+        # An iterator AT the start's sequence number returns that record first (skipped as
+        # already read). A drained closed shard may need a further empty answer before it
+        # says SHARD_END (kinesalite does), and it must be read to its end once more so that
+        # its children follow: up to three calls.
+        skip = start.after
+        for _ in range(3):
+            batch = await reader.get_records(stream, shard_id, iterator, 2, skip)
+            if batch.records or batch.millis_behind or batch.next_iterator is None:
+                return True
+            iterator, skip = batch.next_iterator, None
+            await asyncio.sleep(self._config.scan_interval)
+        return False
 
     def close(self) -> None:
         if self._closed:

@@ -156,6 +156,7 @@ class _ShardReader:
         p = self._p
         out: list[Record] = []
         caught_up = shard_end = False
+        empty = 0
         deadline = time.monotonic() + p.max_read_seconds
         async for batch in self._records(deadline):
             out.extend(batch.records)
@@ -168,8 +169,12 @@ class _ShardReader:
             if len(out) == p.limit:
                 break
             if batch.raw_count == 0 and not batch.millis_behind:
-                caught_up = True
-                break
+                # At the tip. With nothing read yet, ask once more: a drained closed shard may
+                # answer empty once before it says SHARD_END (kinesalite does).
+                empty += 1
+                if out or empty >= 2:
+                    caught_up = True
+                    break
         arrivals = [r.approximate_arrival_timestamp for r in out]
         last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
         end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None

@@ -284,8 +284,8 @@ class Planner:
         """Why a new batch is needed, or None (return ``start`` unchanged)."""
         if not starts:
             return None
-        if set(starts) != set(start.shards):
-            return "shards changed"
+        if set(starts) - set(start.shards):
+            return "new shards"  # (shards handed off or finished need no batch of their own)
         target = self._target_ms
         for key in starts:
             entry = ends.get(key)
@@ -306,7 +306,10 @@ class Planner:
         if now - self._last_probe < self.options.idle_poll_interval:
             return None
         self._last_probe = now
-        return "new records" if self.io.any_new(starts) else None
+        found = self.io.any_new(starts)
+        log.debug("batch %d: idle; probe of %d shards found %s", start.batch, len(starts),
+                  "records" if found else "nothing")  # fmt: skip
+        return "new records" if found else None
 
     def _plan(
         self, start: SourceOffset, starts: dict[Key, Start], max_rows: int | None, owner: str

@@ -1,0 +1,198 @@
+"""The streaming source as a group member (local Spark, kinesalite + dynalite): a split and a
+merge while a query runs (parents before children, nothing lost), two queries of one app split
+the shards and a stopped one hands over, a query and a plain ``Kinesumer`` split them likewise.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _group import create_stream, kinesis, make_config, put, setup_table
+from _spark_source import Collector, checkpoints, local_spark, start_query
+from _wait import wait_until
+
+from kinesumer import Kinesumer, Record
+
+pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
+
+#: Bound on each wait: Spark on two shared cores is slow, never this slow.
+WAIT = 180.0
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_spark() as session:
+        yield session
+
+
+@pytest.fixture
+def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    config = make_config(
+        kinesalite.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        handoff_timeout=30.0,
+        client_timeout=6.0,
+        heartbeat_interval=0.5,
+    )
+    setup_table(config)
+    return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}
+
+
+def status(*queries: Any) -> Any:
+    """For a wait's failure message: each query's error, if it failed, and its last progress."""
+    return lambda: "\n".join(
+        f"{q.name}: exception={q.exception()} progress={q.lastProgress}" for q in queries
+    )
+
+
+def numbers(rows: list[bytes]) -> list[int]:
+    return [int(d) for d in rows]
+
+
+def owners(group: dict[str, Any]) -> set[str]:
+    items = checkpoints(group["config"], group["stream"]).values()
+    return {
+        i["owner"]["S"] for i in items if "owner" in i and not i.get("finished", {}).get("BOOL")
+    }
+
+
+def test_split_and_merge_while_a_query_runs(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 3)
+    key = lambda i: f"k{i % 7}"  # noqa: E731
+    put(url, stream, 0, 60, key=key)
+    sink = Collector()
+    query = start_query(spark, group["config"], [stream], sink, str(tmp_path / "ck"))
+    try:
+        wait_until(lambda: len(sink.rows()) >= 60, WAIT, "the first 60 records", status(query))
+        client = kinesis(url)
+        shards = client.list_shards(StreamName=stream)["Shards"]
+        first = shards[0]
+        low, high = (int(first["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+        client.split_shard(
+            StreamName=stream,
+            ShardToSplit=first["ShardId"],
+            NewStartingHashKey=str((low + high) // 2),
+        )
+        put(url, stream, 60, 60, key=key)
+        wait_until(
+            lambda: len(sink.rows()) >= 120, WAIT, "the records after the split", status(query)
+        )
+        client.merge_shards(
+            StreamName=stream,
+            ShardToMerge=shards[1]["ShardId"],
+            AdjacentShardToMerge=shards[2]["ShardId"],
+        )
+        put(url, stream, 120, 60, key=key)
+        wait_until(
+            lambda: len(sink.rows()) >= 180, WAIT, "the records after the merge", status(query)
+        )
+    finally:
+        query.stop()
+    assert Counter(numbers(sink.datas())) == Counter(range(180))  # nothing lost, no repeats
+    # Parents before children: per key, the records come in the order they were put (a
+    # parent's and a child's records are never in the same batch).
+    by_key: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for batch_id, rows in sink.batches:
+        for row in rows:
+            by_key[row[4]].append((batch_id, int(row[2]), int(row[5])))
+    for k, seen in by_key.items():
+        ordered = [n for _, _, n in sorted(seen)]
+        assert ordered == sorted(ordered), f"{k} out of order across the reshard"
+    children = {r[1] for r in sink.rows()} - {s["ShardId"] for s in shards}
+    assert len(children) == 3  # two from the split, one from the merge
+
+
+def test_two_queries_split_the_shards_and_a_stopped_one_hands_over(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    url, stream, config = group["url"], group["stream"], group["config"]
+    create_stream(url, stream, 4)
+    first, second = Collector(), Collector()
+    one = start_query(spark, config, [stream], first, str(tmp_path / "one"))
+    two = start_query(spark, config, [stream], second, str(tmp_path / "two"))
+    try:
+        wait_until(
+            lambda: len(owners(group)) == 2, WAIT, "both queries owning shards", status(one, two)
+        )
+        put(url, stream, 0, 200)
+        seen = lambda: first.datas() + second.datas()  # noqa: E731
+        wait_until(lambda: len(set(seen())) >= 200, WAIT, "every record", status(one, two))
+        assert first.datas() and second.datas()  # both read
+        assert Counter(numbers(seen())) == Counter(range(200))  # split: nobody read twice
+        one.stop()
+        wait_until(
+            lambda: len(owners(group)) == 1,
+            WAIT,
+            "the other query owning every shard",
+            status(one, two),
+        )
+        put(url, stream, 200, 100)
+        wait_until(
+            lambda: set(range(200, 300)) <= set(numbers(second.datas())),
+            WAIT,
+            "the remaining query reading the new records",
+            status(one, two),
+        )
+    finally:
+        one.stop()
+        two.stop()
+    # Nothing lost; what the stopped query had planned but not settled may be read again.
+    assert set(numbers(first.datas() + second.datas())) == set(range(300))
+
+
+def test_a_query_and_a_plain_kinesumer_split_the_shards(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    url, stream, config = group["url"], group["stream"], group["config"]
+    create_stream(url, stream, 4)
+    plain: list[Record] = []
+    stop = threading.Event()
+    consumer = Kinesumer(config)
+
+    def consume() -> None:
+        consumer.subscribe([stream])
+        while not stop.is_set():
+            plain.extend(consumer.poll(100, 0.2))
+        consumer.close()
+
+    thread = threading.Thread(target=consume, name="plain-kinesumer", daemon=True)
+    thread.start()
+    sink = Collector()
+    query = start_query(spark, config, [stream], sink, str(tmp_path / "ck"))
+    try:
+        wait_until(
+            lambda: len(owners(group)) == 2,
+            WAIT,
+            "the query and Kinesumer owning shards",
+            status(query),
+        )
+        put(url, stream, 0, 200)
+        everything = lambda: sink.datas() + [r.data for r in plain]  # noqa: E731
+        wait_until(lambda: len(set(everything())) >= 200, WAIT, "every record", status(query))
+        assert sink.datas() and plain
+        assert Counter(numbers(everything())) == Counter(range(200))
+        stop.set()  # the plain consumer leaves gracefully: the query gets every shard
+        thread.join(60)
+        wait_until(
+            lambda: len(owners(group)) == 1, WAIT, "the query owning every shard", status(query)
+        )
+        put(url, stream, 200, 100)
+        wait_until(
+            lambda: set(range(200, 300)) <= set(numbers(sink.datas())),
+            WAIT,
+            "the new records",
+            status(query),
+        )
+    finally:
+        stop.set()
+        query.stop()
+    assert Counter(numbers(sink.datas() + [r.data for r in plain])) == Counter(range(300))
