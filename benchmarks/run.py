@@ -126,9 +126,11 @@ def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
         return None
     import bench_spark
 
-    if quick:  # the two paths side by side, no Parquet: two JVM starts and four short runs
+    if quick:  # the two paths side by side on local[2], no Parquet: one JVM, two short runs
         noop = ("foreach_batch/noop", "source/noop")
-        return bench_spark.suite(kurl, durl, records=20_000, rounds=1, contenders=noop)
+        return bench_spark.suite(
+            kurl, durl, records=20_000, rounds=1, masters=("local[2]",), contenders=noop
+        )
     return bench_spark.suite(kurl, durl, records=60_000, rounds=1)
 
 
