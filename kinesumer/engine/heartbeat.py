@@ -20,14 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import boto3
-from botocore.config import Config as BotoConfig
-
 from .._version import __version__
-from ..aws import RetryStats, instrument
+from ..aws import ClientFactory, RetryStats
 from ..config import Config
 from ..models import ClientInfo
-from ..statestore.dynamodb.store import client_item
+from ..statestore.dynamodb import client_item
 
 log = logging.getLogger("kinesumer.heartbeat")
 
@@ -90,17 +87,8 @@ class Heartbeat:
     def start(self) -> None:
         config = self._config
         timeout = max(0.5, config.heartbeat_interval)
-        client = boto3.client(
-            "dynamodb",
-            region_name=config.effective_dynamodb_region,
-            endpoint_url=config.dynamodb_endpoint,
-            config=BotoConfig(
-                retries={"total_max_attempts": 2, "mode": "standard"},
-                connect_timeout=timeout,
-                read_timeout=timeout,
-            ),
-        )
-        self._client = instrument(client, self._stats) if self._stats else client
+        factory = ClientFactory(config, self._stats)
+        self._client = factory.sync_dynamodb(attempts=2, timeout=timeout)
         self._thread = threading.Thread(
             target=self._run, name=f"kinesumer-heartbeat-{self._client_id}", daemon=True
         )
