@@ -13,8 +13,8 @@ micro-batches of at most ``max_records_per_trigger`` records, then the query sto
 A second run with the same checkpoint folder (OUT_DIR/checkpoint) finds nothing new. Spark's
 Parquet sink is exactly-once with its checkpoint: a batch replayed after a failure reads exactly
 the same records (the source's ledger) and is written once. The group's DynamoDB checkpoints
-follow Spark's one batch behind (the last batch of an availableNow run is recorded there when
-the query next starts), so ``kinesumer status`` shows where the query is. ``examples/
+follow Spark's (each batch is recorded there once Spark committed it), so ``kinesumer status``
+shows where the query is. ``examples/
 spark_foreach_batch.py`` does the same with the driver-only ``foreach_batch``.
 """
 
