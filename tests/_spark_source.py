@@ -116,3 +116,17 @@ def checkpoints(config: Config, stream: str) -> dict[str, dict[str, Any]]:
         ConsistentRead=True,
     )["Items"]
     return {i["sk"]["S"]: i for i in items}
+
+
+def members(config: Config) -> list[str]:
+    """The client ids registered in ``config.app``'s group."""
+    client = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    )
+    items = client.query(
+        TableName=config.dynamodb_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"client#{config.app}"}},
+        ConsistentRead=True,
+    )["Items"]
+    return [i["sk"]["S"] for i in items]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _group import create_stream, make_config, put, setup_table
-from _spark_source import Collector, checkpoints, local_spark, start_query
+from _spark_source import Collector, checkpoints, local_spark, members, start_query
 
 from kinesumer import Config, ConfigError, StateTableNotFoundError, StreamNotFoundError
 
@@ -87,6 +87,9 @@ def test_available_now_drains_four_shards_exactly_once(
         last[r[1]] = max(last.get(r[1], 0), int(r[2]))
     stored = checkpoints(config, stream)
     assert {k: int(v["sequence_number"]["S"]) for k, v in stored.items()} == last
+    # The run left the group when it ended (Spark kills the worker: it left before that).
+    assert members(config) == []
+    assert all("owner" not in v for v in stored.values())
     # A second run with the same checkpoint finds nothing new ...
     again = run_available_now(spark, config, stream, str(tmp_path / "ck"))
     assert again.batches == []

@@ -18,13 +18,19 @@ from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ...aws import AwsClients, RetryStats
+from ...aws import AwsClients, RetryStats, call_with_retry
 from ...config import Config
 from ...kinesis import KinesisReader
+from ...statestore.schema import PARTITION_KEY, SORT_KEY, client_pk
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 
 T = TypeVar("T")
+
+
+def member_key(app: str, client_id: str) -> dict[str, Any]:
+    """The key of a member's client item."""
+    return {PARTITION_KEY: {"S": client_pk(app)}, SORT_KEY: {"S": client_id}}
 
 
 class DriverIO:
@@ -60,6 +66,18 @@ class DriverIO:
 
     def delete_before(self, batch: int) -> int:
         return self._run(self.ledger.delete_before(batch))
+
+    def remove_member(self, client_id: str) -> None:
+        """Delete ``client_id``'s client item (the member is known to be dead)."""
+        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
+        self._run(self._delete(table, key))
+
+    async def _delete(self, table: str, key: dict[str, Any]) -> None:
+        await call_with_retry(
+            "dynamodb.DeleteItem",
+            lambda: self._clients.dynamodb.delete_item(TableName=table, Key=key),
+            self._stats,
+        )
 
     def any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
         """Whether any shard holds a record past its start (probes run concurrently)."""

@@ -96,17 +96,33 @@ class Planner:
         self._latest: dict[str, Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _join(self, query: str) -> Member:
-        if self._member is None:
-            member = self._member_factory(self.options.config)
-            member.start(self.options.streams)  # named errors (table, streams) raised here
-            self._member = member
+    def _join(self, query: str, previous_owner: str = "") -> Member:
+        """The member, joined; ``previous_owner``: the member that planned the offset Spark
+        resumes from (see :meth:`_forget_previous_run`)."""
         if self._query != query:
             if self._io is not None:
                 self._io.close()
             self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds)
             self._query = query
+        if self._member is None:
+            member = self._member_factory(self.options.config)
+            self._forget_previous_run(previous_owner)
+            member.start(self.options.streams)  # named errors (table, streams) raised here
+            self._member = member
         return self._member
+
+    def _forget_previous_run(self, owner: str) -> None:
+        """Deregister the member of this query's previous run before joining.
+
+        Spark runs one query per checkpoint folder at a time and ends its source worker with
+        SIGKILL (``stop()`` never runs), so the member that planned the offset we resume from is
+        dead, but looks live for ``client_timeout``: the group would keep its shards unclaimed
+        meanwhile, and an availableNow run would end without them. Its shards are then
+        claimable at once (their owner is no longer live), from their checkpoints.
+        """
+        if owner and owner != self.options.config.client_id:
+            self.io.remove_member(owner)
+            log.info("member %s of this query's previous run deregistered", owner)
 
     @property
     def query(self) -> str | None:
@@ -122,6 +138,7 @@ class Planner:
         """Leave the group gracefully (best effort: Spark rarely calls stop())."""
         member, io = self._member, self._io
         self._member = self._io = None
+        self._query = None
         try:
             if member is not None:
                 member.close()
@@ -140,7 +157,7 @@ class Planner:
 
     def latest_offset(self, start_json: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
         start = SourceOffset.from_json(start_json)
-        member = self._join(start.query)
+        member = self._join(start.query, start.owner)
         self._settle(start)
         ends = self._ledger(start)
         starts = self._next_starts(start, ends, {o.key: o for o in member.owned()})
@@ -152,6 +169,11 @@ class Planner:
             starts = self._next_starts(start, ends, {o.key: o for o in member.owned()})
             reason = self._reason(start, ends, starts)
         if reason is None:
+            if self._target_ms is not None:
+                # availableNow ends here, and Spark will kill this worker without calling
+                # stop(): leave now, gracefully (the batch was settled above), so the group
+                # need not wait client_timeout for this member's shards.
+                self.close()
             return start_json
         client_id = str(member.stats().client_id)
         planned = self._plan(start, starts, max_rows, client_id)
@@ -187,7 +209,7 @@ class Planner:
 
     def commit(self, end_json: dict[str, Any]) -> None:
         end = SourceOffset.from_json(end_json)
-        self._join(end.query)
+        self._join(end.query, end.owner)
         self._settle(end)
         deleted = self.io.delete_before(end.batch)
         if deleted:
