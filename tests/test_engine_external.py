@@ -276,3 +276,45 @@ def test_close_waits_for_begun_batches_and_hands_everything_off(env: dict[str, A
         assert written[shard_id].owner is None  # released
         assert written[shard_id].sequence_number == last.sequence_number  # type: ignore[union-attr]
     assert member.owned() == []
+
+
+def test_begin_refuses_a_shard_not_held_now(env: dict[str, Any]) -> None:
+    """A planner that looked at owned() and begins later must learn that the shard moved (or was
+    re-claimed under another lease) meanwhile, instead of reading a shard it does not hold."""
+    config, stream, url = env["config"], env["stream"], env["url"]
+    create_stream(url, stream, 1)
+    put(url, stream, 0, 3)
+    with ExternalReadMember(config) as member:
+        member.start([stream])
+        wait_until(lambda: len(member.owned()) == 1, what="the shard")
+        shard = member.owned()[0]
+        assert not member.begin((stream, "shardId-000000000099"))  # never ours
+        assert not member.begin(shard.key, shard.lease + 1)  # not under the lease planned with
+        assert not member.complete(shard.key, None)  # the refused begin's complete writes nothing
+        assert not member.complete(shard.key, None)
+        assert member.begin(shard.key, shard.lease)
+        _, last, _ = read(url, shard)
+        assert member.complete(shard.key, last)
+        assert checkpoints(config, stream)[shard.shard_id].sequence_number == last.sequence_number  # type: ignore[union-attr]
+
+
+def test_two_threads_closing_at_once_both_return_and_the_shard_is_released(
+    env: dict[str, Any],
+) -> None:
+    config, stream, url = env["config"], env["stream"], env["url"]
+    config = dataclasses.replace(config, handoff_timeout=2.0)
+    create_stream(url, stream, 1)
+    member = ExternalReadMember(config)
+    member.start([stream])
+    wait_until(lambda: len(member.owned()) == 1, what="the shard")
+    shard = member.owned()[0]
+    assert member.begin(shard.key)  # never completed: the close waits handoff_timeout for it
+    closers = [threading.Thread(target=member.close) for _ in range(2)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(timeout=60)
+    assert not any(closer.is_alive() for closer in closers), "a close() never returned"
+    assert checkpoints(config, stream)[shard.shard_id].owner is None
+    assert not member.complete(shard.key, None)  # after close: refused, no hang
+    assert member.stats().state == "closed"

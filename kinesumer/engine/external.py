@@ -15,11 +15,13 @@ The API is blocking and thread-safe; the member runs on an event loop thread of 
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..config import Config, InitialPosition
-from ..errors import ConsumerClosedError
+from ..errors import ConsumerClosedError, TransientAWSError
 from ..models import Position
 from ..stats import ConsumerStats
 from .fetcher import wait_for_parents
@@ -28,6 +30,8 @@ from .leases import Lease, LeaseStatus
 from .loop_thread import LoopThread
 from .member import GroupMember
 from .shard_sync import ShardStart
+
+log = logging.getLogger("kinesumer.external")
 
 
 @dataclass(frozen=True)
@@ -104,13 +108,19 @@ class ReadElsewhereMember(GroupMember):
             if not lease.reached_end
         ]
 
-    async def begin(self, key: tuple[str, str]) -> None:
+    async def begin(self, key: tuple[str, str], lease_number: int | None) -> bool:
         lease = self.leases.get(key)
-        if lease is not None and lease.status is LeaseStatus.ACTIVE:
+        held = (
+            lease is not None
+            and lease.status is LeaseStatus.ACTIVE
+            and lease in self._readable
+            and (lease_number is None or lease.checkpoint.lease == lease_number)
+        )
+        if held:
+            assert lease is not None
             lease.begin_batch()
-        else:
-            lease = None  # not ours (any more): its complete() writes nothing
-        self._begun.setdefault(key, []).append(lease)
+        self._begun.setdefault(key, []).append(lease if held else None)
+        return held
 
     def _end(self, key: tuple[str, str]) -> Lease | None:
         begun = self._begun.get(key)
@@ -136,14 +146,22 @@ class ReadElsewhereMember(GroupMember):
                 if position is not None:
                     lease.mark_fetched(position)
                 lease.mark_end()
-            written = await self.checkpointer.write(lease, finished=finished)
+            try:
+                # The position only: ``finished`` is written by finish_shard once no other batch
+                # of the shard is open, or children could start while a parent batch is open.
+                written = await self.checkpointer.write(lease)
+            except TransientAWSError as exc:
+                # Not a lost lease: the position is marked processed, so the periodic flush (or
+                # the handoff) writes it when DynamoDB answers again.
+                log.warning(
+                    "[%s] checkpoint of %s/%s not written yet: %s", self.client_id, *key, exc
+                )
+                written = True
         finally:
             lease.end_batch()
         if written and finished and lease.status is LeaseStatus.ACTIVE:
-            if lease.drained:
-                await self.finish_shard(lease)  # released; the stream's shards synced next tick
-            else:  # other batches still open: released once they end, without blocking
-                self.supervisor.spawn(self.finish_shard(lease), f"finish {key[0]}/{key[1]}")
+            # Retried until it lands or the lease is lost; never blocks the caller's thread.
+            self.supervisor.spawn(self.finish_shard(lease), f"finish {key[0]}/{key[1]}")
         return written
 
     async def abandon(self, key: tuple[str, str]) -> None:
@@ -162,6 +180,7 @@ class ExternalReadMember:
             )
         self._member = ReadElsewhereMember(config, hooks)
         self._loop = LoopThread(f"kinesumer-{self._member.client_id}")
+        self._closing = threading.Lock()
 
     @property
     def client_id(self) -> str:
@@ -185,11 +204,15 @@ class ExternalReadMember:
             return []
         return self._loop.run(self._member.owned())
 
-    def begin(self, key: tuple[str, str]) -> None:
+    def begin(self, key: tuple[str, str], lease: int | None = None) -> bool:
         """A batch that reads this shard was planned: a handoff of the shard now waits (bounded
-        by ``Config.handoff_timeout``) until every begun batch was completed or abandoned. A
-        shard not held now is noted too; its complete() then writes nothing and returns False."""
-        self._loop.run(self._member.begin((key[0], key[1])))
+        by ``Config.handoff_timeout``) until every begun batch was completed or abandoned.
+
+        True when the shard is held and readable now (under lease number ``lease``, when given).
+        False: it is not (it moved, is being handed off, or was re-claimed under another lease
+        since the caller looked): the caller must not read it; the begin() still counts, and its
+        complete() writes nothing and returns False."""
+        return self._loop.run(self._member.begin((key[0], key[1]), lease))
 
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False
@@ -216,16 +239,17 @@ class ExternalReadMember:
 
     def close(self) -> None:
         """Graceful: wait for begun batches (bounded by handoff_timeout), write, release every
-        shard, deregister. Idempotent."""
-        if not self._loop.started:
-            self._member.mark_closed()
-            return
-        if self._loop.stopped:
-            return
-        try:
-            self._loop.run(self._member.leave())
-        finally:
-            self._loop.stop()
+        shard, deregister. Idempotent; a second caller waits for the first one's close."""
+        with self._closing:  # one close at a time: the loop stops only after leave() ran
+            if not self._loop.started:
+                self._member.mark_closed()
+                return
+            if self._loop.stopped:
+                return
+            try:
+                self._loop.run(self._member.leave())
+            finally:
+                self._loop.stop()
 
     def __enter__(self) -> ExternalReadMember:
         return self
