@@ -16,6 +16,7 @@ from _group import create_stream, make_config, put, setup_table
 from _spark_source import Collector, checkpoints, local_spark, members, start_query
 
 from kinesumer import Config, ConfigError, StateTableNotFoundError, StreamNotFoundError
+from kinesumer.spark.source import option_strings
 
 pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
 
@@ -149,7 +150,6 @@ def test_a_windowed_aggregation_with_a_watermark_runs(
     config, stream = group["config"], group["stream"]
     create_stream(group["url"], stream, 2)
     put(group["url"], stream, 0, 90, key=lambda i: f"k{i % 3}")
-    from kinesumer.spark.source import option_strings
 
     counts = (
         spark.readStream.format("kinesumer")
@@ -189,7 +189,6 @@ def test_a_windowed_aggregation_with_a_watermark_runs(
 def test_bad_options_fail_at_load_with_the_named_error(
     spark: Any, group: dict[str, Any], change: dict[str, Any], named: str
 ) -> None:
-    from kinesumer.spark.source import option_strings
 
     options = dict(option_strings(group["config"], [group["stream"]]))
     for key, value in change.items():
@@ -205,7 +204,6 @@ def test_bad_options_fail_at_load_with_the_named_error(
 
 def test_missing_stream_or_table_fail_at_load(spark: Any, group: dict[str, Any]) -> None:
     from kinesumer.spark import read_stream
-    from kinesumer.spark.source import option_strings
 
     config, stream = group["config"], group["stream"]  # the stream was never created
     with pytest.raises(Exception) as caught:
@@ -249,3 +247,26 @@ def test_a_restarted_query_takes_over_from_its_stopped_run_at_once(
     # exactly; nothing else is read twice.
     assert Counter(second.datas()) - replayed == new
     assert replayed in (Counter(), Counter(first.datas()))
+
+
+def test_trigger_once_runs_one_bounded_batch(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 2)
+    produced = put(group["url"], stream, 0, 50)
+    sink = Collector()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**option_strings(config, [stream], max_records_per_shard=10))
+        .load()
+    )
+    query = (
+        frame.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(once=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert [b for b, _ in sink.batches] == [0]
+    assert len(sink.rows()) == 20 and set(sink.datas()) <= set(produced)  # 10 per shard

@@ -257,4 +257,38 @@ def test_the_reader_pickles_without_its_runtime_state(setup: dict[str, Any]) -> 
     options = SourceOptions(config=setup["config"], streams=(setup["stream"],))
     reader = KinesumerStreamReader(options)
     copy = pickle.loads(pickle.dumps(reader))
-    assert copy._planner.options == options
+    assert copy.options == options
+
+
+def test_a_replay_that_cannot_find_its_records_is_a_named_error(setup: dict[str, Any]) -> None:
+    from kinesumer.aws import AwsClients, RetryStats
+    from kinesumer.spark import ReplayMismatchError
+
+    put(setup["url"], setup["stream"], 0, 10)
+    planner, _ = planner_for(setup)
+    try:
+        first = planner.latest_offset(origin(planner), None)
+        partition = planner.partitions(first)[0]
+        config = setup["config"]
+        beyond = Position("9" * 56, 0)  # more records than the shard holds (trimmed, say)
+
+        async def record() -> None:
+            clients = AwsClients(config, RetryStats())
+            await clients.open()
+            try:
+                ledger = Ledger(
+                    clients.dynamodb, config.dynamodb_table, config.app, partition.query,
+                    RetryStats(), 60,
+                )  # fmt: skip
+                entry = LedgerEntry(
+                    partition.batch, partition.stream, partition.shard_id, beyond, 99, True, False
+                )
+                await ledger.record(entry)
+            finally:
+                await clients.close()
+
+        asyncio.run(record())
+        with pytest.raises(ReplayMismatchError, match="99 records"):
+            asyncio.run(read_records(partition))
+    finally:
+        planner.close()

@@ -74,6 +74,11 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: SourceOptions) -> None:
         self._planner = Planner(options)
 
+    @property
+    def options(self) -> SourceOptions:
+        """The parsed options (all that is pickled for executors)."""
+        return self._planner.options
+
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for executors before it joins anything: ship the options only.
         return {"options": self._planner.options}
