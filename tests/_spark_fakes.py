@@ -80,9 +80,10 @@ class SoloMember:
             out.append(FakeOwned(*key, self.client_id, 1, self.positions.get(key), start))
         return out
 
-    def begin(self, key: tuple[str, str]) -> None:
+    def begin(self, key: tuple[str, str], lease: int | None = None) -> bool:
         self.calls.append(("begin", key))
         self.begun[key] = self.begun.get(key, 0) + 1
+        return key not in self.finished
 
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False

@@ -201,6 +201,7 @@ class _ShardReader:
         out: list[Record] = []
         deadline = time.monotonic() + max(60.0, 3 * p.max_read_seconds)
         reached = False
+        empty = 0
         async for batch in self._records(deadline):
             for record in batch.records:
                 if _position(record) > end:
@@ -211,6 +212,10 @@ class _ShardReader:
                 break
             if batch.records and _position(batch.records[-1]) > end:
                 break
+            tip = batch.raw_count == 0 and not batch.millis_behind
+            empty = empty + 1 if tip else 0
+            if empty >= 3:
+                break  # at the shard's tip, and the recorded end never came: it is not there
         if not reached or len(out) != entry.count or _position(out[-1]) != end:
             raise ReplayMismatchError(
                 f"{p.describe()}: the ledger recorded {entry.count} records ending at "

@@ -60,7 +60,7 @@ class Member(Protocol):
 
     def start(self, streams: Any) -> None: ...
     def owned(self) -> Any: ...
-    def begin(self, key: Key) -> None: ...
+    def begin(self, key: Key, lease: int | None = None) -> bool: ...
     def complete(self, key: Key, position: Position | None, *, finished: bool = False) -> bool: ...
     def abandon(self, key: Key) -> None: ...
     def stats(self) -> Any: ...
@@ -176,7 +176,9 @@ class Planner:
                 self.close()
             return start_json
         client_id = str(member.stats().client_id)
-        planned = self._plan(start, starts, max_rows, client_id)
+        planned = self._plan(start, self._begin(member, starts), max_rows, client_id)
+        if planned is None:
+            return start_json  # every shard moved away meanwhile
         log.info(
             "[%s] batch %d planned (%s): %d shards", client_id, planned.batch, reason,
             len(planned.shards),
@@ -256,7 +258,9 @@ class Planner:
                     continue
                 if holder.position is not None and not sequence_after(entry.end, holder.position):
                     continue
-                member.begin(key)
+                if not member.begin(key, holder.lease):
+                    member.abandon(key)  # moved meanwhile
+                    continue
             elif key not in began:
                 continue
             if entry is None:
@@ -333,9 +337,23 @@ class Planner:
                   "records" if found else "nothing")  # fmt: skip
         return "new records" if found else None
 
+    def _begin(self, member: Member, starts: dict[Key, Start]) -> dict[Key, Start]:
+        """``begin()`` every shard to plan; those no longer held (under the lease seen) are
+        abandoned at once and left out."""
+        held: dict[Key, Start] = {}
+        for key, start in sorted(starts.items()):
+            if member.begin(key, start.lease):
+                held[key] = start
+            else:
+                member.abandon(key)
+        return held
+
     def _plan(
         self, start: SourceOffset, starts: dict[Key, Start], max_rows: int | None, owner: str
-    ) -> SourceOffset:
+    ) -> SourceOffset | None:
+        """The offset of batch ``start.batch + 1`` over ``starts`` (begun), or None."""
+        if not starts:
+            return None
         o = self.options
         bounds = [n for n in (o.max_records_per_trigger, max_rows) if n]
         per_shard = o.max_records_per_shard
@@ -354,10 +372,6 @@ class Planner:
             shards=pinned,
             limits=dict.fromkeys(pinned, per_shard),
         )
-        member = self._member
-        assert member is not None
-        for key in sorted(pinned):
-            member.begin(key)
         self._planned[planned.batch] = set(pinned)
         self._planned_here.add(planned.batch)
         return planned
