@@ -11,9 +11,11 @@ worker calls the planning methods, so ``__init__`` does no I/O and the member jo
   owned continues after its ledger end (or the group checkpoint, if that is later), a shard
   newly owned starts from its checkpoint or start position, a shard no longer owned is dropped
   (its handoff waited for the complete above), a shard at SHARD_END is never planned again;
-  (3) decide: plan batch ``start.batch + 1`` when the owned set changed, or some shard was not
-  caught up, or (idle) a probe found new records; else return ``start`` unchanged (availableNow
-  then ends; other triggers ask again). Every shard of a planned batch gets ``begin()``.
+  (3) decide: plan batch ``start.batch + 1`` when a shard is new here, or some shard was not
+  caught up (availableNow: and not yet past the run's start), or (idle, at most every
+  ``idle_poll_interval``) a probe found new records; else return ``start`` unchanged: no empty
+  batches. availableNow then ends (the member leaves first: Spark kills the worker without
+  ``stop()``); other triggers ask again. Every shard of a planned batch gets ``begin()``.
 - ``partitions(start, end)``: one :class:`ShardPartition` per shard of ``end``.
 - ``commit(end)``: settle ``end`` if not yet, and delete ledger items of older batches.
 
