@@ -99,6 +99,16 @@ def tables(r: dict[str, Any]) -> str:
             f"| {m['backlog']:,} | {m['consumed']:,} | {m['peak_buffered']:,} | "
             f"{m['peak_rss_mb']:.0f} MB |"
         )
+    if r.get("spark"):
+        import bench_spark  # only with the spark extra, as run.py measured it
+
+        lines += [
+            "",
+            "**Spark**: `foreach_batch` vs the streaming source (`readStream`) on one pre-filled "
+            "stream, `local[1]` vs `local[2]` where measured.",
+            "",
+            bench_spark.table(r["spark"]),
+        ]
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)
