@@ -2,7 +2,8 @@
 
 :class:`SoloMember` owns every shard of its streams, parents before children (a child is listed
 only once every parent was completed with ``finished=True``), and records each call, so a test
-can check what the planner began, completed and abandoned.
+can check what the planner began, completed and abandoned. Shards in ``hidden`` are not listed
+by ``owned()`` (a claim that comes late).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class SoloMember:
     streams: tuple[str, ...] = ()
     ticks: int = 0
     closed: bool = False
+    hidden: set[tuple[str, str]] = field(default_factory=set)
 
     def start(self, streams: Sequence[str]) -> None:
         self.streams = tuple(streams)
@@ -68,7 +70,7 @@ class SoloMember:
         out = []
         for shard in self._shards():
             key = (shard["stream"], shard["ShardId"])
-            if key in self.finished:
+            if key in self.finished or key in self.hidden:
                 continue
             parents = [shard.get(p) for p in ("ParentShardId", "AdjacentParentShardId")]
             known = {s["ShardId"] for s in self._shards() if s["stream"] == key[0]}

@@ -18,7 +18,12 @@ from kinesumer.models import Position
 from kinesumer.spark.source.executor import read_records
 from kinesumer.spark.source.ledger import Ledger, LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
-from kinesumer.spark.source.options import SourceOptions, parse_options, to_options
+from kinesumer.spark.source.options import (
+    SOURCE_HANDOFF_TIMEOUT,
+    SourceOptions,
+    parse_options,
+    to_options,
+)
 from kinesumer.spark.source.planner import Planner
 
 BASE = {"app": "orders", "dynamodb_table": "state-table", "streams": "a,b"}
@@ -59,6 +64,7 @@ def test_options_parse_config_fields_and_source_options_case_insensitively() -> 
         ({**BASE, "initial_position": "yesterday"}, "initial_position"),
         ({**BASE, "max_records_per_trigger": "0"}, "max_records_per_trigger"),
         ({**BASE, "idle_poll_interval": "x"}, "idle_poll_interval"),
+        ({**BASE, "ledger_ttl_seconds": "1"}, "ledger_ttl_seconds"),
         ({**BASE, "streams": "a,not a stream!"}, "streams"),
     ],
 )
@@ -69,6 +75,13 @@ def test_each_bad_option_is_a_config_error_naming_it(options: dict[str, str], fi
     assert field in str(caught.value)
 
 
+def test_handoff_timeout_defaults_to_cover_a_batch_unless_given() -> None:
+    assert SOURCE_HANDOFF_TIMEOUT >= 60
+    assert parse_options(BASE).config.handoff_timeout == SOURCE_HANDOFF_TIMEOUT
+    assert parse_options({**BASE, "handoff_timeout": "7"}).config.handoff_timeout == 7.0
+    assert parse_options({**BASE, "Handoff_Timeout": "5"}).config.handoff_timeout == 5.0
+
+
 def test_to_options_round_trips_a_config() -> None:
     config = make_config(
         "http://127.0.0.1:1", "http://127.0.0.1:2", "app1", "table1", scan_limit=77
@@ -77,6 +90,9 @@ def test_to_options_round_trips_a_config() -> None:
     assert all(isinstance(v, str) for v in strings.values())
     parsed = parse_options(strings)
     assert parsed.config == config and parsed.streams == ("s1", "s2")
+    # handoff_timeout left at Config's default: the source's larger default instead.
+    default = parse_options(to_options(config.replace(handoff_timeout=5.0), ["s1"])).config
+    assert default == config.replace(handoff_timeout=SOURCE_HANDOFF_TIMEOUT)
     assert parsed.max_records_per_trigger == 10
     with pytest.raises(ConfigError, match="nonsense"):
         to_options(config, ["s1"], nonsense=1)
@@ -113,15 +129,22 @@ def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
     return {"config": config, "stream": stream, "url": kinesalite.url}
 
 
-def planner_for(setup: dict[str, Any], **source: Any) -> tuple[Planner, SoloMember]:
+def new_planner(
+    setup: dict[str, Any], hidden: set[tuple[str, str]] | None = None, **source: Any
+) -> tuple[Planner, list[SoloMember]]:
+    """A planner, not joined yet, and the members it made (each hiding ``hidden``)."""
     options = SourceOptions(config=setup["config"], streams=(setup["stream"],), **source)
     members: list[SoloMember] = []
 
     def factory(config: Any) -> SoloMember:
-        members.append(SoloMember(config))
+        members.append(SoloMember(config, hidden=set(hidden or ())))
         return members[-1]
 
-    planner = Planner(options, factory)  # type: ignore[arg-type]
+    return Planner(options, factory), members  # type: ignore[arg-type]
+
+
+def planner_for(setup: dict[str, Any], **source: Any) -> tuple[Planner, SoloMember]:
+    planner, members = new_planner(setup, **source)
     planner.initial_offset()
     return planner, members[0]
 
@@ -292,3 +315,209 @@ def test_a_replay_that_cannot_find_its_records_is_a_named_error(setup: dict[str,
             asyncio.run(read_records(partition))
     finally:
         planner.close()
+
+
+# -- review findings ----------------------------------------------------------------------------
+def shard_names(offset: dict[str, Any]) -> set[str]:
+    return set(offset["shards"])
+
+
+def write_ledger(config: Any, query: str, entries: list[LedgerEntry]) -> None:
+    from kinesumer.aws import AwsClients, RetryStats
+
+    async def scenario() -> None:
+        clients = AwsClients(config, RetryStats())
+        await clients.open()
+        try:
+            ledger = Ledger(
+                clients.dynamodb, config.dynamodb_table, config.app, query, RetryStats(), 600
+            )
+            for entry in entries:
+                await ledger.record(entry)
+        finally:
+            await clients.close()
+
+    asyncio.run(scenario())
+
+
+def test_available_now_ends_when_a_batch_is_never_read(setup: dict[str, Any]) -> None:
+    put(setup["url"], setup["stream"], 0, 20)
+    planner, member = planner_for(setup)
+    try:
+        planner.prepare_available_now()
+        offset = planner.latest_offset(origin(planner), None)
+        assert offset["batch"] == 1
+        for _ in range(2):  # a foreachBatch that ignores df: no reads, no ledger items
+            following = planner.latest_offset(offset, None)
+            if following == offset:
+                break
+            offset = following
+        else:
+            pytest.fail("availableNow plans unread batches again and again")
+        assert member.closed  # the run ended: the member left
+    finally:
+        planner.close()
+
+
+def test_an_unread_batch_waits_for_the_idle_cadence(setup: dict[str, Any]) -> None:
+    put(setup["url"], setup["stream"], 0, 20)
+    planner, _ = planner_for(setup, idle_poll_interval=60.0)
+    try:
+        first = planner.latest_offset(origin(planner), None)
+        assert planner.latest_offset(first, None) == first  # no reads: no new batch at once
+        assert planner.latest_offset(first, None) == first
+    finally:
+        planner.close()
+
+
+def test_a_restart_adopts_a_shard_that_shows_up_late(setup: dict[str, Any]) -> None:
+    put(setup["url"], setup["stream"], 0, 40)
+    before, _ = planner_for(setup, max_records_per_shard=5)
+    first = before.latest_offset(origin(before), None)
+    read_all(before, first)  # batch 1 ran; the query then died before settling it
+    ledger = before.io.batch(1)
+    before.close()
+    late = sorted(ledger)[1]
+    late_name = "/".join(late)
+
+    planner, members = new_planner(setup, hidden={late}, max_records_per_shard=5)
+    try:
+        second = planner.latest_offset(first, None)  # the restart: `late` is not readable yet
+        assert second["batch"] == 2 and late_name not in shard_names(second)
+        read_all(planner, second)
+        member = members[0]
+        member.hidden.clear()  # claimed a tick later
+        third = planner.latest_offset(second, None)
+        end = ledger[late].end
+        assert end is not None
+        assert member.positions[late] == end  # batch 1's end adopted, not lost
+        assert third["shards"][late_name]["after"] == end.sequence_number
+        assert member.calls.count(("complete", late, end, False)) == 1
+    finally:
+        planner.close()
+
+
+def test_commit_after_available_now_does_not_rejoin(setup: dict[str, Any]) -> None:
+    put(setup["url"], setup["stream"], 0, 10)
+    planner, members = new_planner(setup)
+    planner.initial_offset()
+    try:
+        planner.prepare_available_now()
+        first = planner.latest_offset(origin(planner), None)
+        read_all(planner, first)
+        assert planner.latest_offset(first, None) == first  # the run ends, the member leaves
+        assert members[0].closed
+        planner.commit(first)
+        assert len(members) == 1 and [c for c in members[0].calls if c[0] == "start"] == [
+            ("start", (setup["stream"],))
+        ]
+    finally:
+        planner.close()
+
+
+def test_available_now_drains_a_closed_shard_to_its_end(setup: dict[str, Any]) -> None:
+    import boto3
+
+    url, stream = setup["url"], setup["stream"]
+    put(url, stream, 0, 20)
+    client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+    shards = client.list_shards(StreamName=stream)["Shards"]
+    parent = shards[0]
+    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    client.split_shard(
+        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
+    )
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    iterator = client.get_shard_iterator(
+        StreamName=stream, ShardId=parent["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = client.get_records(ShardIterator=iterator, Limit=1000)["Records"]
+    assert records
+    last = Position(records[-1]["SequenceNumber"], 0)
+
+    planner, member = planner_for(setup)
+    try:
+        planner.prepare_available_now()
+        first = planner.latest_offset(origin(planner), None)
+        assert "/".join((stream, parent["ShardId"])) in shard_names(first)
+        # The executor read the parent's records and stopped at the first empty answer
+        # (caught up), before the closed shard said SHARD_END.
+        write_ledger(
+            setup["config"],
+            first["query"],
+            [
+                LedgerEntry(1, stream, shard_id, last if shard_id == parent["ShardId"] else None,
+                            len(records) if shard_id == parent["ShardId"] else 0, True, False)
+                for _, shard_id in (tuple(k.split("/", 1)) for k in first["shards"])
+            ],
+        )  # fmt: skip
+        second = planner.latest_offset(first, None)
+        assert second != first, "availableNow ended with a closed parent not drained"
+        assert "/".join((stream, parent["ShardId"])) in shard_names(second)
+        read_all(planner, second)
+        assert planner.io.batch(2)[(stream, parent["ShardId"])].shard_end
+        third = planner.latest_offset(second, None)  # the parent finished: its children follow
+        assert (stream, parent["ShardId"]) in member.finished
+        assert len(shard_names(third) - shard_names(first)) == 2
+    finally:
+        planner.close()
+
+
+def test_a_bound_below_the_shard_count_rotates_shards(setup: dict[str, Any]) -> None:
+    put(setup["url"], setup["stream"], 0, 40)
+    planner, _ = planner_for(setup, max_records_per_trigger=1)
+    try:
+        offset, seen = origin(planner), []
+        for _ in range(4):
+            offset = planner.latest_offset(offset, None)
+            assert sum(offset["limits"].values()) <= 1
+            assert len(read_all(planner, offset)) == 1
+            seen.append(sorted(offset["shards"]))
+            planner.commit(offset)
+        assert seen[0] != seen[1] and seen[0] == seen[2] and seen[1] == seen[3]
+        assert len(planner.settlement.settled) <= 1  # pruned on commit
+        assert len(planner.settlement.planned_here) <= 1
+    finally:
+        planner.close()
+
+
+def test_rotation_reads_every_record_once(setup: dict[str, Any]) -> None:
+    produced = put(setup["url"], setup["stream"], 0, 12)
+    planner, _ = planner_for(setup, max_records_per_trigger=1, idle_poll_interval=0.2)
+    try:
+        planner.prepare_available_now()
+        offset, got = origin(planner), []
+        for _ in range(40):
+            following = planner.latest_offset(offset, None)
+            if following == offset:
+                break
+            offset = following
+            got.extend(read_all(planner, offset))
+        else:
+            pytest.fail("availableNow did not end")
+        assert sorted(r.data for r in got) == sorted(produced)
+    finally:
+        planner.close()
+
+
+def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> None:
+    import boto3
+
+    from kinesumer.spark.source.driverio import DriverIO, member_key
+
+    config = setup["config"]
+    db = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
+    key = member_key(config.app, "old-1")
+    db.put_item(TableName=config.dynamodb_table, Item={**key, "last_update": {"N": "1000"}})
+    io = DriverIO(config, "q", 3600)
+    try:
+        seen = io.member_last_update("old-1")
+        assert seen == 1000
+        db.put_item(TableName=config.dynamodb_table, Item={**key, "last_update": {"N": "2000"}})
+        assert not io.delete_member("old-1", seen)  # it heartbeated since: alive, kept
+        assert "Item" in db.get_item(TableName=config.dynamodb_table, Key=key)
+        assert io.remove_member("old-1")  # unchanged since read: deleted
+        assert "Item" not in db.get_item(TableName=config.dynamodb_table, Key=key)
+        assert not io.remove_member("old-1")
+    finally:
+        io.close()

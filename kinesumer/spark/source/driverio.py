@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ...aws import AwsClients, RetryStats, call_with_retry
+from botocore.exceptions import ClientError
+
+from ...aws import AwsClients, RetryStats, call_with_retry, error_code
 from ...config import Config
 from ...kinesis import KinesisReader
 from ...statestore.schema import PARTITION_KEY, SORT_KEY, client_pk
@@ -67,17 +69,63 @@ class DriverIO:
     def delete_before(self, batch: int) -> int:
         return self._run(self.ledger.delete_before(batch))
 
-    def remove_member(self, client_id: str) -> None:
-        """Delete ``client_id``'s client item (the member is known to be dead)."""
-        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
-        self._run(self._delete(table, key))
+    def remove_member(self, client_id: str) -> bool:
+        """Delete ``client_id``'s client item (the member is believed dead), on condition that
+        its ``last_update`` is still what was read just before: a member that heartbeats (it
+        was alive after all) keeps its item. True when the item was deleted."""
+        seen = self.member_last_update(client_id)
+        return seen is not None and self.delete_member(client_id, seen)
 
-    async def _delete(self, table: str, key: dict[str, Any]) -> None:
-        await call_with_retry(
-            "dynamodb.DeleteItem",
-            lambda: self._clients.dynamodb.delete_item(TableName=table, Key=key),
+    def member_last_update(self, client_id: str) -> int | None:
+        """``client_id``'s ``last_update`` (epoch ms), or None when it has no client item."""
+        return self._run(self._last_update(client_id))
+
+    def delete_member(self, client_id: str, seen: int) -> bool:
+        """Delete ``client_id``'s client item if its ``last_update`` is still ``seen``."""
+        return self._run(self._delete(client_id, seen))
+
+    async def _last_update(self, client_id: str) -> int | None:
+        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
+        response = await call_with_retry(
+            "dynamodb.GetItem",
+            lambda: self._clients.dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True),
             self._stats,
         )
+        item = response.get("Item")
+        return None if item is None else int(item.get("last_update", {}).get("N", "0"))
+
+    async def _delete(self, client_id: str, seen: int) -> bool:
+        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
+        try:
+            await call_with_retry(
+                "dynamodb.DeleteItem",
+                lambda: self._clients.dynamodb.delete_item(
+                    TableName=table,
+                    Key=key,
+                    ConditionExpression="#lu = :seen",
+                    ExpressionAttributeNames={"#lu": "last_update"},
+                    ExpressionAttributeValues={":seen": {"N": str(seen)}},
+                ),
+                self._stats,
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False  # it heartbeated meanwhile (alive), or it is gone
+        return True
+
+    def closed_shards(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` are closed shards (split or merged: they end at SHARD_END)."""
+        wanted = set(keys)
+        return self._run(self._list_closed(wanted)) if wanted else set()
+
+    async def _list_closed(self, wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        closed: set[tuple[str, str]] = set()
+        for stream in sorted({stream for stream, _ in wanted}):
+            for shard in await self._reader.list_shards(stream):
+                if shard.closed and (stream, shard.shard_id) in wanted:
+                    closed.add((stream, shard.shard_id))
+        return closed
 
     def any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
         """Whether any shard holds a record past its start (probes run concurrently)."""

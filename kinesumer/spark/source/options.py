@@ -32,13 +32,22 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Idle shards (every one caught up): how often the driver looks for new records with a
     # one-record probe before planning a batch (seconds).
     "idle_poll_interval": 1.0,
-    # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL).
+    # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL); at
+    # least LEDGER_TTL_FLOOR: a replay after a restart needs its batch's items.
     "ledger_ttl_seconds": 7 * 24 * 3600,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
     "test_fail_first_read_dir": None,
 }
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
+
+#: ``handoff_timeout`` when the option is not given: a shard moving away waits for its batches in
+#: flight, and a batch is in hand for its read (``max_read_seconds``), the sink, and up to one
+#: trigger interval (it is settled at the next ``latestOffset``). ``Config``'s 5 s is far too short.
+SOURCE_HANDOFF_TIMEOUT = 120.0
+
+#: The shortest ``ledger_ttl_seconds`` accepted (one day).
+LEDGER_TTL_FLOOR = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     for name, field in config_fields.items():
         if name in given:
             values[name] = _config_value(name, str(field.type), given[name])
+    if "handoff_timeout" not in given:
+        values["handoff_timeout"] = SOURCE_HANDOFF_TIMEOUT
     config = Config(**values)
     streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
     source: dict[str, Any] = {}
@@ -82,7 +93,8 @@ def to_options(
     config: Config, streams: list[str] | tuple[str, ...], **source: Any
 ) -> dict[str, str]:
     """The option strings that :func:`parse_options` turns back into ``config`` and ``source``
-    (for :func:`~kinesumer.spark.read_stream`); fields left at their default are omitted."""
+    (for :func:`~kinesumer.spark.read_stream`); fields left at their default are omitted (so a
+    ``handoff_timeout`` left at ``Config``'s default becomes :data:`SOURCE_HANDOFF_TIMEOUT`)."""
     out: dict[str, str] = {}
     for field in dataclasses.fields(Config):
         value = getattr(config, field.name)
@@ -128,8 +140,9 @@ def _source_value(name: str, raw: str) -> Any:
         return None
     if name in ("max_records_per_trigger", "max_records_per_shard", "ledger_ttl_seconds"):
         value = _int(name, text)
-        if value < 1:
-            raise ConfigError(name, f"must be an integer >= 1, got {value}")
+        least = LEDGER_TTL_FLOOR if name == "ledger_ttl_seconds" else 1
+        if value < least:
+            raise ConfigError(name, f"must be an integer >= {least}, got {value}")
         return value
     number = _float(name, text)
     low = 0.2 if name == "idle_poll_interval" else 0.5

@@ -2,22 +2,28 @@
 
 Spark builds the reader in several processes (SPARK-SOURCE.md); only the long-lived source
 worker calls the planning methods, so ``__init__`` does no I/O and the member joins on the first
-``initialOffset`` / ``latestOffset`` / ``commit``. What each call does:
+``initialOffset`` / ``latestOffset`` (``commit`` opens the ledger's clients only). What each
+call does:
 
 - ``initialOffset()``: join; a new ledger id (``query``); batch 0 with no shards.
 - ``latestOffset(start, limit)``: (1) *settle* batch ``start.batch`` (Spark committed it: it only
   asks for the next offset after the previous batch ran): per shard, ``complete()`` the member's
-  fenced checkpoint at the ledger's end; (2) form the next starts: a shard of ``start`` still
+  fenced checkpoint at the ledger's end (a batch of an earlier run is adopted, :mod:`.settle`);
+  (2) form the next starts: a shard of ``start`` still
   owned continues after its ledger end (or the group checkpoint, if that is later), a shard
   newly owned starts from its checkpoint or start position, a shard no longer owned is dropped
   (its handoff waited for the complete above), a shard at SHARD_END is never planned again;
   (3) decide: plan batch ``start.batch + 1`` when a shard is new here, or some shard was not
-  caught up (availableNow: and not yet past the run's start), or (idle, at most every
-  ``idle_poll_interval``) a probe found new records; else return ``start`` unchanged: no empty
-  batches. availableNow then ends (the member leaves first: Spark kills the worker without
-  ``stop()``); other triggers ask again. Every shard of a planned batch gets ``begin()``.
+  caught up (availableNow: and not yet past the run's start; or a closed shard not read to
+  SHARD_END), or (idle, at most every ``idle_poll_interval``) a probe found new records; else
+  return ``start`` unchanged: no empty batches. A batch planned here whose DataFrame was never
+  read is no reason by itself. availableNow then ends (the member leaves first: Spark kills the
+  worker without ``stop()``); other triggers ask again. With a records bound below the number
+  of shards, a batch plans only some of them (:mod:`.rotation`). Every shard of a planned batch
+  gets ``begin()``.
 - ``partitions(start, end)``: one :class:`ShardPartition` per shard of ``end``.
-- ``commit(end)``: settle ``end`` if not yet, and delete ledger items of older batches.
+- ``commit(end)``: settle ``end`` if not yet (and the member is here), delete ledger items of
+  older batches, forget older batches.
 
 So the group's DynamoDB checkpoints trail Spark's own checkpoint by at most one micro-batch.
 """
@@ -29,45 +35,18 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from ...config import Config
-from ...models import Position
 from .driverio import DriverIO
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
 from .partition import ShardPartition
+from .rotation import Rotation, bound_of
+from .settle import Key, Member, Owned, Settlement
 
 log = logging.getLogger("kinesumer.spark.source")
-
-Key = tuple[str, str]
-
-
-class Owned(Protocol):
-    """What the planner reads of :class:`~kinesumer.engine.external.OwnedShard`."""
-
-    @property
-    def key(self) -> Key: ...
-    @property
-    def lease(self) -> int: ...
-    @property
-    def position(self) -> Position | None: ...
-    @property
-    def start(self) -> Any: ...
-
-
-class Member(Protocol):
-    """The part of :class:`~kinesumer.engine.external.ExternalReadMember` the planner uses."""
-
-    def start(self, streams: Any) -> None: ...
-    def owned(self) -> Any: ...
-    def begin(self, key: Key, lease: int | None = None) -> bool: ...
-    def complete(self, key: Key, position: Position | None, *, finished: bool = False) -> bool: ...
-    def abandon(self, key: Key) -> None: ...
-    def stats(self) -> Any: ...
-    def close(self) -> None: ...
-
 
 MemberFactory = Callable[[Config], Member]
 
@@ -89,23 +68,28 @@ class Planner:
         self._member: Member | None = None
         self._io: DriverIO | None = None
         self._query: str | None = None
-        self._planned: dict[int, set[Key]] = {}  # batches planned (and begun) here
-        self._planned_here: set[int] = set()  # every batch this process planned
-        self._settled: set[int] = set()
+        self.settlement = Settlement()
+        self.rotation = Rotation()  # shards left out of a batch by the records bound
         self._ends: dict[int, dict[Key, LedgerEntry]] = {}
         self._target_ms: int | None = None  # availableNow: records after this are not awaited
         self._last_probe = 0.0
+        self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _join(self, query: str, previous_owner: str = "") -> Member:
-        """The member, joined; ``previous_owner``: the member that planned the offset Spark
-        resumes from (see :meth:`_forget_previous_run`)."""
-        if self._query != query:
+    def _open(self, query: str) -> DriverIO:
+        """The driver's own clients for ``query``'s ledger (no group member)."""
+        if self._query != query or self._io is None:
             if self._io is not None:
                 self._io.close()
             self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds)
             self._query = query
+        return self._io
+
+    def _join(self, query: str, previous_owner: str = "") -> Member:
+        """The member, joined; ``previous_owner``: the member that planned the offset Spark
+        resumes from (see :meth:`_forget_previous_run`)."""
+        self._open(query)
         if self._member is None:
             member = self._member_factory(self.options.config)
             self._forget_previous_run(previous_owner)
@@ -122,8 +106,7 @@ class Planner:
         meanwhile, and an availableNow run would end without them. Its shards are then
         claimable at once (their owner is no longer live), from their checkpoints.
         """
-        if owner and owner != self.options.config.client_id:
-            self.io.remove_member(owner)
+        if owner and owner != self.options.config.client_id and self.io.remove_member(owner):
             log.info("member %s of this query's previous run deregistered", owner)
 
     @property
@@ -162,13 +145,13 @@ class Planner:
         member = self._join(start.query, start.owner)
         self._settle(start)
         ends = self._ledger(start)
-        starts = self._next_starts(start, ends, {o.key: o for o in member.owned()})
+        starts = self._next_starts(start, ends, self._owned(member))
         reason = self._reason(start, ends, starts)
         if reason is None and self._target_ms is not None:
             # availableNow is about to end: first let pending claims settle (shards on their
             # way here from another member, children of a parent finished just now).
             self._await_claims(member)
-            starts = self._next_starts(start, ends, {o.key: o for o in member.owned()})
+            starts = self._next_starts(start, ends, self._owned(member))
             reason = self._reason(start, ends, starts)
         if reason is None:
             if self._target_ms is not None:
@@ -178,7 +161,9 @@ class Planner:
                 self.close()
             return start_json
         client_id = str(member.stats().client_id)
-        planned = self._plan(start, self._begin(member, starts), max_rows, client_id)
+        bound = bound_of(self.options.max_records_per_trigger, max_rows)
+        chosen = self.rotation.choose(start, ends, _pin(starts), bound)
+        planned = self._plan(start, self._begin(member, chosen), max_rows, client_id)
         if planned is None:
             return start_json  # every shard moved away meanwhile
         log.info(
@@ -212,14 +197,19 @@ class Planner:
         ]
 
     def commit(self, end_json: dict[str, Any]) -> None:
+        """Settle ``end`` (when the member is here) and clean the ledger up. Never joins: after
+        an availableNow run left the group, a commit must not bring the member back (at the
+        next start, the first ``latestOffset`` settles the batch instead)."""
         end = SourceOffset.from_json(end_json)
-        self._join(end.query, end.owner)
-        self._settle(end)
-        deleted = self.io.delete_before(end.batch)
+        io = self._open(end.query)
+        if self._member is not None:
+            self._settle(end)
+        deleted = io.delete_before(end.batch)
         if deleted:
             log.debug("ledger: %d items of batches before %d deleted", deleted, end.batch)
         for batch in [b for b in self._ends if b < end.batch]:
             del self._ends[batch]
+        self.settlement.prune(end.batch)
 
     # -- the steps --------------------------------------------------------------------------------
     def _ledger(self, offset: SourceOffset) -> dict[Key, LedgerEntry]:
@@ -233,7 +223,8 @@ class Planner:
             if missing:
                 log.warning(
                     "batch %d: no ledger item for %s: its DataFrame was not read (a sink that "
-                    "never evaluates it?); those shards are planned again from the same start",
+                    "never evaluates it?); those shards start there again in the next batch "
+                    "(availableNow: the run ends; else at most every idle_poll_interval)",
                     offset.batch, sorted(missing),
                 )  # fmt: skip
             self._ends[offset.batch] = ends
@@ -241,36 +232,14 @@ class Planner:
 
     def _settle(self, offset: SourceOffset) -> None:
         """Batch ``offset.batch`` is committed in Spark: write the group's checkpoints."""
-        if not offset.shards or offset.batch in self._settled:
+        if not offset.shards or offset.batch in self.settlement.settled:
             return
-        member = self._member
-        assert member is not None
-        ends = self._ledger(offset)
-        began = self._planned.pop(offset.batch, None)
-        owned: dict[Key, Owned] | None = None
-        for key in sorted(offset.shards):
-            entry = ends.get(key)
-            if began is None:
-                # Planned by an earlier run of the query (a restart): adopt the shard if this
-                # member holds it now, never moving its checkpoint backwards.
-                if owned is None:
-                    owned = {o.key: o for o in member.owned()}
-                holder = owned.get(key)
-                if holder is None or entry is None or entry.end is None:
-                    continue
-                if holder.position is not None and not sequence_after(entry.end, holder.position):
-                    continue
-                if not member.begin(key, holder.lease):
-                    member.abandon(key)  # moved meanwhile
-                    continue
-            elif key not in began:
-                continue
-            if entry is None:
-                member.abandon(key)
-            elif not member.complete(key, entry.end, finished=entry.shard_end):
-                log.warning("%s/%s moved to another member before batch %d settled", *key,
-                            offset.batch)  # fmt: skip
-        self._settled.add(offset.batch)
+        assert self._member is not None
+        self.settlement.settle(self._member, offset, self._ledger(offset))
+
+    def _owned(self, member: Member) -> dict[Key, Owned]:
+        """The shards held now, after adopting an earlier run's ends (see :mod:`.settle`)."""
+        return self.settlement.adopt(member, {o.key: o for o in member.owned()})
 
     def _await_claims(self, member: Member) -> None:
         """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
@@ -292,6 +261,8 @@ class Planner:
             if entry is not None and entry.shard_end:
                 continue  # read to its end; complete(finished=True) releases its children
             previous = start.shards.get(key)
+            if previous is None and key in self.rotation.carried:
+                previous = self.rotation.carried[key][0]  # left out of the last batch by the bound
             if previous is not None:
                 after = entry.end if entry is not None and entry.end else previous.after
                 nxt = Start(after=after, lease=holder.lease) if after else previous
@@ -312,32 +283,55 @@ class Planner:
         """Why a new batch is needed, or None (return ``start`` unchanged)."""
         if not starts:
             return None
-        if set(starts) - set(start.shards):
-            return "new shards"  # (shards handed off or finished need no batch of their own)
+        here = start.batch in self.settlement.planned_here
         target = self._target_ms
+        last: dict[Key, LedgerEntry | None] = {}
+        unread = False
         for key in starts:
-            entry = ends.get(key)
-            if entry is None:
-                return "not read yet"
-            if entry.caught_up:
+            if key in start.shards:
+                entry = ends.get(key)
+                if entry is None and not here:
+                    return "not read yet"  # planned by an earlier run, replayed since
+                # (None, planned here: Spark ran the batch and never read its DataFrame. No
+                # reason by itself, or a sink that ignores its input would loop for ever.)
+                unread = unread or entry is None
+            elif key in self.rotation.carried:
+                entry = self.rotation.carried[key][1]
+                if entry is None:
+                    return "more to read"  # left out by the bound before its first read
+            else:
+                return "new shards"  # (shards handed off or finished need no batch of their own)
+            last[key] = entry
+            if entry is None or entry.caught_up:
                 continue
             if target is not None and (entry.last_arrival_ms or 0) >= target:
                 continue  # availableNow: past what existed when the run started
             return "more to read"
         if target is not None:
             # availableNow: every shard read to its tip. If that was found before this run
-            # began (the batch was planned by an earlier run), look once for what came since.
-            if start.batch in self._planned_here:
-                return None
+            # began (the batch was planned by an earlier run), look once for what came since;
+            # else only closed shards not read to SHARD_END yet are looked at.
+            if here:
+                return "closed shard not drained" if self._undrained(starts, last) else None
             return "new records" if self.io.any_new(starts) else None
         now = time.monotonic()
-        if now - self._last_probe < self.options.idle_poll_interval:
+        since = max(self._last_probe, self._last_plan if unread else 0.0)
+        if now - since < self.options.idle_poll_interval:
             return None
         self._last_probe = now
         found = self.io.any_new(starts)
         log.debug("batch %d: idle; probe of %d shards found %s", start.batch, len(starts),
                   "records" if found else "nothing")  # fmt: skip
         return "new records" if found else None
+
+    def _undrained(self, starts: dict[Key, Start], last: dict[Key, LedgerEntry | None]) -> bool:
+        """availableNow: whether a closed shard, caught up but not at SHARD_END, still answers
+        (records, or SHARD_END itself): its children must not wait for another run. An
+        executor stops at the first empty answer once it read records, which a closed shard
+        may give before it says SHARD_END."""
+        tips = [k for k, e in last.items() if e is not None and e.caught_up and not e.shard_end]
+        closed = self.io.closed_shards(tips) if tips else set()
+        return bool(closed) and self.io.any_new({k: starts[k] for k in sorted(closed)})
 
     def _begin(self, member: Member, starts: dict[Key, Start]) -> dict[Key, Start]:
         """``begin()`` every shard to plan; those no longer held (under the lease seen) are
@@ -353,30 +347,32 @@ class Planner:
     def _plan(
         self, start: SourceOffset, starts: dict[Key, Start], max_rows: int | None, owner: str
     ) -> SourceOffset | None:
-        """The offset of batch ``start.batch + 1`` over ``starts`` (begun), or None."""
+        """The offset of batch ``start.batch + 1`` over ``starts`` (chosen, pinned, begun)."""
         if not starts:
             return None
-        o = self.options
-        bounds = [n for n in (o.max_records_per_trigger, max_rows) if n]
-        per_shard = o.max_records_per_shard
-        if bounds:
-            per_shard = min(per_shard, max(1, min(bounds) // len(starts)))
-        now_ms = int(time.time() * 1000)
-        pinned = {
-            # LATEST is pinned to the planning time, so a replay reads the same records.
-            k: Start(at_timestamp_ms=now_ms, lease=s.lease) if s.at == "LATEST" else s
-            for k, s in starts.items()
-        }
+        per_shard = self.options.max_records_per_shard
+        bound = bound_of(self.options.max_records_per_trigger, max_rows)
+        if bound is not None:
+            per_shard = min(per_shard, max(1, bound // len(starts)))
         planned = SourceOffset(
             query=start.query,
             batch=start.batch + 1,
             owner=owner,
-            shards=pinned,
-            limits=dict.fromkeys(pinned, per_shard),
+            shards=dict(starts),
+            limits=dict.fromkeys(starts, per_shard),
         )
-        self._planned[planned.batch] = set(pinned)
-        self._planned_here.add(planned.batch)
+        self.settlement.planned(planned.batch, set(starts))
+        self._last_plan = time.monotonic()
         return planned
+
+
+def _pin(starts: dict[Key, Start]) -> dict[Key, Start]:
+    """LATEST pinned to the planning time, so that a replay reads the same records."""
+    now_ms = int(time.time() * 1000)
+    return {
+        k: Start(at_timestamp_ms=now_ms, lease=s.lease) if s.at == "LATEST" else s
+        for k, s in starts.items()
+    }
 
 
 def _initial(start: Any, lease: int) -> Start:

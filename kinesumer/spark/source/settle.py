@@ -1,0 +1,125 @@
+"""Settling batches: the group's checkpoints, written once Spark committed a batch.
+
+A batch this process planned began each of its shards on the member (a handoff waits for it);
+settling completes each at the ledger's end. A batch planned by an earlier run of the query (a
+restart) is *adopted*: its ledger ends move the member's checkpoints forward (never backwards)
+for the shards the member holds. A shard the member does not hold yet (its claim comes a tick
+later, or waits for its parents' finish to be seen) keeps its entry pending here, and is adopted
+when it shows up in ``owned()``: otherwise its last batch's end would be lost, and it would
+restart from the older group checkpoint (duplicates in an exactly-once sink).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ...models import Position
+from .ledger import LedgerEntry
+from .offsets import SourceOffset, sequence_after
+
+log = logging.getLogger("kinesumer.spark.source")
+
+Key = tuple[str, str]
+
+
+class Owned(Protocol):
+    """What the planner reads of :class:`~kinesumer.engine.external.OwnedShard`."""
+
+    @property
+    def key(self) -> Key: ...
+    @property
+    def lease(self) -> int: ...
+    @property
+    def position(self) -> Position | None: ...
+    @property
+    def start(self) -> Any: ...
+
+
+class Member(Protocol):
+    """The part of :class:`~kinesumer.engine.external.ExternalReadMember` the planner uses."""
+
+    def start(self, streams: Any) -> None: ...
+    def owned(self) -> Any: ...
+    def begin(self, key: Key, lease: int | None = None) -> bool: ...
+    def complete(self, key: Key, position: Position | None, *, finished: bool = False) -> bool: ...
+    def abandon(self, key: Key) -> None: ...
+    def stats(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Held:
+    """An owned shard whose position the planner knows better than the snapshot it read (an
+    adopted ledger end)."""
+
+    key: Key
+    lease: int
+    position: Position | None
+    start: Any
+
+
+class Settlement:
+    """Which batches this process planned and settled, and the pending adoptions."""
+
+    def __init__(self) -> None:
+        self.begun: dict[int, set[Key]] = {}  # batches planned (and begun) here, not settled
+        self.planned_here: set[int] = set()  # batches this process planned (pruned on commit)
+        self.settled: set[int] = set()
+        self.pending: dict[Key, LedgerEntry] = {}  # an earlier run's ends, shard not held yet
+
+    def planned(self, batch: int, keys: set[Key]) -> None:
+        """Batch ``batch`` was planned here over ``keys`` (each begun)."""
+        self.begun[batch] = set(keys)
+        self.planned_here.add(batch)
+
+    def settle(self, member: Member, offset: SourceOffset, ends: dict[Key, LedgerEntry]) -> None:
+        """Batch ``offset.batch`` is committed in Spark: complete its shards (or keep an
+        earlier run's ends to adopt, see the module docstring)."""
+        if not offset.shards or offset.batch in self.settled:
+            return
+        began = self.begun.pop(offset.batch, None)
+        if began is None:
+            for key in sorted(offset.shards):
+                entry = ends.get(key)
+                if entry is None or entry.end is None:
+                    continue
+                known = self.pending.get(key)
+                if known is None or known.batch < entry.batch:
+                    self.pending[key] = entry
+        else:
+            for key in sorted(began):
+                entry = ends.get(key)
+                if entry is None:
+                    member.abandon(key)
+                elif not member.complete(key, entry.end, finished=entry.shard_end):
+                    log.warning("%s/%s moved to another member before batch %d settled", *key,
+                                offset.batch)  # fmt: skip
+        self.settled.add(offset.batch)
+
+    def adopt(self, member: Member, owned: dict[Key, Owned]) -> dict[Key, Owned]:
+        """Adopt the pending ends of shards in ``owned``; returns ``owned`` as it is now (an
+        adopted shard at its end, one adopted at SHARD_END left out)."""
+        out = dict(owned)
+        for key in sorted(set(self.pending) & set(owned)):
+            entry, holder = self.pending.pop(key), owned[key]
+            assert entry.end is not None
+            if holder.position is not None and not sequence_after(entry.end, holder.position):
+                continue  # checkpointed as far or further since
+            if not member.begin(key, holder.lease):
+                member.abandon(key)  # moved meanwhile
+                continue
+            if not member.complete(key, entry.end, finished=entry.shard_end):
+                continue
+            log.info("%s/%s: batch %d of an earlier run adopted", *key, entry.batch)
+            if entry.shard_end:
+                del out[key]
+            else:
+                out[key] = Held(key, holder.lease, entry.end, holder.start)
+        return out
+
+    def prune(self, batch: int) -> None:
+        """Spark committed ``batch``: forget the batches before it."""
+        self.planned_here = {b for b in self.planned_here if b >= batch}
+        self.settled = {b for b in self.settled if b >= batch}
