@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 
 from kinesumer import AsyncKinesumer, Config, Record, create_state_table
-from kinesumer.aws import AwsClients, RetryStats
+from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.consumer.base import engine_of
 from kinesumer.statestore import DynamoDBStateStore
 
@@ -93,10 +93,10 @@ def setup_table(config: Config) -> None:
 async def state_store(config: Config) -> AsyncIterator[DynamoDBStateStore]:
     """The group's state table as another process sees it (its own clients, built from the
     config as a member builds them): to read what members wrote, or to write as an intruder."""
-    aws = AwsClients(config, RetryStats())
+    aws = AwsClients(config, RequestStats())
     await aws.open()
     try:
-        yield DynamoDBStateStore(aws.dynamodb, config.dynamodb_table, config.app, RetryStats())
+        yield DynamoDBStateStore(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
     finally:
         await aws.close()
 

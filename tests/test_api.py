@@ -34,7 +34,7 @@ from kinesumer import (
     StateTableSchemaError,
     StreamNotFoundError,
 )
-from kinesumer.aws import AwsClients, RetryStats
+from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.cli.status import open_table
 from kinesumer.statestore.dynamodb.store import DynamoDBStateStore
 
@@ -126,7 +126,7 @@ async def test_access_denied_is_named() -> None:
                 {"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeTable"
             )
 
-    store = DynamoDBStateStore(DeniedClient(), "state-table", "app", RetryStats())
+    store = DynamoDBStateStore(DeniedClient(), "state-table", "app", RequestStats())
     with pytest.raises(AccessDeniedError, match=r"dynamodb:DescribeTable.*state-table"):
         await store.check()
 
@@ -213,7 +213,7 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
     await consumer.aclose()
     # The clients the engine builds from this config (the same factory, built here: the
     # consumer's own are not reachable from outside, on purpose).
-    aws = AwsClients(config, RetryStats())
+    aws = AwsClients(config, RequestStats())
     await aws.open()
     kinesis_creds = aws.kinesis._request_signer._credentials
     dynamodb_creds = aws.dynamodb._request_signer._credentials

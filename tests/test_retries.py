@@ -11,7 +11,7 @@ from _group import create_stream, datas, duplicates, put
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer.aws import RetryStats
+from kinesumer.aws import RequestStats
 from kinesumer.kinesis.reader import KinesisReader
 
 Names = Callable[[str], str]
@@ -34,7 +34,7 @@ async def test_list_shards_follows_every_page_with_next_token_only() -> None:
             ]
             return {"Shards": shards} | ({"NextToken": f"t{page}"} if page < 3 else {})
 
-    shards = await KinesisReader(PagingKinesis(), RetryStats(), "us-east-1").list_shards("s")
+    shards = await KinesisReader(PagingKinesis(), RequestStats(), "us-east-1").list_shards("s")
     assert [s.shard_id for s in shards] == ["shardId-000001", "shardId-000002", "shardId-000003"]
     assert [s.closed for s in shards] == [True, True, False]
     assert shards[1].parent_shard_id == "shardId-000001"

@@ -241,17 +241,17 @@ def test_ledger_keeps_sequence_numbers_as_strings_and_cleans_up(
 ) -> None:
     import boto3
 
-    from kinesumer.aws import AwsClients, RetryStats
+    from kinesumer.aws import AwsClients, RequestStats
 
     config = setup["config"]
     seq = "49590338271490256608559692538361571095921575989136588898"
 
     async def scenario() -> tuple[Any, Any, int, dict[Any, Any]]:
-        clients = AwsClients(config, RetryStats())
+        clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
             ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, "q", RetryStats(), 60
+                clients.dynamodb, config.dynamodb_table, config.app, "q", RequestStats(), 60
             )
             for batch in (1, 2, 3):
                 entry = LedgerEntry(batch, "s", "shard-1", Position(seq, 1), 4, True, False)
@@ -284,7 +284,7 @@ def test_the_reader_pickles_without_its_runtime_state(setup: dict[str, Any]) -> 
 
 
 def test_a_replay_that_cannot_find_its_records_is_a_named_error(setup: dict[str, Any]) -> None:
-    from kinesumer.aws import AwsClients, RetryStats
+    from kinesumer.aws import AwsClients, RequestStats
     from kinesumer.spark import ReplayMismatchError
 
     put(setup["url"], setup["stream"], 0, 10)
@@ -296,12 +296,12 @@ def test_a_replay_that_cannot_find_its_records_is_a_named_error(setup: dict[str,
         beyond = Position("9" * 56, 0)  # more records than the shard holds (trimmed, say)
 
         async def record() -> None:
-            clients = AwsClients(config, RetryStats())
+            clients = AwsClients(config, RequestStats())
             await clients.open()
             try:
                 ledger = Ledger(
                     clients.dynamodb, config.dynamodb_table, config.app, partition.query,
-                    RetryStats(), 60,
+                    RequestStats(), 60,
                 )  # fmt: skip
                 entry = LedgerEntry(
                     partition.batch, partition.stream, partition.shard_id, beyond, 99, True, False
@@ -323,14 +323,14 @@ def shard_names(offset: dict[str, Any]) -> set[str]:
 
 
 def write_ledger(config: Any, query: str, entries: list[LedgerEntry]) -> None:
-    from kinesumer.aws import AwsClients, RetryStats
+    from kinesumer.aws import AwsClients, RequestStats
 
     async def scenario() -> None:
-        clients = AwsClients(config, RetryStats())
+        clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
             ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, query, RetryStats(), 600
+                clients.dynamodb, config.dynamodb_table, config.app, query, RequestStats(), 600
             )
             for entry in entries:
                 await ledger.record(entry)

@@ -4,10 +4,10 @@
   classification (throttled, transient, denied);
 - :mod:`.clients`: the one client factory (DynamoDB, async and blocking; Kinesis, through a
   cross-account role when configured) and the sessions behind it;
-- :mod:`.accounting`: every request counted (:class:`RetryStats`, :func:`instrument`).
+- :mod:`.accounting`: every request counted (:class:`RequestStats`, :func:`instrument`).
 """
 
-from .accounting import RetryStats, instrument
+from .accounting import RequestStats, instrument
 from .clients import (
     AwsClients,
     ClientFactory,
@@ -31,7 +31,7 @@ __all__ = [
     "THROTTLE_CODES",
     "AwsClients",
     "ClientFactory",
-    "RetryStats",
+    "RequestStats",
     "assumed_role_session",
     "boto_config",
     "botocore_session",

@@ -2,8 +2,8 @@
 ``consumer.stats()`` and the metrics can read it.
 
 :func:`instrument` hooks a client's botocore events (boto3 and aiobotocore clients emit the same
-ones); :class:`RetryStats` holds the counts. Despite its name (kept: it is imported across the
-package), it counts every request, not only retries.
+ones); :class:`RequestStats` holds the counts: every request (each attempt), retried errors
+among them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..metrics import Metrics
 from .retry import THROTTLE_CODES
 
 
-class RetryStats:
+class RequestStats:
     """What an engine's AWS clients did, shared across the engine and readable through
     ``consumer.stats()``: retried errors by (operation, error code), every request by
     ``service:Operation`` (each attempt: the engine's clients do not retry inside botocore; the
@@ -72,7 +72,7 @@ def _consumed(parsed: dict[str, Any]) -> float:
     return float(sum(c.get("CapacityUnits", 0) or 0 for c in consumed or ()))
 
 
-def instrument(client: Any, stats: RetryStats) -> Any:
+def instrument(client: Any, stats: RequestStats) -> Any:
     """Account every request ``client`` makes (boto3 or aiobotocore: the same events) in
     ``stats``: count, latency, error code and, for DynamoDB, the capacity it consumed (asked for
     with ``ReturnConsumedCapacity=TOTAL``, which costs nothing). Returns ``client``."""

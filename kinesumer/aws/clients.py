@@ -24,7 +24,7 @@ from botocore.config import Config as BotoConfig
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..config import Config
-from .accounting import RetryStats, instrument
+from .accounting import RequestStats, instrument
 from .retry import call_with_retry
 
 log = logging.getLogger("kinesumer.aws")
@@ -69,7 +69,7 @@ def session_for(config: Config) -> aioboto3.Session:
     return aioboto3.Session(botocore_session=botocore_session(), region_name=config.region)
 
 
-def assumed_role_session(config: Config, stats: RetryStats) -> aioboto3.Session:
+def assumed_role_session(config: Config, stats: RequestStats) -> aioboto3.Session:
     """A session whose credentials come from ``sts:AssumeRole`` on ``config.role_arn`` and are
     renewed by botocore before they expire (it refreshes 15 minutes ahead, and insists at 10).
 
@@ -118,7 +118,7 @@ class ClientFactory:
     blocking ones are plain boto3 clients (nothing to close).
     """
 
-    def __init__(self, config: Config, stats: RetryStats | None = None) -> None:
+    def __init__(self, config: Config, stats: RequestStats | None = None) -> None:
         self.config = config
         self.stats = stats
 
@@ -141,7 +141,7 @@ class ClientFactory:
         config = self.config
         if config.role_arn:
             session = assumed_role_session(
-                config, self.stats if self.stats is not None else RetryStats()
+                config, self.stats if self.stats is not None else RequestStats()
             )
         else:
             session = session_for(config)
@@ -190,7 +190,7 @@ class ClientFactory:
 class AwsClients:
     """The two low-level aiobotocore clients an engine uses, opened and closed together."""
 
-    def __init__(self, config: Config, stats: RetryStats) -> None:
+    def __init__(self, config: Config, stats: RequestStats) -> None:
         self._config = config
         self._factory = ClientFactory(config, stats)
         self._stack = contextlib.AsyncExitStack()

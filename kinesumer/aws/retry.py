@@ -2,7 +2,7 @@
 
 botocore's own retries are switched off (one attempt per call: :func:`~.clients.boto_config`) so
 that there is one retry policy, this one: tenacity, exponential backoff with full jitter, every
-retry logged and counted in the caller's :class:`~.accounting.RetryStats`. Errors are sorted into
+retry logged and counted in the caller's :class:`~.accounting.RequestStats`. Errors are sorted into
 throttling, transient (worth retrying), denied (a permission to grant) and the rest.
 """
 
@@ -26,7 +26,7 @@ from tenacity import (
 from ..errors import AccessDeniedError, TransientAWSError
 
 if TYPE_CHECKING:
-    from .accounting import RetryStats
+    from .accounting import RequestStats
 
 log = logging.getLogger("kinesumer.aws")
 T = TypeVar("T")
@@ -102,7 +102,7 @@ def denied(exc: ClientError, call: str, resource: str) -> AccessDeniedError:
 async def call_with_retry(
     operation: str,
     call: Callable[[], Awaitable[T]],
-    stats: RetryStats,
+    stats: RequestStats,
     *,
     attempts: int = 6,
     initial: float = 0.05,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..aws import ClientFactory, RetryStats
+from ..aws import ClientFactory, RequestStats
 from ..config import Config
 from ..core import leader_of, live_clients
 from ..models import Checkpoint, ClientInfo, Shard
@@ -214,6 +214,6 @@ def iso_time(ms: int) -> str:
 async def open_table(config: Config) -> AsyncIterator[tuple[Any, DynamoDBStateStore]]:
     """A DynamoDB client and the library's state store on it, after checking the table."""
     async with ClientFactory(config).dynamodb() as db:
-        store = DynamoDBStateStore(db, config.dynamodb_table, config.app, RetryStats())
+        store = DynamoDBStateStore(db, config.dynamodb_table, config.app, RequestStats())
         await store.check()
         yield db, store

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._version import __version__
-from ..aws import ClientFactory, RetryStats
+from ..aws import ClientFactory, RequestStats
 from ..config import Config
 from ..models import ClientInfo
 from ..statestore.dynamodb import client_item
@@ -36,7 +36,7 @@ class Heartbeat:
         client_id: str,
         streams: Callable[[], tuple[str, ...]],
         owned: Callable[[], dict[str, int]] = dict,
-        stats: RetryStats | None = None,
+        stats: RequestStats | None = None,
     ) -> None:
         self._config = config
         self._stats = stats

@@ -17,7 +17,7 @@ import re
 import socket
 import uuid
 
-from ..aws import AwsClients, RetryStats
+from ..aws import AwsClients, RequestStats
 from ..config import Config
 from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
 from ..kinesis.reader import KinesisReader
@@ -53,7 +53,7 @@ class GroupMember:
         self.client_id = config.client_id or default_client_id()
         # Built first: a missing extra or a busy metrics port is a named error now, not later.
         self.metrics = metrics_for(config, self.client_id)
-        self.requests = RetryStats(self.metrics)
+        self.requests = RequestStats(self.metrics)
         #: The shared state: this member's leases by (stream, shard id).
         self.leases: dict[tuple[str, str], Lease] = {}
         self.lifecycle = Lifecycle()

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ..aws import RetryStats, call_with_retry, denied, error_code, is_denied
+from ..aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard
@@ -39,7 +39,7 @@ class ShardBatch:
 class KinesisReader:
     """Kinesis calls for one engine, with retries and errors named for the application."""
 
-    def __init__(self, client: Any, stats: RetryStats, region: str | None) -> None:
+    def __init__(self, client: Any, stats: RequestStats, region: str | None) -> None:
         self._kinesis = client
         self._stats = stats
         self._region = region or "the configured region"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...admin import create_state_table
-from ...aws import ClientFactory, RetryStats
+from ...aws import ClientFactory, RequestStats
 from ...config import Config
 from ...core import assign
 from ...errors import TransientAWSError
@@ -103,7 +103,7 @@ class Demo:
         )
         create_state_table(config)
         db = self.loop.run_until_complete(self.stack.enter_async_context(factory.dynamodb()))
-        self.store = DynamoDBStateStore(db, TABLE, APP, RetryStats())
+        self.store = DynamoDBStateStore(db, TABLE, APP, RequestStats())
         if self.tty:
             self.out.write("\x1b[?25l\x1b[2J")  # hide the cursor, clear the screen
 

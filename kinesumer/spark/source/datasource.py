@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...aws import AwsClients, RetryStats
+from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...kinesis import KinesisReader
 from ...statestore import DynamoDBStateStore
@@ -120,7 +120,7 @@ def check_resources(options: SourceOptions) -> None:
     """The state table and every stream exist (else the library's named errors)."""
 
     async def check() -> None:
-        stats = RetryStats()
+        stats = RequestStats()
         clients = AwsClients(options.config, stats)
         await clients.open()
         try:

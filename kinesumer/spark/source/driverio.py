@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ...aws import AwsClients, RetryStats, call_with_retry, error_code
+from ...aws import AwsClients, RequestStats, call_with_retry, error_code
 from ...config import Config
 from ...kinesis import KinesisReader
 from ...statestore.schema import PARTITION_KEY, SORT_KEY, client_pk
@@ -40,7 +40,7 @@ class DriverIO:
 
     def __init__(self, config: Config, query: str, ledger_ttl: int) -> None:
         self._config = config
-        self._stats = RetryStats()
+        self._stats = RequestStats()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="kinesumer-spark-io", daemon=True

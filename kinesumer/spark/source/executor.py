@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...aws import AwsClients, RetryStats
+from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...errors import KinesumerError
@@ -68,7 +68,7 @@ class WorkerClients:
 
     def __init__(self) -> None:
         self._loop = LoopThread("kinesumer-spark-executor")
-        self._clients: dict[Config, tuple[AwsClients, RetryStats]] = {}
+        self._clients: dict[Config, tuple[AwsClients, RequestStats]] = {}
 
     def read(self, p: ShardPartition) -> list[Record]:
         return self._loop.run(self._read(p))
@@ -76,7 +76,7 @@ class WorkerClients:
     async def _read(self, p: ShardPartition) -> list[Record]:
         opened = self._clients.get(p.config)
         if opened is None:
-            stats = RetryStats()
+            stats = RequestStats()
             clients = AwsClients(p.config, stats)
             await clients.open()
             opened = self._clients[p.config] = (clients, stats)
@@ -98,7 +98,7 @@ def worker_clients() -> WorkerClients:
 
 async def read_records(p: ShardPartition) -> list[Record]:
     """:func:`read_with` on clients of its own (opened and closed here)."""
-    stats = RetryStats()
+    stats = RequestStats()
     clients = AwsClients(p.config, stats)
     await clients.open()
     try:
@@ -107,7 +107,7 @@ async def read_records(p: ShardPartition) -> list[Record]:
         await clients.close()
 
 
-async def read_with(clients: AwsClients, stats: RetryStats, p: ShardPartition) -> list[Record]:
+async def read_with(clients: AwsClients, stats: RequestStats, p: ShardPartition) -> list[Record]:
     """The partition's records, as the ledger decides (see the module docstring)."""
     ledger = Ledger(
         clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ...aws import RetryStats, call_with_retry, denied, error_code, is_denied
+from ...aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ...errors import StateTableNotFoundError
 from ...models import Position
 from ...statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
@@ -68,7 +68,7 @@ class Ledger:
     """The ledger of one query (``query`` id) in one app's state table."""
 
     def __init__(
-        self, client: Any, table: str, app: str, query: str, stats: RetryStats, ttl: int
+        self, client: Any, table: str, app: str, query: str, stats: RequestStats, ttl: int
     ) -> None:
         self._db = client
         self._table = table

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...aws import RetryStats
+from ...aws import RequestStats
 from ...models import Checkpoint, ClientInfo, Position
 from ..base import ShardCache
 from ..schema import checkpoint_pk, client_pk
@@ -25,7 +25,7 @@ class DynamoDBStateStore:
     """:class:`~kinesumer.statestore.base.StateStore` on a DynamoDB table, through one
     aiobotocore ``client`` (requests retried and counted in ``stats``)."""
 
-    def __init__(self, client: Any, table: str, app: str, stats: RetryStats) -> None:
+    def __init__(self, client: Any, table: str, app: str, stats: RequestStats) -> None:
         self._table = StateTable(client, table, stats)
         self._app = app
         self._shard_caches = ShardCacheItems(self._table, app)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ...aws import RetryStats, call_with_retry, denied, error_code, is_denied
+from ...aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ...errors import StateStoreError, StateTableNotFoundError, StateTableSchemaError
 from ..schema import PARTITION_KEY, SORT_KEY
 
@@ -28,7 +28,7 @@ BATCH_GET_KEYS = 100
 class StateTable:
     """The state table through one aiobotocore DynamoDB ``client``."""
 
-    def __init__(self, client: Any, name: str, stats: RetryStats) -> None:
+    def __init__(self, client: Any, name: str, stats: RequestStats) -> None:
         self.dynamodb = client
         self.name = name
         self._stats = stats
