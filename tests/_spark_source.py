@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from _group import make_config, setup_table
 
 from kinesumer import Config
 from kinesumer.spark import KinesumerDataSource
@@ -130,3 +131,20 @@ def members(config: Config) -> list[str]:
         ConsistentRead=True,
     )["Items"]
     return [i["sk"]["S"] for i in items]
+
+
+def spark_group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    """A fresh app, state table and stream name on the stand-ins, with timings for Spark: a
+    generous handoff (a Spark batch must fit in it) and a long client_timeout (the JVM and its
+    workers starting next to the members must not make one look dead)."""
+    config = make_config(
+        kinesalite.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        handoff_timeout=30.0,
+        client_timeout=6.0,
+        heartbeat_interval=0.5,
+    )
+    setup_table(config)
+    return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}

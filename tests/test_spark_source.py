@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _spark_source import Collector, checkpoints, local_spark, members, start_query
+from _group import create_stream, put
+from _spark_source import Collector, checkpoints, local_spark, members, spark_group, start_query
 
 from kinesumer import Config, ConfigError, StateTableNotFoundError, StreamNotFoundError
 from kinesumer.spark.source import option_strings
@@ -39,19 +39,7 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
-    # A generous handoff: a Spark batch must fit in it; a long client_timeout: the JVM and
-    # its workers starting next to the members must not make one look dead.
-    config = make_config(
-        kinesalite.url,
-        dynalite.url,
-        unique_name("app"),
-        unique_name("state"),
-        handoff_timeout=30.0,
-        client_timeout=6.0,
-        heartbeat_interval=0.5,
-    )
-    setup_table(config)
-    return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}
+    return spark_group(kinesalite, dynalite, unique_name)
 
 
 def run_available_now(spark: Any, config: Config, stream: str, path: str, **kw: Any) -> Collector:

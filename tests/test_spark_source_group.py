@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _spark_source import Collector, checkpoints, local_spark, start_query
+from _group import create_stream, kinesis, put
+from _spark_source import Collector, checkpoints, local_spark, spark_group, start_query
 from _wait import wait_until
 
 from kinesumer import Kinesumer, Record
@@ -31,17 +31,7 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
-    config = make_config(
-        kinesalite.url,
-        dynalite.url,
-        unique_name("app"),
-        unique_name("state"),
-        handoff_timeout=30.0,
-        client_timeout=6.0,
-        heartbeat_interval=0.5,
-    )
-    setup_table(config)
-    return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}
+    return spark_group(kinesalite, dynalite, unique_name)
 
 
 def status(*queries: Any) -> Any:
