@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -62,6 +63,23 @@ def botocore_session() -> AioSession:
         timestamp_parser=parse_timestamp
     )
     return session
+
+
+#: One boto3 session for every blocking client of the process, so service models are loaded once
+#: (a new session per client re-reads them: about 0.1-0.2 s before a member's first heartbeat).
+#: boto3 sessions are not safe for concurrent client creation: the lock serialises it; the clients
+#: themselves are thread-safe.
+_blocking_session: boto3.session.Session | None = None
+_blocking_lock = threading.Lock()
+
+
+def blocking_client(service: str, **options: Any) -> Any:
+    """A blocking boto3 client of ``service`` from the process's shared session."""
+    global _blocking_session
+    with _blocking_lock:
+        if _blocking_session is None:
+            _blocking_session = boto3.session.Session()
+        return _blocking_session.client(service, **options)
 
 
 def session_for(config: Config) -> aioboto3.Session:
@@ -163,8 +181,7 @@ class ClientFactory:
         if timeout is not None:
             options.update(connect_timeout=timeout, read_timeout=timeout)
         config = self.config
-        # A session per client: boto3's default session is not safe to share across threads.
-        client = boto3.session.Session().client(
+        client = blocking_client(
             "dynamodb",
             region_name=config.effective_dynamodb_region,
             endpoint_url=config.dynamodb_endpoint,
@@ -176,7 +193,7 @@ class ClientFactory:
         """A blocking boto3 Kinesis client with the caller's own credentials (local tools: the
         demo's producer; the engine reads through :meth:`kinesis`)."""
         config = self.config
-        client = boto3.session.Session().client(
+        client = blocking_client(
             "kinesis",
             region_name=config.effective_kinesis_region,
             endpoint_url=config.kinesis_endpoint,
