@@ -28,7 +28,13 @@ from _standins import start_dynalite, start_kinesalite  # noqa: E402
 from _wait import eventually, wait_until  # noqa: E402
 from bench_core import REGION, Clock, bench_config, fill, plain_loop  # noqa: E402
 
-from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
+from kinesumer import (  # noqa: E402
+    AsyncKinesumer,
+    Config,
+    ConsumerStats,
+    Kinesumer,
+    create_state_table,
+)
 
 
 # -- scaling ------------------------------------------------------------------------------------
@@ -125,18 +131,20 @@ async def _cost_for(
     tasks = [asyncio.create_task(drain(c)) for c in consumers]
     try:
 
-        def owned() -> int:
-            return sum(1 for c in consumers for sh in c.stats().shards if sh.status == "active")
+        def owned(stats: list[ConsumerStats]) -> int:
+            return sum(1 for s in stats for sh in s.shards if sh.status == "active")
 
         def settled() -> bool:
-            live = all(len(c.stats().live_members) == members for c in consumers)
-            return live and owned() == shards
+            # One snapshot per member per poll: 50 members' snapshots share this event loop.
+            stats = [c.stats() for c in consumers]
+            live = all(len(s.live_members) == members for s in stats)
+            return live and owned(stats) == shards
 
         await eventually(
             settled,
             timeout=120,
             what=f"{members} members to settle",
-            diagnose=lambda: f"{owned()} shards owned",
+            diagnose=lambda: f"{owned([c.stats() for c in consumers])} shards owned",
             interval=0.1,
         )
         await asyncio.sleep(2)  # past the joins' claims and handoffs
