@@ -19,19 +19,22 @@ from kinesumer.spark.source import option_strings
 
 
 @contextlib.contextmanager
-def local_spark() -> Iterator[Any]:
-    """``local[2,4]``: two cores, and a failed task is retried (up to 4 attempts), as on a
-    cluster; loopback only, no UI."""
+def local_spark(master: str = "local[2,4]", app: str = "kinesumer-source-tests") -> Iterator[Any]:
+    """A local session, the source registered. ``local[2,4]``: two cores, and a failed task is
+    retried (up to 4 attempts), as on a cluster. Workers run this interpreter; loopback only, no
+    UI."""
     import os
 
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
+    names = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")
+    saved = {k: os.environ.get(k) for k in names}
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("kinesumer-source-tests")
+        SparkSession.builder.master(master)
+        .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -24,6 +24,7 @@ from typing import Any
 import boto3
 import pytest
 from _group import create_stream, kinesis, make_config, put, setup_table
+from _spark_source import local_spark
 from _wait import wait_until
 
 from kinesumer import Config, KinesumerError, Record
@@ -78,29 +79,8 @@ def spark() -> Iterator[Any]:
     """One local Spark session for the module; workers use this interpreter, loopback only."""
     if not HAVE_SPARK and not REQUIRE_SPARK:
         pytest.skip("pyspark/pyarrow not installed: pip install 'kinesumer[spark]'")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYSPARK_PYTHON", sys.executable)
-        patch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        patch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
-
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("kinesumer-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
-        )
-        session.sparkContext.setLogLevel("ERROR")
-        try:
-            yield session
-        finally:
-            session.stop()
+    with local_spark("local[2]", "kinesumer-tests") as session:
+        yield session
 
 
 @dataclass

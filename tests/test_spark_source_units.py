@@ -503,11 +503,12 @@ def test_rotation_reads_every_record_once(setup: dict[str, Any]) -> None:
 def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> None:
     import boto3
 
-    from kinesumer.spark.source.driverio import DriverIO, member_key
+    from kinesumer.spark.source.driverio import DriverIO
+    from kinesumer.statestore.dynamodb.codecs import client_key
 
     config = setup["config"]
     db = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
-    key = member_key(config.app, "old-1")
+    key = client_key(config.app, "old-1")
     db.put_item(TableName=config.dynamodb_table, Item={**key, "last_update": {"N": "1000"}})
     io = DriverIO(config, "q", 3600)
     try:

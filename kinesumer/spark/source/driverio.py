@@ -18,21 +18,16 @@ from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
-
-from ...aws import AwsClients, RequestStats, call_with_retry, error_code
+from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...kinesis import KinesisReader
-from ...statestore.schema import PARTITION_KEY, SORT_KEY, client_pk
+from ...models import ClientInfo
+from ...statestore.dynamodb.codecs import client_key, decode_client, prune_condition
+from ...statestore.dynamodb.table import StateTable
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 
 T = TypeVar("T")
-
-
-def member_key(app: str, client_id: str) -> dict[str, Any]:
-    """The key of a member's client item."""
-    return {PARTITION_KEY: {"S": client_pk(app)}, SORT_KEY: {"S": client_id}}
 
 
 class DriverIO:
@@ -56,6 +51,7 @@ class DriverIO:
             self._stats,
             ledger_ttl,
         )
+        self._table = StateTable(self._clients.dynamodb, config.dynamodb_table, self._stats)
         self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
         self._closed = False
 
@@ -85,34 +81,13 @@ class DriverIO:
         return self._run(self._delete(client_id, seen))
 
     async def _last_update(self, client_id: str) -> int | None:
-        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
-        response = await call_with_retry(
-            "dynamodb.GetItem",
-            lambda: self._clients.dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True),
-            self._stats,
-        )
-        item = response.get("Item")
-        return None if item is None else int(item.get("last_update", {}).get("N", "0"))
+        item = await self._table.get(client_key(self._config.app, client_id))
+        return None if item is None else decode_client(item).last_update_ms
 
     async def _delete(self, client_id: str, seen: int) -> bool:
-        table, key = self._config.dynamodb_table, member_key(self._config.app, client_id)
-        try:
-            await call_with_retry(
-                "dynamodb.DeleteItem",
-                lambda: self._clients.dynamodb.delete_item(
-                    TableName=table,
-                    Key=key,
-                    ConditionExpression="#lu = :seen",
-                    ExpressionAttributeNames={"#lu": "last_update"},
-                    ExpressionAttributeValues={":seen": {"N": str(seen)}},
-                ),
-                self._stats,
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False  # it heartbeated meanwhile (alive), or it is gone
-        return True
+        # The leader's prune condition: deleted only if it did not heartbeat since ``seen``.
+        key = client_key(self._config.app, client_id)
+        return await self._table.delete_if(key, prune_condition(ClientInfo(client_id, seen)))
 
     def closed_shards(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of ``keys`` are closed shards (split or merged: they end at SHARD_END)."""

@@ -17,18 +17,14 @@ to form the next offset, and deletes the items of older batches once a batch com
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from botocore.exceptions import ClientError
-
-from ...aws import RequestStats, call_with_retry, denied, error_code, is_denied
-from ...errors import StateTableNotFoundError
+from ...aws import RequestStats
 from ...models import Position
+from ...statestore.dynamodb.codecs import ABSENT, item_key
+from ...statestore.dynamodb.table import StateTable
 from ...statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-
-T = TypeVar("T")
 
 
 def ledger_pk(app: str, query: str) -> str:
@@ -70,39 +66,16 @@ class Ledger:
     def __init__(
         self, client: Any, table: str, app: str, query: str, stats: RequestStats, ttl: int
     ) -> None:
-        self._db = client
-        self._table = table
+        # The state store's table calls: the same retries, named errors and query paging.
+        self._table = StateTable(client, table, stats)
         self._pk = ledger_pk(app, query)
-        self._stats = stats
         self._ttl = ttl
 
-    async def _call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call_with_retry(f"dynamodb.{operation}", fn, self._stats)
-        except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                raise StateTableNotFoundError(
-                    f"DynamoDB table {self._table!r} does not exist (the source's ledger lives "
-                    f"there): provision it (infra/modules/state-table or `kinesumer create-table`)"
-                ) from exc
-            if is_denied(exc):
-                raise denied(exc, f"dynamodb:{operation}", f"table {self._table!r}") from exc
-            raise
-
     def _key(self, batch: int, stream: str, shard_id: str) -> dict[str, Any]:
-        return {
-            PARTITION_KEY: {"S": self._pk},
-            SORT_KEY: {"S": ledger_sk(batch, stream, shard_id)},
-        }
+        return item_key(self._pk, ledger_sk(batch, stream, shard_id))
 
     async def get(self, batch: int, stream: str, shard_id: str) -> LedgerEntry | None:
-        response = await self._call(
-            "GetItem",
-            lambda: self._db.get_item(
-                TableName=self._table, Key=self._key(batch, stream, shard_id), ConsistentRead=True
-            ),
-        )
-        item = response.get("Item")
+        item = await self._table.get(self._key(batch, stream, shard_id))
         return None if item is None else _parse(item)
 
     async def record(self, entry: LedgerEntry) -> LedgerEntry:
@@ -112,20 +85,8 @@ class Ledger:
         now = time.time()
         item["written_at"] = {"N": str(int(now * 1000))}
         item[TTL_ATTRIBUTE] = {"N": str(int(now) + self._ttl)}
-        try:
-            await self._call(
-                "PutItem",
-                lambda: self._db.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames={"#pk": PARTITION_KEY},
-                ),
-            )
+        if await self._table.put_if(item, ABSENT) is not None:
             return entry
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
         existing = await self.get(entry.batch, entry.stream, entry.shard_id)
         if existing is None:  # pragma: no cover - deleted between the two calls: batch committed
             return entry
@@ -133,52 +94,21 @@ class Ledger:
 
     async def batch(self, batch: int) -> dict[tuple[str, str], LedgerEntry]:
         """Every item of ``batch``, by ``(stream, shard_id)``."""
-        items = await self._query(
-            "#pk = :pk AND begins_with(#sk, :prefix)",
-            {":pk": {"S": self._pk}, ":prefix": {"S": batch_prefix(batch)}},
+        items = await self._table.query(
+            self._pk, sort_key=("begins_with(#sk, :sk)", batch_prefix(batch))
         )
         entries = (_parse(i) for i in items)
         return {e.key: e for e in entries}
 
     async def delete_before(self, batch: int) -> int:
         """Delete the items of batches before ``batch``; returns how many."""
-        items = await self._query(
-            "#pk = :pk AND #sk < :prefix",
-            {":pk": {"S": self._pk}, ":prefix": {"S": batch_prefix(batch)}},
-            keys_only=True,
+        keys = await self._table.query(
+            self._pk,
+            projection=f"{PARTITION_KEY}, {SORT_KEY}",
+            sort_key=("#sk < :sk", batch_prefix(batch)),
         )
-        for start in range(0, len(items), 25):
-            requests = [{"DeleteRequest": {"Key": i}} for i in items[start : start + 25]]
-            while requests:
-                response = await self._call(
-                    "BatchWriteItem",
-                    lambda r=requests: self._db.batch_write_item(  # type: ignore[misc]
-                        RequestItems={self._table: r}
-                    ),
-                )
-                requests = response.get("UnprocessedItems", {}).get(self._table, [])
-        return len(items)
-
-    async def _query(
-        self, condition: str, values: dict[str, Any], keys_only: bool = False
-    ) -> list[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
-            "ExpressionAttributeValues": values,
-            "ConsistentRead": True,
-        }
-        if keys_only:
-            kwargs["ProjectionExpression"] = "#pk, #sk"
-        items: list[dict[str, Any]] = []
-        while True:
-            response = await self._call("Query", lambda k=kwargs: self._db.query(**k))  # type: ignore[misc]
-            items.extend(response.get("Items", []))
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return items
-            kwargs = {**kwargs, "ExclusiveStartKey": last}
+        await self._table.delete_many(keys)
+        return len(keys)
 
 
 def _attributes(entry: LedgerEntry) -> dict[str, Any]:

@@ -77,14 +77,27 @@ class StateTable:
         item: dict[str, Any] | None = response.get("Item")
         return item
 
-    async def query(self, pk: str, *, projection: str | None = None) -> list[dict[str, Any]]:
-        """Every item of partition ``pk`` (all pages)."""
+    async def query(
+        self,
+        pk: str,
+        *,
+        projection: str | None = None,
+        sort_key: tuple[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every item of partition ``pk`` (all pages); with ``sort_key`` = (condition, value),
+        only those whose sort key matches, the condition naming the key ``#sk`` and the value
+        ``:sk`` (``"begins_with(#sk, :sk)"``, ``"#sk < :sk"``)."""
         kwargs: dict[str, Any] = {
             "TableName": self.name,
             "KeyConditionExpression": f"{PARTITION_KEY} = :pk",
             "ExpressionAttributeValues": {":pk": {"S": pk}},
             "ConsistentRead": True,
         }
+        if sort_key is not None:
+            condition, value = sort_key
+            kwargs["KeyConditionExpression"] += f" AND {condition}"
+            kwargs["ExpressionAttributeNames"] = {"#sk": SORT_KEY}
+            kwargs["ExpressionAttributeValues"][":sk"] = {"S": value}
         if projection is not None:
             kwargs["ProjectionExpression"] = projection
         items: list[dict[str, Any]] = []
@@ -127,6 +140,17 @@ class StateTable:
         await self.call(
             "DeleteItem", partial(self.dynamodb.delete_item, TableName=self.name, Key=key)
         )
+
+    async def delete_many(self, keys: list[dict[str, Any]]) -> None:
+        """Delete the items at ``keys`` (BatchWriteItem, 25 a call, unprocessed ones again)."""
+        for start in range(0, len(keys), 25):
+            requests = [{"DeleteRequest": {"Key": key}} for key in keys[start : start + 25]]
+            while requests:
+                response = await self.call(
+                    "BatchWriteItem",
+                    partial(self.dynamodb.batch_write_item, RequestItems={self.name: requests}),
+                )
+                requests = response.get("UnprocessedItems", {}).get(self.name, [])
 
     async def put_if(
         self, item: dict[str, Any], condition: dict[str, Any], *, return_old: bool = False
