@@ -4,6 +4,8 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
 
     KinesumerError
     ├── ConfigError                 a Config field is invalid (names the field)
+    ├── DecodeError                 a record's payload did not decode (run(decode=...); names
+    │                               the stream, shard and sequence; also ValueError)
     ├── ConsumerClosedError         the consumer was closed; make a new one
     ├── StateStoreError             DynamoDB state table problems
     │   ├── StateTableNotFoundError     the table does not exist
@@ -34,6 +36,22 @@ class ConfigError(KinesumerError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"Config.{field}: {message}")
+
+
+class DecodeError(KinesumerError, ValueError):
+    """A record's payload could not be decoded into the handler's type (``run(decode=...)``).
+
+    The message names the stream, shard and sequence number and the decoder's own message; the
+    record goes through the handler's failure policy like a handler error.
+    """
+
+    def __init__(self, stream: str, shard_id: str, sequence_number: str, message: str) -> None:
+        self.stream = stream
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        super().__init__(
+            f"record {stream}/{shard_id}/{sequence_number} did not decode: {message}"
+        )
 
 
 class ConsumerClosedError(KinesumerError):
