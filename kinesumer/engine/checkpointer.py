@@ -41,6 +41,12 @@ class Checkpointer:
         self._hooks = hooks or RebalanceHooks()
         self._on_lost = on_lost
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        #: An exactly-once sink writes the positions, in the same transaction as its records
+        #: (the engine sets this before the first claim). A position written here could then be
+        #: older than the one the sink committed a moment before (this flush read it first) and
+        #: move the checkpoint back: a crash would deliver a record the sink already holds. So
+        #: only the finished flag and the release are written, never a position.
+        self.positions_by_sink = False
         self.writes = 0
         self.conflicts = 0
 
@@ -49,13 +55,14 @@ class Checkpointer:
         return self._locks.setdefault(lease.key, asyncio.Lock())
 
     async def write(self, lease: Lease, *, finished: bool = False, release: bool = False) -> bool:
-        """Write the lease's processed position (if it moved), the finished flag and/or release
-        ownership. False, with the lease marked lost, when the write was refused."""
+        """Write the lease's processed position (if it moved, and no sink writes positions),
+        the finished flag and/or release ownership. False, with the lease marked lost, when the
+        write was refused."""
         async with self._lock(lease):
             if lease.status is LeaseStatus.LOST:
                 return False
             position = lease.processed
-            moved = position != lease.checkpointed
+            moved = position != lease.checkpointed and not self.positions_by_sink
             if not (moved or finished or release):
                 return True
             ok = await self._store.write_checkpoint(
@@ -67,7 +74,8 @@ class Checkpointer:
                 self.conflicts += 1
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
                 return False
-            lease.mark_checkpointed(position)
+            if moved:
+                lease.mark_checkpointed(position)
             return True
 
     async def _release(self, lease: Lease, finished: bool) -> bool:

@@ -4,15 +4,21 @@ A :class:`~.member.GroupMember` that reads its shards itself: a fetcher per clai
 one bounded buffer, and the delivery cursor hands the records out. Any background task that
 fails with something other than a transient AWS error stops the engine, and the error is raised
 to the application from its next ``consume()`` step, ``commit()`` or ``close()``.
+
+An exactly-once sink (:mod:`kinesumer.sinks`) plugs in through two seams set before the start:
+:attr:`Engine.claim_hook`, awaited for every claimed shard before its fetcher starts (it may say
+where reading resumes), and :attr:`Engine.sink_writes_positions` (the sink's commits write the
+checkpoint position; the checkpointer then writes only the finished flag and releases).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from ..config import Config
 from ..errors import ConsumerClosedError
-from ..models import Record
+from ..models import Position, Record
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
 from .fetcher import ShardFetcher
@@ -21,12 +27,21 @@ from .leases import Lease
 from .member import GroupMember
 from .shard_sync import ShardStart
 
+#: Awaited with a newly claimed lease before its shard is read: a position to resume after
+#: (overriding the checkpoint's), or None to start where the checkpoint says.
+ClaimHook = Callable[[Lease], Awaitable[Position | None]]
+
 
 class Engine(GroupMember):
     def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
         super().__init__(config, hooks)
         self.cursor = Cursor(config.auto_commit)
         self.buffer: RecordBuffer
+        #: Set by an exactly-once sink before the start (see the module docstring). A hook that
+        #: raises stops the engine, as any background task does.
+        self.claim_hook: ClaimHook | None = None
+        #: Set by a sink whose commits write the checkpoint position (DynamoDB transactions).
+        self.sink_writes_positions = False
         self._in_hand_done = False
         self._discard = False
 
@@ -37,6 +52,7 @@ class Engine(GroupMember):
 
     def on_parts_built(self) -> None:
         self.cursor.fence = self.heartbeat
+        self.checkpointer.positions_by_sink = self.sink_writes_positions
         loop = asyncio.get_running_loop()
         checkpointer = self.checkpointer
         self.cursor.on_fenced = lambda lease: loop.call_soon_threadsafe(
@@ -72,7 +88,24 @@ class Engine(GroupMember):
     # -- reading ------------------------------------------------------------------------------
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         stream, shard_id = lease.key
-        fetcher = ShardFetcher(
+        hook = self.claim_hook
+        if hook is None:
+            reading = self._fetcher(lease, start).run()
+        else:
+            reading = self._hooked(lease, start, hook)
+        lease.attach_fetcher(self.supervisor.spawn(reading, f"fetcher {stream}/{shard_id}"))
+
+    async def _hooked(self, lease: Lease, start: ShardStart, hook: ClaimHook) -> None:
+        """The claim hook, then the fetcher: one task, so a handoff or a loss during the hook
+        cancels it like a fetcher, and a hook that raises stops the engine."""
+        position = await hook(lease)
+        if position is not None:  # the sink's record of what it holds is the truth
+            lease.mark_processed(position)
+            lease.mark_checkpointed(position)
+        await self._fetcher(lease, start).run()
+
+    def _fetcher(self, lease: Lease, start: ShardStart) -> ShardFetcher:
+        return ShardFetcher(
             lease,
             self.reader,
             self.buffer,
@@ -83,7 +116,6 @@ class Engine(GroupMember):
             self.client_id,
             self.metrics,
         )
-        lease.attach_fetcher(self.supervisor.spawn(fetcher.run(), f"fetcher {stream}/{shard_id}"))
 
     def _on_shard_end(self, lease: Lease) -> None:
         self.supervisor.spawn(self.finish_shard(lease), "finish")
