@@ -3,7 +3,7 @@
 Everything the library raises on purpose derives from :class:`KinesumerError`::
 
     KinesumerError
-    ├── ConfigError                 a Config field is invalid (names the field)
+    ├── ConfigError                 a Config field or a run() argument is invalid (names it)
     ├── DecodeError                 a record's payload did not decode (run(decode=...); names
     │                               the stream, shard and sequence; also ValueError)
     ├── ConsumerClosedError         the consumer was closed; make a new one
@@ -31,11 +31,15 @@ class KinesumerError(Exception):
 
 
 class ConfigError(KinesumerError, ValueError):
-    """A :class:`~kinesumer.Config` field is invalid."""
+    """A :class:`~kinesumer.Config` field, or an argument of a call such as ``run()``, is
+    invalid. ``where`` names the call (``"run"``: the message reads ``run(concurrency): ...``);
+    without it the field is a Config field (``Config.app: ...``)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, where: str | None = None) -> None:
         self.field = field
-        super().__init__(f"Config.{field}: {message}")
+        self.where = where
+        prefix = f"{where}({field})" if where else f"Config.{field}"
+        super().__init__(f"{prefix}: {message}")
 
 
 class DecodeError(KinesumerError, ValueError):
@@ -49,9 +53,7 @@ class DecodeError(KinesumerError, ValueError):
         self.stream = stream
         self.shard_id = shard_id
         self.sequence_number = sequence_number
-        super().__init__(
-            f"record {stream}/{shard_id}/{sequence_number} did not decode: {message}"
-        )
+        super().__init__(f"record {stream}/{shard_id}/{sequence_number} did not decode: {message}")
 
 
 class ConsumerClosedError(KinesumerError):

@@ -59,6 +59,10 @@ class Metrics:
     def handoff(self, seconds: float) -> None:
         """A shard was handed off: from revoke to the release write."""
 
+    def handled(self, handler: str, outcome: str, records: int) -> None:
+        """``records`` records given to ``run()``'s ``handler`` had ``outcome`` (ok,
+        retried, discarded, dead_lettered, retry_later, failed, decode_error)."""
+
     def close(self) -> None:
         """The member left."""
 
@@ -133,6 +137,12 @@ class _Families:
             buckets=_HANDOFF_BUCKETS,
             **kw,
         )
+        self.handled = Counter(
+            "kinesumer_handler_records",
+            "Records given to a run() handler, by handler and outcome.",
+            [*member, "handler", "outcome"],
+            **kw,
+        )
 
 
 _families: dict[int, _Families] = {}
@@ -200,6 +210,9 @@ class PrometheusMetrics(Metrics):
 
     def handoff(self, seconds: float) -> None:
         self._f.handoff.labels(*self._member).observe(seconds)
+
+    def handled(self, handler: str, outcome: str, records: int) -> None:
+        self._f.handled.labels(*self._member, handler, outcome).inc(records)
 
     def close(self) -> None:
         """The member left: its gauges would otherwise report stale values forever."""
