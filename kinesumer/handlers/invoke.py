@@ -1,0 +1,379 @@
+"""One handler call as the runner sees it: decode, call (inside the sink's transaction when there
+is one), and on failure apply the failure policy, counting every outcome.
+
+:class:`Invocation` is the runner's only way into the policies (the contract of issue 11): the
+runner calls :meth:`Invocation.call_sync` from worker threads, or :meth:`Invocation.call_async`
+from tasks, with the records of one call. When the method returns, every record of the call is
+done: handled, discarded, or written to a dead-letter or retry-later stream. It raises
+:class:`~.policies.HandlerFailedError` when the policy stops the run,
+:class:`~.policies.AbandonedError` when ``stopping`` was set while it waited (records not done),
+and lets the sink's own errors (``LeaseLostError``: the fenced commit was refused) through.
+
+The decisions are made once, in :mod:`.policies` and :mod:`.retry_later`; the two faces below only
+differ in how they sleep, call and write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..aws.clients import ClientFactory
+from ..engine.leases import Lease
+from ..models import Position, Record
+from .deadletter import AsyncDeadLetterWriter, DeadLetterWriteError, DeadLetterWriter
+from .decode import RecordDecoder, make_decoder
+from .policies import (
+    AbandonedError,
+    Block,
+    HandlerFailedError,
+    RetryLater,
+    after_failure,
+    backoff_delay,
+    check_policy,
+    describe,
+)
+from .retry_later import Identity, Item, Outcome, Step, due_time, plan, prepare
+
+log = logging.getLogger("kinesumer.handlers")
+
+
+class HandlerCounters(Protocol):
+    """What the runner counts outcomes with (kinesumer.stats feeds stats() and Prometheus)."""
+
+    def add(self, outcome: str, n: int = 1) -> None: ...
+
+
+class InvocationOptions(Protocol):
+    """The run() options an invocation reads (the runner's RunOptions has them all)."""
+
+    @property
+    def batch(self) -> object | None: ...
+    @property
+    def on_failure(self) -> object: ...
+    @property
+    def decode(self) -> object: ...
+    @property
+    def sink(self) -> Any: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+@dataclass
+class Unit:
+    """Records called together, with the handler's argument for each, or the error that makes
+    them fail without a call (a payload that did not decode, a bad envelope)."""
+
+    items: list[Item]
+    values: list[Any]
+    error: Exception | None = None
+
+
+class _HandlerRaised(Exception):
+    """The handler itself raised ``error`` inside the sink's transaction (as opposed to the
+    sink refusing the commit, which passes through)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class Invocation:
+    """Calls ``handler`` under ``options`` (see the module docstring).
+
+    ``aws``: the factory dead-letter writes use (the sync face a blocking client with the
+    caller's own credentials, the async face an aiobotocore client, through ``role_arn`` when
+    set). ``client_id``: the member's id, written in envelopes (default ``Config.client_id``).
+    ``uniform``: the jitter's random source (tests pin it).
+    """
+
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        options: InvocationOptions,
+        aws: ClientFactory,
+        counters: HandlerCounters,
+        is_async: bool,
+        *,
+        client_id: str | None = None,
+        uniform: Callable[[], float] = random.random,
+    ) -> None:
+        self.handler = handler
+        self.policy = check_policy(options.on_failure)
+        self.name = options.name or getattr(handler, "__qualname__", None) or repr(handler)
+        self.batched = options.batch is not None
+        decoder = options.decode
+        self.decoder = decoder if isinstance(decoder, RecordDecoder) else make_decoder(decoder)
+        self.sink = options.sink
+        self.counters = counters
+        self.is_async = is_async
+        self.uniform = uniform
+        policy = self.policy
+        self.extra_streams: tuple[str, ...] = (
+            (policy.stream,) if isinstance(policy, RetryLater) else ()
+        )
+        config = aws.config
+        self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
+        self._writer = DeadLetterWriter(aws)
+        self._async_writer = AsyncDeadLetterWriter(aws)
+
+    # ---- the synchronous face ------------------------------------------------------------
+
+    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None:
+        """Handle ``records`` (one call) on this thread; see the module docstring."""
+        items = [prepare(record, self.policy) for record in records]
+        wait = due_time(items) - time.time()
+        if wait > 0 and stopping.wait(wait):
+            raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
+        end = _end(records)
+        for unit in self._units(items):
+            self._run_sync(unit, lease, end, stopping)
+
+    def _run_sync(self, unit: Unit, lease: Lease, end: Position, stopping: threading.Event) -> None:
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                self._attempt_sync(unit, lease, end)
+            except _HandlerRaised as raised:
+                error = raised.error
+            else:
+                self.counters.add("ok", len(unit.items))
+                return
+            if not after_failure(self.policy, attempts, error):
+                self._finish_sync(
+                    plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
+                )
+                return
+            delay = self._retrying(unit, error, attempts)
+            if stopping.wait(delay):
+                raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
+
+    def _attempt_sync(self, unit: Unit, lease: Lease, end: Position) -> None:
+        if unit.error is not None:
+            raise _HandlerRaised(unit.error)
+        argument = unit.values if self.batched else unit.values[0]
+        if self.sink is None:
+            try:
+                self.handler(argument)
+            except Exception as error:
+                raise _HandlerRaised(error) from error
+            return
+
+        def body(tx: Any) -> None:
+            try:
+                self.handler(argument, tx)
+            except Exception as error:
+                raise _HandlerRaised(error) from error
+
+        self.sink.transact_sync(lease, end, body)
+
+    def _finish_sync(self, steps: list[Step], error: Exception) -> None:
+        for step in steps:
+            if step.envelope is not None:
+                try:
+                    self._writer.put(step.stream, step.item.original, step.envelope)
+                except DeadLetterWriteError as failed:
+                    self._failed(step, failed)
+            self._done(step, error)
+
+    def close_sync(self) -> None:
+        """Nothing to release: the blocking client is the process's shared session's."""
+
+    # ---- the asynchronous face -----------------------------------------------------------
+
+    async def call_async(
+        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+    ) -> None:
+        """Handle ``records`` (one call) in this task; see the module docstring."""
+        items = [prepare(record, self.policy) for record in records]
+        wait = due_time(items) - time.time()
+        if wait > 0 and await _wait_event(stopping, wait):
+            raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
+        end = _end(records)
+        for unit in self._units(items):
+            await self._run_async(unit, lease, end, stopping)
+
+    async def _run_async(
+        self, unit: Unit, lease: Lease, end: Position, stopping: asyncio.Event
+    ) -> None:
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                await self._attempt_async(unit, lease, end)
+            except _HandlerRaised as raised:
+                error = raised.error
+            else:
+                self.counters.add("ok", len(unit.items))
+                return
+            if not after_failure(self.policy, attempts, error):
+                await self._finish_async(
+                    plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
+                )
+                return
+            delay = self._retrying(unit, error, attempts)
+            if await _wait_event(stopping, delay):
+                raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
+
+    async def _attempt_async(self, unit: Unit, lease: Lease, end: Position) -> None:
+        if unit.error is not None:
+            raise _HandlerRaised(unit.error)
+        argument = unit.values if self.batched else unit.values[0]
+        if self.sink is None:
+            try:
+                await self.handler(argument)
+            except Exception as error:
+                raise _HandlerRaised(error) from error
+            return
+
+        async def body(tx: Any) -> None:
+            try:
+                await self.handler(argument, tx)
+            except Exception as error:
+                raise _HandlerRaised(error) from error
+
+        await self.sink.transact_async(lease, end, body)
+
+    async def _finish_async(self, steps: list[Step], error: Exception) -> None:
+        for step in steps:
+            if step.envelope is not None:
+                try:
+                    await self._async_writer.put(step.stream, step.item.original, step.envelope)
+                except DeadLetterWriteError as failed:
+                    self._failed(step, failed)
+            self._done(step, error)
+
+    async def close_async(self) -> None:
+        """Close the dead-letter client, if one was opened."""
+        await self._async_writer.close()
+
+    # ---- shared by both faces ------------------------------------------------------------
+
+    def _units(self, items: list[Item]) -> list[Unit]:
+        """The calls to make: records that cannot be decoded each fail alone (one bad payload
+        must not sink a batch); the others are called together (a batch) or one by one."""
+        failed: list[Unit] = []
+        ready: list[Item] = []
+        values: list[Any] = []
+        for item in items:
+            if item.error is not None:
+                failed.append(Unit([item], [], item.error))
+                continue
+            if self.decoder is None:
+                values.append(item.original)
+            else:
+                try:
+                    values.append(self.decoder(item.original))
+                except Exception as error:
+                    self.counters.add("decode_error")
+                    failed.append(Unit([item], [], error))
+                    continue
+            ready.append(item)
+        if not ready:
+            return failed
+        if self.batched:
+            return [*failed, Unit(ready, values)]
+        return [
+            *failed,
+            *(Unit([item], [value]) for item, value in zip(ready, values, strict=True)),
+        ]
+
+    def _retrying(self, unit: Unit, error: Exception, attempts: int) -> float:
+        """Count and log one more try of ``unit``; the seconds to wait before it."""
+        self.counters.add("retried", len(unit.items))
+        policy = self.policy
+        delay = backoff_delay(policy.retry, attempts, self.uniform)
+        blocking = isinstance(policy, Block) and attempts >= policy.retry.attempts
+        warn = blocking and _worth_a_warning(attempts, policy.retry.attempts)
+        level = logging.WARNING if warn else logging.INFO
+        log.log(
+            level,
+            "handler %s failed on %s (attempt %d%s): %s: %s; retrying in %.2fs",
+            self.name,
+            _records(unit.items),
+            attempts,
+            ", blocking until it succeeds" if blocking else "",
+            type(error).__name__,
+            error,
+            delay,
+        )
+        return delay
+
+    def _done(self, step: Step, error: Exception) -> None:
+        record = step.item.original
+        why = f" ({step.note})" if step.note else ""
+        if step.outcome is Outcome.STOP:
+            self.counters.add(Outcome.STOP.value)
+            raise HandlerFailedError(error, record, self.name) from error
+        self.counters.add(step.outcome.value)
+        if step.outcome is Outcome.DISCARD:
+            log.warning(
+                "handler %s: discarded %s after %s: %s%s",
+                self.name,
+                describe(record),
+                type(error).__name__,
+                error,
+                why,
+            )
+        elif step.outcome is Outcome.DEAD_LETTER:
+            log.warning(
+                "handler %s: dead-lettered %s to %s after %s: %s%s",
+                self.name,
+                describe(record),
+                step.stream,
+                type(error).__name__,
+                error,
+                why,
+            )
+        else:
+            log.info(
+                "handler %s: %s goes to %s for round %d after %s: %s",
+                self.name,
+                describe(record),
+                step.stream,
+                step.envelope.round if step.envelope else 0,
+                type(error).__name__,
+                error,
+            )
+
+    def _failed(self, step: Step, failed: DeadLetterWriteError) -> None:
+        self.counters.add(Outcome.STOP.value)
+        log.error("handler %s: %s; the run stops", self.name, failed)
+        raise HandlerFailedError(failed, step.item.original, self.name) from failed
+
+
+def _end(records: Sequence[Record]) -> Position:
+    last = records[-1]
+    return Position(last.sequence_number, last.sub_sequence_number)
+
+
+def _records(items: list[Item]) -> str:
+    first = describe(items[0].original)
+    return first if len(items) == 1 else f"{len(items)} records from {first}"
+
+
+def _worth_a_warning(attempts: int, first: int) -> bool:
+    # A blocked record warns when it starts blocking, then every 100 tries: a log line a minute
+    # or so at the default cap, not one per try.
+    return attempts == first or attempts % 100 == 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def _wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` was set within ``seconds`` (returns as soon as it is)."""
+    if event.is_set():
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True

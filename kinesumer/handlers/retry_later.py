@@ -1,0 +1,160 @@
+"""The pure part of an invocation: what each record of a call is (a fresh record, or one read back
+from the RetryLater stream, rebuilt from its envelope, with its due time) and, once a call's
+retries are spent, the step each of its records takes next.
+
+Both invocation faces (:mod:`.invoke`) drive these functions; nothing here sleeps, calls a handler
+or writes to AWS.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import DecodeError
+from ..models import Record
+from .deadletter import DeadLetterEnvelope, make_envelope, read_envelope
+from .policies import DeadLetter, Discard, FailurePolicy, RetryLater, Stop, final_action
+
+
+@dataclass(frozen=True)
+class Item:
+    """One record of a call. ``delivered`` is what the runner gave (its position is the one the
+    checkpoint moves past); ``original`` is what the handler sees: the same record, or for a
+    record of the RetryLater stream the one its envelope carries. ``round``: RetryLater rounds
+    behind it. ``due``: epoch seconds before which it must not be handled. ``error``: it cannot be
+    handled at all (a record on the RetryLater stream that is not an envelope)."""
+
+    delivered: Record
+    original: Record
+    round: int = 0
+    due: float = 0.0
+    error: DecodeError | None = None
+
+
+def prepare(record: Record, policy: FailurePolicy) -> Item:
+    """The :class:`Item` for ``record``: read back from the RetryLater stream, it is rebuilt from
+    its envelope; anything else is handled as it is."""
+    if not isinstance(policy, RetryLater) or record.stream != policy.stream:
+        return Item(record, record)
+    try:
+        envelope = read_envelope(record.data)
+    except ValueError as exc:
+        # Not written by kinesumer: it can never be handled, so no more rounds; ``then`` decides.
+        error = DecodeError(
+            record.stream,
+            record.shard_id,
+            record.sequence_number,
+            f"not a kinesumer retry-later envelope: {exc}",
+        )
+        return Item(record, record, round=policy.rounds, error=error)
+    return Item(
+        record,
+        envelope.original_record(),
+        round=envelope.round,
+        due=envelope.failed_at / 1000 + policy.delay,
+    )
+
+
+def due_time(items: list[Item]) -> float:
+    """When the whole call may run: the latest due time of its items (0: now)."""
+    return max((item.due for item in items), default=0.0)
+
+
+class Outcome(enum.Enum):
+    """What happens to a record whose retries are spent; the value is the counted outcome."""
+
+    STOP = "failed"
+    DISCARD = "discarded"
+    DEAD_LETTER = "dead_lettered"
+    RETRY_LATER = "retry_later"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One record's next step: for writes, the stream and the envelope to put there."""
+
+    item: Item
+    outcome: Outcome
+    stream: str = ""
+    envelope: DeadLetterEnvelope | None = None
+    #: Why RetryLater fell back to its ``then`` action early (logged), else "".
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who writes envelopes: the handler's name, the group and the member."""
+
+    handler: str
+    app: str
+    client_id: str
+
+
+def plan(
+    items: list[Item],
+    policy: FailurePolicy,
+    error: BaseException,
+    attempts: int,
+    failed_at_ms: int,
+    identity: Identity,
+) -> list[Step]:
+    """The step of every item of a call that failed with ``error`` after ``attempts`` calls.
+
+    A record whose RetryLater envelope would not fit in a Kinesis record (its data would be cut,
+    and a cut record cannot be handled again) takes ``then``'s action at once.
+    """
+    steps = []
+    for item in items:
+        action = final_action(policy, item.round)
+        note = ""
+        if isinstance(action, RetryLater):
+            envelope = _envelope(
+                item, error, "retry_later", item.round + 1, attempts, failed_at_ms, identity
+            )
+            if not envelope.data_truncated:
+                steps.append(Step(item, Outcome.RETRY_LATER, action.stream, envelope))
+                continue
+            note = "too large for a retry-later envelope"
+            action = action.then
+        steps.append(_terminal(item, action, error, attempts, failed_at_ms, identity, note))
+    return steps
+
+
+def _terminal(
+    item: Item,
+    action: Stop | Discard | DeadLetter,
+    error: BaseException,
+    attempts: int,
+    failed_at_ms: int,
+    identity: Identity,
+    note: str,
+) -> Step:
+    if isinstance(action, Stop):
+        return Step(item, Outcome.STOP, note=note)
+    if isinstance(action, Discard):
+        return Step(item, Outcome.DISCARD, note=note)
+    envelope = _envelope(item, error, "dead_letter", item.round, attempts, failed_at_ms, identity)
+    return Step(item, Outcome.DEAD_LETTER, action.stream, envelope, note)
+
+
+def _envelope(
+    item: Item,
+    error: BaseException,
+    kind: str,
+    round_number: int,
+    attempts: int,
+    failed_at_ms: int,
+    identity: Identity,
+) -> DeadLetterEnvelope:
+    return make_envelope(
+        item.original,
+        error,
+        kind=kind,
+        handler=identity.handler,
+        attempts=attempts,
+        round_number=round_number,
+        failed_at_ms=failed_at_ms,
+        app=identity.app,
+        client_id=identity.client_id,
+    )
