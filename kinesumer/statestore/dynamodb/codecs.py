@@ -236,6 +236,17 @@ def checkpoint_update(
     }
 
 
+def checkpoint_transact_update(
+    table: str, app: str, checkpoint: Checkpoint, position: Position
+) -> dict[str, Any]:
+    """The owner's fenced checkpoint write (:func:`checkpoint_update`: same condition, same
+    expression) as one element of a TransactWriteItems call: an exactly-once sink commits the
+    position together with its own items, or nothing when the lease moved on."""
+    update = checkpoint_update(checkpoint, position, finished=False, release=False)
+    key = checkpoint_key(app, checkpoint.stream, checkpoint.shard_id)
+    return {"Update": {"TableName": table, "Key": key, **update}}
+
+
 def new_checkpoint_item(
     app: str, stream: str, shard_id: str, position: Position | None
 ) -> dict[str, Any]:

@@ -1,0 +1,250 @@
+"""Exactly-once into PostgreSQL: the shard's position lives in a table of the sink's database.
+
+One row per (app, stream, shard): ``sequence_number``, ``sub_sequence``, and ``lease``, the
+number of the DynamoDB claim that owns it. Two statements keep a zombie out:
+
+- on claim (the engine's claim hook, before the shard is read) the new owner fences the row and
+  reads it back in one statement::
+
+      INSERT ... ON CONFLICT DO UPDATE SET lease = <new> WHERE row.lease < <new>
+      RETURNING sequence_number, sub_sequence
+
+  It waits for a zombie's transaction holding the row, so it returns what that one committed;
+  reading resumes after it (the DynamoDB checkpoint is only a hint for ``kinesumer status``).
+  No row returned means a newer claim fenced it already: this lease is lost.
+- every handler call runs in one transaction that starts with
+  ``UPDATE ... SET position = <end> WHERE ... AND lease = <mine>``: no row means the shard was
+  claimed by someone else; the transaction rolls back before the handler runs
+  (:class:`~.base.LeaseLostError`). The row stays locked until the commit, so a claim cannot
+  slip between the fence and the commit.
+
+Resetting a shard: delete its row here as well as its DynamoDB checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..models import Position
+from .base import EngineLink
+
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "kinesumer.sinks.PostgresPositions needs psycopg 3: pip install 'kinesumer[postgres]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from ..engine.engine import Engine
+    from ..engine.leases import Lease
+
+log = logging.getLogger("kinesumer.sinks")
+
+#: Connections the claim hooks may hold at once (claims come in bursts at start-up).
+CLAIM_CONNECTIONS = 4
+#: Tries of a claim's fence while the database is unreachable, before the engine stops.
+CLAIM_ATTEMPTS = 6
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS {table} (
+    app text NOT NULL,
+    stream text NOT NULL,
+    shard_id text NOT NULL,
+    sequence_number text,
+    sub_sequence bigint NOT NULL DEFAULT 0,
+    lease bigint NOT NULL,
+    owner text,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (app, stream, shard_id)
+)"""
+_FENCE = """INSERT INTO {table} AS row (app, stream, shard_id, lease, owner)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (app, stream, shard_id) DO UPDATE
+    SET lease = EXCLUDED.lease, owner = EXCLUDED.owner, updated_at = now()
+    WHERE row.lease < EXCLUDED.lease
+RETURNING sequence_number, sub_sequence"""
+_ADVANCE = """UPDATE {table} SET sequence_number = %s, sub_sequence = %s, updated_at = now()
+WHERE app = %s AND stream = %s AND shard_id = %s AND lease = %s"""
+
+
+class PostgresPositions:
+    """Exactly-once sink into PostgreSQL (psycopg 3): ``run(streams, handler,
+    sink=PostgresPositions("postgresql://..."))`` with ``handler(record_or_batch, conn)``.
+
+    ``connect``: a conninfo string, or a callable returning a new ``psycopg.Connection``
+    (claims use it in both faces; sync handlers too). Async handlers get a
+    ``psycopg.AsyncConnection`` from the conninfo string, or from ``async_connect()``. The
+    handler gets a connection inside an open transaction (``conn.execute(...)``) and must not
+    commit or roll back itself. Connections are pooled (one per worker thread or task at most)
+    and set to autocommit, so each call is exactly one ``BEGIN ... COMMIT``. ``table``
+    (``"schema.name"`` allowed) is created if missing.
+    """
+
+    def __init__(
+        self,
+        connect: str | Callable[[], psycopg.Connection[Any]],
+        *,
+        table: str = "kinesumer_positions",
+        async_connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]] | None = None,
+    ) -> None:
+        self._connect = connect
+        self._async_connect = async_connect
+        self._table = sql.Identifier(*table.split("."))
+        self._link = EngineLink()
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle_async: list[psycopg.AsyncConnection[Any]] = []
+        self._lock = threading.Lock()
+        self._claims = asyncio.Semaphore(CLAIM_CONNECTIONS)
+        self._schema_ready = False
+        self._app = ""
+        #: Transactions committed, and refused by the fence (for tests and benchmarks).
+        self.commits = 0
+        self.refused = 0
+
+    def _sql(self, template: str) -> sql.Composed:
+        return sql.SQL(template).format(table=self._table)
+
+    # -- the engine's side --------------------------------------------------------------------
+    def attach(self, engine: Engine) -> None:
+        self._link.attach(engine, self)
+        self._app = engine.config.app
+        engine.claim_hook = self._on_claim
+
+    async def _on_claim(self, lease: Lease) -> Position | None:
+        """Fence the shard's row with this claim's lease, and read the position back (on a
+        worker thread, over the sync pool: claims are rare, and this works for both faces)."""
+        self._link.on_loop()
+        engine = self._link.require()
+        stream, shard_id = lease.key
+        params = (self._app, stream, shard_id, lease.checkpoint.lease, engine.client_id)
+        delay = 0.2
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                async with self._claims:
+                    row = await asyncio.to_thread(self._fence, params)
+                break
+            except psycopg.OperationalError as exc:
+                if attempt == CLAIM_ATTEMPTS:
+                    raise
+                log.warning("fencing %s/%s in PostgreSQL failed, retrying: %s", *lease.key, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        if row is None:
+            self.refused += 1
+            why = "PostgreSQL holds a newer lease for it (claimed again meanwhile)"
+            engine.checkpointer.lose(lease, why)
+            return None
+        sequence, sub_sequence = row
+        return None if sequence is None else Position(sequence, int(sub_sequence))
+
+    def _fence(self, params: tuple[object, ...]) -> tuple[Any, ...] | None:
+        with self._connection() as conn:
+            if not self._schema_ready:
+                with conn.transaction():
+                    # Concurrent CREATE TABLE IF NOT EXISTS can still collide: one at a time.
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('kinesumer_positions'))")
+                    conn.execute(self._sql(_SCHEMA))
+                self._schema_ready = True
+            row: tuple[Any, ...] | None = conn.execute(self._sql(_FENCE), params).fetchone()
+            return row
+
+    # -- transactions -------------------------------------------------------------------------
+    def _advance_params(self, lease: Lease, end: Position) -> tuple[object, ...]:
+        stream, shard_id = lease.key
+        return (
+            end.sequence_number,
+            end.sub_sequence_number,
+            self._app,
+            stream,
+            shard_id,
+            lease.checkpoint.lease,
+        )
+
+    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+        with self._connection() as conn, conn.transaction():
+            if conn.execute(self._sql(_ADVANCE), self._advance_params(lease, end)).rowcount != 1:
+                self.refused += 1
+                raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
+            body(conn)
+        self.commits += 1
+
+    async def transact_async(
+        self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
+    ) -> None:
+        async with self._async_connection() as conn, conn.transaction():
+            cursor = await conn.execute(self._sql(_ADVANCE), self._advance_params(lease, end))
+            if cursor.rowcount != 1:
+                self.refused += 1
+                raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
+            await body(conn)
+        self.commits += 1
+
+    # -- connections --------------------------------------------------------------------------
+    def _new_connection(self) -> psycopg.Connection[Any]:
+        connect = self._connect
+        conn = psycopg.connect(connect) if isinstance(connect, str) else connect()
+        conn.autocommit = True  # each call is exactly its own BEGIN ... COMMIT
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """An idle connection (or a new one), back to the pool afterwards if still sound."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        conn = conn or self._new_connection()
+        try:
+            yield conn
+        finally:
+            if _reusable(conn):
+                with self._lock:
+                    self._idle.append(conn)
+            else:
+                conn.close()
+
+    @asynccontextmanager
+    async def _async_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = self._idle_async.pop() if self._idle_async else None
+        if conn is None:
+            if self._async_connect is not None:
+                conn = await self._async_connect()
+            elif isinstance(self._connect, str):
+                conn = await psycopg.AsyncConnection.connect(self._connect)
+            else:
+                raise TypeError(
+                    "async runs need PostgresPositions(conninfo_string) or async_connect="
+                )
+            await conn.set_autocommit(True)
+        try:
+            yield conn
+        finally:
+            if _reusable(conn):
+                self._idle_async.append(conn)
+            else:  # cancelled or failed mid-statement: the session is in doubt
+                await conn.close()
+
+    def close_sync(self) -> None:
+        """Close the pooled connections (after the run)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def close_async(self) -> None:
+        idle, self._idle_async = self._idle_async, []
+        for conn in idle:
+            await conn.close()
+        await asyncio.to_thread(self.close_sync)
+
+
+def _reusable(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Open, sound, and idle outside any transaction (a handler's error was rolled back)."""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    return not conn.closed and not conn.broken and idle
