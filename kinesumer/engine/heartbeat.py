@@ -1,4 +1,4 @@
-"""Heartbeats on a thread of their own.
+"""Heartbeats on a thread of their own, and the fence they keep.
 
 Liveness must not depend on how busy the engine's event loop is: parsing a 10,000-record
 GetRecords answer holds the loop for a few hundred milliseconds, and an async application may do
@@ -7,7 +7,32 @@ itself, and set off needless rebalances. As the KCL renews leases on its own thr
 writes the client item every ``heartbeat_interval`` with its own (blocking) boto3 client.
 
 It also keeps the *fence*: the moment after which this member must not deliver any more,
-because the others may by then consider it dead (see :attr:`Heartbeat.deadline`).
+because the others may by then consider it dead.
+
+The arithmetic (``T`` = ``client_timeout``, ``h`` = ``heartbeat_interval``, ``T >= 2h``)::
+
+    sent            the monotonic moment a heartbeat was sent; its item's ``last_update`` is
+                    stamped just after, so ``last_update >= sent`` (on the wall clock)
+    others          call us dead once ``last_update`` is more than T old by their wall clock,
+                    judged at the moment their read *started* (membership.read_members): a
+                    read that started after our write was acknowledged sees it
+    fence           sent + T - m, with the margin m = FENCE_MARGIN * T (10%): the margin
+                    covers clock skew between members (milliseconds on EC2), so we stop at
+                    least m before anyone may call us dead
+    next heartbeat  sent + h; it must *land* before the fence: T - m - h >= 0.8h of slack
+                    at the tightest allowed ratio (T = 2h), 1.7h at T = 3h
+
+The old rule (m = h) put the fence exactly where the next heartbeat is sent when T = 2h: any
+latency on that write passed the fence, and a healthy member fenced itself. A margin taken from
+T keeps a slack that grows with the ratio. A heartbeat that failed is retried after h/2 rather
+than h, so at T = 2h a quick failure still leaves a second try before the fence. botocore's
+connect and read timeouts are the slack T - m - h: a write stuck on a dead connection is given
+up and retried on a fresh one while that can still help.
+
+A fence that passed stays passed until the watchdog noticed (:meth:`Heartbeat.resume`): a
+heartbeat landing after the fence does not reopen it by itself, so the leases held across the
+lapse are always lost (the others may have taken those shards meanwhile) and claimed again,
+conditionally, even when the watchdog was held up (a busy event loop) for the whole lapse.
 """
 
 from __future__ import annotations
@@ -28,6 +53,19 @@ from ..statestore.dynamodb import client_item
 
 log = logging.getLogger("kinesumer.heartbeat")
 
+#: The fence falls this fraction of ``client_timeout`` before the others may call us dead.
+FENCE_MARGIN = 0.1
+
+
+def fence_after(config: Config) -> float:
+    """Seconds from a landed heartbeat's send to the fence: ``client_timeout * 0.9``."""
+    return config.client_timeout * (1.0 - FENCE_MARGIN)
+
+
+def heartbeat_slack(config: Config) -> float:
+    """How late a heartbeat sent on schedule may land without passing the fence."""
+    return fence_after(config) - config.heartbeat_interval
+
 
 class Heartbeat:
     def __init__(
@@ -46,28 +84,54 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
+        self._lock = threading.Lock()  # the heartbeat thread and the loop both land heartbeats
         self.last_sent_ok = time.monotonic()
+        #: Until when (monotonic) our leases are safe to use: a plain attribute, as the delivery
+        #: side reads it for every record.
         self.deadline = self._deadline_after(self.last_sent_ok)
+        #: The deadline a heartbeat that landed after the fence earned, held back until the
+        #: watchdog lost the leases of the lapse (:meth:`resume`); None when no lapse is pending.
+        self._held_deadline: float | None = None
+        #: Fences that passed before a heartbeat landed again (each one lost every lease).
+        self.lapses = 0
         self.last_attempt = 0.0
         self.failures = 0
         self.last_error: BaseException | None = None
+        self._last_failed = False
 
     def _deadline_after(self, sent: float) -> float:
-        """Until when our leases are safe to use (monotonic clock), kept in ``self.deadline``
-        (a plain attribute: the delivery side reads it for every record).
-
-        The others may take our shards once our last heartbeat is ``client_timeout`` old by their
-        clock; we stop one ``heartbeat_interval`` earlier, counting from when the heartbeat was
-        *sent*, so a member cut off from DynamoDB is silent before anyone else reads its shards.
-        """
-        config = self._config
-        return sent + config.client_timeout - config.heartbeat_interval
+        """The fence set by a heartbeat sent at ``sent``: the module docstring has the why."""
+        return sent + fence_after(self._config)
 
     def landed(self, sent: float) -> None:
-        """Record a heartbeat (sent at monotonic time ``sent``) that DynamoDB accepted."""
-        if sent > self.last_sent_ok:
+        """Record a heartbeat (sent at monotonic time ``sent``) that DynamoDB accepted. Called
+        by the heartbeat thread and by ``Membership.announce`` on the loop."""
+        with self._lock:
+            if sent <= self.last_sent_ok:
+                return
             self.last_sent_ok = sent
-            self.deadline = self._deadline_after(sent)
+            earned = self._deadline_after(sent)
+            if self._held_deadline is not None:
+                self._held_deadline = earned  # still in a lapse the watchdog has not seen
+            elif time.monotonic() >= self.deadline:
+                # The fence passed before this landed: others may have taken our shards in
+                # between. Keep it closed until the watchdog has lost every lease (resume()).
+                self._held_deadline = earned
+                self.lapses += 1
+            else:
+                self.deadline = earned
+
+    @property
+    def lapsed(self) -> bool:
+        """A heartbeat landed after the fence had passed; :meth:`resume` not called yet."""
+        return self._held_deadline is not None
+
+    def resume(self) -> None:
+        """The watchdog (on the loop), once it lost every lease held across a lapse: open the
+        fence again at the deadline the late heartbeat earned."""
+        with self._lock:
+            if self._held_deadline is not None:
+                self.deadline, self._held_deadline = self._held_deadline, None
 
     def info(self) -> ClientInfo:
         return ClientInfo(
@@ -86,9 +150,8 @@ class Heartbeat:
 
     def start(self) -> None:
         config = self._config
-        timeout = max(0.5, config.heartbeat_interval)
         factory = ClientFactory(config, self._stats)
-        self._client = factory.sync_dynamodb(attempts=2, timeout=timeout)
+        self._client = factory.sync_dynamodb(attempts=2, timeout=heartbeat_slack(config))
         self._thread = threading.Thread(
             target=self._run, name=f"kinesumer-heartbeat-{self._client_id}", daemon=True
         )
@@ -106,7 +169,11 @@ class Heartbeat:
 
     def _run(self) -> None:
         interval = self._config.heartbeat_interval
-        while not self._stop.wait(max(0.0, self.last_attempt + interval - time.monotonic())):
+        while True:
+            # After a failure, try again sooner: at T = 2h a retry at h/2 can still land in time.
+            pause = interval / 2 if self._last_failed else interval
+            if self._stop.wait(max(0.0, self.last_attempt + pause - time.monotonic())):
+                return
             self.beat()
 
     def beat(self) -> None:
@@ -119,6 +186,7 @@ class Heartbeat:
         except Exception as exc:  # every failure is logged and counted; the fence acts on them
             self.failures += 1
             self.last_error = exc
+            self._last_failed = True
             log.warning(
                 "[%s] heartbeat failed (%d so far; fencing in %.1fs): %s",
                 self._client_id,
@@ -127,4 +195,5 @@ class Heartbeat:
                 exc,
             )
             return
+        self._last_failed = False
         self.landed(sent)

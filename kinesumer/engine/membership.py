@@ -64,14 +64,17 @@ class Membership:
         members (past ``client_timeout``), for the leader to prune."""
         read_at = int(time.time() * 1000)
         clients = await self._store.list_clients()
-        now_ms = int(time.time() * 1000)
-        self.live = live_clients(clients, now_ms, self._timeout_ms)
+        # Judged at the moment the read started, not when it returned: a heartbeat that landed
+        # during a slow read may be missing from it, and its member need not have fenced yet.
+        # Every heartbeat acknowledged before ``read_at`` is in the answer, so a member called
+        # dead here had passed its fence (heartbeat.py) before ``read_at``.
+        self.live = live_clients(clients, read_at, self._timeout_ms)
         self.live_ids = [c.client_id for c in self.live]
         self.read_at_ms = read_at
         was_leader, self.leader = self.leader, is_leader(self.client_id, self.live_ids)
         if self.leader != was_leader:
             log.info("[%s] %s leader", self.client_id, "became" if self.leader else "is no longer")
-        return stale_clients(clients, now_ms, self._timeout_ms)
+        return stale_clients(clients, read_at, self._timeout_ms)
 
     @property
     def is_live(self) -> bool:
@@ -87,20 +90,30 @@ class Membership:
                 log.info("[%s] pruned dead client %s", self.client_id, client.client_id)
 
     def fence_if_expired(self) -> None:
-        """Watchdog: lose every active lease once heartbeats stopped landing."""
+        """Watchdog: lose every active lease once heartbeats stopped landing. After a lapse
+        (a heartbeat landed only after the fence), the fence opens again only from here, once
+        every lease held across it is lost."""
         if not self.fenced:
             return
+        heartbeat = self._heartbeat
         active = [lease for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE]
-        deadline = self._heartbeat.deadline
+        deadline = heartbeat.deadline
         # Said once per lapse even when the delivery side fenced every lease first.
         if active or self._warned_at != deadline:
             self._warned_at = deadline
+            why = (
+                "a heartbeat landed only after the fence had passed"
+                if heartbeat.lapsed
+                else f"no heartbeat has landed for {time.monotonic() - heartbeat.last_sent_ok:.1f}s"
+            )
             log.warning(
-                "[%s] no heartbeat has landed for %.1fs: stopping %d shard(s) before others "
-                "take them over",
+                "[%s] %s: stopping %d shard(s) before others take them over",
                 self.client_id,
-                time.monotonic() - self._heartbeat.last_sent_ok,
+                why,
                 len(active),
             )
         for lease in active:
             self._checkpointer.lose(lease, "heartbeats are failing")
+        if heartbeat.lapsed:
+            log.info("[%s] heartbeats land again: claiming shards anew", self.client_id)
+            heartbeat.resume()
