@@ -10,11 +10,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...aws import RequestStats
+from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
 from ..base import ShardCache
 from ..schema import checkpoint_pk, client_pk
-from . import codecs
+from . import codecs, positions
 from .codecs import CLIENT_ITEM_BUDGET, client_item
+from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
 from .table import StateTable
 
@@ -121,5 +123,33 @@ class DynamoDBStateStore:
             return await self._table.put_if(item, codecs.ABSENT) is not None
         written = await self._table.update_if(
             codecs.checkpoint_key(self._app, stream, shard_id), codecs.move_update(seen, position)
+        )
+        return written is not None
+
+    # -- broadcast members' own positions (see :mod:`.positions`) -----------------------------
+    async def open_broadcast_session(self, client_id: str) -> int:
+        """Start a session of broadcast member ``client_id``: a number higher than any earlier
+        start's (an atomic counter). Positions written under it refuse older sessions' writes."""
+        written = await self._table.update_if(
+            positions.session_key(self._app, client_id), positions.session_update(), return_new=True
+        )
+        if written is None:  # unconditional: only a malformed answer gets here
+            raise CorruptStateError(f"no session number came back for {client_id!r}")
+        return positions.decode_session(written)
+
+    async def broadcast_positions(self, client_id: str) -> dict[tuple[str, str], SavedPosition]:
+        """Every position broadcast member ``client_id`` saved, by (stream, shard id)."""
+        items = await self._table.query(positions.broadcast_pk(self._app, client_id))
+        found = (positions.decode_position(item, self._table.name) for item in items)
+        return {(s.stream, s.shard_id): s for s in found if s is not None}
+
+    async def save_broadcast_position(
+        self, client_id: str, session: int, saved: SavedPosition
+    ) -> bool:
+        """Save a broadcast member's position in one shard, as ``session``. False: a newer
+        session of the same client id wrote it (another process took the id over)."""
+        written = await self._table.update_if(
+            positions.position_key(self._app, client_id, saved.stream, saved.shard_id),
+            positions.position_update(session, saved),
         )
         return written is not None
