@@ -45,6 +45,8 @@ class Config:
     scan_interval: float = 0.2
     initial_position: InitialPosition = "LATEST"
     auto_commit: bool = True
+    broadcast: bool = False
+    broadcast_resume: bool = False
     heartbeat_interval: float = 1.0
     client_timeout: float = 3.0
     shard_sync_interval: float = 30.0
@@ -82,6 +84,7 @@ class Config:
         _check_initial_position(self.initial_position)
         if not isinstance(self.auto_commit, bool):
             raise ConfigError("auto_commit", f"must be True or False, got {self.auto_commit!r}")
+        _check_broadcast(self.broadcast, self.broadcast_resume, self.client_id)
         for name in ("heartbeat_interval", "shard_sync_interval", "commit_interval"):
             _check_number(name, getattr(self, name), 0.05)
         _check_number("handoff_timeout", self.handoff_timeout, 0.0)
@@ -153,6 +156,22 @@ def _check_number(field: str, value: Any, low: float) -> None:
         raise ConfigError(field, f"must be a number of seconds, got {value!r}")
     if value != value or value < low or value == float("inf"):
         raise ConfigError(field, f"must be a finite number of seconds >= {low}, got {value}")
+
+
+def _check_broadcast(broadcast: Any, resume: Any, client_id: str | None) -> None:
+    """Broadcast mode: every member reads every shard. Resuming saves this member's own
+    positions under its client id, so the id must be the same at every start."""
+    for name, value in (("broadcast", broadcast), ("broadcast_resume", resume)):
+        if not isinstance(value, bool):
+            raise ConfigError(name, f"must be True or False, got {value!r}")
+    if resume and not broadcast:
+        raise ConfigError("broadcast_resume", "is only used with broadcast=True; set it too")
+    if resume and client_id is None:
+        raise ConfigError(
+            "broadcast_resume",
+            "saves positions under the member's client_id: set a client_id that stays the same "
+            "across restarts (a generated one changes at every start)",
+        )
 
 
 def _check_initial_position(value: Any) -> None:

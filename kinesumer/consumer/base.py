@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from ..config import Config, check_streams
+from ..engine.broadcast import BroadcastEngine
 from ..engine.engine import Engine
 from ..engine.hooks import Hook, RebalanceHooks
 from ..stats import ConsumerStats
@@ -77,7 +78,8 @@ class BaseKinesumer:
             raise TypeError(
                 f"{type(self).__name__} needs a kinesumer.Config, got {type(config).__name__}"
             )
-        self._engine = Engine(config, RebalanceHooks(on_assigned, on_revoked))
+        engine = BroadcastEngine if config.broadcast else Engine
+        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked))
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.
         self._iterating_in: object | None = None
 
