@@ -192,7 +192,7 @@ class DeadLetterWriter:
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self._attempts),
-            wait=wait_exponential_jitter(initial=0.05, max=2.0),
+            wait=wait_exponential_jitter(multiplier=0.05, max=2.0),
             before_sleep=lambda state: _log_retry(stream, state.outcome),
             reraise=True,
         )

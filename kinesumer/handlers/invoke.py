@@ -27,7 +27,12 @@ from typing import Any, Protocol
 from ..aws.clients import ClientFactory
 from ..engine.leases import Lease
 from ..models import Position, Record
-from .deadletter import AsyncDeadLetterWriter, DeadLetterWriteError, DeadLetterWriter
+from .deadletter import (
+    WRITE_ATTEMPTS,
+    AsyncDeadLetterWriter,
+    DeadLetterWriteError,
+    DeadLetterWriter,
+)
 from .decode import RecordDecoder, make_decoder
 from .policies import (
     AbandonedError,
@@ -89,7 +94,8 @@ class Invocation:
     ``aws``: the factory dead-letter writes use (the sync face a blocking client with the
     caller's own credentials, the async face an aiobotocore client, through ``role_arn`` when
     set). ``client_id``: the member's id, written in envelopes (default ``Config.client_id``).
-    ``uniform``: the jitter's random source (tests pin it).
+    ``uniform``: the jitter's random source; ``write_attempts``: PutRecord tries per dead letter
+    before the run stops (tests shorten both).
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class Invocation:
         *,
         client_id: str | None = None,
         uniform: Callable[[], float] = random.random,
+        write_attempts: int = WRITE_ATTEMPTS,
     ) -> None:
         self.handler = handler
         self.policy = check_policy(options.on_failure)
@@ -119,8 +126,8 @@ class Invocation:
         )
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
-        self._writer = DeadLetterWriter(aws)
-        self._async_writer = AsyncDeadLetterWriter(aws)
+        self._writer = DeadLetterWriter(aws, attempts=write_attempts)
+        self._async_writer = AsyncDeadLetterWriter(aws, attempts=write_attempts)
 
     # ---- the synchronous face ------------------------------------------------------------
 
