@@ -12,14 +12,18 @@ here and attached with :func:`shared_doc`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from ..aws.clients import ClientFactory
 from ..config import Config, check_streams
 from ..engine.broadcast import BroadcastEngine
 from ..engine.engine import Engine
 from ..engine.hooks import Hook, RebalanceHooks
-from ..stats import ConsumerStats
+from ..handlers.invoke import Invocation
+from ..handlers.options import RunOptions, run_options
+from ..stats import ConsumerStats, HandlerCounters
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -45,6 +49,35 @@ to ``handoff_timeout`` for it. With
 ``discard=True`` (the application failed on what it holds) only what was processed or committed
 is checkpointed and nothing is waited for; the rest is delivered again. Leaving the face's
 ``with`` block on an exception closes with ``discard=True``."""
+
+
+RUN = """Join the group for ``streams`` and call ``handler`` with every record of this member's
+shards until :meth:`close` is called from another thread (the calls in flight finish and are
+checkpointed, then ``run`` returns) or the handler fails outside its policy (then the consumer
+closes, nothing at or after the failing record is checkpointed, and the handler's exception is
+raised here, with a note naming the handler and the record).
+
+- ``concurrency``: handler calls at once (``Kinesumer``: worker threads; ``AsyncKinesumer``:
+  tasks). ``concurrency=1`` with ``ordering="shard"`` calls a plain handler on this thread.
+- ``ordering``: ``"key"``: records of one partition key one at a time, in sequence order, keys
+  in parallel; ``"shard"`` (default): one shard's records in order; ``"none"``: any order.
+- ``max_in_flight``: records read and not yet done, per member (default: twice what the
+  handler slots take at once, at least 100); reading pauses at the bound.
+- ``batch``: :class:`~kinesumer.handlers.Batch` (``max_size``, ``max_wait``): the handler gets
+  a list of records.
+- ``on_failure``: a failure policy (``Stop()`` by default: no retry, ``run`` raises; ``Retry``,
+  ``Block``, ``Discard``, ``DeadLetter``, ``RetryLater``: see :mod:`kinesumer.handlers`).
+- ``decode``: ``"json"``, a type (dataclass, msgspec Struct, TypedDict, pydantic model) or a
+  callable ``bytes -> T``: the handler gets a :class:`~kinesumer.handlers.Message`.
+- ``sink``: an exactly-once sink (:mod:`kinesumer.sinks`; needs ``ordering="shard"``): the handler
+  is called as ``handler(record_or_batch, tx)`` inside the sink's transaction.
+- ``name``: the handler's name in ``stats().handled``, metrics and dead letters (default: its
+  ``__qualname__``).
+
+A shard's checkpoint only moves to the highest position below which every record is done, so
+a crash loses nothing and delivers again only records in flight or not yet checkpointed; a
+graceful handoff waits (up to ``handoff_timeout``) for the shard's records read so far.
+Bad arguments raise :class:`~kinesumer.ConfigError` naming the argument, before joining."""
 
 
 def shared_doc(doc: str) -> Callable[[F], F]:
@@ -80,6 +113,8 @@ class BaseKinesumer:
             )
         engine = BroadcastEngine if config.broadcast else Engine
         self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked))
+        # run() handlers' outcome counters, by handler name (stats().handled).
+        self._handled: dict[str, HandlerCounters] = {}
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.
         self._iterating_in: object | None = None
 
@@ -95,7 +130,11 @@ class BaseKinesumer:
     def stats(self) -> ConsumerStats:
         """A snapshot of what this member is doing (see :class:`~kinesumer.ConsumerStats`);
         safe to call from any thread."""
-        return self._engine.snapshot()
+        stats = self._engine.snapshot()
+        if not self._handled:
+            return stats
+        handled = {name: counters.snapshot() for name, counters in list(self._handled.items())}
+        return dataclasses.replace(stats, handled=handled)
 
     # -- for the faces ----------------------------------------------------------------------
     @staticmethod
@@ -106,6 +145,38 @@ class BaseKinesumer:
         """``poll()`` reads what ``subscribe()`` joined for."""
         if not self._engine.started:
             raise RuntimeError("call subscribe(streams) before poll()")
+
+    def _prepare_run(
+        self,
+        streams: Iterable[str],
+        handler: Callable[..., Any],
+        run_arguments: dict[str, Any],
+        is_async: bool,
+    ) -> tuple[RunOptions, Invocation, tuple[str, ...]]:
+        """``run()``'s checks (ConfigError naming the argument), before anything starts: the
+        options, the invocation, and the streams to join (with the policy's retry-later
+        stream); the sink is attached to the engine."""
+        names = self._stream_names(streams)
+        options = run_options(handler, is_async=is_async, **run_arguments)
+        counters = self._handled.get(options.name)
+        if counters is None:
+            counters = self._handled[options.name] = HandlerCounters(
+                options.name, self._engine.metrics
+            )
+        engine = self._engine
+        invocation = Invocation(
+            handler,
+            options,
+            ClientFactory(engine.config, engine.requests),
+            counters,
+            is_async,
+            client_id=self.client_id,
+        )
+        if options.sink is not None:
+            options.sink.attach(engine)
+        if invocation.extra_streams:
+            names = self._stream_names([*names, *invocation.extra_streams])
+        return options, invocation, names
 
     def _here(self) -> object:
         """Where the caller runs, as the face tells places apart (a thread, a task)."""

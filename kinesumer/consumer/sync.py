@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
 from ..config import Config
 from ..engine.hooks import Hook
 from ..errors import ConsumerClosedError
+from ..handlers.options import Batch
+from ..handlers.threads import ThreadRunner
 from ..models import Record
-from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, SUBSCRIBE, BaseKinesumer, shared_doc
+from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
 T = TypeVar("T")
 
@@ -55,6 +58,10 @@ class Kinesumer(BaseKinesumer):
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop (started on first use) and wait for its result."""
+        return self._submit(coro).result()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start ``coro`` on the engine's loop (started on first use); its future."""
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -66,7 +73,7 @@ class Kinesumer(BaseKinesumer):
             if self._loop.is_closed():
                 coro.close()
                 raise ConsumerClosedError("this consumer was closed; create a new one")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     @shared_doc(CONSUME)
     def consume(self, streams: Iterable[str]) -> Iterator[Record]:
@@ -88,6 +95,47 @@ class Kinesumer(BaseKinesumer):
                 cursor.set_batch(lease, records)
                 continue
             yield record
+
+    @shared_doc(RUN)
+    def run(
+        self,
+        streams: Iterable[str],
+        handler: Callable[..., Any],
+        *,
+        concurrency: int = 1,
+        ordering: str = "shard",
+        max_in_flight: int | None = None,
+        batch: Batch | None = None,
+        on_failure: object = None,
+        decode: object = None,
+        sink: object = None,
+        name: str | None = None,
+    ) -> None:
+        arguments = {
+            "concurrency": concurrency,
+            "ordering": ordering,
+            "max_in_flight": max_in_flight,
+            "batch": batch,
+            "on_failure": on_failure,
+            "decode": decode,
+            "sink": sink,
+            "name": name,
+        }
+        options, invocation, names = self._prepare_run(streams, handler, arguments, False)
+        try:
+            self._run(self._engine.start(names))
+            runner = ThreadRunner(
+                self._engine,
+                options,
+                invocation,
+                self._submit,
+                lambda discard: self.close(discard=discard),
+            )
+            runner.run()
+        finally:
+            invocation.close_sync()
+            if options.sink is not None:
+                options.sink.close_sync()
 
     @shared_doc(SUBSCRIBE)
     def subscribe(self, streams: Iterable[str]) -> None:

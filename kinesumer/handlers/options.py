@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from .policies import POLICY_TYPES, FailurePolicy, Stop
 
 Ordering = Literal["key", "shard", "none"]
 
@@ -64,8 +65,8 @@ class RunOptions:
     max_in_flight: int
     #: Batch handler settings; None: the handler takes one record per call.
     batch: Batch | None
-    #: The failure policy (kinesumer.handlers.policies); None: the default ``Stop()``.
-    on_failure: Any
+    #: The failure policy (kinesumer.handlers.policies; ``Stop()`` when none was given).
+    on_failure: FailurePolicy
     #: The payload decoder asked for: None, ``"json"``, a type or a callable (handlers.decode).
     decode: Any
     #: An exactly-once sink (kinesumer.sinks), or None.
@@ -150,6 +151,14 @@ def run_options(
             "max_in_flight",
             f"must be at least concurrency ({concurrency}) or the slots never fill, "
             f"got {max_in_flight}",
+        )
+    if on_failure is None:
+        on_failure = Stop()
+    elif not isinstance(on_failure, POLICY_TYPES):
+        raise _fail(
+            "on_failure",
+            "must be Stop(), Block(), Discard(), DeadLetter(stream) or RetryLater(stream), "
+            f"got {on_failure!r}",
         )
     if decode is not None and not (decode == "json" or callable(decode)):
         raise _fail("decode", f"must be None, 'json', a type or a callable, got {decode!r}")

@@ -1,0 +1,190 @@
+"""The runner's bookkeeping, shared by the thread pool (threads.py) and the tasks (tasks.py).
+
+:class:`Dispatch` admits the records of the engine's batches (the engine's one admission check,
+``Cursor.admit``), keeps a low-water tracker per lease, asks the scheduler for the next handler
+call when a slot is free (with the batch's ``max_wait`` timer), and sorts out how each call
+ended. It never blocks and never looks at a clock itself: the runners pass ``now`` and do the
+waiting, each in its own way. Everything here runs on one thread (the dispatching one, or the
+event loop); only :meth:`Entry.tracker.finish <LowWater.finish>` is called from the workers.
+
+How a call can end, and what the run does:
+
+- returned: its records are done (the worker finished them in their trackers already);
+- ``HandlerFailedError`` (the policy stops the run): no more calls start, the in-flight ones
+  end, then the runner closes with discard and raises the handler's exception;
+- ``AbandonedError`` (the run is closing while the call waited): its records stay undone;
+- ``LeaseLostError`` (a sink's fenced commit was refused): the lease's queued records are
+  dropped and the engine is told (:attr:`Dispatch.lost`), the run goes on;
+- anything else is a bug in the layers below: it stops the run like a handler failure.
+
+Records of a lease that was handed off (REVOKING) keep running once admitted: dropping queued
+ones while a later record of another key is already done would leave a gap below done records,
+which the next owner delivers again with everything after it (duplicates); letting them run
+keeps the handoff exact and is bounded by ``max_in_flight`` and ``handoff_timeout``. Queued
+records of a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+from ..engine.leases import Lease, LeaseStatus
+from ..models import Record
+from ..sinks.base import LeaseLostError
+from .options import RunOptions
+from .policies import AbandonedError, HandlerFailedError
+from .progress import Entry, LowWater
+from .scheduler import Call, Scheduler
+
+if TYPE_CHECKING:
+    from ..engine.delivery import Cursor
+
+
+def key_function(ordering: str) -> Callable[[Record], Hashable]:
+    """What a record must be ordered with, for the scheduler."""
+    if ordering == "key":
+        return lambda record: (record.stream, record.partition_key)
+    if ordering == "shard":
+        return lambda record: (record.stream, record.shard_id)
+    return lambda record: None
+
+
+class Dispatch:
+    def __init__(self, options: RunOptions, cursor: Cursor) -> None:
+        self.options = options
+        self.cursor = cursor
+        self.scheduler: Scheduler[Entry] = Scheduler(
+            options.ordering != "none",
+            options.max_in_flight,
+            options.batch_size,
+            one_key_per_call=options.sink is not None,
+        )
+        self._key = key_function(options.ordering)
+        self.trackers: dict[Lease, LowWater] = {}
+        # The engine batch being admitted: its lease, records and the next index.
+        self._lease: Lease | None = None
+        self._records: list[Record] = []
+        self._index = 0
+        #: Calls started and not reported back yet.
+        self.running = 0
+        #: What stops the run with an error (the handler's failure, or a bug below it).
+        self.failure: BaseException | None = None
+        #: The engine said it is closed: start nothing more.
+        self.closed = False
+        #: Leases a sink found lost: the runner tells the engine, then clears this.
+        self.lost: list[tuple[Lease, str]] = []
+        self._ready_since: float | None = None
+        batch = options.batch
+        self._max_wait = batch.max_wait if batch is not None else 0.0
+
+    # -- admission -----------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """Nothing more starts: the run failed or the engine closed."""
+        return self.failure is not None or self.closed
+
+    @property
+    def wants_records(self) -> bool:
+        """The current engine batch is admitted (or dropped): fetch the next one."""
+        return self._lease is None and not self.stopping
+
+    def set_batch(self, lease: Lease, records: list[Record]) -> None:
+        self._lease, self._records, self._index = lease, records, 0
+
+    def admit(self) -> None:
+        """Admit records of the current engine batch while the bound leaves room."""
+        lease = self._lease
+        if lease is None or self.stopping:
+            return
+        scheduler, records, key = self.scheduler, self._records, self._key
+        room = scheduler.room()
+        if room <= 0:
+            return
+        tracker = self.trackers.get(lease)
+        if tracker is None:
+            tracker = self.trackers[lease] = LowWater(lease)
+        admit = self.cursor.admit
+        index, end = self._index, min(len(records), self._index + room)
+        while index < end:
+            record = records[index]
+            if not admit(lease, record):
+                # Revoked or lost: the rest of the batch is the next owner's.
+                self._lease, self._records = None, []
+                return
+            scheduler.add(tracker.admit(record), key(record))
+            index += 1
+        self._index = index
+        if index >= len(records):
+            self._lease, self._records = None, []
+
+    # -- calls ---------------------------------------------------------------------------------
+    def next_call(self, now: float) -> Call[Entry] | None:
+        """The next call to start, if a slot is free and one may start now."""
+        if self.stopping or self.running >= self.options.concurrency:
+            return None
+        scheduler = self.scheduler
+        if self.options.batch is None:
+            call = scheduler.take()
+        else:
+            if scheduler.ready() == 0:
+                self._ready_since = None
+                return None
+            if self._ready_since is None:
+                self._ready_since = now
+            call = scheduler.take(force=now - self._ready_since >= self._max_wait)
+            if call is not None:
+                self._ready_since = now if scheduler.ready() else None
+        if call is not None:
+            self.running += 1
+        return call
+
+    def wait_time(self, now: float) -> float | None:
+        """Seconds until a partial batch may start (None: no timer runs)."""
+        if (
+            self._ready_since is None
+            or self.stopping
+            or self.running >= self.options.concurrency
+            or self.scheduler.ready() == 0
+        ):
+            return None
+        return max(0.0, self._ready_since + self._max_wait - now)
+
+    def finished(self, call: Call[Entry], error: BaseException | None) -> None:
+        """``call`` came back, with the error it raised (None: its records are done)."""
+        self.running -= 1
+        self.scheduler.done(call)
+        if error is None or isinstance(error, AbandonedError):
+            return
+        if isinstance(error, LeaseLostError):
+            lease = call.items[0].lease
+            self.lost.append((lease, str(error)))
+            self.drop(lease)
+            return
+        if self.failure is None:
+            self.failure = error
+
+    # -- leases that ended ---------------------------------------------------------------------
+    def drop(self, lease: Lease) -> None:
+        """Forget the queued records of ``lease`` and its tracker."""
+        tracker = self.trackers.pop(lease, None)
+        if tracker is not None:
+            self.scheduler.drop(lambda entry: entry.tracker is tracker)
+
+    def sweep(self) -> None:
+        """Drop what belongs to leases that ended (lost, or released after a handoff)."""
+        for lease in [
+            lease
+            for lease in self.trackers
+            if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED)
+        ]:
+            self.drop(lease)
+
+    def handler_error(self) -> BaseException | None:
+        """What ``run()`` raises: the handler's own exception for a policy's stop."""
+        failure = self.failure
+        if isinstance(failure, HandlerFailedError):
+            error = failure.error
+            error.add_note(f"kinesumer: {failure}")
+            return error
+        return failure

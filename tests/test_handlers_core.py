@@ -1,0 +1,255 @@
+"""The handler runner's pure parts: the per-key scheduler, the low-water tracker, run()'s checks.
+
+Property tests (hypothesis) drive the scheduler and the tracker with random arrivals and random
+completion orders; no AWS, no threads except where thread-safety is the point.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesumer import ConfigError
+from kinesumer.engine.leases import Lease
+from kinesumer.handlers.options import Batch, run_options
+from kinesumer.handlers.policies import Discard, Stop
+from kinesumer.handlers.progress import LowWater
+from kinesumer.handlers.scheduler import Call, Scheduler
+from kinesumer.models import Checkpoint, Record
+
+
+def record(seq: int, key: str = "k", shard: str = "shard-0") -> Record:
+    return Record("s", shard, f"{seq:056d}", 0, key, b"", None)
+
+
+# -- the scheduler ---------------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from("abcde"), min_size=1, max_size=60),
+    seed=st.integers(0, 2**32),
+    ordering=st.sampled_from(["key", "shard", "none"]),
+    max_in_flight=st.integers(1, 12),
+    batch_size=st.integers(1, 4),
+    one_key=st.booleans(),
+)
+def test_scheduler_orders_keys_and_respects_the_bound(
+    keys: list[str], seed: int, ordering: str, max_in_flight: int, batch_size: int, one_key: bool
+) -> None:
+    rng = random.Random(seed)  # arrivals, takes and completions interleave at random
+    scheduler: Scheduler[tuple[str, int]] = Scheduler(
+        ordering != "none", max_in_flight, batch_size, one_key_per_call=one_key
+    )
+    pending = list(enumerate(keys))  # (sequence, key) in arrival order
+    in_flight: list[Call[tuple[str, int]]] = []
+    started: dict[str, list[int]] = defaultdict(list)
+    seen: list[int] = []
+    while pending or in_flight or scheduler.admitted:
+        action = rng.choice(["add", "take", "done"])
+        if action == "add" and pending and scheduler.room() > 0:
+            seq, key = pending.pop(0)
+            scheduler.add((key, seq), key if ordering != "none" else None)
+        elif action == "take":
+            call = scheduler.take(force=rng.random() < 0.5)
+            if call is None:
+                continue
+            assert 1 <= len(call.items) <= batch_size
+            if one_key and ordering != "none":
+                assert len({k for k, _ in call.items}) == 1
+            if ordering != "none":
+                busy = {k for c in in_flight for k, _ in c.items}
+                assert not busy & {k for k, _ in call.items}, "a key has two calls in flight"
+            for key, seq in call.items:
+                started[key].append(seq)
+                seen.append(seq)
+            in_flight.append(call)
+        elif action == "done" and in_flight:
+            index = rng.randrange(len(in_flight))
+            scheduler.done(in_flight.pop(index))
+        elif not pending and not in_flight:
+            # Only forced takes remain useful: drain.
+            call = scheduler.take(force=True)
+            assert call is not None, "records admitted but nothing may start"
+            for key, seq in call.items:
+                started[key].append(seq)
+                seen.append(seq)
+            in_flight.append(call)
+        assert 0 <= scheduler.admitted <= max_in_flight
+    assert sorted(seen) == list(range(len(keys))), "every record dispatched exactly once"
+    if ordering != "none":
+        for key, seqs in started.items():
+            assert seqs == sorted(seqs), f"key {key} started out of order"
+
+
+def test_scheduler_worked_example() -> None:
+    scheduler: Scheduler[str] = Scheduler(True, 10, batch_size=2)
+    for item in ("a1", "a2", "b1", "a3"):
+        scheduler.add(item, item[0])
+    first = scheduler.take()
+    assert first is not None and first.items == ["a1", "a2"]
+    second = scheduler.take()
+    assert second is not None and second.items == ["b1"]
+    assert scheduler.take() is None
+    scheduler.done(first)
+    third = scheduler.take()
+    assert third is not None and third.items == ["a3"]
+
+
+def test_scheduler_waits_for_a_full_batch_unless_forced() -> None:
+    scheduler: Scheduler[int] = Scheduler(False, 10, batch_size=3)
+    scheduler.add(1)
+    scheduler.add(2)
+    assert scheduler.take(force=False) is None
+    scheduler.add(3)
+    full = scheduler.take(force=False)
+    assert full is not None and full.items == [1, 2, 3]
+    scheduler.add(4)
+    forced = scheduler.take(force=True)
+    assert forced is not None and forced.items == [4]
+
+
+def test_scheduler_drop_forgets_waiting_records_only() -> None:
+    scheduler: Scheduler[str] = Scheduler(True, 10)
+    for item in ("a1", "x1", "a2", "x2"):
+        scheduler.add(item, item[0])
+    running = scheduler.take()
+    assert running is not None and running.items == ["a1"]
+    assert scheduler.drop(lambda item: item.endswith("2")) == ["a2", "x2"]
+    assert scheduler.admitted == 2
+    nxt = scheduler.take()
+    assert nxt is not None and nxt.items == ["x1"]
+    scheduler.done(running)
+    assert scheduler.take() is None
+
+
+# -- the low-water tracker -------------------------------------------------------------------
+def lease() -> Lease:
+    return Lease(Checkpoint("s", "shard-0", owner="me", lease=1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(list(range(30))), st.integers(0, 30))
+def test_low_water_never_passes_an_unfinished_record(order: list[int], finished: int) -> None:
+    owned = lease()
+    tracker = LowWater(owned)
+    entries = [tracker.admit(record(i)) for i in range(30)]
+    done: set[int] = set()
+    for i in order[:finished]:
+        tracker.finish(entries[i])
+        done.add(i)
+        processed = owned.processed
+        prefix = 0
+        while prefix in done:
+            prefix += 1
+        if prefix == 0:
+            assert processed is None
+        else:
+            assert processed is not None
+            assert int(processed.sequence_number) == prefix - 1, "mark is not the done prefix"
+
+
+def test_low_water_from_many_threads_ends_at_the_last_record() -> None:
+    owned = lease()
+    tracker = LowWater(owned)
+    entries = [tracker.admit(record(i)) for i in range(4000)]
+    parts = [entries[i::8] for i in range(8)]
+    marks: list[int] = []
+
+    def finish(part: list[Any]) -> None:
+        for entry in reversed(part):
+            tracker.finish(entry)
+            if owned.processed is not None:
+                marks.append(int(owned.processed.sequence_number))
+
+    threads = [threading.Thread(target=finish, args=(part,)) for part in parts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert owned.processed is not None and int(owned.processed.sequence_number) == 3999
+    assert tracker.pending == 0
+
+
+# -- run()'s checks --------------------------------------------------------------------------
+def handle(record: Record) -> None:
+    pass
+
+
+async def handle_async(record: Record) -> None:
+    pass
+
+
+GOOD: dict[str, Any] = {
+    "concurrency": 1,
+    "ordering": "shard",
+    "max_in_flight": None,
+    "batch": None,
+    "on_failure": None,
+    "decode": None,
+    "sink": None,
+    "name": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("concurrency", 0),
+        ("concurrency", 1.5),
+        ("concurrency", True),
+        ("ordering", "partition"),
+        ("max_in_flight", 0),
+        ("max_in_flight", "many"),
+        ("batch", 10),
+        ("on_failure", "retry"),
+        ("decode", 42),
+        ("sink", object()),
+        ("name", ""),
+    ],
+)
+def test_bad_run_arguments_name_the_argument(argument: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as raised:
+        run_options(handle, is_async=False, **{**GOOD, argument: value})
+    assert raised.value.field == argument
+    assert str(raised.value).startswith(f"run({argument}): ")
+
+
+def test_handler_kind_must_match_the_face() -> None:
+    with pytest.raises(ConfigError, match=r"run\(handler\).*coroutine"):
+        run_options(handle_async, is_async=False, **GOOD)
+    with pytest.raises(ConfigError, match=r"run\(handler\).*coroutine"):
+        run_options(handle, is_async=True, **GOOD)
+    with pytest.raises(ConfigError, match=r"run\(handler\)"):
+        run_options("nope", is_async=False, **GOOD)  # type: ignore[arg-type]
+
+
+def test_a_sink_needs_shard_ordering() -> None:
+    class Sink:
+        def attach(self, engine: Any) -> None: ...
+        def transact_sync(self, *args: Any) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"run\(ordering\)"):
+        run_options(handle, is_async=False, **{**GOOD, "sink": Sink(), "ordering": "key"})
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_size", 0), ("max_wait", -1.0)])
+def test_bad_batch_settings(field: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=rf"Batch\({field}\)"):
+        Batch(**{field: value})
+
+
+def test_defaults() -> None:
+    options = run_options(handle, is_async=False, **GOOD)
+    assert options.on_failure == Stop() and options.name == "handle"
+    assert options.max_in_flight >= 100
+    big = run_options(
+        handle,
+        is_async=False,
+        **{**GOOD, "concurrency": 8, "batch": Batch(50), "on_failure": Discard()},
+    )
+    assert big.max_in_flight == 2 * 8 * 50 and big.batch_size == 50
