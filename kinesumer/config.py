@@ -49,6 +49,7 @@ class Config:
     broadcast_resume: bool = False
     heartbeat_interval: float = 1.0
     client_timeout: float = 3.0
+    assignment: Literal["range", "sticky"] = "range"
     shard_sync_interval: float = 30.0
     commit_interval: float = 5.0
     handoff_timeout: float = 5.0
@@ -90,10 +91,17 @@ class Config:
         _check_number("handoff_timeout", self.handoff_timeout, 0.0)
         _check_number("client_timeout", self.client_timeout, 0.1)
         if self.client_timeout < 2 * self.heartbeat_interval:
+            # A member fences itself 0.9 x client_timeout after its last landed heartbeat was
+            # sent (engine/heartbeat.py); at 2x the next heartbeat still has 0.8 x
+            # heartbeat_interval to land, below that a little latency fences a healthy member.
             raise ConfigError(
                 "client_timeout",
                 f"must be at least twice heartbeat_interval ({self.heartbeat_interval}s), or one "
-                f"late heartbeat makes a live client look dead; got {self.client_timeout}s",
+                f"late heartbeat fences a healthy member; got {self.client_timeout}s",
+            )
+        if self.assignment not in ("range", "sticky"):
+            raise ConfigError(
+                "assignment", f"must be 'range' or 'sticky', got {self.assignment!r}"
             )
         _check_int("max_buffered_records", self.max_buffered_records, 1, 10**9)
         _check_int("max_buffered_bytes", self.max_buffered_bytes, 1024, 2**40)

@@ -53,6 +53,8 @@ class ClientInfo:
     #: furthest behind when they are too many for a 1 KB item (``owned_count`` is the total).
     owned: dict[str, int] = field(default_factory=dict)
     owned_count: int = -1  # -1: not reported (an older version)
+    #: ``Config.assignment`` of that member ("" from an older version: it assigns by range).
+    assignment: str = ""
 
 
 @dataclass(frozen=True)

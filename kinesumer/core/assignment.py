@@ -10,10 +10,28 @@ by at most one.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 #: client id -> stream -> shard ids (sorted) that client reads.
 Assignment = dict[str, dict[str, tuple[str, ...]]]
+
+#: ``Config.assignment``: contiguous ranges (this module), or :mod:`.sticky`.
+ASSIGNMENT_MODES = ("range", "sticky")
+
+
+def group_mode(configured: str, declared: Iterable[str]) -> str:
+    """The mode the whole group assigns with: ``"sticky"`` only when this member is configured
+    so and every live member declares ``"sticky"`` in its client item (``declared``; an older
+    version declares nothing, ``""``), else ``"range"``.
+
+    Two members computing with different modes would each release what the other claims. Every
+    member sees the same live list, so every member picks the same mode; a member declaring
+    ``"range"`` (or nothing) computes ``"range"`` whatever the others say, so the group agrees
+    with it. A rolling switch to sticky therefore takes effect once the last member switched.
+    """
+    if configured == "sticky" and all(mode == "sticky" for mode in declared):
+        return "sticky"
+    return "range"
 
 
 def assign(

@@ -5,8 +5,14 @@ Every ``heartbeat_interval`` a tick runs the protocol's phases in order:
 1. read the members (:class:`~.membership.Membership`): live ids, leader;
 2. leader only, every ``shard_sync_interval``: list the shards and prune dead members;
 3. bring the shard caches up to date (:class:`~.shard_sync.ShardSync`);
-4. compute this member's shards with the pure :func:`kinesumer.core.shards_of` and move the
-   leases to match (:class:`~.leasing.Leasing`: handoffs, claims).
+4. compute this member's shards with the pure :func:`kinesumer.core.shards_of` (or, in
+   ``assignment="sticky"`` mode, :func:`kinesumer.core.sticky_shards_of`) and move the leases to
+   match (:class:`~.leasing.Leasing`: handoffs, claims).
+
+Sticky assignment also needs the shards' current owners (the checkpoint items). They are read
+only when the live members or the shard lists changed, or while a claim of ours is pending: a
+rebalance's target is the same from every state it passes through (:mod:`kinesumer.core.sticky`),
+so a member that reached its target has nothing new to learn from the owners.
 
 Between ticks, pending claims are retried every ``CLAIM_RETRY`` seconds.
 """
@@ -19,7 +25,7 @@ import logging
 import time
 
 from ..config import Config
-from ..core import active_shards, shards_of
+from ..core import active_shards, group_mode, shards_of, sticky_shards_of
 from ..errors import TransientAWSError
 from ..metrics import Metrics
 from .leases import Lease, LeaseStatus
@@ -53,6 +59,10 @@ class Coordinator:
         self._metrics = metrics
         self.streams: tuple[str, ...] = ()
         self.ticks = 0
+        #: The mode the group assigns with now (see :func:`kinesumer.core.group_mode`).
+        self.mode = "range"
+        self._sticky_inputs: object = None  # (members, shards) of the last sticky computation
+        self._sticky_mine: dict[str, tuple[str, ...]] = {}
 
     async def tick(self) -> None:
         """Read the members, do the leader's duties, and move shards to match the assignment.
@@ -80,8 +90,41 @@ class Coordinator:
             for stream, cache in self.shard_sync.caches.items()
             if stream in self.streams
         }
-        await self.leasing.rebalance(shards_of(self.client_id, members, shards))
+        self._choose_mode()
+        if self.mode == "sticky":
+            mine = await self._sticky_shards(members, shards)
+        else:
+            mine = shards_of(self.client_id, members, shards)
+        await self.leasing.rebalance(mine)
         self._report_membership()
+
+    def _choose_mode(self) -> None:
+        live = self.membership.live
+        mode = group_mode(self._config.assignment, (c.assignment for c in live))
+        if mode != self.mode:
+            self._sticky_inputs = None
+            if mode == "range" and self._config.assignment == "sticky":
+                others = sorted(c.client_id for c in live if c.assignment != "sticky")
+                log.warning(
+                    "[%s] assigning by range, not sticky: live members %s are not configured "
+                    "assignment='sticky' (the whole group must agree on one mode)",
+                    self.client_id,
+                    ", ".join(others),
+                )
+            else:
+                log.info("[%s] the group assigns by %s", self.client_id, mode)
+        self.mode = mode
+
+    async def _sticky_shards(
+        self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
+    ) -> dict[str, tuple[str, ...]]:
+        """Sticky mode: our shards, from fresh owners when anything could have changed."""
+        inputs = (members, shards)
+        if inputs != self._sticky_inputs or self.leasing.has_pending:
+            owners = await self.leasing.read_owners(shards)
+            self._sticky_mine = sticky_shards_of(self.client_id, members, shards, owners)
+            self._sticky_inputs = inputs
+        return self._sticky_mine
 
     def _report_membership(self) -> None:
         active = sum(1 for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE)

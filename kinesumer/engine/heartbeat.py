@@ -142,6 +142,7 @@ class Heartbeat:
             pid=os.getpid(),
             version=__version__,
             owned=self._owned(),
+            assignment=self._config.assignment,
         )
 
     @property

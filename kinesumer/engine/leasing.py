@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import TransientAWSError
 from ..metrics import Metrics
@@ -79,6 +79,15 @@ class Leasing:
             self.hand_off(self._leases[key])
         self._pending = wanted - owned
         await self.claim_pending()
+
+    async def read_owners(self, streams: Iterable[str]) -> dict[str, dict[str, str]]:
+        """stream -> shard id -> owner, from the checkpoint items (one strongly consistent
+        Query per stream and MB): the input of sticky assignment."""
+        owners: dict[str, dict[str, str]] = {}
+        for stream in sorted(streams):
+            found = await self._store.get_checkpoints(stream)
+            owners[stream] = {sid: c.owner for sid, c in found.items() if c.owner is not None}
+        return owners
 
     def hand_off(self, lease: Lease) -> None:
         """Start a graceful handoff of ``lease`` (bounded by ``handoff_timeout``); the lease

@@ -5,7 +5,8 @@ store, the heartbeat thread and the command line. Items, for app ``A`` (keys fro
 :mod:`..schema`):
 
 - client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``expires_at`` (TTL, s), host, pid,
-  version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``.
+  version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``,
+  ``assignment`` (the member's assignment mode; absent from older versions).
 - shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``body``, ``chunks``; the body
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
@@ -81,6 +82,8 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
         "owned_count": {"N": str(len(client.owned))},
     }
+    if client.assignment:
+        item["assignment"] = {"S": client.assignment}
     room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
     kept: dict[str, Any] = {}
     for key, lag in sorted(client.owned.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -104,6 +107,7 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
         version=item.get("version", {}).get("S", ""),
         owned={k: int(v["N"]) for k, v in item.get("owned", {}).get("M", {}).items()},
         owned_count=int(item.get("owned_count", {}).get("N", "-1")),
+        assignment=item.get("assignment", {}).get("S", ""),
     )
 
 
