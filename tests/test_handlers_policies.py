@@ -89,7 +89,7 @@ class FakeFactory:
         self.stats = None
         self.client = client
 
-    def sync_kinesis(self) -> FakeKinesis:
+    def sync_kinesis(self, attempts: int | None = None) -> FakeKinesis:
         return self.client
 
 

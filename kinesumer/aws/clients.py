@@ -189,14 +189,17 @@ class ClientFactory:
         )
         return self._instrumented(client)
 
-    def sync_kinesis(self) -> Any:
+    def sync_kinesis(self, *, attempts: int | None = None) -> Any:
         """A blocking boto3 Kinesis client with the caller's own credentials (local tools: the
-        demo's producer; the engine reads through :meth:`kinesis`)."""
+        demo's producer, dead-letter writes from handler threads; the engine reads through
+        :meth:`kinesis`). ``attempts``: botocore's own retries; None keeps botocore's defaults."""
         config = self.config
+        retries = {"total_max_attempts": attempts, "mode": "standard"} if attempts else None
         client = blocking_client(
             "kinesis",
             region_name=config.effective_kinesis_region,
             endpoint_url=config.kinesis_endpoint,
+            config=BotoConfig(retries=retries) if retries else None,
         )
         return self._instrumented(client)
 

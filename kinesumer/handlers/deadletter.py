@@ -187,7 +187,8 @@ class DeadLetterWriter:
         transient errors; DeadLetterWriteError when it cannot land."""
         with self._lock:
             if self._client is None:
-                self._client = self._factory.sync_kinesis()
+                # One attempt per call: the retry policy is this writer's (as in aws.retry).
+                self._client = self._factory.sync_kinesis(attempts=1)
         client = self._client
         retrying = Retrying(
             retry=retry_if_exception(is_transient),

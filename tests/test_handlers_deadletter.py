@@ -1,0 +1,183 @@
+"""Dead-letter and retry-later writes against a real Kinesis stand-in (kinesalite), through the
+library's client factory: every envelope field read back, a transient error retried, a write that
+keeps failing stopping the run with a named error, retry-later re-delivery after its delay."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _faultproxy import Fault
+from _group import create_stream, kinesis, make_config
+from test_handlers_policies import Counters, Failing, Options, lease, record
+
+from kinesumer.aws import ClientFactory
+from kinesumer.handlers.deadletter import DeadLetterWriteError, read_envelope
+from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.policies import DeadLetter, HandlerFailedError, Retry, RetryLater
+from kinesumer.models import Record
+
+NO_RETRY = Retry(attempts=1)
+
+
+def read_stream(url: str, stream: str) -> list[Record]:
+    """Every record of ``stream``, from its start, shard by shard."""
+    client = kinesis(url)
+    found: list[Record] = []
+    for shard in client.list_shards(StreamName=stream)["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for r in client.get_records(ShardIterator=iterator)["Records"]:
+            found.append(
+                Record(
+                    stream,
+                    shard["ShardId"],
+                    r["SequenceNumber"],
+                    0,
+                    r["PartitionKey"],
+                    r["Data"],
+                    r["ApproximateArrivalTimestamp"],
+                )
+            )
+    return found
+
+
+@pytest.fixture
+def setup(kinesalite: Any, unique_name: Callable[[str], str]) -> dict[str, Any]:
+    """A dead-letter and a retry stream on kinesalite, and a config reaching it at ``endpoint``
+    (kinesalite itself unless a test passes a fault proxy's URL)."""
+    dlq, retries = unique_name("dlq"), unique_name("retry")
+    create_stream(kinesalite.url, dlq, 1)
+    create_stream(kinesalite.url, retries, 1)
+
+    def invocation(
+        policy: Any, handler: Any = None, endpoint: str | None = None, is_async: bool = False
+    ) -> tuple[Invocation, Counters]:
+        config = make_config(endpoint or kinesalite.url, "http://127.0.0.1:1", "shop", "state")
+        counters = Counters()
+        made = Invocation(
+            handler or Failing(),
+            Options(on_failure=policy),
+            ClientFactory(config.replace(client_id="member-9")),
+            counters,
+            is_async,
+            write_attempts=3,
+        )
+        return made, counters
+
+    return {"url": kinesalite.url, "dlq": dlq, "retries": retries, "invocation": invocation}
+
+
+def test_dead_letter_envelope_read_back_field_by_field(setup: dict[str, Any]) -> None:
+    call, counters = setup["invocation"](DeadLetter(setup["dlq"], retry=Retry(2, backoff=0.0)))
+    before = int(time.time() * 1000)
+    original = record(b"\x00\xffpayload", key="customer-42")
+    call.call_sync([original], lease(), threading.Event())
+    assert counters.counts == {"retried": 1, "dead_lettered": 1}
+    [written] = read_stream(setup["url"], setup["dlq"])
+    assert written.partition_key == "customer-42"  # the original key: per-key order kept
+    envelope = read_envelope(written.data)
+    assert envelope.kinesumer_envelope == 1 and envelope.kind == "dead_letter"
+    assert (envelope.stream, envelope.shard_id) == ("orders", "shardId-000000000001")
+    assert (envelope.sequence_number, envelope.sub_sequence_number) == ("100", 0)
+    assert envelope.partition_key == "customer-42"
+    assert envelope.data == b"\x00\xffpayload" and envelope.data_bytes == 9
+    assert not envelope.data_truncated
+    assert envelope.approximate_arrival_timestamp == 1767323045678  # 2026-01-02T03:04:05.678Z
+    assert envelope.handler == "orders.handle"
+    assert envelope.error_type == "builtins.RuntimeError" and envelope.error_message == "boom 2"
+    assert (envelope.attempts, envelope.round) == (2, 0)
+    assert before <= envelope.failed_at <= int(time.time() * 1000)
+    assert (envelope.app, envelope.client_id) == ("shop", "member-9")
+    assert envelope.original_record() == original
+
+
+def test_a_transient_error_writing_a_dead_letter_is_retried(
+    setup: dict[str, Any], fault_proxy: Callable[[str], Any]
+) -> None:
+    proxy = fault_proxy(setup["url"])
+    rule = proxy.add_rule(Fault.throttle(), service="kinesis", operation="PutRecord", count=2)
+    call, counters = setup["invocation"](
+        DeadLetter(setup["dlq"], retry=NO_RETRY), endpoint=proxy.url
+    )
+    call.call_sync([record()], lease(), threading.Event())
+    assert rule.fired == 2 and counters.counts == {"dead_lettered": 1}
+    assert len(read_stream(setup["url"], setup["dlq"])) == 1
+
+
+def test_a_dead_letter_write_that_keeps_failing_stops_the_run(
+    setup: dict[str, Any], fault_proxy: Callable[[str], Any]
+) -> None:
+    proxy = fault_proxy(setup["url"])
+    rule = proxy.add_rule(Fault.http_503(), service="kinesis", operation="PutRecord")
+    call, counters = setup["invocation"](
+        DeadLetter(setup["dlq"], retry=NO_RETRY), endpoint=proxy.url
+    )
+    with pytest.raises(HandlerFailedError) as caught:
+        call.call_sync([record()], lease(), threading.Event())
+    assert isinstance(caught.value.error, DeadLetterWriteError)
+    assert setup["dlq"] in str(caught.value.error)
+    assert rule.fired == 3  # write_attempts: one policy of retries, botocore's own are off
+    assert counters.counts == {"failed": 1} and read_stream(setup["url"], setup["dlq"]) == []
+
+
+def test_the_async_face_writes_the_same_envelope(setup: dict[str, Any]) -> None:
+    async def handler(argument: Record) -> None:
+        raise ValueError("async boom")
+
+    call, counters = setup["invocation"](
+        DeadLetter(setup["dlq"], retry=NO_RETRY), handler, is_async=True
+    )
+
+    async def main() -> None:
+        try:
+            await call.call_async([record()], lease(), asyncio.Event())
+        finally:
+            await call.close_async()
+
+    asyncio.run(main())
+    [written] = read_stream(setup["url"], setup["dlq"])
+    envelope = read_envelope(written.data)
+    assert envelope.error_type == "builtins.ValueError" and envelope.original_record() == record()
+    assert counters.counts == {"dead_lettered": 1}
+
+
+def test_retry_later_redelivers_after_the_delay_then_succeeds(setup: dict[str, Any]) -> None:
+    handled_at: list[float] = []
+
+    def handler(argument: Record) -> None:
+        handled_at.append(time.time())
+        if len(handled_at) == 1:
+            raise RuntimeError("not yet")
+
+    policy = RetryLater(setup["retries"], delay=0.3, retry=NO_RETRY)
+    call, counters = setup["invocation"](policy, handler)
+    call.call_sync([record()], lease(), threading.Event())
+    [again] = read_stream(setup["url"], setup["retries"])
+    envelope = read_envelope(again.data)
+    assert envelope.kind == "retry_later" and envelope.round == 1
+    call.call_sync([again], lease(), threading.Event())
+    assert handled_at[1] >= envelope.failed_at / 1000 + 0.3  # not before it was due
+    assert counters.counts == {"retry_later": 1, "ok": 1}
+
+
+def test_retry_later_dead_letters_after_its_rounds(setup: dict[str, Any]) -> None:
+    handler = Failing()
+    policy = RetryLater(
+        setup["retries"], delay=0.0, rounds=1, then=DeadLetter(setup["dlq"]), retry=NO_RETRY
+    )
+    call, counters = setup["invocation"](policy, handler)
+    call.call_sync([record()], lease(), threading.Event())
+    [again] = read_stream(setup["url"], setup["retries"])
+    call.call_sync([again], lease(), threading.Event())
+    assert handler.calls == [record(), record()]
+    [dead] = read_stream(setup["url"], setup["dlq"])
+    envelope = read_envelope(dead.data)
+    assert (envelope.kind, envelope.round, envelope.error_message) == ("dead_letter", 1, "boom 2")
+    assert envelope.original_record() == record()
+    assert counters.counts == {"retry_later": 1, "dead_lettered": 1}
