@@ -7,6 +7,7 @@ from DynamoDB.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -18,9 +19,9 @@ import boto3
 import pytest
 from _group import create_stream, make_config, put, setup_table
 from _scenario import read_checkpoints
-from _wait import wait_until
+from _wait import eventually, wait_until
 
-from kinesumer import Config, Kinesumer, Record
+from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
 from kinesumer.handlers import Batch
 
 
@@ -216,3 +217,66 @@ def test_batch_sizes_under_a_saturating_load(group: dict[str, Any]) -> None:
     assert max(sizes) == 25
     full = sum(1 for size in sizes if size == 25)
     assert full * 25 >= total * 0.8, f"batches did not fill: {sizes}"
+
+
+async def test_async_run_orders_keys_and_stops_on_aclose(group: dict[str, Any]) -> None:
+    """AsyncKinesumer.run with 32 tasks: per-key order, every record once, aclose() from
+    another task ends it with the checkpoints at each shard's last record."""
+    config, stream = group["config"], group["stream"]
+    total = 600
+    put(group["url"], stream, 0, total, key=lambda i: f"k{i % 61}")
+    seen: dict[str, list[int]] = defaultdict(list)
+    busy: set[str] = set()
+    overlaps: list[str] = []
+    last_of_shard: dict[str, int] = {}
+    rng = random.Random(11)
+
+    async def handle(record: Record) -> None:
+        key = record.partition_key
+        if key in busy:
+            overlaps.append(key)
+        busy.add(key)
+        await asyncio.sleep(rng.random() * 0.004)
+        busy.discard(key)
+        seen[key].append(int(record.data))
+        sequence = int(record.sequence_number)
+        last_of_shard[record.shard_id] = max(last_of_shard.get(record.shard_id, 0), sequence)
+
+    consumer = AsyncKinesumer(config)
+    run = asyncio.create_task(consumer.run([stream], handle, concurrency=32, ordering="key"))
+    await eventually(lambda: sum(map(len, seen.values())) >= total, 60, "every record handled")
+    await consumer.aclose()
+    await asyncio.wait_for(run, 30)
+    assert not overlaps
+    for key, numbers in seen.items():
+        assert numbers == sorted(numbers), f"key {key} out of order: {numbers}"
+    assert sorted(n for numbers in seen.values() for n in numbers) == list(range(total))
+    assert checkpoints(config, stream) == last_of_shard
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_async_handler_failure_is_raised(group: dict[str, Any], concurrency: int) -> None:
+    """Inline (concurrency 1) and in tasks: the handler's exception comes out of run() after
+    the consumer closed, the failing record's shard checkpointed before it."""
+    config, stream = group["config"], group["stream"]
+    put(group["url"], stream, 0, 200)
+    failing: list[Record] = []
+
+    async def handle(record: Record) -> None:
+        if int(record.data) == 120:
+            failing.append(record)
+            raise KeyError("missing")
+
+    consumer = AsyncKinesumer(config)
+    with pytest.raises(KeyError):
+        await consumer.run([stream], handle, concurrency=concurrency)
+    assert consumer.stats().state == "closed"
+    mark = checkpoints(config, stream).get(failing[0].shard_id)
+    assert mark is None or mark < int(failing[0].sequence_number)
+
+
+async def test_async_run_rejects_a_plain_function(group: dict[str, Any]) -> None:
+    consumer = AsyncKinesumer(group["config"])
+    with pytest.raises(ConfigError, match=r"run\(handler\)"):
+        await consumer.run([group["stream"]], print)
+    await consumer.aclose()

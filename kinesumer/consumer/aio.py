@@ -7,12 +7,15 @@ application's own event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
+from typing import Any
 
 from ..errors import ConsumerClosedError
+from ..handlers.options import Batch
+from ..handlers.tasks import TaskRunner
 from ..models import Record
-from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, SUBSCRIBE, BaseKinesumer, shared_doc
+from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
 
 class AsyncKinesumer(BaseKinesumer):
@@ -48,6 +51,43 @@ class AsyncKinesumer(BaseKinesumer):
                 cursor.set_batch(lease, records)
                 continue
             yield record
+
+    @shared_doc(RUN)
+    async def run(
+        self,
+        streams: Iterable[str],
+        handler: Callable[..., Any],
+        *,
+        concurrency: int = 1,
+        ordering: str = "shard",
+        max_in_flight: int | None = None,
+        batch: Batch | None = None,
+        on_failure: object = None,
+        decode: object = None,
+        sink: object = None,
+        name: str | None = None,
+    ) -> None:
+        arguments = {
+            "concurrency": concurrency,
+            "ordering": ordering,
+            "max_in_flight": max_in_flight,
+            "batch": batch,
+            "on_failure": on_failure,
+            "decode": decode,
+            "sink": sink,
+            "name": name,
+        }
+        options, invocation, names = self._prepare_run(streams, handler, arguments, True)
+        try:
+            await self._engine.start(names)
+            runner = TaskRunner(
+                self._engine, options, invocation, lambda discard: self.aclose(discard=discard)
+            )
+            await runner.run()
+        finally:
+            await invocation.close_async()
+            if options.sink is not None:
+                await options.sink.close_async()
 
     @shared_doc(SUBSCRIBE)
     async def subscribe(self, streams: Iterable[str]) -> None:

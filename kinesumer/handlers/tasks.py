@@ -1,0 +1,175 @@
+"""``AsyncKinesumer.run``: the coroutine handler in up to ``concurrency`` tasks on the event loop.
+
+The same bookkeeping as the thread runner (:mod:`.dispatch`): admit the engine's batches,
+schedule per key, start a task per handler call while a slot is free, finish each call's
+records in their low-water trackers. The runner wakes on one event: a batch arrived, a call
+ended, or the batch timer ran out. ``concurrency=1``, ``ordering="shard"``, no batch, no sink:
+the handler is awaited inline, record after record, as ``async for`` over ``consume()`` would.
+
+It stops as :mod:`.threads` does: ``aclose()`` from another task (the in-flight calls end, then
+``run`` returns), the policy stopping the run (close with discard, raise the handler's own
+exception), or the engine failing (its error is raised). Cancelling ``run`` cancels its calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from ..engine.engine import Engine
+from ..engine.leases import Lease
+from ..errors import ConsumerClosedError
+from ..models import Record
+from .dispatch import Dispatch
+from .options import RunOptions
+from .policies import AbandonedError
+from .progress import Entry
+from .scheduler import Call
+from .threads import is_inline
+
+log = logging.getLogger("kinesumer.handlers")
+
+#: How often the runner looks at the engine while nothing wakes it (a close that began).
+_CHECK = 0.25
+
+
+class AsyncInvocation(Protocol):
+    """What the runner awaits (kinesumer.handlers.invoke.Invocation)."""
+
+    async def call_async(
+        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+    ) -> None: ...
+
+
+class TaskRunner:
+    """Runs one ``AsyncKinesumer.run``: built by the face once the member joined."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: RunOptions,
+        invocation: AsyncInvocation,
+        close: Callable[[bool], Awaitable[None]],
+    ) -> None:
+        self._engine = engine
+        self._options = options
+        self._invocation = invocation
+        self._close = close  # the face's aclose(discard)
+        #: Set when the run is stopping: a call backing off or blocking gives up (Abandoned).
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        if is_inline(self._options):
+            await self._run_inline()
+        else:
+            await self._run_tasks()
+
+    async def _run_inline(self) -> None:
+        engine, call, stopping = self._engine, self._invocation.call_async, self.stopping
+        admit = engine.cursor.admit
+        while True:
+            try:
+                lease, records = await engine.next_batch()
+            except ConsumerClosedError:
+                return
+            for record in records:
+                if not admit(lease, record):
+                    break  # revoked or lost: the rest is the next owner's
+                try:
+                    await call([record], lease, stopping)
+                except AbandonedError:
+                    return  # closing while it waited: the record stays undone
+                except Exception as exc:
+                    dispatch = Dispatch(self._options, engine.cursor)
+                    dispatch.failure = exc
+                    await self._stop_with(dispatch)
+                # admit() set ``delivered`` to this record's position.
+                lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+
+    async def _run_tasks(self) -> None:
+        engine = self._engine
+        loop = asyncio.get_running_loop()
+        dispatch = Dispatch(self._options, engine.cursor)
+        wake = asyncio.Event()
+        ended: list[tuple[Call[Entry], BaseException | None]] = []
+        calls: set[asyncio.Task[None]] = set()
+        fetch: asyncio.Task[tuple[Lease, list[Record]]] | None = None
+
+        async def work(call: Call[Entry]) -> None:
+            entries = call.items
+            error: BaseException | None = None
+            try:
+                await self._invocation.call_async(
+                    [entry.record for entry in entries], entries[0].lease, self.stopping
+                )
+            except BaseException as exc:
+                error = exc
+            else:
+                for entry in entries:
+                    entry.tracker.finish(entry)
+            ended.append((call, error))
+            wake.set()
+
+        try:
+            while True:
+                dispatch.admit()
+                now = loop.time()
+                while (call := dispatch.next_call(now)) is not None:
+                    task = loop.create_task(work(call))
+                    calls.add(task)
+                    task.add_done_callback(calls.discard)
+                for lease, why in dispatch.lost:
+                    engine.checkpointer.lose(lease, why)
+                dispatch.lost.clear()
+                if dispatch.wants_records and fetch is None:
+                    fetch = loop.create_task(engine.next_batch())
+                    fetch.add_done_callback(lambda _: wake.set())
+                if dispatch.stopping:
+                    self.stopping.set()
+                    if dispatch.running == 0:
+                        break
+                elif engine.lifecycle.closing_or_closed:
+                    self.stopping.set()  # a blocked or backing-off call gives up
+                wait = dispatch.wait_time(now)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), _CHECK if wait is None else wait)
+                wake.clear()
+                dispatch.sweep()
+                while ended:
+                    dispatch.finished(*ended.pop())
+                if fetch is not None and fetch.done():
+                    got, fetch = fetch, None
+                    try:
+                        dispatch.set_batch(*got.result())
+                    except ConsumerClosedError:
+                        dispatch.closed = True
+                    except Exception as exc:  # the engine failed: raise it after the calls
+                        dispatch.failure = dispatch.failure or exc
+                        dispatch.closed = True
+        except BaseException:
+            self.stopping.set()
+            for task in calls:
+                task.cancel()
+            if fetch is not None:
+                fetch.cancel()
+            raise
+        if fetch is not None:
+            fetch.cancel()
+        if dispatch.failure is not None:
+            await self._stop_with(dispatch)
+
+    async def _stop_with(self, dispatch: Dispatch) -> None:
+        """The run failed: close with discard (checkpoints stay at the low-water marks), then
+        raise what failed."""
+        error = dispatch.handler_error()
+        if error is None:
+            return
+        if dispatch.failure is not self._engine.failure:
+            try:
+                await self._close(True)
+            except Exception as exc:  # the handler's error is what the caller must see
+                log.warning("closing after the handler failed did not finish: %r", exc)
+        raise error
