@@ -5,6 +5,8 @@ keeps failing stopping the run with a named error, retry-later re-delivery after
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,7 +14,8 @@ from typing import Any
 
 import pytest
 from _faultproxy import Fault
-from _group import create_stream, kinesis, make_config
+from _group import create_stream, kinesis, make_config, setup_table
+from test_examples import run_example
 from test_handlers_policies import Counters, Failing, Options, lease, record
 
 from kinesumer.aws import ClientFactory
@@ -181,3 +184,34 @@ def test_retry_later_dead_letters_after_its_rounds(setup: dict[str, Any]) -> Non
     assert (envelope.kind, envelope.round, envelope.error_message) == ("dead_letter", 1, "boom 2")
     assert envelope.original_record() == record()
     assert counters.counts == {"retry_later": 1, "dead_lettered": 1}
+
+
+def test_the_dead_letter_example_handles_orders_and_dead_letters_the_bad_ones(
+    kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str]
+) -> None:
+    """examples/handler_dead_letter.py as a user runs it, on kinesalite and dynalite."""
+    app, table, stream = unique_name("app"), unique_name("state"), unique_name("orders")
+    setup_table(make_config(kinesalite.url, dynalite.url, app, table))
+    create_stream(kinesalite.url, stream, 2)
+    create_stream(kinesalite.url, f"{stream}-dlq", 1)
+    orders = [json.dumps({"id": i, "amount": -1 if i == 3 else 10 * i}).encode() for i in range(6)]
+    for i, data in enumerate([*orders, b"not an order"]):
+        kinesis(kinesalite.url).put_record(StreamName=stream, Data=data, PartitionKey=f"c{i}")
+    environ = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": kinesalite.url,
+        "AWS_ENDPOINT_URL_DYNAMODB": dynalite.url,
+        "KINESUMER_APP": app,
+        "KINESUMER_TABLE": table,
+        "KINESUMER_STREAMS": stream,
+        "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
+    }
+    proc = run_example("handler_dead_letter.py", environ, "7")
+    assert "done: 5 handled, 2 dead-lettered, 2 retries" in proc.output, proc.output
+    envelopes = [read_envelope(r.data) for r in read_stream(kinesalite.url, f"{stream}-dlq")]
+    failures = sorted((e.partition_key, e.error_type, e.attempts) for e in envelopes)
+    assert failures == [
+        ("c3", "builtins.ValueError", 3),
+        ("c6", "kinesumer.errors.DecodeError", 1),
+    ]
+    assert {e.handler for e in envelopes} == {"orders"}
