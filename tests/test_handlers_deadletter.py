@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from _faultproxy import Fault
-from _group import create_stream, kinesis, make_config, setup_table
+from _group import create_stream, kinesis, make_config, put, setup_table
+from _wait import wait_until
 from test_examples import run_example
 from test_handlers_policies import Counters, Failing, Options, lease, record
 
@@ -215,3 +216,56 @@ def test_the_dead_letter_example_handles_orders_and_dead_letters_the_bad_ones(
         ("c6", "kinesumer.errors.DecodeError", 1),
     ]
     assert {e.handler for e in envelopes} == {"orders"}
+
+
+def test_run_retries_later_through_its_own_stream_then_dead_letters(
+    kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str]
+) -> None:
+    """Kinesumer.run end to end: the retry stream is consumed by the run itself; record 5
+    succeeds on its first round back, record 7 fails every round and ends in the dead letters."""
+    from test_handlers_group import Run
+
+    from kinesumer import Kinesumer
+
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream, retries, dlq = unique_name("orders"), unique_name("retry"), unique_name("dlq")
+    create_stream(kinesalite.url, stream, 2)
+    create_stream(kinesalite.url, retries, 1)
+    create_stream(kinesalite.url, dlq, 1)
+    put(kinesalite.url, stream, 0, 20, key=lambda i: f"k{i % 6}")
+    calls: dict[int, int] = {}
+    handled: set[int] = set()
+    lock = threading.Lock()
+
+    def handle(record: Record) -> None:
+        number = int(record.data)
+        assert record.stream == stream  # the original, never the envelope
+        with lock:
+            calls[number] = calls.get(number, 0) + 1
+            if number == 7 or (number == 5 and calls[number] <= 2):
+                raise RuntimeError(f"cannot handle {number} yet")
+            handled.add(number)
+
+    policy = RetryLater(
+        retries, delay=0.2, rounds=2, then=DeadLetter(dlq), retry=Retry(attempts=2, backoff=0.0)
+    )
+    consumer = Kinesumer(config)
+    run = Run(
+        consumer, [stream], handle, concurrency=4, ordering="key", on_failure=policy, name="handle"
+    )
+    wait_until(
+        lambda: len(handled) == 19 and len(read_stream(kinesalite.url, dlq)) == 1,
+        30,
+        "every record handled but 7, and 7 dead-lettered",
+    )
+    counts = consumer.stats().handled["handle"]
+    run.stop()
+    assert handled == set(range(20)) - {7}
+    assert calls[5] == 3 and calls[7] == 6  # 2 attempts a round: first, then 2 retry rounds
+    [dead] = read_stream(kinesalite.url, dlq)
+    envelope = read_envelope(dead.data)
+    assert (envelope.kind, envelope.round, envelope.attempts) == ("dead_letter", 2, 2)
+    assert envelope.original_record().data == b"7" and envelope.stream == stream
+    assert len(read_stream(kinesalite.url, retries)) == 3  # 5 once, 7 twice
+    assert counts["ok"] == 19 and counts["retry_later"] == 3 and counts["dead_lettered"] == 1
