@@ -310,6 +310,15 @@ def test_a_foreign_record_on_the_retry_stream_goes_to_then() -> None:
     assert handler.calls == [] and counters.counts == {"discarded": 1}
 
 
+def test_a_payload_that_does_not_decode_skips_the_retry_rounds() -> None:
+    client = FakeKinesis()
+    policy = RetryLater("orders-retry", then=DeadLetter("dlq"), retry=Retry(attempts=1))
+    call, counters = invocation(Failing(), client, on_failure=policy, decode="json")
+    call.call_sync([record(b"{")], lease(), threading.Event())
+    assert [put["StreamName"] for put in client.puts] == ["dlq"]
+    assert counters.counts == {"decode_error": 1, "dead_lettered": 1}
+
+
 def test_a_record_too_large_for_retry_later_takes_then_at_once() -> None:
     client = FakeKinesis()
     policy = RetryLater("orders-retry", then=DeadLetter("dlq"), retry=Retry(attempts=1))

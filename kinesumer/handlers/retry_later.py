@@ -102,12 +102,16 @@ def plan(
     """The step of every item of a call that failed with ``error`` after ``attempts`` calls.
 
     A record whose RetryLater envelope would not fit in a Kinesis record (its data would be cut,
-    and a cut record cannot be handled again) takes ``then``'s action at once.
+    and a cut record cannot be handled again) takes ``then``'s action at once; so does a payload
+    that did not decode (the same bytes will not decode later either).
     """
     steps = []
     for item in items:
         action = final_action(policy, item.round)
         note = ""
+        if isinstance(action, RetryLater) and isinstance(error, DecodeError):
+            note = "a payload that does not decode is not retried later"
+            action = action.then
         if isinstance(action, RetryLater):
             envelope = _envelope(
                 item, error, "retry_later", item.round + 1, attempts, failed_at_ms, identity
