@@ -81,7 +81,12 @@ class AsyncKinesumer(BaseKinesumer):
         try:
             await self._engine.start(names)
             runner = TaskRunner(
-                self._engine, options, invocation, lambda discard: self.aclose(discard=discard)
+                self._engine,
+                options,
+                invocation,
+                lambda discard: self.aclose(discard=discard),
+                handler,
+                self._handled[options.name],
             )
             await runner.run()
         finally:

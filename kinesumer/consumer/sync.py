@@ -130,6 +130,8 @@ class Kinesumer(BaseKinesumer):
                 invocation,
                 self._submit,
                 lambda discard: self.close(discard=discard),
+                handler,
+                self._handled[options.name],
             )
             runner.run()
         finally:

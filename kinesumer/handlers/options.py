@@ -88,6 +88,21 @@ def default_max_in_flight(concurrency: int, batch: Batch | None) -> int:
     return max(100, 2 * concurrency * size)
 
 
+def calls_plainly(options: RunOptions) -> bool:
+    """The default policy without retries, no decoder, no sink, no batch: a handler error stops
+    the run at once and nothing else can happen in a call, so a runner calling one record at a
+    time may call the handler itself, without the invocation's per-call work (that keeps the
+    cost per record of a no-op handler that of iterating ``consume()``)."""
+    policy = options.on_failure
+    return (
+        isinstance(policy, Stop)
+        and policy.retry.attempts == 1
+        and options.decode is None
+        and options.sink is None
+        and options.batch is None
+    )
+
+
 def _fail(field: str, message: str) -> ConfigError:
     return ConfigError(field, message, "run")
 

@@ -17,15 +17,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..engine.engine import Engine
 from ..engine.leases import Lease
 from ..errors import ConsumerClosedError
 from ..models import Record
+from ..stats import HandlerCounters
 from .dispatch import Dispatch
-from .options import RunOptions
-from .policies import AbandonedError
+from .options import RunOptions, calls_plainly
+from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
 from .threads import is_inline
@@ -53,19 +54,52 @@ class TaskRunner:
         options: RunOptions,
         invocation: AsyncInvocation,
         close: Callable[[bool], Awaitable[None]],
+        handler: Callable[[Any], Awaitable[object]],
+        counters: HandlerCounters,
     ) -> None:
         self._engine = engine
         self._options = options
         self._invocation = invocation
+        self._handler = handler
+        self._counters = counters
         self._close = close  # the face's aclose(discard)
         #: Set when the run is stopping: a call backing off or blocking gives up (Abandoned).
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
         if is_inline(self._options):
-            await self._run_inline()
+            if calls_plainly(self._options):
+                await self._run_direct()
+            else:
+                await self._run_inline()
         else:
             await self._run_tasks()
+
+    async def _run_direct(self) -> None:
+        """Inline with the default policy and nothing around the call (see
+        :func:`~.options.calls_plainly`): the handler itself, outcomes counted per batch."""
+        engine, handler, counters = self._engine, self._handler, self._counters
+        admit = engine.cursor.admit
+        while True:
+            try:
+                lease, records = await engine.next_batch()
+            except ConsumerClosedError:
+                return
+            handled = 0
+            try:
+                for record in records:
+                    if not admit(lease, record):
+                        break  # revoked or lost: the rest is the next owner's
+                    await handler(record)
+                    handled += 1
+                    # admit() set ``delivered`` to this record's position.
+                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            except Exception as exc:
+                counters.add("failed")
+                await self._fail(HandlerFailedError(exc, record, self._options.name))
+            finally:
+                if handled:
+                    counters.add("ok", handled)
 
     async def _run_inline(self) -> None:
         engine, call, stopping = self._engine, self._invocation.call_async, self.stopping
@@ -83,9 +117,7 @@ class TaskRunner:
                 except AbandonedError:
                     return  # closing while it waited: the record stays undone
                 except Exception as exc:
-                    dispatch = Dispatch(self._options, engine.cursor)
-                    dispatch.failure = exc
-                    await self._stop_with(dispatch)
+                    await self._fail(exc)
                 # admit() set ``delivered`` to this record's position.
                 lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
 
@@ -160,6 +192,11 @@ class TaskRunner:
             fetch.cancel()
         if dispatch.failure is not None:
             await self._stop_with(dispatch)
+
+    async def _fail(self, error: Exception) -> None:
+        dispatch = Dispatch(self._options, self._engine.cursor)
+        dispatch.failure = error
+        await self._stop_with(dispatch)
 
     async def _stop_with(self, dispatch: Dispatch) -> None:
         """The run failed: close with discard (checkpoints stay at the low-water marks), then

@@ -40,9 +40,10 @@ from ..engine.leases import Lease
 from ..engine.lifecycle import EngineState
 from ..errors import ConsumerClosedError
 from ..models import Record
+from ..stats import HandlerCounters
 from .dispatch import Dispatch
-from .options import RunOptions
-from .policies import AbandonedError
+from .options import RunOptions, calls_plainly
+from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
 
@@ -81,10 +82,14 @@ class ThreadRunner:
         invocation: SyncInvocation,
         submit: Submit,
         close: Callable[[bool], None],
+        handler: Callable[[Any], object],
+        counters: HandlerCounters,
     ) -> None:
         self._engine = engine
         self._options = options
         self._invocation = invocation
+        self._handler = handler
+        self._counters = counters
         self._submit = submit
         self._close = close  # the face's close(discard)
         #: Set when the run is stopping: a call backing off or blocking gives up (Abandoned).
@@ -92,7 +97,10 @@ class ThreadRunner:
 
     def run(self) -> None:
         if is_inline(self._options):
-            self._run_inline()
+            if calls_plainly(self._options):
+                self._run_direct()
+            else:
+                self._run_inline()
         else:
             self._run_pooled()
 
@@ -127,6 +135,32 @@ class ThreadRunner:
                     return None
 
     # -- inline --------------------------------------------------------------------------------
+    def _run_direct(self) -> None:
+        """Inline with the default policy and nothing around the call (see
+        :func:`~.options.calls_plainly`): the handler itself, outcomes counted per batch."""
+        handler, counters = self._handler, self._counters
+        admit = self._engine.cursor.admit
+        while True:
+            got = self._next_batch()
+            if got is None:
+                return
+            lease, records = got
+            handled = 0
+            try:
+                for record in records:
+                    if not admit(lease, record):
+                        break  # revoked or lost: the rest is the next owner's
+                    handler(record)
+                    handled += 1
+                    # admit() set ``delivered`` to this record's position.
+                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            except Exception as exc:
+                counters.add("failed")
+                self._fail(HandlerFailedError(exc, record, self._options.name))
+            finally:
+                if handled:
+                    counters.add("ok", handled)
+
     def _run_inline(self) -> None:
         call, stopping = self._invocation.call_sync, self.stopping
         admit = self._engine.cursor.admit
@@ -143,9 +177,7 @@ class ThreadRunner:
                 except AbandonedError:
                     return  # closing while it waited: the record stays undone
                 except Exception as exc:
-                    dispatch = Dispatch(self._options, self._engine.cursor)
-                    dispatch.failure = exc
-                    self._stop_with(dispatch)
+                    self._fail(exc)
                 # admit() set ``delivered`` to this record's position.
                 lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
 
@@ -229,6 +261,11 @@ class ThreadRunner:
             with contextlib.suppress(ConsumerClosedError):  # closed: lost with the rest
                 self._submit(lose())
         dispatch.lost.clear()
+
+    def _fail(self, error: Exception) -> None:
+        dispatch = Dispatch(self._options, self._engine.cursor)
+        dispatch.failure = error
+        self._stop_with(dispatch)
 
     def _stop_with(self, dispatch: Dispatch) -> None:
         """The run failed: close with discard (checkpoints stay at the low-water marks), then
