@@ -269,3 +269,56 @@ def test_run_retries_later_through_its_own_stream_then_dead_letters(
     assert envelope.original_record().data == b"7" and envelope.stream == stream
     assert len(read_stream(kinesalite.url, retries)) == 3  # 5 once, 7 twice
     assert counts["ok"] == 19 and counts["retry_later"] == 3 and counts["dead_lettered"] == 1
+
+
+def test_async_run_dead_letters_what_keeps_failing(
+    kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str]
+) -> None:
+    """AsyncKinesumer.run end to end with DeadLetter and decode="json": a coroutine handler
+    failing on one record, and a payload that is not JSON; both land in the dead letters."""
+    from _wait import eventually
+
+    from kinesumer import AsyncKinesumer
+
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream, dlq = unique_name("orders"), unique_name("dlq")
+    create_stream(kinesalite.url, stream, 2)
+    create_stream(kinesalite.url, dlq, 1)
+    put(kinesalite.url, stream, 0, 10)
+    kinesis(kinesalite.url).put_record(StreamName=stream, Data=b"{", PartitionKey="bad")
+    handled: list[int] = []
+
+    async def handle(message: Any) -> None:
+        if message.value == 4:
+            raise RuntimeError("four")
+        handled.append(message.value)
+
+    async def main() -> dict[str, int]:
+        async with AsyncKinesumer(config) as consumer:
+            policy = DeadLetter(dlq, retry=Retry(attempts=2, backoff=0.0))
+            running = asyncio.create_task(
+                consumer.run(
+                    [stream], handle, concurrency=4, decode="json", on_failure=policy, name="h"
+                )
+            )
+
+            def counts() -> dict[str, int]:
+                return consumer.stats().handled.get("h", {})
+
+            await eventually(lambda: counts().get("dead_lettered") == 2, 30, "two dead letters")
+            await consumer.aclose()
+            await running
+            return counts()
+
+    counts = asyncio.run(main())
+    assert sorted(handled) == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    envelopes = sorted(
+        (read_envelope(r.data) for r in read_stream(kinesalite.url, dlq)),
+        key=lambda e: e.partition_key,
+    )
+    assert [(e.partition_key, e.error_type, e.attempts) for e in envelopes] == [
+        ("4", "builtins.RuntimeError", 2),
+        ("bad", "kinesumer.errors.DecodeError", 1),
+    ]
+    assert counts == {"ok": 9, "retried": 1, "decode_error": 1, "dead_lettered": 2}
