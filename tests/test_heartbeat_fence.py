@@ -1,0 +1,210 @@
+"""The heartbeat fence: healthy members never fence themselves, silent ones always do in time.
+
+The fence falls 0.9 x ``client_timeout`` after the last landed heartbeat was sent
+(``kinesumer/engine/heartbeat.py`` has the arithmetic). Heartbeat latency is injected on the
+wire (the fault proxy delays every DynamoDB ``PutItem``, which only heartbeats and the shard
+cache use) at the tightest ratios the config allows, so a rule that left no slack for the next
+heartbeat to land (as the old one did at 2x) fails here within a few intervals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _faultproxy import Fault, FaultProxy
+from _group import create_stream, make_config, put, setup_table
+from _standins import NodeStandIn
+from _wait import eventually
+
+from kinesumer import AsyncKinesumer, Config, Record
+from kinesumer.consumer.base import engine_of
+
+Names = Callable[[str], str]
+HEARTBEAT = 0.5
+
+
+class Reader:
+    """A member consuming in a task, recording each record with the moment it was handed out."""
+
+    def __init__(self, config: Config, stream: str) -> None:
+        self.consumer = AsyncKinesumer(config)
+        self.stream = stream
+        self.got: list[tuple[float, Record]] = []
+        self.task = asyncio.create_task(self.read())
+
+    async def read(self) -> None:
+        async for record in self.consumer.consume([self.stream]):
+            self.got.append((time.monotonic(), record))
+
+    @property
+    def heartbeat(self) -> Any:
+        return engine_of(self.consumer).heartbeat  # test seam: the member's heartbeat
+
+    def owned(self) -> set[str]:
+        return {s.shard_id for s in self.consumer.stats().shards if s.status == "active"}
+
+    async def close(self) -> None:
+        await self.consumer.aclose()
+        await asyncio.wait_for(self.task, 20)
+
+
+async def produce(url: str, stream: str, stop: asyncio.Event) -> int:
+    """Put 40 records every 0.2 s until ``stop``; how many were put."""
+    loop = asyncio.get_running_loop()
+    count = 0
+    while not stop.is_set():
+        await loop.run_in_executor(None, put, url, stream, count, 40)
+        count += 40
+        await asyncio.sleep(0.2)
+    return count
+
+
+async def healthy_group(
+    config: Config, proxy: FaultProxy, url: str, stream: str, intervals: int
+) -> dict[str, Any]:
+    """Two members on a 4-shard stream, heartbeats delayed, for ``intervals`` heartbeats after
+    the split settled: what changed meanwhile."""
+    create_stream(url, stream, 4)
+    readers = [Reader(config.replace(client_id=f"m-{i}"), stream) for i in range(2)]
+    await eventually(lambda: [len(r.owned()) for r in readers] == [2, 2], what="the split")
+    split = [r.owned() for r in readers]
+    rebalances = [r.consumer.stats().rebalances for r in readers]
+    slack = config.client_timeout * 0.9 - config.heartbeat_interval
+    # Every heartbeat 0.1 s late, one in four 0.2 s short of the slack (0.2 s late at 2x, 0.65 s
+    # at 3x: either passed the old fence, which fell one heartbeat_interval earlier).
+    late = Fault.delay(slack - 0.2)
+    proxy.add_rule(late, service="dynamodb", operation="PutItem", rate=0.25)
+    proxy.add_rule(Fault.delay(0.1), service="dynamodb", operation="PutItem")
+    stop = asyncio.Event()
+    producer = asyncio.create_task(produce(url, stream, stop))
+    changes: list[str] = []
+    ends = time.monotonic() + intervals * config.heartbeat_interval
+
+    def watched() -> bool:
+        for reader, shards in zip(readers, split, strict=True):
+            if reader.owned() != shards:
+                changes.append(f"{reader.consumer.client_id}: {sorted(reader.owned())}")
+        return time.monotonic() >= ends
+
+    await eventually(watched, timeout=intervals * config.heartbeat_interval + 30, interval=0.05)
+    stop.set()
+    produced = await producer
+    await eventually(lambda: sum(len(r.got) for r in readers) >= produced, what="every record")
+    lapses = [r.heartbeat.lapses for r in readers]
+    beats = proxy.stats()
+    for reader in readers:
+        await reader.close()
+    return {
+        "changes": changes,
+        "lapses": lapses,
+        "rebalances": [
+            r.consumer.stats().rebalances - n for r, n in zip(readers, rebalances, strict=True)
+        ],
+        "records": [rec.data for r in readers for _, rec in r.got],
+        "produced": produced,
+        "delayed": sum(s.faults.total() for s in beats.values()),
+    }
+
+
+@pytest.mark.parametrize("ratio", [2, 3])
+async def test_healthy_members_with_late_heartbeats_never_fence_themselves(
+    ratio: int,
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name: Names,
+    fault_proxy: Callable[[str], FaultProxy],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """client_timeout = 2x and 3x heartbeat_interval, 30 intervals, every heartbeat late: no
+    fence, no lost shard, no rebalance, every record exactly once."""
+    caplog.set_level(logging.WARNING, logger="kinesumer")
+    proxy = fault_proxy(dynalite.url)
+    config = make_config(
+        kinesalite.url,
+        proxy.url,
+        unique_name("app"),
+        unique_name("state"),
+        heartbeat_interval=HEARTBEAT,
+        client_timeout=ratio * HEARTBEAT,
+    )
+    setup_table(config.replace(dynamodb_endpoint=dynalite.url))
+    seen = await healthy_group(config, proxy, kinesalite.url, unique_name("s"), intervals=30)
+    fences = [r.getMessage() for r in caplog.records if "before others take them" in r.message]
+    assert not fences, fences
+    assert seen["lapses"] == [0, 0]
+    assert seen["changes"] == []
+    assert seen["rebalances"] == [0, 0]
+    assert seen["delayed"] >= 2 * 25  # both members' heartbeats were late all along
+    assert sorted(seen["records"], key=int) == [str(i).encode() for i in range(seen["produced"])]
+
+
+async def test_a_member_whose_heartbeats_stop_fences_itself_before_client_timeout(
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name: Names,
+    fault_proxy: Callable[[str], FaultProxy],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """m-a's heartbeats never land (its other DynamoDB calls do). It delivers nothing from
+    client_timeout after its last landed heartbeat was sent (on its own clock), and nothing after
+    m-b took its shards over; once heartbeats land again it claims shards anew."""
+    caplog.set_level(logging.INFO, logger="kinesumer")
+    proxy = fault_proxy(dynalite.url)
+    config = make_config(
+        kinesalite.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        heartbeat_interval=HEARTBEAT,
+        client_timeout=4 * HEARTBEAT,
+    )
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 4)
+    cut = Reader(config.replace(client_id="m-a", dynamodb_endpoint=proxy.url), stream)
+    other = Reader(config.replace(client_id="m-b"), stream)
+    await eventually(lambda: len(cut.owned()) == len(other.owned()) == 2, what="the split")
+    theirs = cut.owned()
+    stop = asyncio.Event()
+    producer = asyncio.create_task(produce(kinesalite.url, stream, stop))
+    await eventually(lambda: len(cut.got) > 0, what="m-a reading")
+
+    rule = proxy.add_rule(Fault.blackhole(), service="dynamodb", operation="PutItem")
+    cut_at = time.monotonic()
+    await eventually(lambda: len(other.owned()) == 4, what="m-b holds all four")
+    await eventually(
+        lambda: all(any(r.shard_id == s and at > cut_at for at, r in other.got) for s in theirs),
+        what="m-b reading m-a's shards",
+    )
+    last_landed = cut.heartbeat.last_sent_ok
+    assert cut.owned() == set()
+    rule.remove()
+    back_at = time.monotonic()
+    await eventually(lambda: len(cut.owned()) == 2, what="m-a back with two shards")
+    stop.set()
+    produced = await producer
+    everything = {str(i).encode() for i in range(produced)}
+    await eventually(
+        lambda: {r.data for _, r in cut.got + other.got} >= everything, what="every record"
+    )
+    for reader in (cut, other):
+        await reader.close()
+
+    def during_the_cut(reader: Reader, shard: str) -> list[float]:
+        return [at for at, r in reader.got if r.shard_id == shard and cut_at < at < back_at]
+
+    by_cut = {shard: during_the_cut(cut, shard) for shard in theirs}
+    # Handed out before the others may call it dead (its own clock, from the sent time).
+    assert all(at < last_landed + config.client_timeout for ats in by_cut.values() for at in ats)
+    for shard in theirs:
+        by_other = during_the_cut(other, shard)
+        assert by_other, f"m-b never read {shard} during the cut"
+        assert not by_cut[shard] or max(by_cut[shard]) < min(by_other), shard
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("no heartbeat has landed" in w for w in warnings), warnings
+    assert cut.heartbeat.lapses == 1  # the first heartbeat to land again came after the fence
