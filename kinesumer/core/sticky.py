@@ -81,7 +81,8 @@ def _split(
 ) -> list[tuple[str, tuple[str, ...]]]:
     ordered = sorted(set(shard_ids))
     base, extra = divmod(len(ordered), len(subscribers))
-    bigger = set(sorted(subscribers, key=lambda c: rank_key(stream, c))[:extra])
+    ranked = sorted(subscribers, key=lambda c: rank_key(stream, c)) if extra else []
+    bigger = set(ranked[:extra])
     quota = {c: base + (1 if c in bigger else 0) for c in subscribers}
     held: dict[str, list[str]] = {c: [] for c in subscribers}
     for shard_id in ordered:  # in id order, so each member keeps its lowest ids
