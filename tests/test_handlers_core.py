@@ -253,3 +253,24 @@ def test_defaults() -> None:
         **{**GOOD, "concurrency": 8, "batch": Batch(50), "on_failure": Discard()},
     )
     assert big.max_in_flight == 2 * 8 * 50 and big.batch_size == 50
+
+
+# -- outcome counters ------------------------------------------------------------------------
+def test_handler_counters_feed_stats_and_prometheus() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.stats import HandlerCounters
+
+    registry = CollectorRegistry()
+    counters = HandlerCounters("orders", PrometheusMetrics("app", "c1", registry))
+    counters.add("ok", 5)
+    counters.add("ok")
+    counters.add("dead_lettered")
+    assert counters.snapshot() == {"ok": 6, "dead_lettered": 1}
+    labels = {"app": "app", "client_id": "c1", "handler": "orders"}
+    value = registry.get_sample_value
+    assert value("kinesumer_handler_records_total", {**labels, "outcome": "ok"}) == 6
+    assert value("kinesumer_handler_records_total", {**labels, "outcome": "dead_lettered"}) == 1
+    with pytest.raises(ValueError, match="unknown handler outcome"):
+        counters.add("fine")

@@ -110,6 +110,7 @@ def test_per_key_order_under_concurrency_32(group: dict[str, Any]) -> None:
     every = sorted(n for numbers in seen.values() for n in numbers)
     assert every == list(range(total)), "a record was lost or handled twice"
     assert checkpoints(config, stream) == last_of_shard
+    assert list(consumer.stats().handled.values()) == [{"ok": total}]
 
 
 def test_checkpoint_never_passes_an_unfinished_record(group: dict[str, Any]) -> None:
@@ -252,6 +253,7 @@ async def test_async_run_orders_keys_and_stops_on_aclose(group: dict[str, Any]) 
         assert numbers == sorted(numbers), f"key {key} out of order: {numbers}"
     assert sorted(n for numbers in seen.values() for n in numbers) == list(range(total))
     assert checkpoints(config, stream) == last_of_shard
+    assert list(consumer.stats().handled.values()) == [{"ok": total}]
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])

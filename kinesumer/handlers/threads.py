@@ -189,6 +189,7 @@ class ThreadRunner:
         pool = ThreadPoolExecutor(options.concurrency, thread_name_prefix="kinesumer-handler")
         request: Future[tuple[Lease, list[Record]]] | None = None
         engine = self._engine
+        next_sweep = 0.0
         try:
             while True:
                 dispatch.admit()
@@ -210,10 +211,12 @@ class ThreadRunner:
                 elif engine.lifecycle.closing_or_closed:
                     self.stopping.set()  # a blocked or backing-off call gives up
                 wait = dispatch.wait_time(now)
+                if now >= next_sweep:  # leases that ended: drop their queued records
+                    dispatch.sweep()
+                    next_sweep = now + _CHECK
                 try:
                     kind, item, error = events.get(timeout=_CHECK if wait is None else wait)
                 except queue.Empty:
-                    dispatch.sweep()
                     if request is not None and self._engine_ended():
                         dispatch.closed = True
                     continue
