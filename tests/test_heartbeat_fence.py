@@ -23,9 +23,39 @@ from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of
+from kinesumer.engine.heartbeat import Heartbeat, fence_after, heartbeat_slack
 
 Names = Callable[[str], str]
 HEARTBEAT = 0.5
+
+
+def test_the_fence_leaves_the_next_heartbeat_slack_at_every_allowed_ratio() -> None:
+    for ratio in (2, 2.5, 3, 10):
+        config = Config(
+            app="a", dynamodb_table="state", heartbeat_interval=5, client_timeout=5 * ratio
+        )
+        assert fence_after(config) == pytest.approx(0.9 * config.client_timeout)
+        assert fence_after(config) < config.client_timeout  # silent before others call it dead
+        assert heartbeat_slack(config) >= pytest.approx(0.8 * config.heartbeat_interval)
+
+
+def test_a_heartbeat_landing_after_the_fence_keeps_it_closed_until_the_watchdog_resumes() -> None:
+    """Reopening at once would let leases held across the lapse deliver again, though the others
+    may have taken their shards meanwhile; only the watchdog (having lost them) reopens it."""
+    heartbeat = Heartbeat(Config(app="a", dynamodb_table="state"), "m", tuple)
+    heartbeat.landed(time.monotonic())  # the join's announce
+    open_until = heartbeat.deadline
+    heartbeat.landed(time.monotonic())
+    assert heartbeat.deadline >= open_until and not heartbeat.lapsed
+    heartbeat.deadline = time.monotonic() - 0.01  # test seam: as if the fence had just passed
+    passed = heartbeat.deadline
+    heartbeat.landed(time.monotonic())
+    assert heartbeat.lapsed and heartbeat.lapses == 1
+    assert heartbeat.deadline == passed  # still closed
+    heartbeat.landed(time.monotonic())  # more heartbeats land: still closed, one lapse
+    assert heartbeat.deadline == passed and heartbeat.lapses == 1
+    heartbeat.resume()
+    assert not heartbeat.lapsed and heartbeat.deadline > time.monotonic()
 
 
 class Reader:

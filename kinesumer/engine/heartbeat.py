@@ -92,6 +92,7 @@ class Heartbeat:
         #: The deadline a heartbeat that landed after the fence earned, held back until the
         #: watchdog lost the leases of the lapse (:meth:`resume`); None when no lapse is pending.
         self._held_deadline: float | None = None
+        self._landed_any = False  # before the first heartbeat lands no lease exists to lose
         #: Fences that passed before a heartbeat landed again (each one lost every lease).
         self.lapses = 0
         self.last_attempt = 0.0
@@ -111,9 +112,10 @@ class Heartbeat:
                 return
             self.last_sent_ok = sent
             earned = self._deadline_after(sent)
+            first, self._landed_any = not self._landed_any, True
             if self._held_deadline is not None:
                 self._held_deadline = earned  # still in a lapse the watchdog has not seen
-            elif time.monotonic() >= self.deadline:
+            elif not first and time.monotonic() >= self.deadline:
                 # The fence passed before this landed: others may have taken our shards in
                 # between. Keep it closed until the watchdog has lost every lease (resume()).
                 self._held_deadline = earned
