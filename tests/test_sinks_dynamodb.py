@@ -1,0 +1,182 @@
+"""DynamoDBTransactions: each record lands exactly once in a DynamoDB sink table, through a
+rebalance, a zombie's late commit and a member killed mid-stream.
+
+Kinesis is kinesalite (real 56-digit sequence numbers); DynamoDB is moto in server mode, the one
+stand-in with TransactWriteItems and cancellation reasons (dynalite has no transactions).
+Members commit through :class:`_sink_driver.SinkMember`, as ``run(sink=...)`` does. The handler
+adds 1 to a counter item per record (``ADD deliveries :one``): a record committed twice would
+show 2, so the test can fail on a duplicate (a plain put would overwrite it silently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, make_config, put, setup_table, state_store
+from _sink_driver import SinkMember
+from _standins import MotoStandIn, NodeStandIn
+from _wait import eventually
+
+from kinesumer import Record
+from kinesumer.models import Position
+from kinesumer.sinks import (
+    DynamoDBTransaction,
+    DynamoDBTransactions,
+    LeaseLostError,
+    TransactionCanceledError,
+    TransactionTooLargeError,
+)
+
+SHARDS = 2
+
+
+def dynamodb(url: str) -> Any:
+    return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1")
+
+
+def sink_table(url: str, name: str) -> None:
+    dynamodb(url).create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def counts(url: str, table: str) -> dict[str, int]:
+    """data -> deliveries committed, for every item of the sink table."""
+    client, out, kwargs = dynamodb(url), {}, {"TableName": table}
+    while True:
+        page = client.scan(**kwargs)
+        # moto applies a transaction item by item: a scan may see an item it has just created
+        # and not yet updated (key only). It is committed a moment later; count it then.
+        items = [i for i in page["Items"] if "deliveries" in i]
+        out.update({i["data"]["S"]: int(i["deliveries"]["N"]) for i in items})
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def recorder(table: str) -> Callable[[list[Record], DynamoDBTransaction], None]:
+    def handle(records: list[Record], tx: DynamoDBTransaction) -> None:
+        for r in records:
+            key = {"pk": f"{r.shard_id}/{r.sequence_number}/{r.sub_sequence_number}"}
+            tx.update(
+                table,
+                key,
+                "ADD deliveries :one SET #d = :data",
+                names={"#d": "data"},
+                values={":one": 1, ":data": r.data.decode()},
+            )
+
+    return handle
+
+
+@pytest.fixture
+def group(
+    kinesalite: NodeStandIn, moto_url: str, unique_name: Callable[[str], str]
+) -> dict[str, Any]:
+    config = make_config(kinesalite.url, moto_url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream, table = unique_name("s"), unique_name("sink")
+    create_stream(kinesalite.url, stream, SHARDS)
+    sink_table(moto_url, table)
+    return {"config": config, "stream": stream, "table": table, "kinesis": kinesalite.url}
+
+
+async def test_exactly_once_through_zombie_rebalance_and_crash(
+    group: dict[str, Any], moto_server: MotoStandIn
+) -> None:
+    config, stream, table, url = group["config"], group["stream"], group["table"], group["kinesis"]
+    members: list[SinkMember] = []
+
+    def done(n: int) -> Callable[[], bool]:
+        def check() -> bool:
+            for member in members:
+                member.check()
+            return len(counts(moto_server.url, table)) >= n
+
+        return check
+
+    put(url, stream, 0, 100)
+    a = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02).start()
+    members.append(a)
+    await eventually(done(100), 30, "member A committing the first 100 records")
+
+    # A zombie: another member claims one of A's shards (lease + 1) while A still holds its lease
+    # object. A's late commit is refused by the checkpoint's fence and writes nothing.
+    shard = sorted(a.owned())[0]
+    old = a.engine.leases[(stream, shard)]
+    async with state_store(config) as store:
+        seen = (await store.get_checkpoints(stream, [shard]))[shard]
+        assert await store.claim(stream, shard, "intruder", seen) is not None
+
+    async def marker(tx: DynamoDBTransaction) -> None:
+        tx.put(table, {"pk": "zombie", "data": "zombie", "deliveries": 1})
+
+    end = Position(seen.sequence_number or "0", seen.sub_sequence_number)
+    with pytest.raises(LeaseLostError):
+        await a.sink.transact_async(old, end, marker)
+    assert "zombie" not in counts(moto_server.url, table)
+    await eventually(lambda: shard in a.owned(), 30, "A claiming the shard back from the intruder")
+
+    b = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02).start()
+    members.append(b)
+    await eventually(lambda: len(a.owned()) == len(b.owned()) == 1, 30, "a rebalance to A and B")
+    put(url, stream, 100, 300)
+    await eventually(done(130), 30, "both committing again")
+    await a.crash()  # mid-stream: records delivered to A and not committed are read again by B
+    members.remove(a)
+    await eventually(lambda: len(b.owned()) == SHARDS, 30, "B taking the crashed member's shard")
+    try:
+        await eventually(done(400), 60, "every record committed")
+        found = counts(moto_server.url, table)
+        assert sorted(found, key=int) == [str(i) for i in range(400)]
+        assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
+        assert b.engine.checkpointer.conflicts == 0
+    finally:
+        await b.close()
+
+
+async def test_refusals_sync_face(group: dict[str, Any], moto_server: MotoStandIn) -> None:
+    """transact_sync on a worker thread: a handler's own failed condition is a
+    TransactionCanceledError (nothing committed, the lease stays), a handler adding more than 99
+    writes a TransactionTooLargeError, an empty body still moves the position."""
+    config, stream, table, url = group["config"], group["stream"], group["table"], group["kinesis"]
+    put(url, stream, 0, 4)
+    sink = DynamoDBTransactions()
+    member = SinkMember(config, stream, sink, recorder(table), sync=True).start()
+    try:
+        await eventually(lambda: member.committed == 4, 30, "4 records committed")
+        assert len(counts(moto_server.url, table)) == 4
+        lease = next(x for x in member.engine.leases.values() if x.checkpointed is not None)
+        committed = lease.checkpointed
+        assert committed is not None
+        further = Position(str(int(committed.sequence_number) + 1), 0)
+
+        def refused(tx: DynamoDBTransaction) -> None:
+            tx.put(table, {"pk": "x", "data": "x", "deliveries": 1})
+            tx.check(table, {"pk": "missing"}, "attribute_exists(pk)")
+
+        with pytest.raises(TransactionCanceledError) as caught:
+            await asyncio.to_thread(sink.transact_sync, lease, further, refused)
+        assert [r["Code"] for r in caught.value.reasons][1] == "ConditionalCheckFailed"
+        assert "x" not in counts(moto_server.url, table) and lease.deliverable
+
+        def too_many(tx: DynamoDBTransaction) -> None:
+            for i in range(100):
+                tx.put(table, {"pk": f"many{i}"})
+
+        with pytest.raises(TransactionTooLargeError):
+            await asyncio.to_thread(sink.transact_sync, lease, further, too_many)
+
+        await asyncio.to_thread(sink.transact_sync, lease, further, lambda tx: None)
+        async with state_store(config) as store:
+            stored = (await store.get_checkpoints(stream, [lease.key[1]]))[lease.key[1]]
+        assert stored.sequence_number == further.sequence_number
+    finally:
+        await member.close()

@@ -1,0 +1,243 @@
+"""PostgresPositions: each record lands exactly once in a PostgreSQL table, through a rebalance,
+a member killed mid-stream and a zombie's late commit; the claim's fence; the async face.
+
+A real PostgreSQL (Debian's binaries, started by :mod:`_postgres` on a loopback port for the
+session) beside kinesalite + dynalite. The handler inserts one row per record into a table with
+no unique key, so a duplicate would be a second row, which the test counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from _group import create_stream, kinesis, make_config, put, setup_table
+from _postgres import PostgresServer, postgres_server
+from _sink_driver import SinkMember
+from _standins import NodeStandIn
+from _wait import eventually
+
+from kinesumer import Record
+from kinesumer.models import Position
+from kinesumer.sinks import LeaseLostError, PostgresPositions
+
+SHARDS = 2
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def group(
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    postgres: PostgresServer,
+    unique_name: Callable[[str], str],
+) -> dict[str, Any]:
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, SHARDS)
+    records, positions = unique_name("records").replace("-", "_"), unique_name("positions")
+    with postgres.connect() as conn:
+        conn.execute(f"CREATE TABLE {records} (shard_id text, seq text, data text)")
+    return {
+        "config": config,
+        "stream": stream,
+        "records": records,
+        "positions": positions.replace("-", "_"),
+        "kinesis": kinesalite.url,
+    }
+
+
+def recorder(table: str) -> Callable[[list[Record], psycopg.Connection[Any]], None]:
+    def handle(records: list[Record], conn: psycopg.Connection[Any]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} (shard_id, seq, data) VALUES (%s, %s, %s)",
+                [(r.shard_id, r.sequence_number, r.data.decode()) for r in records],
+            )
+
+    return handle
+
+
+def rows(postgres: PostgresServer, table: str) -> dict[str, int]:
+    """data -> rows holding it."""
+    with postgres.connect() as conn:
+        found = conn.execute(f"SELECT data, count(*) FROM {table} GROUP BY data").fetchall()
+    return {data: count for data, count in found}
+
+
+async def test_exactly_once_through_rebalance_crash_and_zombie(
+    group: dict[str, Any], postgres: PostgresServer
+) -> None:
+    config, stream, url = group["config"], group["stream"], group["kinesis"]
+    records, positions = group["records"], group["positions"]
+    members: list[SinkMember] = []
+
+    def committed(n: int) -> Callable[[], bool]:
+        def check() -> bool:
+            for member in members:
+                member.check()
+            return sum(rows(postgres, records).values()) >= n
+
+        return check
+
+    def member() -> SinkMember:
+        sink = PostgresPositions(postgres.conninfo, table=positions)
+        made = SinkMember(config, stream, sink, recorder(records), sync=True, pace=0.02)
+        members.append(made.start())
+        return made
+
+    put(url, stream, 0, 100)
+    a = member()
+    await eventually(committed(100), 30, "member A committing the first 100 records")
+    b = member()
+    await eventually(lambda: len(a.owned()) == len(b.owned()) == 1, 30, "a rebalance to A and B")
+    put(url, stream, 100, 300)
+    await eventually(committed(130), 30, "both committing again")
+    shard = sorted(a.owned())[0]
+    old = a.engine.leases[(stream, shard)]
+    await a.crash()  # mid-stream: what A read and did not commit is read again by B
+    members.remove(a)
+    await eventually(lambda: len(b.owned()) == SHARDS, 30, "B taking the crashed member's shard")
+
+    # A zombie: A's late commit under its old lease, after B's claim fenced the row.
+    ran = threading.Event()
+    with pytest.raises(LeaseLostError):
+        await asyncio.to_thread(
+            a.sink.transact_sync, old, Position("9" * 56), lambda conn: ran.set()
+        )
+    assert not ran.is_set(), "a zombie's handler must not run"
+    try:
+        await eventually(committed(400), 60, "every record committed")
+        found = rows(postgres, records)
+        assert sorted(found, key=int) == [str(i) for i in range(400)]
+        assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
+    finally:
+        await b.close()
+        a.sink.close_sync()
+        b.sink.close_sync()
+
+
+async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
+    group: dict[str, Any], postgres: PostgresServer
+) -> None:
+    """A zombie's transaction in flight holds the position row: the new owner's claim waits
+    for it and resumes after what it committed; a later zombie commit is refused."""
+    config, stream, url, records = (
+        group["config"],
+        group["stream"],
+        group["kinesis"],
+        group["records"],
+    )
+    positions = group["positions"]
+    handle = recorder(records)
+    put(url, stream, 0, 10)
+    sink_a = PostgresPositions(postgres.conninfo, table=positions)
+    a = SinkMember(config, stream, sink_a, handle, sync=True).start()
+    await eventually(lambda: a.check() or a.committed == 10, 30, "A committing 10 records")
+    leases = dict(a.engine.leases)
+    await a.crash()
+    put(url, stream, 10, 20)  # read by nobody yet
+    # The zombie "handles" the first new records of one of its shards, and holds the position
+    # row (its transaction open) while B claims the shard.
+    with postgres.connect() as conn:
+        shard, sequence = conn.execute(
+            f"SELECT shard_id, sequence_number FROM {positions} WHERE app = %s"
+            " AND sequence_number IS NOT NULL ORDER BY shard_id LIMIT 1",
+            (config.app,),
+        ).fetchone()
+    old = leases[(stream, shard)]
+    fresh = unread(url, stream, shard, Position(sequence))
+    assert fresh, "no new record in the zombie's shard"
+    taken = fresh[: (len(fresh) + 1) // 2]
+    ahead = Position(taken[-1].sequence_number)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(conn: psycopg.Connection[Any]) -> None:
+        handle(taken, conn)
+        inside.set()
+        release.wait(30)
+
+    zombie = asyncio.ensure_future(asyncio.to_thread(a.sink.transact_sync, old, ahead, slow))
+    await asyncio.to_thread(inside.wait, 10)
+    sink_b = PostgresPositions(postgres.conninfo, table=positions)
+    b = SinkMember(config, stream, sink_b, handle, sync=True).start()
+    try:
+        claimed = lambda: b.check() or (stream, shard) in b.engine.leases  # noqa: E731
+        await eventually(claimed, 30, "B claiming the zombie's shard")
+        lease_b = b.engine.leases[(stream, shard)]
+        assert lease_b.processed != ahead  # B's claim hook waits behind the zombie's row lock
+        release.set()
+        await zombie  # committed first: B resumes after it
+        everything = lambda: b.check() or sum(rows(postgres, records).values()) >= 30  # noqa: E731
+        await eventually(everything, 30, "every record committed")
+        found = rows(postgres, records)
+        assert sorted(found, key=int) == [str(i) for i in range(30)]
+        assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
+        with pytest.raises(LeaseLostError):
+            await asyncio.to_thread(a.sink.transact_sync, old, ahead, lambda conn: None)
+    finally:
+        release.set()
+        await b.close()
+        a.sink.close_sync()
+        sink_b.close_sync()
+
+
+def unread(url: str, stream: str, shard: str, after: Position) -> list[Record]:
+    """The records of ``shard`` after ``after``, read straight from Kinesis."""
+    client = kinesis(url)
+    iterator = client.get_shard_iterator(
+        StreamName=stream,
+        ShardId=shard,
+        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+        StartingSequenceNumber=after.sequence_number,
+    )["ShardIterator"]
+    found = client.get_records(ShardIterator=iterator)["Records"]
+    return [
+        Record(stream, shard, r["SequenceNumber"], 0, r["PartitionKey"], r["Data"], None)
+        for r in found
+    ]
+
+
+async def test_async_face(group: dict[str, Any], postgres: PostgresServer) -> None:
+    """transact_async over psycopg's AsyncConnection; a handler's error rolls back everything."""
+    config, stream, url, records = (
+        group["config"],
+        group["stream"],
+        group["kinesis"],
+        group["records"],
+    )
+    sink = PostgresPositions(postgres.conninfo, table=group["positions"])
+
+    async def handle(batch: list[Record], conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.cursor() as cursor:
+            await cursor.executemany(
+                f"INSERT INTO {records} (shard_id, seq, data) VALUES (%s, %s, %s)",
+                [(r.shard_id, r.sequence_number, r.data.decode()) for r in batch],
+            )
+
+    put(url, stream, 0, 20)
+    member = SinkMember(config, stream, sink, handle).start()
+    try:
+        await eventually(lambda: member.committed == 20, 30, "20 records committed")
+        lease = next(x for x in member.engine.leases.values() if x.processed is not None)
+
+        async def failing(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(f"INSERT INTO {records} VALUES ('x', 'x', 'x')")
+            raise RuntimeError("handler failed")
+
+        with pytest.raises(RuntimeError, match="handler failed"):
+            await sink.transact_async(lease, Position("9" * 56), failing)
+        assert sorted(rows(postgres, records), key=int) == [str(i) for i in range(20)]
+    finally:
+        await member.close()
+        await sink.close_async()
