@@ -4,8 +4,9 @@
 fresh directory under the system's temporary directory (the server user must reach it), starts
 ``postgres`` on a free 127.0.0.1 port (its Unix socket in the same directory, never the
 system's), waits until it accepts connections, and yields a :class:`PostgresServer`; on exit
-:meth:`~PostgresServer.stop` ends it by its own process id (SIGINT: PostgreSQL's fast shutdown; SIGKILL if it lingers).
-The server refuses to run as root: as root, it runs as the ``postgres`` system user.
+:meth:`~PostgresServer.stop` ends it by its own process id (SIGINT: PostgreSQL's fast shutdown;
+SIGKILL if it lingers). PostgreSQL refuses to run as root: as root, the server runs as the
+``postgres`` system user.
 
 Missing binaries are an error saying what to install, not a skip: CI runs these tests.
 """
