@@ -36,7 +36,7 @@ def test_the_fence_leaves_the_next_heartbeat_slack_at_every_allowed_ratio() -> N
         )
         assert fence_after(config) == pytest.approx(0.9 * config.client_timeout)
         assert fence_after(config) < config.client_timeout  # silent before others call it dead
-        assert heartbeat_slack(config) >= pytest.approx(0.8 * config.heartbeat_interval)
+        assert heartbeat_slack(config) >= 0.8 * config.heartbeat_interval - 1e-9
 
 
 def test_a_heartbeat_landing_after_the_fence_keeps_it_closed_until_the_watchdog_resumes() -> None:
