@@ -21,12 +21,13 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..engine.leases import Lease
+from ..errors import DecodeError
 from ..models import Position, Record
+from ..stats import HandlerCounters
 from .deadletter import (
     WRITE_ATTEMPTS,
     AsyncDeadLetterWriter,
@@ -34,6 +35,7 @@ from .deadletter import (
     DeadLetterWriter,
 )
 from .decode import RecordDecoder, make_decoder
+from .options import RunOptions
 from .policies import (
     AbandonedError,
     Block,
@@ -44,40 +46,9 @@ from .policies import (
     check_policy,
     describe,
 )
-from .retry_later import Identity, Item, Outcome, Step, due_time, plan, prepare
+from .retry_later import Identity, Item, Outcome, Step, Unit, due_time, plan, prepare, units
 
 log = logging.getLogger("kinesumer.handlers")
-
-
-class HandlerCounters(Protocol):
-    """What the runner counts outcomes with (kinesumer.stats feeds stats() and Prometheus)."""
-
-    def add(self, outcome: str, n: int = 1) -> None: ...
-
-
-class InvocationOptions(Protocol):
-    """The run() options an invocation reads (the runner's RunOptions has them all)."""
-
-    @property
-    def batch(self) -> object | None: ...
-    @property
-    def on_failure(self) -> object: ...
-    @property
-    def decode(self) -> object: ...
-    @property
-    def sink(self) -> Any: ...
-    @property
-    def name(self) -> str | None: ...
-
-
-@dataclass
-class Unit:
-    """Records called together, with the handler's argument for each, or the error that makes
-    them fail without a call (a payload that did not decode, a bad envelope)."""
-
-    items: list[Item]
-    values: list[Any]
-    error: Exception | None = None
 
 
 class _HandlerRaised(Exception):
@@ -101,7 +72,7 @@ class Invocation:
     def __init__(
         self,
         handler: Callable[..., Any],
-        options: InvocationOptions,
+        options: RunOptions,
         aws: ClientFactory,
         counters: HandlerCounters,
         is_async: bool,
@@ -124,6 +95,7 @@ class Invocation:
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
         )
+        self._plain = not (self.batched or self.sink is not None or self.extra_streams)
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
         self._writer = DeadLetterWriter(aws, attempts=write_attempts)
@@ -133,25 +105,52 @@ class Invocation:
 
     def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None:
         """Handle ``records`` (one call) on this thread; see the module docstring."""
+        if self._plain and len(records) == 1:
+            # The common case (a record, no sink, batch or retry stream) costs a decode, a call
+            # and a count; a failure takes the full path below (a payload that did not decode
+            # is decoded there again, and counted).
+            record = records[0]
+            value = record if self.decoder is None else self._decoded(record)
+            if value is not None:
+                try:
+                    self.handler(value)
+                except Exception as error:
+                    unit = Unit([Item(record, record)], [value])
+                    self._run_sync(unit, lease, _end(records), stopping, error)
+                    return
+                self.counters.add("ok")
+                return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - time.time()
         if wait > 0 and stopping.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = _end(records)
-        for unit in self._units(items):
+        for unit in units(items, self.decoder, self.batched, self._decode_failed):
             self._run_sync(unit, lease, end, stopping)
 
-    def _run_sync(self, unit: Unit, lease: Lease, end: Position, stopping: threading.Event) -> None:
+    def _run_sync(
+        self,
+        unit: Unit,
+        lease: Lease,
+        end: Position,
+        stopping: threading.Event,
+        first_error: Exception | None = None,
+    ) -> None:
+        """Call ``unit`` until it succeeds or the policy gives up (``first_error``: the first
+        call was made already and raised it)."""
         attempts = 0
         while True:
             attempts += 1
-            try:
-                self._attempt_sync(unit, lease, end)
-            except _HandlerRaised as raised:
-                error = raised.error
+            if first_error is not None:
+                error, first_error = first_error, None
             else:
-                self.counters.add("ok", len(unit.items))
-                return
+                try:
+                    self._attempt_sync(unit, lease, end)
+                except _HandlerRaised as raised:
+                    error = raised.error
+                else:
+                    self.counters.add("ok", len(unit.items))
+                    return
             if not after_failure(self.policy, attempts, error):
                 self._finish_sync(
                     plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
@@ -198,27 +197,47 @@ class Invocation:
         self, records: list[Record], lease: Lease, stopping: asyncio.Event
     ) -> None:
         """Handle ``records`` (one call) in this task; see the module docstring."""
+        if self._plain and len(records) == 1:  # as in call_sync
+            record = records[0]
+            value = record if self.decoder is None else self._decoded(record)
+            if value is not None:
+                try:
+                    await self.handler(value)
+                except Exception as error:
+                    unit = Unit([Item(record, record)], [value])
+                    await self._run_async(unit, lease, _end(records), stopping, error)
+                    return
+                self.counters.add("ok")
+                return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - time.time()
         if wait > 0 and await _wait_event(stopping, wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = _end(records)
-        for unit in self._units(items):
+        for unit in units(items, self.decoder, self.batched, self._decode_failed):
             await self._run_async(unit, lease, end, stopping)
 
     async def _run_async(
-        self, unit: Unit, lease: Lease, end: Position, stopping: asyncio.Event
+        self,
+        unit: Unit,
+        lease: Lease,
+        end: Position,
+        stopping: asyncio.Event,
+        first_error: Exception | None = None,
     ) -> None:
         attempts = 0
         while True:
             attempts += 1
-            try:
-                await self._attempt_async(unit, lease, end)
-            except _HandlerRaised as raised:
-                error = raised.error
+            if first_error is not None:
+                error, first_error = first_error, None
             else:
-                self.counters.add("ok", len(unit.items))
-                return
+                try:
+                    await self._attempt_async(unit, lease, end)
+                except _HandlerRaised as raised:
+                    error = raised.error
+                else:
+                    self.counters.add("ok", len(unit.items))
+                    return
             if not after_failure(self.policy, attempts, error):
                 await self._finish_async(
                     plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
@@ -262,34 +281,16 @@ class Invocation:
 
     # ---- shared by both faces ------------------------------------------------------------
 
-    def _units(self, items: list[Item]) -> list[Unit]:
-        """The calls to make: records that cannot be decoded each fail alone (one bad payload
-        must not sink a batch); the others are called together (a batch) or one by one."""
-        failed: list[Unit] = []
-        ready: list[Item] = []
-        values: list[Any] = []
-        for item in items:
-            if item.error is not None:
-                failed.append(Unit([item], [], item.error))
-                continue
-            if self.decoder is None:
-                values.append(item.original)
-            else:
-                try:
-                    values.append(self.decoder(item.original))
-                except Exception as error:
-                    self.counters.add("decode_error")
-                    failed.append(Unit([item], [], error))
-                    continue
-            ready.append(item)
-        if not ready:
-            return failed
-        if self.batched:
-            return [*failed, Unit(ready, values)]
-        return [
-            *failed,
-            *(Unit([item], [value]) for item, value in zip(ready, values, strict=True)),
-        ]
+    def _decoded(self, record: Record) -> Any:
+        """The handler's Message for ``record``, or None when it does not decode."""
+        assert self.decoder is not None
+        try:
+            return self.decoder(record)
+        except DecodeError:
+            return None
+
+    def _decode_failed(self) -> None:
+        self.counters.add("decode_error")
 
     def _retrying(self, unit: Unit, error: Exception, attempts: int) -> float:
         """Count and log one more try of ``unit``; the seconds to wait before it."""

@@ -1,6 +1,6 @@
 """The pure part of an invocation: what each record of a call is (a fresh record, or one read back
-from the RetryLater stream, rebuilt from its envelope, with its due time) and, once a call's
-retries are spent, the step each of its records takes next.
+from the RetryLater stream, rebuilt from its envelope, with its due time), which records are called
+together, and, once a call's retries are spent, the step each of its records takes next.
 
 Both invocation faces (:mod:`.invoke`) drive these functions; nothing here sleeps, calls a handler
 or writes to AWS.
@@ -9,7 +9,9 @@ or writes to AWS.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import DecodeError
 from ..models import Record
@@ -54,6 +56,49 @@ def prepare(record: Record, policy: FailurePolicy) -> Item:
         round=envelope.round,
         due=envelope.failed_at / 1000 + policy.delay,
     )
+
+
+@dataclass
+class Unit:
+    """Records called together, with the handler's argument for each, or the error that makes
+    them fail without a call (a payload that did not decode, a bad envelope)."""
+
+    items: list[Item]
+    values: list[Any]
+    error: Exception | None = None
+
+
+def units(
+    items: list[Item],
+    decoder: Callable[[Record], Any] | None,
+    batched: bool,
+    on_decode_error: Callable[[], None],
+) -> list[Unit]:
+    """The calls to make: records that cannot be decoded each fail alone (one bad payload must
+    not sink a batch; each is reported to ``on_decode_error``); the others are called
+    together (a batch) or one by one."""
+    failed: list[Unit] = []
+    ready: list[Item] = []
+    values: list[Any] = []
+    for item in items:
+        if item.error is not None:
+            failed.append(Unit([item], [], item.error))
+            continue
+        if decoder is None:
+            values.append(item.original)
+        else:
+            try:
+                values.append(decoder(item.original))
+            except Exception as error:
+                on_decode_error()
+                failed.append(Unit([item], [], error))
+                continue
+        ready.append(item)
+    if not ready:
+        return failed
+    if batched:
+        return [*failed, Unit(ready, values)]
+    return [*failed, *(Unit([item], [value]) for item, value in zip(ready, values, strict=True))]
 
 
 def due_time(items: list[Item]) -> float:
