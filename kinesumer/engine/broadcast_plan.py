@@ -14,8 +14,8 @@ The rules, for a shard seen for the first time (parents decided before children)
    reshard the member follows, so it starts at TRIM_HORIZON once the parents are finished.
 3. Otherwise it is a root for this member, read from ``initial_position``. From LATEST a closed
    root is skipped (nothing arrives in it any more) and counts as finished, so its open children
-   start at LATEST too rather than replaying their history; with resume, LATEST becomes the
-   member's join instant (AT_TIMESTAMP), saved before reading, so a restart resumes from there.
+   start at LATEST too rather than replaying their history. With resume, the member's join
+   instant is saved before a LATEST read begins, so a restart resumes from it (AT_TIMESTAMP).
 """
 
 from __future__ import annotations
@@ -113,10 +113,10 @@ class ShardPlan:
             self.finished.add(key)
             return None
         self._tracked.add(key)
-        if self._resume:
-            joined = self._joined_at_ms
-            return ShardStart(key, None, _instant(joined), parents, started_at_ms=joined)
-        return ShardStart(key, None, "LATEST", parents)
+        # Resume mode saves the join instant first: it is at or before where LATEST starts, so
+        # a restart reading from it (AT_TIMESTAMP) misses nothing and replays nothing processed.
+        started = self._joined_at_ms if self._resume else None
+        return ShardStart(key, None, "LATEST", parents, started_at_ms=started)
 
     def finish(self, key: ShardKey) -> None:
         """The shard was read to its end and every record of it processed."""

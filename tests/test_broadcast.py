@@ -1,0 +1,254 @@
+"""Broadcast mode on kinesalite + dynalite: every member reads every shard, alone.
+
+Kinesalite reports SHARD_END and real sequence numbers, so reshards and resumed positions are
+tested as on AWS. Each test says which face it drives: the sync generator on threads, ``poll()``,
+and the async iterator all go through the same broadcast engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put
+from _group import setup_table as create_table
+from _wait import eventually, wait_until
+from test_reshard import assert_per_key_order, key_of, split_and_merge
+
+from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
+from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.statestore import DynamoDBStateStore
+from kinesumer.statestore.dynamodb.positions import SavedPosition
+
+Names = Callable[[str], str]
+
+
+@pytest.fixture
+def env(kinesalite: Any, dynalite: Any, unique_name: Names) -> Iterator[dict[str, Any]]:
+    config = make_config(
+        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"), broadcast=True
+    )
+    create_table(config)
+    yield {"url": kinesalite.url, "config": config, "stream": unique_name("s")}
+
+
+def table_keys(config: Config) -> list[str]:
+    """``pk`` of every item in the state table."""
+    dynamodb = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    )
+    items = dynamodb.scan(TableName=config.dynamodb_table)["Items"]
+    return sorted(item["pk"]["S"] for item in items)
+
+
+def caught_up(consumer: Kinesumer | AsyncKinesumer, shards: int) -> Callable[[], bool]:
+    """Every shard had its first read at the tip: records put from now on are delivered."""
+
+    def check() -> bool:
+        statuses = consumer.stats().shards
+        return len(statuses) == shards and all(s.caught_up for s in statuses)
+
+    return check
+
+
+class Reader:
+    """A broadcast member iterating ``consume()`` on a thread of its own."""
+
+    def __init__(self, config: Config, stream: str) -> None:
+        self.consumer = Kinesumer(config)
+        self.records: list[Record] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: str) -> None:
+        try:
+            for record in self.consumer.consume([stream]):
+                self.records.append(record)
+        except BaseException as exc:  # surfaced to the test
+            self.error = exc
+
+    def close(self) -> None:
+        self.consumer.close()
+        self._thread.join(timeout=20)
+        assert not self._thread.is_alive() and self.error is None, self.error
+
+
+def test_three_members_each_receive_every_record(env: dict[str, Any]) -> None:
+    """Sync face, three threads, a 4-shard stream from TRIM_HORIZON: each member gets all."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 4)
+    produced = put(url, stream, 0, 200)
+    readers = [Reader(env["config"].replace(client_id=f"m{i}"), stream) for i in range(3)]
+    produced += put(url, stream, 200, 200)
+    for reader in readers:
+        wait_until(
+            lambda r=reader: len(r.records) >= 400,  # type: ignore[misc]
+            what="every record at every member",
+            diagnose=lambda: str([len(r.records) for r in readers]),
+        )
+    stats = readers[0].consumer.stats()
+    assert sorted(s.shard_id for s in stats.shards) == [f"shardId-00000000000{i}" for i in range(4)]
+    assert {s.status for s in stats.shards} == {"active"}
+    assert stats.checkpoint_writes == 0 and stats.live_members == ()
+    for reader in readers:
+        reader.close()
+        got = [r.data for r in reader.records]
+        assert sorted(got) == sorted(produced)
+        assert len(got) == len(set(got))
+    # No claims, checkpoints, client items or shard cache: nothing of the group was written.
+    assert table_keys(env["config"]) == []
+
+
+def test_latest_start_delivers_only_what_came_after(env: dict[str, Any]) -> None:
+    """LATEST (the default): records put before the member started never arrive; poll()."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 2)
+    put(url, stream, 0, 50)
+    config = env["config"].replace(initial_position="LATEST", client_id="late")
+    with Kinesumer(config) as consumer:
+        consumer.subscribe([stream])
+        wait_until(caught_up(consumer, 2), what="both shards read at the tip")
+        produced = put(url, stream, 50, 50)
+        got: list[Record] = []
+        wait_until(lambda: len(got) >= 50 or bool(got.extend(consumer.poll(100, 0.2))))
+    assert sorted(r.data for r in got) == sorted(produced)
+
+
+async def test_resume_after_restart_loses_nothing_and_replays_nothing(
+    env: dict[str, Any],
+) -> None:
+    """broadcast_resume: a restart with the same client id starts after what was committed,
+    including on a shard that had no record at all before (it resumes from when the member
+    first read it, so what arrived there while it was down is not lost)."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 2)
+    config = env["config"].replace(
+        initial_position="LATEST", client_id="cache-1", broadcast_resume=True, auto_commit=False
+    )
+    first = AsyncKinesumer(config)
+    await first.subscribe([stream])
+    await eventually(caught_up(first, 2), what="both shards read at the tip")
+    # Run 1: records on shard 0 only (hash key 0); commit part of what was delivered.
+    client = kinesis(url)
+    for i in range(40):
+        client.put_record(
+            StreamName=stream, Data=str(i).encode(), PartitionKey="k", ExplicitHashKey="0"
+        )
+    delivered: list[Record] = []
+    while len(delivered) < 25:
+        delivered += await first.poll(25 - len(delivered), 1.0)
+    await first.commit()
+    committed = {r.data for r in delivered}
+    delivered += await first.poll(10, 1.0)  # delivered after the commit: not processed
+    await first.aclose(discard=True)  # only what was committed counts
+    # While it is down: records on both shards.
+    down = put(url, stream, 100, 60)
+    second = AsyncKinesumer(config.replace(auto_commit=True))
+    again: list[Record] = []
+
+    async def consume() -> None:
+        async for record in second.consume([stream]):
+            again.append(record)
+            if len(again) == 40 - 25 + 60:
+                return
+
+    await asyncio.wait_for(consume(), 30)
+    await second.aclose()
+    expected = {str(i).encode() for i in range(40)} - committed | set(down)
+    assert sorted(r.data for r in again) == sorted(expected)
+    assert not committed & {r.data for r in again}
+    keys = set(table_keys(config))
+    assert keys == {f"broadcast#{config.app}#cache-1"}  # its own items only
+
+
+async def test_older_session_of_a_client_id_cannot_overwrite_a_newer(env: dict[str, Any]) -> None:
+    config = env["config"]
+    aws = AwsClients(config, RequestStats())
+    await aws.open()
+    try:
+        store = DynamoDBStateStore(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
+        old = await store.open_broadcast_session("twin")
+        new = await store.open_broadcast_session("twin")
+        assert new > old
+        saved = SavedPosition("s", "shardId-0", started_at_ms=1)
+        assert await store.save_broadcast_position("twin", old, saved)  # nobody newer yet
+        assert await store.save_broadcast_position("twin", new, saved)
+        assert not await store.save_broadcast_position("twin", old, saved)
+        assert await store.broadcast_positions("twin") == {("s", "shardId-0"): saved}
+    finally:
+        await aws.close()
+
+
+async def test_split_and_merge_while_consuming(env: dict[str, Any]) -> None:
+    """Async face, three members from LATEST: the children born after they started are read
+    from TRIM_HORIZON once each member drained their parents; every record once per member, in
+    per-key order."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 3)
+    sinks: list[list[tuple[str, Record]]] = [[], [], []]
+    config = env["config"].replace(initial_position="LATEST")
+    members = [
+        Member(config.replace(client_id=f"b{i}"), [stream], sink).start()
+        for i, sink in enumerate(sinks)
+    ]
+    for member in members:
+        await eventually(lambda m=member: caught_up(m.consumer, 3)(), what="at the tip")  # type: ignore[misc]
+    produced = put(url, stream, 0, 150, key_of)
+    split_and_merge(url, stream)
+    produced += put(url, stream, 150, 150, key_of)
+    for sink in sinks:
+        await eventually(
+            lambda s=sink: len(s) >= 300,  # type: ignore[misc]
+            what="every record at every member",
+            diagnose=lambda: str([len(s) for s in sinks]),
+        )
+    ended = {s.shard_id for s in members[0].consumer.stats().shards}
+    for member in members:
+        await member.close()
+        assert member.error is None
+    for sink in sinks:
+        assert sorted(datas(sink)) == sorted(produced)
+        assert duplicates(sink) == {}
+        assert_per_key_order(sink)
+    # The three parents were drained and dropped; the three children are read.
+    assert ended == {f"shardId-00000000000{i}" for i in range(3, 6)}
+
+
+async def test_started_after_a_reshard_reads_parents_first(env: dict[str, Any]) -> None:
+    """From TRIM_HORIZON after a split and a merge: the children wait until this member drained
+    their parents (no other member or checkpoint says so), then every record arrives in per-key
+    order."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 3)
+    produced = put(url, stream, 0, 150, key_of)
+    split_and_merge(url, stream)
+    produced += put(url, stream, 150, 150, key_of)
+    sink: list[tuple[str, Record]] = []
+    # Small reads keep the parents busy for a while: a child read too early would interleave.
+    config = env["config"].replace(client_id="after", scan_limit=10)
+    member = Member(config, [stream], sink).start()
+    await eventually(lambda: len(sink) >= 300, what="every record")
+    await member.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+    assert_per_key_order(sink)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"broadcast_resume": True, "client_id": "x"}, "broadcast_resume"),  # without broadcast
+        ({"broadcast": True, "broadcast_resume": True}, "broadcast_resume"),  # no client_id
+        ({"broadcast": "yes"}, "broadcast"),
+        ({"broadcast": True, "broadcast_resume": 1, "client_id": "x"}, "broadcast_resume"),
+    ],
+)
+def test_config_validation(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Config(app="a", dynamodb_table="table", **fields)
+    assert raised.value.field == named
