@@ -144,3 +144,38 @@ def test_graceful_shutdown_on_sigterm_writes_checkpoints(
     put(env["url"], env["stream"], 20, 20)
     second = run_until(set(range(20, 40)))
     assert sorted(numbers(second)) == list(range(20, 40))  # a restart re-delivers nothing
+
+
+def test_exactly_once_dynamodb_counts_each_order_once(env: dict[str, Any]) -> None:
+    """Totals committed with the checkpoint: a second run counts only the new orders."""
+    import boto3
+
+    dynamodb = boto3.client("dynamodb", endpoint_url=env["url"], region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="order-totals",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client = boto3.client("kinesis", endpoint_url=env["url"], region_name="us-east-1")
+    create_stream(env["url"], env["stream"], 2)
+
+    def orders(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            order = {"id": i, "customer": f"c-{i % 3}", "amount": i}
+            client.put_record(StreamName=env["stream"], Data=json.dumps(order), PartitionKey=str(i))
+
+    def totals() -> dict[str, tuple[int, int]]:
+        items = dynamodb.scan(TableName="order-totals")["Items"]
+        return {i["pk"]["S"]: (int(i["total"]["N"]), int(i["orders"]["N"])) for i in items}
+
+    def expected(n: int) -> dict[str, tuple[int, int]]:
+        return {f"c-{c}": (sum(range(c, n, 3)), len(range(c, n, 3))) for c in range(3)}
+
+    orders(0, 30)
+    first = run_example("exactly_once_dynamodb.py", env["environ"], "30")
+    assert "done: 30 orders counted" in first.output
+    assert totals() == expected(30)
+    orders(30, 15)
+    run_example("exactly_once_dynamodb.py", env["environ"], "15")
+    assert totals() == expected(45)
