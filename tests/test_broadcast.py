@@ -14,7 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put
+from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
 from _group import setup_table as create_table
 from _wait import eventually, wait_until
 from test_reshard import assert_per_key_order, key_of, split_and_merge
@@ -182,6 +182,48 @@ async def test_older_session_of_a_client_id_cannot_overwrite_a_newer(env: dict[s
         assert await store.broadcast_positions("twin") == {("s", "shardId-0"): saved}
     finally:
         await aws.close()
+
+
+async def test_run_handlers_under_broadcast_save_each_members_positions(
+    env: dict[str, Any],
+) -> None:
+    """run() with per-key concurrency on two broadcast members: each handles every record, and
+    closing saves each member's own positions at the end of every shard it handled."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 2)
+    produced = put(url, stream, 0, 100, key_of)
+    config = env["config"]
+    members = [Kinesumer(config.replace(client_id=f"h{i}", broadcast_resume=True)) for i in (0, 1)]
+    handled: list[list[Record]] = [[], []]
+    threads = [
+        threading.Thread(
+            target=member.run,
+            args=([stream], got.append),
+            kwargs={"concurrency": 8, "ordering": "key"},
+            daemon=True,
+        )
+        for member, got in zip(members, handled, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    await eventually(lambda: all(len(got) >= 100 for got in handled), what="every record twice")
+    for member, thread in zip(members, threads, strict=True):
+        await asyncio.to_thread(member.close)
+        await asyncio.to_thread(thread.join, 20)
+        assert not thread.is_alive()
+    async with state_store(config) as store:
+        for member, got in zip(members, handled, strict=True):
+            assert sorted(r.data for r in got) == sorted(produced)
+            last = {}
+            for record in got:
+                seq = max(int(record.sequence_number), last.get(record.shard_id, 0))
+                last[record.shard_id] = seq
+            saved = await store.broadcast_positions(member.client_id)
+            assert {
+                shard: int(s.position.sequence_number)
+                for (_, shard), s in saved.items()
+                if s.position is not None
+            } == last
 
 
 async def test_split_and_merge_while_consuming(env: dict[str, Any]) -> None:
