@@ -8,6 +8,7 @@ and the async iterator all go through the same broadcast engine.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,7 @@ from _group import setup_table as create_table
 from _wait import eventually, wait_until
 from test_reshard import assert_per_key_order, key_of, split_and_merge
 
-from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
+from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record, cli
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.statestore import DynamoDBStateStore
 from kinesumer.statestore.dynamodb.positions import SavedPosition
@@ -279,6 +280,23 @@ async def test_started_after_a_reshard_reads_parents_first(env: dict[str, Any]) 
     assert sorted(datas(sink)) == sorted(produced)
     assert duplicates(sink) == {}
     assert_per_key_order(sink)
+
+
+def test_cli_consume_broadcast(env: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """``kinesumer consume --broadcast``: two runs print every record each; ``--resume`` needs
+    ``--client-id``."""
+    url, stream, config = env["url"], env["stream"], env["config"]
+    create_stream(url, stream, 2)
+    produced = put(url, stream, 0, 20)
+    where = ["--app", config.app, "--table", config.dynamodb_table, "--region", "us-east-1"]
+    where += ["--dynamodb-endpoint", config.dynamodb_endpoint, "--kinesis-endpoint", url]
+    argv = ["consume", *where, "--broadcast", "--initial-position", "TRIM_HORIZON"]
+    for _ in range(2):  # nothing checkpointed for the group: the second run prints them again
+        assert cli.main([*argv, "--count", "20", stream]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert sorted(json.loads(line)["data"].encode() for line in lines) == sorted(produced)
+    assert cli.main([*argv, "--resume", stream]) == 2
+    assert "--resume: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,13 @@ def consume_command(args: argparse.Namespace) -> int:
     counts them as processed: the checkpoints match exactly what was printed, and the next owner
     starts right after. A second one stops at once (``KeyboardInterrupt``).
     """
-    config = group_config(args, client_id=args.client_id, initial_position=args.initial_position)
+    config = group_config(
+        args,
+        client_id=args.client_id,
+        initial_position=args.initial_position,
+        broadcast=args.broadcast,
+        broadcast_resume=args.resume,
+    )
     stop = threading.Event()
     if args.stop_on_stdin_eof:  # the demo's members: stop when the demo goes away
         threading.Thread(target=_stop_at_eof, args=(stop,), daemon=True).start()

@@ -41,6 +41,8 @@ _OPTION_OF_FIELD = {
     "dynamodb_endpoint": "--dynamodb-endpoint",
     "client_id": "--client-id",
     "initial_position": "--initial-position",
+    "broadcast": "--broadcast",
+    "broadcast_resume": "--resume",
     "streams": "STREAM",
 }
 

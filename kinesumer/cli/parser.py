@@ -114,6 +114,17 @@ def add_consume(
     )
     consume.add_argument("--client-id", help="member id (default: <host>-<pid>-<random>)")
     consume.add_argument(
+        "--broadcast",
+        action="store_true",
+        help="read every shard of the streams, outside the group (no claims, no checkpoints)",
+    )
+    consume.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --broadcast: save this member's own positions under --client-id (required) "
+        "and start after them next time",
+    )
+    consume.add_argument(
         "--count", type=positive_int, metavar="N", help="stop after N records (default: never)"
     )
     consume.add_argument("--stop-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
