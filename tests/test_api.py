@@ -34,7 +34,7 @@ from kinesumer import (
     StateTableSchemaError,
     StreamNotFoundError,
 )
-from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.aws import AwsClients, ClientFactory, RequestStats
 from kinesumer.cli.status import open_table
 from kinesumer.statestore.dynamodb.store import DynamoDBStateStore
 
@@ -227,6 +227,24 @@ async def test_role_arn_reads_kinesis_with_refreshing_assumed_credentials(
     assert refreshed.access_key != first.access_key
     assert kinesis_creds._expiry_time > datetime.now(timezone.utc) + timedelta(minutes=14)
     await aws.close()
+
+
+def test_blocking_kinesis_client_writes_through_the_role(env: dict[str, Any]) -> None:
+    """Dead letters written from handler threads go where the engine reads: through role_arn."""
+    role = "arn:aws:iam::210987654321:role/stream-reader"
+    other = kinesis_in_account_of(env["url"], role)
+    other.create_stream(StreamName=env["stream"], ShardCount=1)
+    config = env["config"].replace(role_arn=role, sts_endpoint=env["url"])
+    client = ClientFactory(config).sync_kinesis(attempts=1)
+    client.put_record(StreamName=env["stream"], Data=b"dead", PartitionKey="k")
+    shard = other.describe_stream(StreamName=env["stream"])["StreamDescription"]["Shards"][0]
+    iterator = other.get_shard_iterator(
+        StreamName=env["stream"], ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    assert [r["Data"] for r in other.get_records(ShardIterator=iterator)["Records"]] == [b"dead"]
+    own = ClientFactory(env["config"]).sync_kinesis(attempts=1)
+    with pytest.raises(own.exceptions.ResourceNotFoundException):  # not the caller's account
+        own.put_record(StreamName=env["stream"], Data=b"x", PartitionKey="k")
 
 
 def test_poll_returns_batches_bounded_by_count_and_time(env: dict[str, Any]) -> None:

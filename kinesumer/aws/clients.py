@@ -19,9 +19,11 @@ from typing import Any
 
 import aioboto3
 import boto3
+import botocore.session
 from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
+from botocore.credentials import DeferredRefreshableCredentials
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..config import Config
@@ -128,6 +130,38 @@ def assumed_role_session(config: Config, stats: RequestStats) -> aioboto3.Sessio
     return aioboto3.Session(botocore_session=role_session, region_name=config.region)
 
 
+def blocking_role_session(config: Config) -> boto3.session.Session:
+    """The blocking twin of :func:`assumed_role_session`: a boto3 session whose credentials come
+    from ``sts:AssumeRole`` on ``config.role_arn``, fetched when first needed and renewed by
+    botocore before they expire. The STS call uses the caller's own credentials."""
+    assert config.role_arn is not None
+    session_name = f"kinesumer-{config.app}"[:64]
+    sts = blocking_client(
+        "sts", region_name=config.effective_kinesis_region, endpoint_url=config.sts_endpoint
+    )
+
+    def fetch() -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
+        if config.external_id:
+            kwargs["ExternalId"] = config.external_id
+        creds = sts.assume_role(**kwargs)["Credentials"]
+        expiry = creds["Expiration"]
+        if isinstance(expiry, datetime):
+            expiry = expiry.astimezone(timezone.utc).isoformat()
+        return {
+            "access_key": creds["AccessKeyId"],
+            "secret_key": creds["SecretAccessKey"],
+            "token": creds["SessionToken"],
+            "expiry_time": expiry,
+        }
+
+    role_session = botocore.session.Session()
+    role_session._credentials = DeferredRefreshableCredentials(
+        refresh_using=fetch, method="sts-assume-role"
+    )
+    return boto3.session.Session(botocore_session=role_session, region_name=config.region)
+
+
 class ClientFactory:
     """Every AWS client kinesumer makes for one :class:`~kinesumer.Config`.
 
@@ -190,17 +224,22 @@ class ClientFactory:
         return self._instrumented(client)
 
     def sync_kinesis(self, *, attempts: int | None = None) -> Any:
-        """A blocking boto3 Kinesis client with the caller's own credentials (local tools: the
-        demo's producer, dead-letter writes from handler threads; the engine reads through
-        :meth:`kinesis`). ``attempts``: botocore's own retries; None keeps botocore's defaults."""
+        """A blocking boto3 Kinesis client (local tools: the demo's producer; dead-letter writes
+        from handler threads; the engine reads through :meth:`kinesis`). Through
+        ``config.role_arn`` when it is set, as the engine's reads: a dead-letter or retry-later
+        stream lives beside the streams read, and the group consumes the retry stream again.
+        ``attempts``: botocore's own retries; None keeps botocore's defaults."""
         config = self.config
         retries = {"total_max_attempts": attempts, "mode": "standard"} if attempts else None
-        client = blocking_client(
-            "kinesis",
-            region_name=config.effective_kinesis_region,
-            endpoint_url=config.kinesis_endpoint,
-            config=BotoConfig(retries=retries) if retries else None,
-        )
+        options: dict[str, Any] = {
+            "region_name": config.effective_kinesis_region,
+            "endpoint_url": config.kinesis_endpoint,
+            "config": BotoConfig(retries=retries) if retries else None,
+        }
+        if config.role_arn:
+            client = blocking_role_session(config).client("kinesis", **options)
+        else:
+            client = blocking_client("kinesis", **options)
         return self._instrumented(client)
 
     def _instrumented(self, client: Any) -> Any:

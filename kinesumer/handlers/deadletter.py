@@ -173,7 +173,7 @@ def read_envelope(data: bytes) -> DeadLetterEnvelope:
 
 
 class DeadLetterWriter:
-    """Writes envelopes with a blocking boto3 Kinesis client (the caller's own credentials),
+    """Writes envelopes with a blocking boto3 Kinesis client (through ``Config.role_arn`` when set),
     made on first use; safe to share between threads."""
 
     def __init__(self, factory: ClientFactory, *, attempts: int = WRITE_ATTEMPTS) -> None:
