@@ -299,6 +299,32 @@ def test_cli_consume_broadcast(env: dict[str, Any], capsys: pytest.CaptureFixtur
     assert "--resume: " in capsys.readouterr().err
 
 
+async def test_refresh_moves_to_other_streams(env: dict[str, Any], unique_name: Names) -> None:
+    """refresh(): the dropped stream's shards stop, the new stream's shards start (resume mode:
+    from what this member saved when it read that stream before)."""
+    url, first, second = env["url"], env["stream"], unique_name("s")
+    create_stream(url, first, 1)
+    create_stream(url, second, 2)
+    config = env["config"].replace(client_id="mover", broadcast_resume=True, auto_commit=False)
+    consumer = AsyncKinesumer(config)
+    await consumer.subscribe([first, second])
+    produced = put(url, second, 0, 30)
+    got: list[Record] = []
+    while len(got) < 30:
+        got += await consumer.poll(30, 1.0)
+    await consumer.commit()
+    await consumer.refresh([first])
+    await eventually(lambda: {s.stream for s in consumer.stats().shards} == {first})
+    later = put(url, second, 30, 10)
+    await consumer.refresh([first, second])
+    again: list[Record] = []
+    while len(again) < 10:
+        again += await consumer.poll(10, 1.0)
+    await consumer.aclose()
+    assert sorted(r.data for r in got) == sorted(produced)
+    assert sorted(r.data for r in again) == sorted(later)
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [

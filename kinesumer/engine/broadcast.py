@@ -152,7 +152,10 @@ class BroadcastEngine(Engine):
         """Start reading every shard of ``streams`` not seen before, one stream at a time (a
         failed listing leaves that stream's new shards for the next round)."""
         for stream in streams:
-            starts = self._plan.new_shards(stream, await self.reader.list_shards(stream))
+            shards = await self.reader.list_shards(stream)
+            if stream not in self._streams:  # dropped by a refresh during the listing
+                continue
+            starts = self._plan.new_shards(stream, shards)
             if not starts:
                 continue
             leases = [self._lease_for(start) for start in starts]
