@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from _group import Member, create_stream, datas, duplicates, make_config, put, setup_table
 from _standins import NodeStandIn
 from _wait import eventually
@@ -234,7 +235,10 @@ async def test_sticky_group_reads_every_record_once_and_a_join_moves_only_what_i
 
 
 async def test_a_sticky_member_beside_a_range_member_assigns_by_range(
-    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name: Callable[[str], str]
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Mixed modes would fight: here sticky would keep the sticky member's lowest shards while
     the range member wants them. The sticky member follows the range rule while a range member
@@ -261,3 +265,5 @@ async def test_a_sticky_member_beside_a_range_member_assigns_by_range(
     await ranged.close()
     await sticky.close()
     assert not sink
+    warned = [r.getMessage() for r in caplog.records if "not sticky" in r.getMessage()]
+    assert warned and "m-a" in warned[0], warned

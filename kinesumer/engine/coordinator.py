@@ -59,8 +59,9 @@ class Coordinator:
         self._metrics = metrics
         self.streams: tuple[str, ...] = ()
         self.ticks = 0
-        #: The mode the group assigns with now (see :func:`kinesumer.core.group_mode`).
-        self.mode = "range"
+        #: The mode the group assigns with now (see :func:`kinesumer.core.group_mode`); starts
+        #: as configured, so a sticky member that finds a range member at once says so.
+        self.mode: str = config.assignment
         self._sticky_inputs: object = None  # (members, shards) of the last sticky computation
         self._sticky_mine: dict[str, tuple[str, ...]] = {}
 
