@@ -9,6 +9,8 @@ restarted member handles exactly the records after it. The handoff must deliver 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -20,11 +22,13 @@ from typing import Any
 import pytest
 from _group import create_stream, make_config, put, setup_table
 from _wait import wait_until
+from test_cli import Running
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
 
 MEMBER = Path(__file__).with_name("_handler_member.py")
+LINE = re.compile(r"^(k\d+) data=b'(\d+)'$")
 
 
 @pytest.fixture
@@ -164,3 +168,42 @@ def test_graceful_handoff_with_records_in_flight(group: dict[str, Any]) -> None:
     assert not twice, f"handled twice: {twice[:10]}"
     assert sorted(numbers) == list(range(total))
     assert {name for name, _ in handled} == {"first", "second"}
+
+
+def test_example_handler_concurrency(group: dict[str, Any]) -> None:
+    """examples/handler_concurrency.py: every record, each key in order, a clean stop whose
+    checkpoints make the next run start after the last record."""
+    config, stream, url = group["config"], group["stream"], group["url"]
+    create_stream(url, stream, 2)
+    put(url, stream, 0, 200, key=lambda i: f"k{i % 10}")
+    environ = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": url,
+        "AWS_ENDPOINT_URL_DYNAMODB": str(config.dynamodb_endpoint),
+        "KINESUMER_APP": config.app,
+        "KINESUMER_TABLE": config.dynamodb_table,
+        "KINESUMER_STREAMS": stream,
+        "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
+    }
+    example = Path(__file__).resolve().parents[1] / "examples" / "handler_concurrency.py"
+
+    def run_it(count: int) -> list[tuple[str, int]]:
+        proc = Running([sys.executable, str(example), str(count)], env=environ)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"did not stop:\n{proc.output[-2000:]}\n{proc.errors[-3000:]}")
+        finally:
+            proc.stop()
+        assert code == 0, f"exited with {code}:\n{proc.output}\n{proc.errors}"
+        assert "stopped cleanly" in proc.output
+        found = [LINE.match(line) for line in proc.lines]
+        return [(m.group(1), int(m.group(2))) for m in found if m]
+
+    first = run_it(200)
+    assert sorted(n for _, n in first) == list(range(200))
+    for key in {k for k, _ in first}:
+        of_key = [n for k, n in first if k == key]
+        assert of_key == sorted(of_key), f"{key} out of order"
+    put(url, stream, 200, 10, key=lambda i: f"k{i % 10}")
+    assert sorted(n for _, n in run_it(10)) == list(range(200, 210))

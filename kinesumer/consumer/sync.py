@@ -52,6 +52,7 @@ class Kinesumer(BaseKinesumer):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._closing = threading.Lock()
 
     def _here(self) -> object:
         return threading.get_ident()
@@ -159,6 +160,13 @@ class Kinesumer(BaseKinesumer):
 
     @shared_doc(CLOSE)
     def close(self, *, discard: bool = False) -> None:
+        # One close at a time: a second one (run()'s caller leaving its ``with`` block while a
+        # helper thread closes) waits for the first, then finds the loop closed. Unserialised,
+        # it could submit to a loop that stops before running it, and wait forever.
+        with self._closing:
+            self._close(discard)
+
+    def _close(self, discard: bool) -> None:
         if self._loop is None or self._loop.is_closed():
             self._engine.mark_closed()
             return
