@@ -274,3 +274,72 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
     assert value("kinesumer_handler_records_total", {**labels, "outcome": "dead_lettered"}) == 1
     with pytest.raises(ValueError, match="unknown handler outcome"):
         counters.add("fine")
+
+
+# -- the dispatcher's bookkeeping --------------------------------------------------------------
+def dispatch_for(**changes: Any) -> Any:
+    from kinesumer.engine.delivery import Cursor
+    from kinesumer.handlers.dispatch import Dispatch
+
+    options = run_options(handle, is_async=False, **{**GOOD, **changes})
+    return Dispatch(options, Cursor(auto_commit=True))
+
+
+def shard_lease(shard: str) -> Lease:
+    return Lease(Checkpoint("s", shard, owner="me", lease=1))
+
+
+def test_dispatch_drops_the_queue_of_a_lost_lease_and_goes_on() -> None:
+    from kinesumer.sinks.base import LeaseLostError
+
+    dispatch = dispatch_for(concurrency=1, ordering="key")
+    kept, lost = shard_lease("shard-0"), shard_lease("shard-1")
+    dispatch.set_batch(lost, [record(i, f"k{i}", "shard-1") for i in range(5)])
+    dispatch.admit()
+    dispatch.set_batch(kept, [record(i, f"k{i}", "shard-0") for i in range(5)])
+    dispatch.admit()
+    call = dispatch.next_call(0.0)
+    assert call is not None and call.items[0].lease is lost
+    dispatch.finished(call, LeaseLostError("s", "shard-1", 1, "fence refused"))
+    assert [lease for lease, _ in dispatch.lost] == [lost], "the engine is told"
+    assert dispatch.failure is None, "a lost lease does not stop the run"
+    started = []
+    while (nxt := dispatch.next_call(0.0)) is not None:
+        started += nxt.items
+        dispatch.finished(nxt, None)
+    assert {entry.lease for entry in started} == {kept}
+    assert len(started) == 5
+
+
+def test_dispatch_sweeps_released_leases_and_stops_on_failure() -> None:
+    dispatch = dispatch_for(concurrency=2, ordering="none")
+    gone, other = shard_lease("shard-0"), shard_lease("shard-1")
+    dispatch.set_batch(gone, [record(i) for i in range(3)])
+    dispatch.admit()
+    dispatch.set_batch(other, [record(i, shard="shard-1") for i in range(3)])
+    dispatch.admit()
+    gone.lose()
+    dispatch.sweep()
+    assert dispatch.scheduler.admitted == 3
+    first = dispatch.next_call(0.0)
+    assert first is not None and first.items[0].lease is other
+    dispatch.finished(first, ValueError("bug below the handler"))
+    assert dispatch.stopping and dispatch.next_call(0.0) is None
+    assert isinstance(dispatch.handler_error(), ValueError)
+
+
+def test_dispatch_batch_timer() -> None:
+    dispatch = dispatch_for(concurrency=1, batch=Batch(4, max_wait=1.0))
+    owned = shard_lease("shard-0")
+    dispatch.set_batch(owned, [record(i) for i in range(2)])
+    dispatch.admit()
+    assert dispatch.next_call(10.0) is None  # a partial batch waits
+    assert dispatch.wait_time(10.5) == pytest.approx(0.5)
+    late = dispatch.next_call(11.0)
+    assert late is not None and len(late.items) == 2
+    dispatch.set_batch(owned, [record(i) for i in range(2, 8)])
+    dispatch.admit()
+    assert dispatch.next_call(11.0) is None, "one call in flight at concurrency 1"
+    dispatch.finished(late, None)
+    full = dispatch.next_call(11.0)
+    assert full is not None and len(full.items) == 4, "a full batch starts at once"
