@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -323,6 +327,44 @@ async def test_refresh_moves_to_other_streams(env: dict[str, Any], unique_name: 
     await consumer.aclose()
     assert sorted(r.data for r in got) == sorted(produced)
     assert sorted(r.data for r in again) == sorted(later)
+
+
+def test_example_broadcast_cache(env: dict[str, Any]) -> None:
+    """examples/broadcast_cache.py: two copies at once each drop every key; with a client id a
+    restarted copy resumes after the last key it handled."""
+    url, stream, config = env["url"], env["stream"], env["config"]
+    create_stream(url, stream, 1)
+    client = kinesis(url)
+    for key in ("item-1", "item-2", "item-3"):
+        client.put_record(StreamName=stream, Data=key.encode(), PartitionKey=key)
+    environ = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": url,
+        "AWS_ENDPOINT_URL_DYNAMODB": config.dynamodb_endpoint or "",
+        "KINESUMER_APP": config.app,
+        "KINESUMER_TABLE": config.dynamodb_table,
+        "KINESUMER_STREAMS": stream,
+        "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
+    }
+    script = str(Path(__file__).resolve().parent.parent / "examples" / "broadcast_cache.py")
+
+    def start(count: int, **more: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, script, str(count)],
+            env={**environ, **more},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def invalidated(proc: subprocess.Popen[str]) -> list[str]:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        return [line.split()[1] for line in out.splitlines() if line.startswith("invalidated")]
+
+    copies = [start(3), start(3)]
+    assert [invalidated(p) for p in copies] == [["item-1", "item-2", "item-3"]] * 2
+    assert invalidated(start(2, KINESUMER_CLIENT_ID="cache-a")) == ["item-1", "item-2"]
+    assert invalidated(start(1, KINESUMER_CLIENT_ID="cache-a")) == ["item-3"]
 
 
 @pytest.mark.parametrize(
