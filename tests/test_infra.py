@@ -70,7 +70,8 @@ DYNAMODB_ACTIONS = {
     "dynamodb:BatchWriteItem",
     "dynamodb:DescribeTable",
 }
-# Enhanced fan-out and stream administration must never be granted.
+# Enhanced fan-out and stream administration must never be granted; writes only on the
+# dead-letter streams (DEAD_LETTER_WRITE).
 FORBIDDEN_KINESIS_ACTIONS = {
     "kinesis:SubscribeToShard",
     "kinesis:RegisterStreamConsumer",
@@ -79,6 +80,7 @@ FORBIDDEN_KINESIS_ACTIONS = {
     "kinesis:PutRecord",
     "kinesis:PutRecords",
 }
+DEAD_LETTER_WRITE = {"kinesis:PutRecord"}
 
 REGION = "eu-west-1"
 CONSUMER_ACCOUNT = "111111111111"
@@ -88,6 +90,8 @@ STREAM_ARNS = [
     f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/payments",
 ]
 REMOTE_STREAM_ARN = f"arn:aws:kinesis:{REGION}:{STREAM_ACCOUNT}:stream/clicks"
+DEAD_LETTER_ARN = f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/orders-dead-letters"
+REMOTE_DEAD_LETTER_ARN = f"arn:aws:kinesis:{REGION}:{STREAM_ACCOUNT}:stream/clicks-dead-letters"
 TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/kinesumer-state"
 TABLE_KEY_ARN = f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 READER_ROLE_ARN = f"arn:aws:iam::{STREAM_ACCOUNT}:role/kinesumer-reader"
@@ -301,6 +305,15 @@ def _check_static_statement(statement: dict[str, Any], where: str) -> None:
             assert not has_wildcard(resource), f"{where}: resource {resource!r}"
 
 
+def _read_and_dead_letter_statements(
+    statements: list[dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Kinesis statements of a module: the reads, and the dead-letter writes."""
+    by_sid = {s.get("sid"): s for s in statements}
+    assert set(by_sid) == {"KinesisRead", "KinesisDeadLetterWrite"}, by_sid
+    return by_sid["KinesisRead"], by_sid["KinesisDeadLetterWrite"]
+
+
 def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> None:
     statements = list(policy_statements(CONSUMER_POLICY_DIR, "this"))
     assert statements, "no statements parsed"
@@ -310,10 +323,12 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
         for service in _service_of(statement):
             by_service.setdefault(service, []).append(statement)
 
-    (kinesis,) = by_service["kinesis"]
+    kinesis, dead_letters = _read_and_dead_letter_statements(by_service["kinesis"])
     assert set(kinesis["actions"]) == KINESIS_READ_ACTIONS
     assert _service_of(kinesis) == {"kinesis"}
     assert as_list(kinesis["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    assert dead_letters["actions"] == sorted(DEAD_LETTER_WRITE)
+    assert as_list(dead_letters["resources"]) == ["${sort(distinct(var.dead_letter_stream_arns))}"]
 
     (dynamodb,) = by_service["dynamodb"]
     assert set(dynamodb["actions"]) == DYNAMODB_ACTIONS
@@ -348,9 +363,13 @@ def test_cross_account_role_policies() -> None:
     read = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "kinesis_read"))
     for s in read:
         _check_static_statement(s, f"cross-account-role {s.get('sid')}")
-    (kinesis,) = [s for s in read if _service_of(s) == {"kinesis"}]
+    kinesis, dead_letters = _read_and_dead_letter_statements(
+        [s for s in read if _service_of(s) == {"kinesis"}]
+    )
     assert set(kinesis["actions"]) == KINESIS_READ_ACTIONS
     assert as_list(kinesis["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    assert dead_letters["actions"] == sorted(DEAD_LETTER_WRITE)
+    assert as_list(dead_letters["resources"]) == ["${sort(distinct(var.dead_letter_stream_arns))}"]
     assert all(_service_of(s) <= {"kinesis", "kms"} for s in read), "role grants more than Kinesis"
 
 
@@ -363,6 +382,9 @@ CLIENT_NAMES = {
     "_sts": "sts",
     "sts": "sts",
 }
+# A transaction's elements are authorised as their item calls: the library's own element is the
+# fenced checkpoint Update on the state table (the handler's elements target the user's tables).
+TRANSACTION_ACTIONS = {"dynamodb:TransactWriteItems": "dynamodb:UpdateItem"}
 NOT_OPERATIONS = {"get_waiter", "get_paginator", "can_paginate", "close", "meta", "exceptions"}
 # `kinesumer create-table` and the demo: local work, not granted.
 DEV_ONLY_MODULES = ("admin.py", "cli/create_table.py", "cli/demo/")
@@ -388,6 +410,7 @@ def _library_calls() -> dict[str, set[str]]:
             if name in CLIENT_NAMES and not node.attr.startswith("_"):
                 operation = "".join(part.title() for part in node.attr.split("_"))
                 action = f"{CLIENT_NAMES[name]}:{operation}"
+                action = TRANSACTION_ACTIONS.get(action, action)
                 calls.setdefault(action, set()).add(str(path.relative_to(REPO_ROOT)))
     return calls
 
@@ -396,8 +419,8 @@ def test_policies_cover_every_call_the_library_makes() -> None:
     """A new AWS call in kinesumer/ fails here until the policies grant it."""
     calls = _library_calls()
     # The scan must keep finding the core calls, or it has stopped seeing anything.
-    assert {"kinesis:GetRecords", "dynamodb:UpdateItem"} <= set(calls), calls
-    granted = KINESIS_READ_ACTIONS | DYNAMODB_ACTIONS | {"sts:AssumeRole"}
+    assert {"kinesis:GetRecords", "dynamodb:UpdateItem", "kinesis:PutRecord"} <= set(calls), calls
+    granted = KINESIS_READ_ACTIONS | DYNAMODB_ACTIONS | DEAD_LETTER_WRITE | {"sts:AssumeRole"}
     missing = {action: sorted(files) for action, files in calls.items() if action not in granted}
     assert not missing, f"calls the IAM policies in infra/ do not grant: {missing}"
     parsed = {
@@ -581,6 +604,7 @@ module "policy" {{
   stream_arns      = {json.dumps(STREAM_ARNS)}
   table_arn        = "{TABLE_ARN}"
   assume_role_arns = ["{READER_ROLE_ARN}"]
+  dead_letter_stream_arns = ["{DEAD_LETTER_ARN}"]
 }}
 
 module "policy_with_keys" {{
@@ -599,6 +623,7 @@ module "role" {{
   consumer_principals  = ["{CONSUMER_ACCOUNT}", "arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl"]
   stream_arns          = ["{REMOTE_STREAM_ARN}"]
   max_session_duration = 7200
+  dead_letter_stream_arns = ["{REMOTE_DEAD_LETTER_ARN}"]
 }}
 
 output "policy" {{ value = module.policy.policy_json }}
@@ -660,9 +685,17 @@ def _assert_least_privilege(statements: list[dict[str, Any]]) -> None:
 def test_rendered_consumer_policy(rendered: dict[str, Any]) -> None:
     statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy"))}
     _assert_least_privilege(list(statements.values()))
-    assert set(statements) == {"KinesisRead", "StateTable", "AssumeStreamRoles"}
+    assert set(statements) == {
+        "KinesisRead",
+        "KinesisDeadLetterWrite",
+        "StateTable",
+        "AssumeStreamRoles",
+    }
     assert set(as_list(statements["KinesisRead"]["Action"])) == KINESIS_READ_ACTIONS
     assert sorted(as_list(statements["KinesisRead"]["Resource"])) == sorted(STREAM_ARNS)
+    dead_letters = statements.pop("KinesisDeadLetterWrite")
+    assert set(as_list(dead_letters["Action"])) == DEAD_LETTER_WRITE
+    assert as_list(dead_letters["Resource"]) == [DEAD_LETTER_ARN]
     assert set(as_list(statements["StateTable"]["Action"])) == DYNAMODB_ACTIONS
     assert as_list(statements["StateTable"]["Resource"]) == [TABLE_ARN]
     assert as_list(statements["AssumeStreamRoles"]["Action"]) == ["sts:AssumeRole"]
@@ -706,7 +739,11 @@ def test_rendered_cross_account_role(rendered: dict[str, Any]) -> None:
 
     read = _statements(_output(rendered, "role_policy"))
     _assert_least_privilege(read)
-    (kinesis,) = read
+    (dead_letters,) = [s for s in read if s["Sid"] == "KinesisDeadLetterWrite"]
+    assert set(as_list(dead_letters["Action"])) == DEAD_LETTER_WRITE
+    assert as_list(dead_letters["Resource"]) == [REMOTE_DEAD_LETTER_ARN]
+    (kinesis,) = [s for s in read if s["Sid"] != "KinesisDeadLetterWrite"]
+    assert not set(as_list(kinesis["Action"])) & FORBIDDEN_KINESIS_ACTIONS
     assert set(as_list(kinesis["Action"])) == KINESIS_READ_ACTIONS
     assert as_list(kinesis["Resource"]) == [REMOTE_STREAM_ARN]
 

@@ -179,17 +179,16 @@ class DeadLetterWriter:
     def __init__(self, factory: ClientFactory, *, attempts: int = WRITE_ATTEMPTS) -> None:
         self._factory = factory
         self._attempts = attempts
-        self._client: Any = None
+        self._kinesis: Any = None
         self._lock = threading.Lock()
 
     def put(self, stream: str, record: Record, envelope: DeadLetterEnvelope) -> None:
         """PutRecord ``envelope`` to ``stream`` with ``record``'s partition key, retried on
         transient errors; DeadLetterWriteError when it cannot land."""
         with self._lock:
-            if self._client is None:
+            if self._kinesis is None:
                 # One attempt per call: the retry policy is this writer's (as in aws.retry).
-                self._client = self._factory.sync_kinesis(attempts=1)
-        client = self._client
+                self._kinesis = self._factory.sync_kinesis(attempts=1)
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self._attempts),
@@ -199,7 +198,7 @@ class DeadLetterWriter:
         )
         try:
             retrying(
-                client.put_record,
+                self._kinesis.put_record,
                 StreamName=stream,
                 Data=encode(envelope),
                 PartitionKey=record.partition_key,
@@ -217,20 +216,19 @@ class AsyncDeadLetterWriter:
         self._attempts = attempts
         self._stats = factory.stats if factory.stats is not None else RequestStats()
         self._stack = contextlib.AsyncExitStack()
-        self._client: Any = None
+        self._kinesis: Any = None
         self._lock = asyncio.Lock()
 
     async def put(self, stream: str, record: Record, envelope: DeadLetterEnvelope) -> None:
         """As :meth:`DeadLetterWriter.put`."""
         async with self._lock:
-            if self._client is None:
-                self._client = await self._stack.enter_async_context(self._factory.kinesis())
-        client = self._client
+            if self._kinesis is None:
+                self._kinesis = await self._stack.enter_async_context(self._factory.kinesis())
         data = encode(envelope)
         try:
             await call_with_retry(
                 "kinesis.PutRecord",
-                lambda: client.put_record(
+                lambda: self._kinesis.put_record(
                     StreamName=stream, Data=data, PartitionKey=record.partition_key
                 ),
                 self._stats,
@@ -240,7 +238,7 @@ class AsyncDeadLetterWriter:
             raise DeadLetterWriteError(stream, record, exc) from exc
 
     async def close(self) -> None:
-        self._client = None
+        self._kinesis = None
         await self._stack.aclose()
 
 

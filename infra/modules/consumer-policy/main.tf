@@ -79,6 +79,19 @@ data "aws_iam_policy_document" "this" {
   }
 
   dynamic "statement" {
+    for_each = length(var.dead_letter_stream_arns) > 0 ? [1] : []
+    content {
+      # Handlers' dead letters (and retry-later records): PutRecord only, only
+      # on the streams named for it. A stream encrypted with a customer-managed
+      # key also needs kms:GenerateDataKey on that key (not granted here).
+      sid       = "KinesisDeadLetterWrite"
+      effect    = "Allow"
+      actions   = ["kinesis:PutRecord"]
+      resources = sort(distinct(var.dead_letter_stream_arns))
+    }
+  }
+
+  dynamic "statement" {
     for_each = length(var.stream_kms_key_arns) > 0 ? [1] : []
     content {
       # GetRecords on a stream encrypted with a customer-managed key.

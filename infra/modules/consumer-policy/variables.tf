@@ -105,3 +105,18 @@ variable "tags" {
   default     = {}
   nullable    = false
 }
+
+variable "dead_letter_stream_arns" {
+  description = "ARNs of the Kinesis streams the consumer's handlers write failed records to (handlers' DeadLetter and RetryLater policies): kinesis:PutRecord on these only. A RetryLater stream is read again by the group: list it in stream_arns too. Empty: no write grant."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.dead_letter_stream_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]{1,128}$", arn))
+    ])
+    error_message = "Each dead_letter_stream_arns entry must be a full Kinesis stream ARN (arn:<partition>:kinesis:<region>:<account>:stream/<name>), without wildcards."
+  }
+}
