@@ -217,8 +217,13 @@ class ThreadRunner:
                 try:
                     kind, item, error = events.get(timeout=_CHECK if wait is None else wait)
                 except queue.Empty:
-                    if request is not None and self._engine_ended():
-                        dispatch.closed = True
+                    if request is not None:
+                        try:
+                            if self._engine_ended():
+                                dispatch.closed = True
+                        except BaseException as exc:  # failed: raise it after the calls
+                            dispatch.failure = dispatch.failure or exc
+                            dispatch.closed = True
                     continue
                 if kind == "done":
                     dispatch.finished(item, error)
