@@ -120,6 +120,11 @@ class BroadcastEngine(Engine):
         added = tuple(s for s in streams if s not in self._streams)
         for stream in added:
             await self.reader.check_stream(stream)
+        saved = {}
+        if added and self.config.broadcast_resume:
+            saved = await self.store.broadcast_positions(self.client_id)
+        # From here to the listing nothing awaits: the lister sees the new streams only with
+        # their saved positions known, and never lists a dropped one again.
         dropped = set(self._streams) - set(streams)
         self._streams = streams
         for key, lease in list(self.leases.items()):
@@ -127,9 +132,7 @@ class BroadcastEngine(Engine):
                 self.supervisor.spawn(self._stop_shard(lease), f"stop {key[0]}/{key[1]}")
         for stream in dropped:
             self._plan.forget(stream)
-        if added and self.config.broadcast_resume:
-            saved = await self.store.broadcast_positions(self.client_id)
-            self._plan.remember({k: v for k, v in saved.items() if k[0] in added})
+        self._plan.remember({k: v for k, v in saved.items() if k[0] in added})
         await self._list_and_read(added)
 
     # -- reading ------------------------------------------------------------------------------
