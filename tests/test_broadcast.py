@@ -171,6 +171,29 @@ async def test_resume_after_restart_loses_nothing_and_replays_nothing(
     assert keys == {f"broadcast#{config.app}#cache-1"}  # its own items only
 
 
+async def test_crash_then_restart_loses_nothing(env: dict[str, Any]) -> None:
+    """A resume member killed without saving (abort): the restart delivers again at most what
+    was processed since the last periodic save, and everything after it."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 2)
+    config = env["config"].replace(client_id="crashy", broadcast_resume=True)
+    produced = put(url, stream, 0, 60)
+    first: list[tuple[str, Record]] = []
+    member = Member(config, [stream], first).start()
+    await eventually(lambda: len(first) >= 60, what="the first 60")
+    await eventually(lambda: member.consumer.stats().checkpoint_writes >= 2, what="a save")
+    await member.crash()
+    produced += put(url, stream, 60, 30)
+    second: list[tuple[str, Record]] = []
+    restarted = Member(config, [stream], second).start()
+    await eventually(lambda: {b"89"} <= set(datas(second)), what="the newest record")
+    await eventually(lambda: len(set(datas(first + second))) == 90, what="all 90")
+    await restarted.close()
+    assert sorted(set(datas(first + second))) == sorted(produced)
+    assert duplicates(second) == {}
+    assert {r.data for _, r in second} >= {str(i).encode() for i in range(60, 90)}
+
+
 async def test_older_session_of_a_client_id_cannot_overwrite_a_newer(env: dict[str, Any]) -> None:
     config = env["config"]
     aws = AwsClients(config, RequestStats())
