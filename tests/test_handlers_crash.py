@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -134,14 +135,21 @@ def test_kill_9_mid_flight_loses_nothing(group: dict[str, Any], tmp_path: Path) 
 
 
 def test_graceful_handoff_with_records_in_flight(group: dict[str, Any]) -> None:
-    """A second member joins while the first has records in flight: the shards that move wait
-    for them, and no record is handled twice across the two."""
+    """A second member joins while a producer keeps writing and the first member has records
+    in flight: the shards that move wait for them, and no record is handled twice."""
     config, stream, url = group["config"], group["stream"], group["url"]
     create_stream(url, stream, 4)
-    total = 1500
-    put(url, stream, 0, total, key=lambda i: f"k{i % 97}")
     lock = threading.Lock()
     handled: list[tuple[str, Record]] = []
+    produced = [0]
+    producing = threading.Event()
+    producing.set()
+
+    def produce() -> None:
+        while producing.is_set():
+            put(url, stream, produced[0], 50, key=lambda i: f"k{i % 97}")
+            produced[0] += 50
+            time.sleep(0.05)
 
     def handler(name: str) -> Callable[[Record], None]:
         def handle(record: Record) -> None:
@@ -151,23 +159,29 @@ def test_graceful_handoff_with_records_in_flight(group: dict[str, Any]) -> None:
 
         return handle
 
-    first = Run(Kinesumer(config), [stream], handler("first"), concurrency=16, ordering="key")
-    wait_until(lambda: len(handled) >= 200, 30, "the first member handling")
-    second_consumer = Kinesumer(config)
-    second = Run(second_consumer, [stream], handler("second"), concurrency=16, ordering="key")
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        first = Run(Kinesumer(config), [stream], handler("first"), concurrency=16, ordering="key")
+        wait_until(lambda: len(handled) >= 200, 30, "the first member handling")
+        second_consumer = Kinesumer(config)
+        second = Run(second_consumer, [stream], handler("second"), concurrency=16, ordering="key")
+        wait_until(
+            lambda: sum(1 for _ in filter(lambda h: h[0] == "second", list(handled))) >= 100,
+            30,
+            "the second member handling its shards",
+        )
+    finally:
+        producing.clear()
+        producer.join(10)
+    total = produced[0]
     wait_until(lambda: len(handled) >= total, 60, "every record handled")
-    wait_until(
-        lambda: sum(1 for s in second_consumer.stats().shards if s.status == "active") == 2,
-        30,
-        "the second member owning half the shards",
-    )
     first.stop()
     second.stop()
     numbers = [int(record.data) for _, record in handled]
-    twice = sorted({n for n in numbers if numbers.count(n) > 1})
+    twice = sorted(n for n, times in Counter(numbers).items() if times > 1)
     assert not twice, f"handled twice: {twice[:10]}"
     assert sorted(numbers) == list(range(total))
-    assert {name for name, _ in handled} == {"first", "second"}
 
 
 def test_example_handler_concurrency(group: dict[str, Any]) -> None:
@@ -192,7 +206,8 @@ def test_example_handler_concurrency(group: dict[str, Any]) -> None:
         try:
             code = proc.wait(60)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"did not stop:\n{proc.output[-2000:]}\n{proc.errors[-3000:]}")
+            message = f"did not stop:\n{proc.output[-2000:]}\n{proc.errors[-3000:]}"
+            raise AssertionError(message) from None
         finally:
             proc.stop()
         assert code == 0, f"exited with {code}:\n{proc.output}\n{proc.errors}"
