@@ -1,10 +1,14 @@
-"""A member that commits what it reads through an exactly-once sink, as ``run(sink=...)`` does.
+"""A group member committing what it reads through an exactly-once sink, for tests and benchmarks.
 
-Used by the sink tests and benchmarks: a real :class:`~kinesumer.AsyncKinesumer` polls, groups a
-poll's records by shard (in order) and commits each group with ``sink.transact_async`` (or
-``transact_sync`` on a worker thread), under the lease the records were delivered under. A lease
-that changed during the poll (lost and claimed again) has its records dropped, as the runner
-drops a lost lease's queued records; a :class:`~kinesumer.sinks.LeaseLostError` is counted.
+Two ways, on a real :class:`~kinesumer.AsyncKinesumer`:
+
+- ``runner=True``: ``consumer.run(stream, handler, sink=..., batch=...)``, the library's own
+  runner (the handler is called with a shard's batch and the sink's transaction object);
+- otherwise a direct driver, for tests that need to hold a lease or call the sink themselves:
+  it polls, groups a poll's records by shard (in order) and commits each group with
+  ``sink.transact_async`` (or ``transact_sync`` on a worker thread) under the lease the records
+  were delivered under, as the runner does. A lease that changed during the poll (lost and
+  claimed again) has its records dropped; a :class:`~kinesumer.sinks.LeaseLostError` is counted.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of
+from kinesumer.handlers import Batch
 from kinesumer.models import Position
 from kinesumer.sinks import LeaseLostError
 
@@ -34,12 +39,14 @@ class SinkMember:
         sync: bool = False,
         max_records: int = 10,
         pace: float = 0.0,
+        runner: bool = False,
     ) -> None:
         self.consumer = AsyncKinesumer(config)
         self.engine = engine_of(self.consumer)
         sink.attach(self.engine)
         self.sink, self.handle, self.sync = sink, handle, sync
         self.stream, self.max_records, self.pace = stream, max_records, pace
+        self.runner = runner
         self.task: asyncio.Task[None] | None = None
         self.committed = 0
         self.lost = 0
@@ -58,6 +65,9 @@ class SinkMember:
         return {s.shard_id for s in self.consumer.stats().shards if s.status == "active"}
 
     async def _run(self) -> None:
+        if self.runner:
+            await self._run_handler()
+            return
         await self.consumer.subscribe([self.stream])
         while True:
             before = dict(self.engine.leases)
@@ -66,12 +76,23 @@ class SinkMember:
             for record in records:
                 groups.setdefault((record.stream, record.shard_id), []).append(record)
             for key, group in groups.items():
-                lease = self.engine.leases.get(key)
-                if lease is None or lease is not before.get(key):
+                lease, earlier = self.engine.leases.get(key), before.get(key)
+                if lease is None or (earlier is not None and lease is not earlier):
                     continue  # claimed again during the poll: the new lease reads them again
                 await self._commit(lease, group)
             if self.pace:
                 await asyncio.sleep(self.pace)
+
+    async def _run_handler(self) -> None:
+        async def handler(records: list[Record], tx: Any) -> None:
+            result = self.handle(records, tx)
+            if isinstance(result, Awaitable):
+                await result
+            if self.pace:
+                await asyncio.sleep(self.pace)
+
+        batch = Batch(max_size=self.max_records, max_wait=0.05)
+        await self.consumer.run([self.stream], handler, concurrency=4, batch=batch, sink=self.sink)
 
     async def _commit(self, lease: Any, group: list[Record]) -> None:
         end = Position(group[-1].sequence_number, group[-1].sub_sequence_number)
@@ -93,20 +114,23 @@ class SinkMember:
             self.lost += 1
 
     async def close(self) -> None:
-        """Stop polling, then hand every shard off; what was delivered and not committed is
-        delivered again by the next owner (``discard``)."""
+        """Stop, then hand every shard off: ``run()`` lets its calls end; the direct driver
+        stops at once, and what it was given and did not commit is the next owner's again."""
+        if self.runner and self.task is not None:
+            await self.consumer.aclose()  # run() returns once its calls ended and committed
+            await asyncio.wait_for(self.task, 30)  # and raises what stopped it, if anything
+            return
         await self._stop_task()
         await self.consumer.aclose(discard=True)
 
     async def crash(self) -> None:
         """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
-        if self.task is not None:
-            self.task.cancel()
         await self.engine.abort()
         await self._stop_task()
 
     async def _stop_task(self) -> None:
         if self.task is not None:
             self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # What stopped a crashed member's loop (its clients closed under it) does not matter.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task

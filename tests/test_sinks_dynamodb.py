@@ -3,7 +3,8 @@ rebalance, a zombie's late commit and a member killed mid-stream.
 
 Kinesis is kinesalite (real 56-digit sequence numbers); DynamoDB is moto in server mode, the one
 stand-in with TransactWriteItems and cancellation reasons (dynalite has no transactions).
-Members commit through :class:`_sink_driver.SinkMember`, as ``run(sink=...)`` does. The handler
+Members run ``AsyncKinesumer.run(..., sink=DynamoDBTransactions())`` (:mod:`_sink_driver`), or
+drive the sink directly where a test calls it itself. The handler
 adds 1 to a counter item per record (``ADD deliveries :one``): a record committed twice would
 show 2, so the test can fail on a duplicate (a plain put would overwrite it silently).
 """
@@ -103,8 +104,8 @@ async def test_exactly_once_through_zombie_rebalance_and_crash(
         return check
 
     put(url, stream, 0, 100)
-    a = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02).start()
-    members.append(a)
+    a = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02, runner=True)
+    members.append(a.start())
     await eventually(done(100), 30, "member A committing the first 100 records")
 
     # A zombie: another member claims one of A's shards (lease + 1) while A still holds its lease
@@ -124,8 +125,8 @@ async def test_exactly_once_through_zombie_rebalance_and_crash(
     assert "zombie" not in counts(moto_server.url, table)
     await eventually(lambda: shard in a.owned(), 30, "A claiming the shard back from the intruder")
 
-    b = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02).start()
-    members.append(b)
+    b = SinkMember(config, stream, DynamoDBTransactions(), recorder(table), pace=0.02, runner=True)
+    members.append(b.start())
     await eventually(lambda: len(a.owned()) == len(b.owned()) == 1, 30, "a rebalance to A and B")
     put(url, stream, 100, 300)
     await eventually(done(130), 30, "both committing again")

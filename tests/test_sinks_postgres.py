@@ -1,5 +1,6 @@
 """PostgresPositions: each record lands exactly once in a PostgreSQL table, through a rebalance,
-a member killed mid-stream and a zombie's late commit; the claim's fence; the async face.
+a member killed mid-stream and a zombie's late commit (members in ``AsyncKinesumer.run``); the
+claim's fence; the async face.
 
 A real PostgreSQL (Debian's binaries, started by :mod:`_postgres` on a loopback port for the
 session) beside kinesalite + dynalite. The handler inserts one row per record into a table with
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -68,6 +69,17 @@ def recorder(table: str) -> Callable[[list[Record], psycopg.Connection[Any]], No
     return handle
 
 
+def async_recorder(table: str) -> Callable[[list[Record], Any], Awaitable[None]]:
+    async def handle(records: list[Record], conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.cursor() as cursor:
+            await cursor.executemany(
+                f"INSERT INTO {table} (shard_id, seq, data) VALUES (%s, %s, %s)",
+                [(r.shard_id, r.sequence_number, r.data.decode()) for r in records],
+            )
+
+    return handle
+
+
 def rows(postgres: PostgresServer, table: str) -> dict[str, int]:
     """data -> rows holding it."""
     with postgres.connect() as conn:
@@ -92,7 +104,8 @@ async def test_exactly_once_through_rebalance_crash_and_zombie(
 
     def member() -> SinkMember:
         sink = PostgresPositions(postgres.conninfo, table=positions)
-        made = SinkMember(config, stream, sink, recorder(records), sync=True, pace=0.02)
+        handle = async_recorder(records)
+        made = SinkMember(config, stream, sink, handle, pace=0.02, runner=True)
         members.append(made.start())
         return made
 
@@ -179,7 +192,9 @@ async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
         release.set()
         await zombie  # committed first: B resumes after it
         everything = lambda: b.check() or sum(rows(postgres, records).values()) >= 30  # noqa: E731
-        await eventually(everything, 30, "every record committed")
+        await eventually(
+            everything, 30, "every record committed", lambda: repr(rows(postgres, records))
+        )
         found = rows(postgres, records)
         assert sorted(found, key=int) == [str(i) for i in range(30)]
         assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
@@ -218,15 +233,8 @@ async def test_async_face(group: dict[str, Any], postgres: PostgresServer) -> No
     )
     sink = PostgresPositions(postgres.conninfo, table=group["positions"])
 
-    async def handle(batch: list[Record], conn: psycopg.AsyncConnection[Any]) -> None:
-        async with conn.cursor() as cursor:
-            await cursor.executemany(
-                f"INSERT INTO {records} (shard_id, seq, data) VALUES (%s, %s, %s)",
-                [(r.shard_id, r.sequence_number, r.data.decode()) for r in batch],
-            )
-
     put(url, stream, 0, 20)
-    member = SinkMember(config, stream, sink, handle).start()
+    member = SinkMember(config, stream, sink, async_recorder(records)).start()
     try:
         await eventually(lambda: member.committed == 20, 30, "20 records committed")
         lease = next(x for x in member.engine.leases.values() if x.processed is not None)
