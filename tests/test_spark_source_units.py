@@ -66,6 +66,7 @@ def test_options_parse_config_fields_and_source_options_case_insensitively() -> 
         ({**BASE, "idle_poll_interval": "x"}, "idle_poll_interval"),
         ({**BASE, "ledger_ttl_seconds": "1"}, "ledger_ttl_seconds"),
         ({**BASE, "streams": "a,not a stream!"}, "streams"),
+        ({**BASE, "broadcast": "true"}, "broadcast"),
     ],
 )
 def test_each_bad_option_is_a_config_error_naming_it(options: dict[str, str], field: str) -> None:

@@ -81,6 +81,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if "handoff_timeout" not in given:
         values["handoff_timeout"] = SOURCE_HANDOFF_TIMEOUT
     config = Config(**values)
+    if config.broadcast:
+        # The source's executors read the shards this driver's group member claimed: there is
+        # no claim in broadcast mode, and Spark's own checkpoint already replays per query.
+        raise ConfigError(
+            "broadcast",
+            "is not supported by the Spark source (its reads follow the group's claims); run "
+            "one query per reader, each with its own app, to give every query every record",
+        )
     streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
     source: dict[str, Any] = {}
     for name in SOURCE_DEFAULTS:
