@@ -26,8 +26,8 @@ The old rule (m = h) put the fence exactly where the next heartbeat is sent when
 latency on that write passed the fence, and a healthy member fenced itself. A margin taken from
 T keeps a slack that grows with the ratio. A heartbeat that failed is retried after h/2 rather
 than h, so at T = 2h a quick failure still leaves a second try before the fence. botocore's
-connect and read timeouts are the slack T - m - h: a write stuck on a dead connection is given
-up and retried on a fresh one while that can still help.
+connect and read timeouts are the slack T - m - h (half a second at least): a write stuck on a
+dead connection is given up and retried on a fresh one while that can still help.
 
 A fence that passed stays passed until the watchdog noticed (:meth:`Heartbeat.resume`): a
 heartbeat landing after the fence does not reopen it by itself, so the leases held across the
@@ -154,7 +154,9 @@ class Heartbeat:
     def start(self) -> None:
         config = self._config
         factory = ClientFactory(config, self._stats)
-        self._client = factory.sync_dynamodb(attempts=2, timeout=heartbeat_slack(config))
+        # Half a second at least: below that a loopback or same-region call may time out.
+        timeout = max(0.5, heartbeat_slack(config))
+        self._client = factory.sync_dynamodb(attempts=2, timeout=timeout)
         self._thread = threading.Thread(
             target=self._run, name=f"kinesumer-heartbeat-{self._client_id}", daemon=True
         )
