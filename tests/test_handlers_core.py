@@ -343,3 +343,43 @@ def test_dispatch_batch_timer() -> None:
     dispatch.finished(late, None)
     full = dispatch.next_call(11.0)
     assert full is not None and len(full.items) == 4, "a full batch starts at once"
+
+
+def test_a_handoff_gives_up_only_the_unstarted_tail() -> None:
+    """Key ordering: records 0 1 3 started, 2 waits behind its key, 4 queued. A handoff gives up
+    4 (nothing after it started) but not 2 (3 after it is started); once 0-3 are done the lease
+    holds nothing in hand and its mark is 3."""
+    from kinesumer.models import Position
+
+    owned = lease()
+    tracker = LowWater(owned)
+    entries = []
+    for i in range(5):
+        assert owned.mark_delivered(record(i))
+        entries.append(tracker.admit(record(i)))
+    for i in (0, 1, 3):
+        entries[i].started = True
+    assert owned.begin_handoff()
+    assert tracker.give_up_unstarted() == [entries[4]]
+    for i in (0, 1, 3, 2):
+        entries[i].started = True
+        tracker.finish(entries[i])
+    assert owned.processed == Position(f"{3:056d}") == owned.delivered
+    assert not owned.in_hand
+
+
+def test_dispatch_lets_a_handoff_wait_only_for_calls_in_flight() -> None:
+    dispatch = dispatch_for(concurrency=1, ordering="shard")
+    owned = shard_lease("shard-0")
+    dispatch.set_batch(owned, [record(i) for i in range(6)])
+    dispatch.admit()
+    call = dispatch.next_call(0.0)
+    assert call is not None and len(call.items) == 1
+    assert owned.begin_handoff()
+    dispatch.sweep()
+    assert dispatch.scheduler.admitted == 1, "the five queued records were given up"
+    (entry,) = call.items
+    entry.tracker.finish(entry)
+    dispatch.finished(call, None)
+    assert not owned.in_hand and owned.processed == entry.position
+    assert dispatch.next_call(0.0) is None

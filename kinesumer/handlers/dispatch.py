@@ -17,11 +17,12 @@ How a call can end, and what the run does:
   dropped and the engine is told (:attr:`Dispatch.lost`), the run goes on;
 - anything else is a bug in the layers below: it stops the run like a handler failure.
 
-Records of a lease that was handed off (REVOKING) keep running once admitted: dropping queued
-ones while a later record of another key is already done would leave a gap below done records,
-which the next owner delivers again with everything after it (duplicates); letting them run
-keeps the handoff exact and is bounded by ``max_in_flight`` and ``handoff_timeout``. Queued
-records of a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them.
+A lease being handed off (REVOKING) gives up only its records at the end that no call started:
+nothing after them is done, so the checkpoint stays exact and the next owner reads them again
+from it, and the handoff waits only for the calls in flight. A queued record with a started or
+done record after it (another key's) runs: dropping it would leave a gap below done records, and
+the next owner would deliver those again (duplicates). Queued records of a LOST or RELEASED
+lease are dropped: the checkpoint can no longer move for them.
 """
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ class Dispatch:
                 self._ready_since = now if scheduler.ready() else None
         if call is not None:
             self.running += 1
+            for entry in call.items:
+                entry.started = True
         return call
 
     def wait_time(self, now: float) -> float | None:
@@ -172,13 +175,22 @@ class Dispatch:
             self.scheduler.drop(lambda entry: entry.tracker is tracker)
 
     def sweep(self) -> None:
-        """Drop what belongs to leases that ended (lost, or released after a handoff)."""
-        for lease in [
-            lease
-            for lease in self.trackers
-            if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED)
-        ]:
-            self.drop(lease)
+        """Leases that ended (lost, or released after a handoff): drop their queued records.
+        Leases being handed off: give up the records at the end that no call started (see
+        :meth:`LowWater.give_up_unstarted`), so the handoff waits only for calls in flight."""
+        for lease, tracker in list(self.trackers.items()):
+            status = lease.status
+            if status is LeaseStatus.LOST or status is LeaseStatus.RELEASED:
+                self.drop(lease)
+            elif status is LeaseStatus.REVOKING:
+                cut = tracker.give_up_unstarted()
+                if cut:
+                    self._forget(cut)
+
+    def _forget(self, entries: list[Entry]) -> None:
+        """Take ``entries`` (queued, not started) out of the scheduler."""
+        given_up = set(map(id, entries))
+        self.scheduler.drop(lambda entry: id(entry) in given_up)
 
     def handler_error(self) -> BaseException | None:
         """What ``run()`` raises: the handler's own exception for a policy's stop."""

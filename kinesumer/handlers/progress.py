@@ -27,12 +27,14 @@ from ..models import Position, Record
 class Entry:
     """One admitted record: what the scheduler queues and the handler call gets."""
 
-    __slots__ = ("done", "position", "record", "tracker")
+    __slots__ = ("done", "position", "record", "started", "tracker")
 
     def __init__(self, record: Record, position: Position, tracker: LowWater) -> None:
         self.record = record
         self.position = position
         self.tracker = tracker
+        #: A handler call took it (set by the dispatcher); done: that call finished it.
+        self.started = False
         self.done = False
 
     @property
@@ -51,6 +53,9 @@ class LowWater:
         self.lease = lease
         self._entries: deque[Entry] = deque()
         self._lock = threading.Lock()
+        # Records at the end were given up (the lease is being handed off): once the rest are
+        # done, ``delivered`` goes back to ``processed`` so the handoff stops waiting.
+        self._cut = False
 
     def admit(self, record: Record) -> Entry:
         """``record`` was admitted (``Cursor.admit`` said yes): track it until it is done."""
@@ -73,6 +78,25 @@ class LowWater:
                 last = entries.popleft()
             # Under the lock: two finishers must not write their marks in the wrong order.
             self.lease.mark_processed(last.position)
+            if self._cut and not entries:
+                self.lease.discard_delivered()
+
+    def give_up_unstarted(self) -> list[Entry]:
+        """The lease is being handed off: forget the records at the end that no call started.
+        Nothing after them started either, so no done record lies beyond them and the mark
+        stays exact; the next owner reads them from the checkpoint. Once the records before
+        them are done, ``delivered`` moves back to ``processed`` (the handoff's wait ends).
+        Returns the records given up (the caller takes them out of the scheduler)."""
+        with self._lock:
+            entries = self._entries
+            cut: list[Entry] = []
+            while entries and not entries[-1].started:
+                cut.append(entries.pop())
+            if cut:
+                self._cut = True
+                if not entries:
+                    self.lease.discard_delivered()
+            return cut
 
     @property
     def pending(self) -> int:
