@@ -23,6 +23,7 @@ one a transaction had just committed, and a crash would then deliver a record tw
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import uuid
@@ -57,6 +58,8 @@ _RETRYABLE_REASONS = frozenset(
     }
 )
 _NO_REASON = (None, "None")
+#: How often a worker thread waiting for its commit checks that the engine's loop still runs.
+_LOOP_CHECK = 1.0
 
 
 class DynamoDBTransaction:
@@ -191,7 +194,21 @@ class DynamoDBTransactions:
         loop = self._link.loop
         if loop is None:
             raise SinkError("no shard was claimed through this sink yet: nothing to commit")
-        asyncio.run_coroutine_threadsafe(self._commit(lease, end, tx), loop).result()
+        future = asyncio.run_coroutine_threadsafe(self._commit(lease, end, tx), loop)
+        while True:
+            try:
+                future.result(timeout=_LOOP_CHECK)
+                return
+            except concurrent.futures.TimeoutError:
+                if future.done():
+                    raise  # the commit's own timeout, not the wait's
+                # A loop that stopped (the consumer closed or died) would never answer.
+                if loop.is_closed() or not loop.is_running():
+                    future.cancel()
+                    raise SinkError(
+                        "the consumer's event loop stopped during the commit; whether it "
+                        "landed is unknown (the next owner resumes from the checkpoint)"
+                    ) from None
 
     async def transact_async(
         self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
