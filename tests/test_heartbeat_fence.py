@@ -24,6 +24,8 @@ from _wait import eventually
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of
 from kinesumer.engine.heartbeat import Heartbeat, fence_after, heartbeat_slack
+from kinesumer.engine.membership import Membership
+from kinesumer.models import ClientInfo
 
 Names = Callable[[str], str]
 HEARTBEAT = 0.5
@@ -56,6 +58,22 @@ def test_a_heartbeat_landing_after_the_fence_keeps_it_closed_until_the_watchdog_
     assert heartbeat.deadline == passed and heartbeat.lapses == 1
     heartbeat.resume()
     assert not heartbeat.lapsed and heartbeat.deadline > time.monotonic()
+
+
+async def test_liveness_is_judged_when_the_member_read_started() -> None:
+    """A heartbeat that lands while a slow read is under way may be missing from its answer;
+    its member has not fenced (it is within client_timeout of the moment the read started), so
+    the reader must still count it live, even though the answer came back later."""
+
+    class SlowStore:
+        async def list_clients(self) -> list[ClientInfo]:
+            started_ms = int(time.time() * 1000)
+            await asyncio.sleep(0.3)  # the read is slow: this is what is being simulated
+            return [ClientInfo("m-old", started_ms - 900)]  # 0.9 s old when the read started
+
+    membership = Membership("m-me", 1.0, SlowStore(), None, None, {})  # type: ignore[arg-type]
+    await membership.read_members()
+    assert membership.live_ids == ["m-old"]
 
 
 class Reader:
