@@ -15,7 +15,9 @@ The arithmetic (``T`` = ``client_timeout``, ``h`` = ``heartbeat_interval``, ``T 
                     stamped just after, so ``last_update >= sent`` (on the wall clock)
     others          call us dead once ``last_update`` is more than T old by their wall clock,
                     judged at the moment their read *started* (membership.read_members): a
-                    read that started after our write was acknowledged sees it
+                    read that started after our write was acknowledged sees it (a strongly
+                    consistent read; an eventually consistent one may be up to a second stale,
+                    and the margin below would then have to cover that too)
     fence           sent + T - m, with the margin m = FENCE_MARGIN * T (10%): the margin
                     covers clock skew between members (milliseconds on EC2), so we stop at
                     least m before anyone may call us dead
