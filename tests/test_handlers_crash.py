@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -201,9 +202,14 @@ def test_example_handler_concurrency(group: dict[str, Any]) -> None:
     }
     example = Path(__file__).resolve().parents[1] / "examples" / "handler_concurrency.py"
 
-    def run_it(count: int) -> list[tuple[str, int]]:
-        proc = Running([sys.executable, str(example), str(count)], env=environ)
+    def run_it(*args: str, until: int | None = None) -> list[tuple[str, int]]:
+        """Run the example to its end; with ``until``, SIGTERM it once it printed that many
+        records (the graceful stop a service gets)."""
+        proc = Running([sys.executable, str(example), *args], env=environ)
         try:
+            if until is not None:
+                wait_until(lambda: len(matches(proc.lines)) >= until, 30, "records printed")
+                proc.proc.send_signal(signal.SIGTERM)
             code = proc.wait(60)
         except subprocess.TimeoutExpired:
             message = f"did not stop:\n{proc.output[-2000:]}\n{proc.errors[-3000:]}"
@@ -212,13 +218,18 @@ def test_example_handler_concurrency(group: dict[str, Any]) -> None:
             proc.stop()
         assert code == 0, f"exited with {code}:\n{proc.output}\n{proc.errors}"
         assert "stopped cleanly" in proc.output
-        found = [LINE.match(line) for line in proc.lines]
-        return [(m.group(1), int(m.group(2))) for m in found if m]
+        return matches(proc.lines)
 
-    first = run_it(200)
+    first = run_it("200")
     assert sorted(n for _, n in first) == list(range(200))
     for key in {k for k, _ in first}:
         of_key = [n for k, n in first if k == key]
         assert of_key == sorted(of_key), f"{key} out of order"
     put(url, stream, 200, 10, key=lambda i: f"k{i % 10}")
-    assert sorted(n for _, n in run_it(10)) == list(range(200, 210))
+    assert sorted(n for _, n in run_it(until=10)) == list(range(200, 210))
+
+
+def matches(lines: list[str]) -> list[tuple[str, int]]:
+    """(key, number) of the example's record lines."""
+    found = [LINE.match(line) for line in list(lines)]
+    return [(m.group(1), int(m.group(2))) for m in found if m]
