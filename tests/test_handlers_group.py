@@ -282,3 +282,29 @@ async def test_async_run_rejects_a_plain_function(group: dict[str, Any]) -> None
     with pytest.raises(ConfigError, match=r"run\(handler\)"):
         await consumer.run([group["stream"]], print)
     await consumer.aclose()
+
+
+async def test_async_batches_keep_shard_order(group: dict[str, Any]) -> None:
+    """Batch handler in tasks, ordering by shard: batches of at most max_size, a partial one
+    after max_wait (95 is not a multiple of 10), each shard's records in order."""
+    config, stream = group["config"], group["stream"]
+    put(group["url"], stream, 0, 95)
+    sizes: list[int] = []
+    by_shard: dict[str, list[int]] = defaultdict(list)
+
+    async def handle(records: list[Record]) -> None:
+        sizes.append(len(records))
+        for record in records:
+            by_shard[record.shard_id].append(int(record.sequence_number))
+        await asyncio.sleep(0.01)
+
+    consumer = AsyncKinesumer(config)
+    run = asyncio.create_task(
+        consumer.run([stream], handle, concurrency=2, batch=Batch(10, max_wait=0.05))
+    )
+    await eventually(lambda: sum(sizes) >= 95, 30, "every record handled")
+    await consumer.aclose()
+    await asyncio.wait_for(run, 30)
+    assert sum(sizes) == 95 and max(sizes) <= 10
+    for shard, sequences in by_shard.items():
+        assert sequences == sorted(sequences), f"{shard} out of order"
