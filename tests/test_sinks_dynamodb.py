@@ -12,6 +12,7 @@ show 2, so the test can fail on a duplicate (a plain put would overwrite it sile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +23,10 @@ from _sink_driver import SinkMember
 from _standins import MotoStandIn, NodeStandIn
 from _wait import eventually
 
-from kinesumer import Record
-from kinesumer.models import Position
+from kinesumer import AsyncKinesumer, Record
+from kinesumer.engine.checkpointer import Checkpointer
+from kinesumer.engine.leases import Lease
+from kinesumer.models import Checkpoint, Position
 from kinesumer.sinks import (
     DynamoDBTransaction,
     DynamoDBTransactions,
@@ -181,3 +184,64 @@ async def test_refusals_sync_face(group: dict[str, Any], moto_server: MotoStandI
         assert stored.sequence_number == further.sequence_number
     finally:
         await member.close()
+
+
+class RecordingStore:
+    """The one StateStore call the checkpointer makes, recorded (the rest is not needed)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Position | None, bool, bool]] = []
+
+    async def write_checkpoint(
+        self, checkpoint: Any, position: Position | None, *, finished: bool, release: bool
+    ) -> bool:
+        self.writes.append((position, finished, release))
+        return True
+
+
+async def test_checkpointer_writes_no_position_when_a_sink_does() -> None:
+    """With sink-written positions a flush writes nothing and a release only releases: a
+    position read before a transaction committed a newer one can never land after it."""
+    store = RecordingStore()
+    checkpointer = Checkpointer(store, "me")  # type: ignore[arg-type]
+    checkpointer.positions_by_sink = True
+    lease = Lease(Checkpoint("s", "shard", "1", owner="me", lease=3))
+    lease.mark_processed(Position("5"))
+    assert await checkpointer.write(lease)  # the periodic flush
+    assert await checkpointer.write(lease, finished=True, release=True)
+    assert store.writes == [(None, True, True)]
+    assert lease.checkpointed == Position("1")  # the sink marks it after its commits
+
+    checkpointer.positions_by_sink = False  # the iterator's and plain handlers' behaviour
+    assert await checkpointer.write(lease)
+    assert store.writes[-1] == (Position("5"), False, False)
+
+
+async def test_a_claim_hook_that_raises_stops_run(
+    group: dict[str, Any], moto_server: MotoStandIn
+) -> None:
+    """The engine seam: a sink's claim hook failing (its database unreachable past its retries)
+    stops the engine, and run() raises that error."""
+
+    class BrokenSink(DynamoDBTransactions):
+        def attach(self, engine: Any) -> None:
+            super().attach(engine)
+
+            async def hook(lease: Any) -> None:
+                raise RuntimeError("the sink's store is unreachable")
+
+            engine.claim_hook = hook
+
+    config, stream = group["config"], group["stream"]
+    put(group["kinesis"], stream, 0, 2)
+
+    async def handle(record: Record, tx: DynamoDBTransaction) -> None:
+        raise AssertionError("no record may be read before the hook succeeded")
+
+    consumer = AsyncKinesumer(config)
+    try:
+        with pytest.raises(RuntimeError, match="unreachable"):
+            await asyncio.wait_for(consumer.run([stream], handle, sink=BrokenSink()), 30)
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.aclose()
