@@ -100,9 +100,7 @@ class Config:
                 f"late heartbeat fences a healthy member; got {self.client_timeout}s",
             )
         if self.assignment not in ("range", "sticky"):
-            raise ConfigError(
-                "assignment", f"must be 'range' or 'sticky', got {self.assignment!r}"
-            )
+            raise ConfigError("assignment", f"must be 'range' or 'sticky', got {self.assignment!r}")
         _check_int("max_buffered_records", self.max_buffered_records, 1, 10**9)
         _check_int("max_buffered_bytes", self.max_buffered_bytes, 1024, 2**40)
         if not isinstance(self.metrics, bool):

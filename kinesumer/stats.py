@@ -1,57 +1,12 @@
 """Public snapshots of what a consumer is doing: :class:`ConsumerStats` and :class:`ShardStatus`.
 
 ``consumer.stats()`` returns one; it is safe to call from any thread. The command line, the Spark
-integration and the tests read these instead of the engine's internals. :class:`HandlerCounters`
-counts what ``run()``'s handler did with each record, for ``stats().handled`` and Prometheus.
+integration and the tests read these instead of the engine's internals.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .metrics import Metrics
-
-#: What can happen to a record given to a handler (``ConsumerStats.handled``): handled
-#: (``ok``), handler calls beyond the first (``retried``, counted per extra attempt and record),
-#: given up by the policy (``discarded``, ``dead_lettered``, ``retry_later``), stopped the run
-#: (``failed``), and payloads that did not decode (``decode_error``).
-OUTCOMES: tuple[str, ...] = (
-    "ok",
-    "retried",
-    "discarded",
-    "dead_lettered",
-    "retry_later",
-    "failed",
-    "decode_error",
-)
-
-
-class HandlerCounters:
-    """Records by outcome for one handler (see :data:`OUTCOMES`): thread-safe, cheap, and fed
-    to Prometheus as ``kinesumer_handler_records_total`` when metrics are on."""
-
-    def __init__(self, name: str, metrics: Metrics | None = None) -> None:
-        self.name = name
-        self._metrics = metrics
-        self._counts: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def add(self, outcome: str, n: int = 1) -> None:
-        """``n`` records had ``outcome``."""
-        if outcome not in OUTCOMES:
-            raise ValueError(f"unknown handler outcome {outcome!r}; one of {OUTCOMES}")
-        with self._lock:
-            self._counts[outcome] = self._counts.get(outcome, 0) + n
-        if self._metrics is not None:
-            self._metrics.handled(self.name, outcome, n)
-
-    def snapshot(self) -> dict[str, int]:
-        """Outcome -> records so far (outcomes that never happened are left out)."""
-        with self._lock:
-            return dict(self._counts)
 
 
 @dataclass(frozen=True)
@@ -114,5 +69,6 @@ class ConsumerStats:
     buffered_records: int = 0
     #: Bytes of record data fetched and waiting in the buffer for delivery.
     buffered_bytes: int = 0
-    #: ``run()`` handlers: handler name -> outcome (:data:`OUTCOMES`) -> records.
+    #: ``run()`` handlers: handler name -> outcome -> records (outcomes: ``ok``, ``retried``,
+    #: ``discarded``, ``dead_lettered``, ``retry_later``, ``failed``, ``decode_error``).
     handled: dict[str, dict[str, int]] = field(default_factory=dict)

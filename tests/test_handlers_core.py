@@ -259,8 +259,8 @@ def test_defaults() -> None:
 def test_handler_counters_feed_stats_and_prometheus() -> None:
     from prometheus_client import CollectorRegistry
 
+    from kinesumer.handlers.counters import HandlerCounters
     from kinesumer.metrics import PrometheusMetrics
-    from kinesumer.stats import HandlerCounters
 
     registry = CollectorRegistry()
     counters = HandlerCounters("orders", PrometheusMetrics("app", "c1", registry))

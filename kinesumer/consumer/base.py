@@ -21,9 +21,10 @@ from ..config import Config, check_streams
 from ..engine.broadcast import BroadcastEngine
 from ..engine.engine import Engine
 from ..engine.hooks import Hook, RebalanceHooks
+from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
-from ..stats import ConsumerStats, HandlerCounters
+from ..stats import ConsumerStats
 
 F = TypeVar("F", bound=Callable[..., object])
 

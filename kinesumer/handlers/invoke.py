@@ -27,7 +27,7 @@ from ..aws.clients import ClientFactory
 from ..engine.leases import Lease
 from ..errors import DecodeError
 from ..models import Position, Record
-from ..stats import HandlerCounters
+from .counters import HandlerCounters
 from .deadletter import (
     WRITE_ATTEMPTS,
     AsyncDeadLetterWriter,

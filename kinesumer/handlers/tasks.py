@@ -23,7 +23,7 @@ from ..engine.engine import Engine
 from ..engine.leases import Lease
 from ..errors import ConsumerClosedError
 from ..models import Record
-from ..stats import HandlerCounters
+from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError

@@ -40,7 +40,7 @@ from ..engine.leases import Lease
 from ..engine.lifecycle import EngineState
 from ..errors import ConsumerClosedError
 from ..models import Record
-from ..stats import HandlerCounters
+from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
