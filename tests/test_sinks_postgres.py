@@ -249,3 +249,51 @@ async def test_async_face(group: dict[str, Any], postgres: PostgresServer) -> No
     finally:
         await member.close()
         await sink.close_async()
+
+
+async def test_a_connection_lost_at_commit_is_tried_again_once(
+    group: dict[str, Any], postgres: PostgresServer
+) -> None:
+    """PostgreSQL fails outside the handler (here the session is killed before its COMMIT): the
+    transaction is tried again on a new connection and lands once; a failure inside the handler
+    is the handler's, not retried by the sink."""
+    config, stream, url, records = (
+        group["config"],
+        group["stream"],
+        group["kinesis"],
+        group["records"],
+    )
+    sink = PostgresPositions(postgres.conninfo, table=group["positions"])
+    put(url, stream, 0, 6)
+    member = SinkMember(config, stream, sink, recorder(records), sync=True).start()
+    try:
+        await eventually(lambda: member.check() or member.committed == 6, 30, "6 records")
+        lease = next(x for x in member.engine.leases.values() if x.processed is not None)
+        end = Position("9" * 56)
+        calls = []
+
+        def killed_before_commit(conn: psycopg.Connection[Any]) -> None:
+            calls.append(conn.info.backend_pid)
+            conn.execute(f"INSERT INTO {records} VALUES ('x', 'x', 'marker')")
+            if len(calls) == 1:
+                with postgres.connect() as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+        await asyncio.to_thread(sink.transact_sync, lease, end, killed_before_commit)
+        assert len(calls) == 2 and rows(postgres, records)["marker"] == 1
+        with postgres.connect() as conn:
+            stored = conn.execute(
+                f"SELECT sequence_number FROM {group['positions']} WHERE app = %s"
+                " AND shard_id = %s",
+                (config.app, lease.key[1]),
+            ).fetchone()
+        assert stored == (end.sequence_number,)
+
+        def broken(conn: psycopg.Connection[Any]) -> None:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        with pytest.raises(psycopg.OperationalError):
+            await asyncio.to_thread(sink.transact_sync, lease, Position("9" * 57), broken)
+    finally:
+        await member.close()
+        sink.close_sync()

@@ -18,7 +18,11 @@ number of the DynamoDB claim that owns it. Two statements keep a zombie out:
   (:class:`~.base.LeaseLostError`). The row stays locked until the commit, so a claim cannot
   slip between the fence and the commit.
 
-Resetting a shard: delete its row here as well as its DynamoDB checkpoint.
+PostgreSQL failing outside the handler (the connection dropped at the fence or at COMMIT, a
+deadlock) is tried again on a new connection, up to :data:`COMMIT_ATTEMPTS` transactions; after
+a failed COMMIT the row says whether it landed (it holds this call's position under this lease),
+and then nothing runs twice. An error inside the handler is the handler's: its failure policy
+decides. Resetting a shard: delete its row here as well as its DynamoDB checkpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,7 +40,7 @@ from .base import EngineLink
 
 try:
     import psycopg
-    from psycopg import sql
+    from psycopg import errors, sql
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "kinesumer.sinks.PostgresPositions needs psycopg 3: pip install 'kinesumer[postgres]'"
@@ -73,6 +78,23 @@ ON CONFLICT (app, stream, shard_id) DO UPDATE
 RETURNING sequence_number, sub_sequence"""
 _ADVANCE = """UPDATE {table} SET sequence_number = %s, sub_sequence = %s, updated_at = now()
 WHERE app = %s AND stream = %s AND shard_id = %s AND lease = %s"""
+_READ = """SELECT sequence_number, sub_sequence, lease FROM {table}
+WHERE app = %s AND stream = %s AND shard_id = %s FOR UPDATE"""
+#: Tries of one call's transaction when PostgreSQL fails outside the handler (the connection
+#: dropped at the fence or at COMMIT, a deadlock, a serialization failure).
+COMMIT_ATTEMPTS = 3
+#: Errors worth trying the transaction again for, when they happen outside the handler.
+_RETRYABLE = (psycopg.OperationalError, errors.TransactionRollback)
+
+
+class _Stage:
+    """Where a transaction failed: inside the handler (its failure: not retried here) or not."""
+
+    body = False
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.1 * 2.0**attempt, 2.0)
 
 
 class PostgresPositions:
@@ -157,35 +179,85 @@ class PostgresPositions:
             return row
 
     # -- transactions -------------------------------------------------------------------------
-    def _advance_params(self, lease: Lease, end: Position) -> tuple[object, ...]:
-        stream, shard_id = lease.key
-        return (
-            end.sequence_number,
-            end.sub_sequence_number,
-            self._app,
-            stream,
-            shard_id,
-            lease.checkpoint.lease,
-        )
-
     def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
-        with self._connection() as conn, conn.transaction():
-            if conn.execute(self._sql(_ADVANCE), self._advance_params(lease, end)).rowcount != 1:
-                self.refused += 1
-                raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
-            body(conn)
-        self.commits += 1
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            stage = _Stage()
+            try:
+                with self._connection() as conn, conn.transaction():
+                    # After a COMMIT that failed, whether it landed is unknown: look first.
+                    row = conn.execute(*self._read(lease)).fetchone() if attempt > 1 else None
+                    if not self._landed(row, lease, end):
+                        self._fenced(conn.execute(*self._advance(lease, end)).rowcount, lease)
+                        stage.body = True
+                        body(conn)
+                        stage.body = False
+            except _RETRYABLE as exc:
+                if stage.body or attempt == COMMIT_ATTEMPTS:
+                    raise
+                self._retrying(lease, exc, attempt)
+                time.sleep(_backoff(attempt))
+                continue
+            self.commits += 1
+            return
 
     async def transact_async(
         self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
     ) -> None:
-        async with self._async_connection() as conn, conn.transaction():
-            cursor = await conn.execute(self._sql(_ADVANCE), self._advance_params(lease, end))
-            if cursor.rowcount != 1:
-                self.refused += 1
-                raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
-            await body(conn)
-        self.commits += 1
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            stage = _Stage()
+            try:
+                async with self._async_connection() as conn, conn.transaction():
+                    # After a COMMIT that failed, whether it landed is unknown: look first.
+                    row = None
+                    if attempt > 1:
+                        row = await (await conn.execute(*self._read(lease))).fetchone()
+                    if not self._landed(row, lease, end):
+                        cursor = await conn.execute(*self._advance(lease, end))
+                        self._fenced(cursor.rowcount, lease)
+                        stage.body = True
+                        await body(conn)
+                        stage.body = False
+            except _RETRYABLE as exc:
+                if stage.body or attempt == COMMIT_ATTEMPTS:
+                    raise
+                self._retrying(lease, exc, attempt)
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            self.commits += 1
+            return
+
+    def _advance(self, lease: Lease, end: Position) -> tuple[sql.Composed, tuple[object, ...]]:
+        stream, shard_id = lease.key
+        params = (end.sequence_number, end.sub_sequence_number, self._app, stream, shard_id)
+        return self._sql(_ADVANCE), (*params, lease.checkpoint.lease)
+
+    def _read(self, lease: Lease) -> tuple[sql.Composed, tuple[object, ...]]:
+        return self._sql(_READ), (self._app, *lease.key)
+
+    def _fenced(self, rowcount: int, lease: Lease) -> None:
+        """The fence's UPDATE matched no row: another claim owns the shard now."""
+        if rowcount != 1:
+            self.refused += 1
+            raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
+
+    @staticmethod
+    def _landed(row: tuple[Any, ...] | None, lease: Lease, end: Position) -> bool:
+        """After a commit whose outcome is unknown: whether it landed (the row holds this
+        call's ``end`` under this lease; ends only grow, one call per shard at a time)."""
+        if row is None or row[2] != lease.checkpoint.lease or row[0] is None:
+            return False
+        return Position(row[0], int(row[1])) == end
+
+    @staticmethod
+    def _retrying(lease: Lease, exc: BaseException, attempt: int) -> None:
+        log.warning(
+            "PostgreSQL failed outside the handler on %s/%s (%s); trying the transaction "
+            "again (%d/%d)",
+            *lease.key,
+            exc,
+            attempt + 1,
+            COMMIT_ATTEMPTS,
+        )
 
     # -- connections --------------------------------------------------------------------------
     def _new_connection(self) -> psycopg.Connection[Any]:
