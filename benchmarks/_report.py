@@ -109,9 +109,92 @@ def tables(r: dict[str, Any]) -> str:
             "",
             bench_spark.table(r["spark"]),
         ]
+    lines += handlers_table(r.get("handlers"))
+    lines += sinks_table(r.get("sinks"))
+    lines += assignment_modes_table(r.get("assignment_modes"))
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)
+
+
+def handlers_table(h: dict[str, Any] | None) -> list[str]:
+    """``run()`` against the plain iterator (bench_handlers.py)."""
+    if not h:
+        return []
+    rps, cpu = h["records_per_s"], h["cpu_us_per_record"]
+    wait = h["io_seconds"] * 1000
+    return [
+        "",
+        f"**Handlers** (`run()`): a handler waiting {wait:.0f} ms per record (an I/O call), "
+        f"4 pre-filled shards, one member; median of {h['rounds']}.",
+        "",
+        "| how | records/s | vs the iterator |",
+        "|---|---:|---:|",
+        f"| `for record in consume(): handle(record)` | {rps['iterator']:,.0f} | 1.0x |",
+        f'| `run(..., ordering="key", concurrency=64)` | {rps["run_key_64"]:,.0f} | '
+        f"{h['speedup_key_64']:.1f}x |",
+        f'| `run(..., ordering="none", concurrency=64)` | {rps["run_none_64"]:,.0f} | '
+        f"{h['speedup_none_64']:.1f}x |",
+        "",
+        f"A handler that does nothing: CPU per record of the whole process, `consume()` "
+        f"{cpu['iterator']:.1f} us vs `run()` (concurrency 1: the handler runs inline) "
+        f"{cpu['run_inline']:.1f} us: **{h['cpu_ratio']:.2f}x**.",
+    ]
+
+
+def sinks_table(k: dict[str, Any] | None) -> list[str]:
+    """Exactly-once sinks beside plain ones (bench_sinks.py)."""
+    if not k:
+        return []
+    rate, ratio, batch = k["records_per_s"], k["ratio_to_plain"], k["batch"]
+    lines = [
+        "",
+        f"**Exactly-once sinks** vs a plain sink doing the same writes (4 shards; DynamoDB on "
+        f"moto, whose transactions copy the tables they touch, so those figures are moto's; "
+        f"PostgreSQL 15 on loopback); median of {k['rounds']}.",
+        "",
+        "| sink | plain records/s | exactly-once records/s | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for store, label in (("dynamodb", "DynamoDB"), ("postgres", "PostgreSQL")):
+        for suffix, how in (("", "per record"), ("_batch", f"batches of {batch}")):
+            plain, exact = f"{store}_plain{suffix}", f"{store}_exactly_once{suffix}"
+            lines.append(
+                f"| {label}, {how} | {rate[plain]:,.0f} | {rate[exact]:,.0f} | "
+                f"{ratio[exact]:.2f}x |"
+            )
+    cost = k["postgres_transaction"]
+    lines += [
+        "",
+        f"One PostgreSQL transaction of {batch} INSERTs alone: {cost['plain_ms']:.2f} ms plain, "
+        f"{cost['exactly_once_ms']:.2f} ms with the fenced position update.",
+    ]
+    return lines
+
+
+def assignment_modes_table(m: dict[str, Any] | None) -> list[str]:
+    """Range vs sticky: shards moved and time (bench_assignment.py)."""
+    if not m:
+        return []
+    mv, sc = m["movement"], m["scale"]
+    lines = [
+        "",
+        f"**Assignment modes**: shards moved when member {mv['members'] + 1} joins a "
+        f"{mv['members']}-member group on {mv['shards']} shards, and when one of them leaves "
+        f"(mean / max over {mv['trials']} sets of ids); and the whole group's assignment for "
+        f"{sc['members']:,} members x {sc['shards']:,} shards (median of {sc['rounds']}).",
+        "",
+        "| mode | join: moved | leave: moved | 1 stream | 20 streams |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for mode in ("range", "sticky"):
+        row = mv[mode]
+        lines.append(
+            f"| `{mode}` | {row['join_mean']:.1f} / {row['join_max']} | "
+            f"{row['leave_mean']:.1f} / {row['leave_max']} | "
+            f"{sc[f'{mode}, 1 stream'] * 1000:.1f} ms | {sc[f'{mode}, 20 streams'] * 1000:.1f} ms |"
+        )
+    return lines
 
 
 def plot(r: dict[str, Any], path: Path) -> None:

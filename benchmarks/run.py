@@ -28,9 +28,11 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
+import bench_assignment  # noqa: E402
 import bench_core  # noqa: E402
 import bench_failover  # noqa: E402
 import bench_group  # noqa: E402
+import bench_handlers  # noqa: E402
 import bench_limits  # noqa: E402
 from _scenario import Scenario  # noqa: E402
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
@@ -88,6 +90,22 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["limits"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["assignment_modes"] = {
+            "movement": bench_assignment.movement(),
+            "scale": bench_assignment.scale(),
+        }
+        timings["assignment_modes"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["handlers"] = bench_handlers.run(kurl, durl, quick)
+        print(bench_handlers.report(out["handlers"]), flush=True)
+        timings["handlers"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["sinks"] = sinks(kurl, durl, quick)
+        timings["sinks"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["spark"] = spark(kurl, durl, quick)
         timings["spark"] = time.monotonic() - started
     finally:
@@ -114,6 +132,15 @@ def failover(kurl: str, durl: str, rounds: int) -> list[dict[str, float]]:
                 world.producers.clear()
             print(f"  failover round {number + 1}: {results[-1]}", flush=True)
     return results
+
+
+def sinks(kurl: str, durl: str, quick: bool) -> dict[str, Any]:
+    """Exactly-once sinks beside plain ones (bench_sinks.py: starts moto and PostgreSQL)."""
+    import bench_sinks
+
+    result = bench_sinks.run_with_servers(kurl, durl, quick)
+    print(bench_sinks.report(result), flush=True)
+    return result
 
 
 def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
