@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Literal, Union
 
-from .errors import ConfigError
+from .errors import ConfigError, EnhancedFanOutNotInstalledError
 
 InitialPosition = Union[Literal["LATEST", "TRIM_HORIZON"], datetime]  # noqa: UP007 (runtime alias, py3.10)
 
@@ -16,6 +17,7 @@ _TABLE = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
 _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
+_CONSUMER = re.compile(r"^[a-zA-Z0-9_.\-]{1,128}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 #: The service allows 5 GetRecords per second per shard: never poll faster.
@@ -58,6 +60,8 @@ class Config:
     metrics: bool = False
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"
+    enhanced_fan_out: bool = False
+    consumer_name: str | None = None
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -111,6 +115,13 @@ class Config:
             raise ConfigError(
                 "metrics_address", f"must be an address to listen on, got {self.metrics_address!r}"
             )
+        _check_enhanced_fan_out(self.enhanced_fan_out, self.consumer_name, self.broadcast)
+
+    @property
+    def effective_consumer_name(self) -> str:
+        """The registered stream consumer enhanced fan-out reads through: ``consumer_name``, or
+        the app's name (every member of an app shares one consumer, and its 2 MB/s per shard)."""
+        return self.consumer_name or self.app
 
     @property
     def effective_kinesis_region(self) -> str | None:
@@ -177,6 +188,31 @@ def _check_broadcast(broadcast: Any, resume: Any, client_id: str | None) -> None
             "broadcast_resume",
             "saves positions under the member's client_id: set a client_id that stays the same "
             "across restarts (a generated one changes at every start)",
+        )
+
+
+def _check_enhanced_fan_out(enabled: Any, consumer_name: Any, broadcast: bool) -> None:
+    """Enhanced fan-out needs its HTTP/2 client (the ``efo`` extra) and a valid consumer name
+    (1-128 of [a-zA-Z0-9_.-], as RegisterStreamConsumer accepts)."""
+    if not isinstance(enabled, bool):
+        raise ConfigError("enhanced_fan_out", f"must be True or False, got {enabled!r}")
+    if consumer_name is not None:
+        if not enabled:
+            raise ConfigError(
+                "consumer_name", "is only used with enhanced_fan_out=True; set it too"
+            )
+        _check_name("consumer_name", consumer_name, _CONSUMER, "1-128 of [a-zA-Z0-9_.-]")
+    if not enabled:
+        return
+    if broadcast:
+        raise ConfigError(
+            "enhanced_fan_out",
+            "is not supported with broadcast=True (each broadcast member would need a consumer "
+            "of its own); use polling for broadcast",
+        )
+    if importlib.util.find_spec("httpx") is None or importlib.util.find_spec("h2") is None:
+        raise EnhancedFanOutNotInstalledError(
+            "enhanced_fan_out=True needs an HTTP/2 client: pip install 'kinesumer[efo]'"
         )
 
 
