@@ -16,6 +16,8 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
     ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
     ├── MetricsNotInstalledError    Config.metrics without prometheus_client (also ImportError)
+    ├── EnhancedFanOutNotInstalledError  Config.enhanced_fan_out without httpx[http2] (also
+    │                               ImportError)
     └── SparkNotInstalledError      kinesumer.spark without pyspark/pyarrow (also ImportError;
                                     defined in kinesumer.spark, which may not be importable)
 
@@ -95,3 +97,8 @@ class TransientAWSError(KinesumerError):
 class MetricsNotInstalledError(KinesumerError, ImportError):
     """Metrics were asked for but ``prometheus_client`` is missing: install
     ``kinesumer[metrics]``."""
+
+
+class EnhancedFanOutNotInstalledError(KinesumerError, ImportError):
+    """Enhanced fan-out was asked for (``Config(enhanced_fan_out=True)``) but its HTTP/2 client
+    (``httpx`` with ``h2``) is missing: install ``kinesumer[efo]``."""
