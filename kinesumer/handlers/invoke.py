@@ -20,13 +20,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..engine.leases import Lease
 from ..errors import DecodeError
 from ..models import Position, Record
+from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
 from .counters import HandlerCounters
 from .deadletter import (
     WRITE_ATTEMPTS,
@@ -46,9 +47,27 @@ from .policies import (
     check_policy,
     describe,
 )
-from .retry_later import Identity, Item, Outcome, Step, Unit, due_time, plan, prepare, units
+from .retry_later import (
+    Identity,
+    Item,
+    Outcome,
+    Step,
+    Unit,
+    describe_items,
+    due_time,
+    end_of,
+    plan,
+    prepare,
+    units,
+    worth_a_warning,
+)
 
 log = logging.getLogger("kinesumer.handlers")
+
+#: A sink's refusals caused by the handler's own writes (a condition of theirs failed, too many
+#: of them): the handler's failure, through the policy. The fence's refusal (LeaseLostError) and
+#: a commit whose outcome is unknown (other SinkErrors) are not, and pass through to the runner.
+_HANDLERS_OWN = (TransactionCanceledError, TransactionTooLargeError)
 
 
 class _HandlerRaised(Exception):
@@ -116,7 +135,7 @@ class Invocation:
                     self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    self._run_sync(unit, lease, _end(records), stopping, error)
+                    self._run_sync(unit, lease, end_of(records), stopping, error)
                     return
                 self.counters.add("ok")
                 return
@@ -124,9 +143,16 @@ class Invocation:
         wait = due_time(items) - time.time()
         if wait > 0 and stopping.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
-        end = _end(records)
+        end = end_of(records)
+        committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            self._run_sync(unit, lease, end, stopping)
+            committed = self._run_sync(unit, lease, end, stopping)
+        if self.sink is not None and not committed:
+            # The call's last unit was disposed of by the policy: no handler transaction
+            # carried ``end``. Commit it alone (fenced), or the next owner would deliver these
+            # records again (and write their dead letters again). Units that failed come first
+            # (see units()), so a unit that succeeded last carried ``end`` already.
+            self.sink.transact_sync(lease, end, _no_writes)
 
     def _run_sync(
         self,
@@ -135,9 +161,10 @@ class Invocation:
         end: Position,
         stopping: threading.Event,
         first_error: Exception | None = None,
-    ) -> None:
+    ) -> bool:
         """Call ``unit`` until it succeeds or the policy gives up (``first_error``: the first
-        call was made already and raised it)."""
+        call was made already and raised it). True: the handler succeeded (with a sink: its
+        transaction committed ``end``); False: the policy disposed of the unit."""
         attempts = 0
         while True:
             attempts += 1
@@ -150,12 +177,12 @@ class Invocation:
                     error = raised.error
                 else:
                     self.counters.add("ok", len(unit.items))
-                    return
+                    return True
             if not after_failure(self.policy, attempts, error):
                 self._finish_sync(
                     plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
                 )
-                return
+                return False
             delay = self._retrying(unit, error, attempts)
             if stopping.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
@@ -177,7 +204,10 @@ class Invocation:
             except Exception as error:
                 raise _HandlerRaised(error) from error
 
-        self.sink.transact_sync(lease, end, body)
+        try:
+            self.sink.transact_sync(lease, end, body)
+        except _HANDLERS_OWN as refused:
+            raise _HandlerRaised(refused) from refused
 
     def _finish_sync(self, steps: list[Step], error: Exception) -> None:
         for step in steps:
@@ -205,7 +235,7 @@ class Invocation:
                     await self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    await self._run_async(unit, lease, _end(records), stopping, error)
+                    await self._run_async(unit, lease, end_of(records), stopping, error)
                     return
                 self.counters.add("ok")
                 return
@@ -213,9 +243,12 @@ class Invocation:
         wait = due_time(items) - time.time()
         if wait > 0 and await _wait_event(stopping, wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
-        end = _end(records)
+        end = end_of(records)
+        committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            await self._run_async(unit, lease, end, stopping)
+            committed = await self._run_async(unit, lease, end, stopping)
+        if self.sink is not None and not committed:  # as in call_sync
+            await self.sink.transact_async(lease, end, _no_writes_async)
 
     async def _run_async(
         self,
@@ -224,7 +257,7 @@ class Invocation:
         end: Position,
         stopping: asyncio.Event,
         first_error: Exception | None = None,
-    ) -> None:
+    ) -> bool:
         attempts = 0
         while True:
             attempts += 1
@@ -237,12 +270,12 @@ class Invocation:
                     error = raised.error
                 else:
                     self.counters.add("ok", len(unit.items))
-                    return
+                    return True
             if not after_failure(self.policy, attempts, error):
                 await self._finish_async(
                     plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
                 )
-                return
+                return False
             delay = self._retrying(unit, error, attempts)
             if await _wait_event(stopping, delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
@@ -264,7 +297,10 @@ class Invocation:
             except Exception as error:
                 raise _HandlerRaised(error) from error
 
-        await self.sink.transact_async(lease, end, body)
+        try:
+            await self.sink.transact_async(lease, end, body)
+        except _HANDLERS_OWN as refused:
+            raise _HandlerRaised(refused) from refused
 
     async def _finish_async(self, steps: list[Step], error: Exception) -> None:
         for step in steps:
@@ -298,13 +334,13 @@ class Invocation:
         policy = self.policy
         delay = backoff_delay(policy.retry, attempts, self.uniform)
         blocking = isinstance(policy, Block) and attempts >= policy.retry.attempts
-        warn = blocking and _worth_a_warning(attempts, policy.retry.attempts)
+        warn = blocking and worth_a_warning(attempts, policy.retry.attempts)
         level = logging.WARNING if warn else logging.INFO
         log.log(
             level,
             "handler %s failed on %s (attempt %d%s): %s: %s; retrying in %.2fs",
             self.name,
-            _records(unit.items),
+            describe_items(unit.items),
             attempts,
             ", blocking until it succeeds" if blocking else "",
             type(error).__name__,
@@ -315,40 +351,22 @@ class Invocation:
 
     def _done(self, step: Step, error: Exception) -> None:
         record = step.item.original
-        why = f" ({step.note})" if step.note else ""
         if step.outcome is Outcome.STOP:
             self.counters.add(Outcome.STOP.value)
             raise HandlerFailedError(error, record, self.name) from error
         self.counters.add(step.outcome.value)
-        if step.outcome is Outcome.DISCARD:
-            log.warning(
-                "handler %s: discarded %s after %s: %s%s",
-                self.name,
-                describe(record),
-                type(error).__name__,
-                error,
-                why,
-            )
-        elif step.outcome is Outcome.DEAD_LETTER:
-            log.warning(
-                "handler %s: dead-lettered %s to %s after %s: %s%s",
-                self.name,
-                describe(record),
-                step.stream,
-                type(error).__name__,
-                error,
-                why,
-            )
-        else:
-            log.info(
-                "handler %s: %s goes to %s for round %d after %s: %s",
-                self.name,
-                describe(record),
-                step.stream,
-                step.envelope.round if step.envelope else 0,
-                type(error).__name__,
-                error,
-            )
+        level, what = logging.WARNING, "discarded"
+        if step.outcome is Outcome.DEAD_LETTER:
+            what = f"dead-lettered to {step.stream}"
+        elif step.outcome is Outcome.RETRY_LATER:
+            round_number = step.envelope.round if step.envelope else 0
+            level, what = logging.INFO, f"sent to {step.stream} for round {round_number}"
+        why = f" ({step.note})" if step.note else ""
+        log.log(
+            level,
+            "handler %s: %s %s after %s: %s%s",
+            *(self.name, what, describe(record), type(error).__name__, error, why),
+        )
 
     def _failed(self, step: Step, failed: DeadLetterWriteError) -> None:
         self.counters.add(Outcome.STOP.value)
@@ -356,20 +374,12 @@ class Invocation:
         raise HandlerFailedError(failed, step.item.original, self.name) from failed
 
 
-def _end(records: Sequence[Record]) -> Position:
-    last = records[-1]
-    return Position(last.sequence_number, last.sub_sequence_number)
+def _no_writes(tx: Any) -> None:
+    """A sink transaction's body that adds nothing: only the position is committed."""
 
 
-def _records(items: list[Item]) -> str:
-    first = describe(items[0].original)
-    return first if len(items) == 1 else f"{len(items)} records from {first}"
-
-
-def _worth_a_warning(attempts: int, first: int) -> bool:
-    # A blocked record warns when it starts blocking, then every 100 tries: a log line a minute
-    # or so at the default cap, not one per try.
-    return attempts == first or attempts % 100 == 0
+async def _no_writes_async(tx: Any) -> None:
+    """:func:`_no_writes` for the async face."""
 
 
 def _now_ms() -> int:

@@ -9,14 +9,22 @@ or writes to AWS.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DecodeError
-from ..models import Record
+from ..models import Position, Record
 from .deadletter import DeadLetterEnvelope, make_envelope, read_envelope
-from .policies import DeadLetter, Discard, FailurePolicy, RetryLater, Stop, final_action
+from .policies import (
+    DeadLetter,
+    Discard,
+    FailurePolicy,
+    RetryLater,
+    Stop,
+    describe,
+    final_action,
+)
 
 
 @dataclass(frozen=True)
@@ -207,3 +215,21 @@ def _envelope(
         app=identity.app,
         client_id=identity.client_id,
     )
+
+
+def end_of(records: Sequence[Record]) -> Position:
+    """The position of a call's last record: what a sink commits with it."""
+    last = records[-1]
+    return Position(last.sequence_number, last.sub_sequence_number)
+
+
+def describe_items(items: list[Item]) -> str:
+    """The records of a unit, for a log line."""
+    first = describe(items[0].original)
+    return first if len(items) == 1 else f"{len(items)} records from {first}"
+
+
+def worth_a_warning(attempts: int, first: int) -> bool:
+    """Whether a blocked record's retry logs a WARNING: when it starts blocking, then every 100
+    tries (a log line a minute or so at the default cap, not one per try)."""
+    return attempts == first or attempts % 100 == 0

@@ -1,0 +1,206 @@
+"""Findings of the handler layer's review, each pinned by a test: a sink's refusal of the
+handler's own writes goes through the failure policy; records a policy disposed of under a sink
+move the sink's position; a blocking call on the inline runner gives up on close(); run() twice
+at once, and a sink in broadcast mode, are refused; the inline fast path counts as the
+invocation does. Unit-level where possible, the real engine (kinesalite + dynalite) otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from _group import create_stream, make_config, put, setup_table
+from _wait import wait_until
+from test_handlers_group import Run
+from test_handlers_policies import FAST, Failing, invocation, lease, record
+
+from kinesumer import AsyncKinesumer, ConfigError, Kinesumer, Record
+from kinesumer.handlers import Block, DeadLetter, Discard, Stop
+from kinesumer.handlers.policies import HandlerFailedError
+from kinesumer.sinks.base import TransactionCanceledError
+
+
+class Sink:
+    """Records every commit (end, writes); ``cancel``: the next commits are cancelled for the
+    handler's own writes, as DynamoDB does when one of its conditions fails."""
+
+    def __init__(self, cancel: int = 0) -> None:
+        self.commits: list[tuple[Any, list[Any]]] = []
+        self.cancel = cancel
+
+    def _commit(self, end: Any, tx: list[Any]) -> None:
+        if tx and self.cancel:
+            self.cancel -= 1
+            raise TransactionCanceledError("#0: ConditionalCheckFailed", [{"Code": "x"}])
+        self.commits.append((end, tx))
+
+    def transact_sync(self, lease: Any, end: Any, body: Callable[[Any], None]) -> None:
+        tx: list[Any] = []
+        body(tx)
+        self._commit(end, tx)
+
+    async def transact_async(
+        self, lease: Any, end: Any, body: Callable[[Any], Awaitable[None]]
+    ) -> None:
+        tx: list[Any] = []
+        await body(tx)
+        self._commit(end, tx)
+
+
+def writes(argument: Any, tx: list[Any]) -> None:
+    tx.append(argument.sequence_number)
+
+
+def test_a_cancelled_transaction_goes_through_the_policy() -> None:
+    """(a) TransactionCanceledError is the handler's failure: retried, then the policy acts;
+    with Stop, run() gets the cancellation itself as the handler's error."""
+    sink = Sink(cancel=1)
+    call, counters = invocation(writes, sink=sink, on_failure=Discard(retry=FAST))
+    call.call_sync([record()], lease(), threading.Event())
+    assert counters.counts == {"retried": 1, "ok": 1}
+    assert sink.commits == [(("100", 0), ["100"])]
+    sink = Sink(cancel=5)
+    call, counters = invocation(writes, sink=sink)
+    with pytest.raises(HandlerFailedError) as caught:
+        call.call_sync([record()], lease(), threading.Event())
+    assert isinstance(caught.value.error, TransactionCanceledError)
+    assert counters.counts == {"failed": 1} and sink.commits == []
+
+
+@pytest.mark.parametrize("policy", [Discard(retry=FAST), DeadLetter("dead", retry=FAST)])
+def test_records_a_policy_disposed_of_move_the_sinks_position(policy: Any) -> None:
+    """(b) a discarded or dead-lettered record's position is committed through the sink with
+    no writes, so the next owner does not deliver it (and write its dead letter) again."""
+    sink = Sink()
+    call, _counters = invocation(Failing(), sink=sink, on_failure=policy)
+    call.call_sync([record(seq="7")], lease(), threading.Event())
+    assert sink.commits == [(("7", 0), [])]
+    async_sink = Sink(cancel=5)
+
+    async def fails(argument: Any, tx: list[Any]) -> None:
+        tx.append(argument)
+
+    made, _ = invocation(fails, sink=async_sink, on_failure=Discard(retry=FAST))
+    asyncio.run(made.call_async([record(seq="8")], lease(), asyncio.Event()))
+    assert async_sink.commits == [(("8", 0), [])]
+
+
+def test_a_batch_under_a_sink_commits_its_end_only_once_every_record_is_done() -> None:
+    """A bad payload in a batch is disposed of first; the batch's own transaction carries the
+    end. When the batch fails too, the end is committed alone after the policy acted."""
+    sink = Sink()
+    batch = [record(seq="1"), record(b"not json", seq="2"), record(seq="3")]
+    call, _ = invocation(
+        lambda values, tx: tx.extend(values),
+        sink=sink,
+        decode="json",
+        batch=object(),
+        on_failure=Discard(retry=FAST),
+    )
+    call.call_sync(batch, lease(), threading.Event())
+    assert [end for end, _ in sink.commits] == [("3", 0)]
+    sink = Sink()
+    call, _ = invocation(Failing(), sink=sink, batch=object(), on_failure=Discard(retry=FAST))
+    call.call_sync(batch, lease(), threading.Event())
+    assert sink.commits == [(("3", 0), [])]
+
+
+def test_the_fast_path_counts_as_the_invocation_does() -> None:
+    """The default policy's outcomes are the same on the plain path and through Invocation."""
+    from kinesumer.handlers.counters import HandlerCounters
+    from kinesumer.handlers.options import calls_plainly, run_options
+
+    options = run_options(
+        print,
+        concurrency=1,
+        ordering="shard",
+        max_in_flight=None,
+        batch=None,
+        on_failure=Stop(),
+        decode=None,
+        sink=None,
+        name="h",
+        is_async=False,
+    )
+    assert calls_plainly(options)
+    assert HandlerCounters  # the runner's counters take the same outcome names:
+    call, counters = invocation(Failing(failures=1))
+    with pytest.raises(HandlerFailedError):
+        call.call_sync([record()], lease(), threading.Event())
+    call.call_sync([record()], lease(), threading.Event())
+    assert counters.counts == {"failed": 1, "ok": 1}
+
+
+# ---- on the real engine -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def group(kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str]) -> dict[str, Any]:
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    return {"config": config, "stream": stream, "url": kinesalite.url}
+
+
+def test_close_ends_a_blocked_inline_run_and_its_threads(group: dict[str, Any]) -> None:
+    """Block on the inline runner (concurrency=1): close() from another thread ends run(); the
+    record stays undone; no thread is left behind."""
+    config, stream = group["config"], group["stream"]
+    put(group["url"], stream, 0, 3)
+    before = {t.ident for t in threading.enumerate()}
+    calls: list[Record] = []
+
+    def handle(record: Record) -> None:
+        calls.append(record)
+        raise RuntimeError("downstream is down")
+
+    consumer = Kinesumer(config)
+    run = Run(consumer, [stream], handle, on_failure=Block(retry=FAST))
+    wait_until(lambda: len(calls) >= 3, 20, "the handler blocks on the first record")
+    run.stop()
+    assert {int(r.data) for r in calls} == {0}
+    wait_until(
+        lambda: {t.ident for t in threading.enumerate()} <= before, 10, "no thread left behind"
+    )
+
+
+async def test_aclose_ends_a_blocked_inline_async_run(group: dict[str, Any]) -> None:
+    config, stream = group["config"], group["stream"]
+    put(group["url"], stream, 0, 2)
+    calls: list[Record] = []
+
+    async def handle(record: Record) -> None:
+        calls.append(record)
+        raise RuntimeError("downstream is down")
+
+    consumer = AsyncKinesumer(config)
+    task = asyncio.create_task(consumer.run([stream], handle, on_failure=Block(retry=FAST)))
+    while len(calls) < 3:
+        assert not task.done(), task
+        await asyncio.sleep(0.05)
+    await consumer.aclose()
+    await asyncio.wait_for(task, 20)
+
+
+def test_run_twice_at_once_is_refused(group: dict[str, Any]) -> None:
+    config, stream = group["config"], group["stream"]
+    consumer = Kinesumer(config)
+    started = threading.Event()
+    run = Run(consumer, [stream], lambda record: None)
+    wait_until(lambda: consumer.stats().state != "idle", 20, "the first run joined")
+    started.set()
+    with pytest.raises(RuntimeError, match="run"):
+        consumer.run([stream], lambda record: None)
+    run.stop()
+
+
+def test_a_sink_in_broadcast_mode_is_refused(group: dict[str, Any]) -> None:
+    config = make_config(group["url"], group["config"].dynamodb_endpoint, "b", "t", broadcast=True)
+    consumer = Kinesumer(config)
+    with pytest.raises(ConfigError, match="sink"):
+        consumer.run([group["stream"]], writes, sink=Sink())
+    consumer.close()
