@@ -1,0 +1,262 @@
+"""SubscribeToShard over HTTP/2: one subscription at a time per shard, its events as an async
+iterator of :class:`SubscribeEvent`.
+
+Nothing here hand-writes a protocol: the request is serialized from the Kinesis service model
+and signed with botocore's SigV4 signer, HTTP/2 is httpx with h2, the response is framed by
+botocore's event-stream buffer and parsed by its event-stream parser against the service model's
+shapes (records come out exactly as GetRecords returns them).
+
+Each subscription gets its own HTTP/2 connection, closed with it. httpcore does not reset a
+stream its caller abandons: the server's frames for it would keep eating the connection's flow
+control window, and one subscription dropped early (a handoff) would stall every other shard
+sharing that connection. A connection of its own also means a slow shard holds back only itself.
+
+Backpressure: the connection is read only while the caller awaits the next event. Data the
+caller has not taken is not acknowledged, so the server stops once the stream's HTTP/2 window
+(64 KiB + 16 MiB, httpcore's setting) is used up, and TCP holds the rest: memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+try:
+    import certifi
+    import httpx
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    from ...errors import EnhancedFanOutNotInstalledError
+
+    raise EnhancedFanOutNotInstalledError(
+        "enhanced fan-out needs an HTTP/2 client: pip install 'kinesumer[efo]'"
+    ) from exc
+
+import botocore.session
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserError
+from botocore.exceptions import ClientError
+from botocore.parsers import EventStreamJSONParser, JSONParser
+from botocore.serialize import create_serializer
+
+from ...aws import RequestStats, error_code
+from ...aws.clients import assumed_role_session, parse_timestamp, session_for
+from ...config import Config
+from .errors import error_for, reset_error
+
+log = logging.getLogger("kinesumer.kinesis")
+
+#: AWS sends an event at least every 5 seconds (empty ones included): a read that waits much
+#: longer than that means a dead connection.
+READ_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class SubscribeEvent:
+    """One SubscribeToShardEvent.
+
+    ``records``: raw records in GetRecords' shape (``Data`` bytes, ``SequenceNumber``,
+    ``PartitionKey``, ``ApproximateArrivalTimestamp`` a UTC datetime, ...), aggregates still
+    packed. ``continuation_sequence_number``: where the next subscription starts
+    (AFTER_SEQUENCE_NUMBER), None when the shard ended (SHARD_END). ``child_shards``: as AWS
+    sends them (``ShardId``, ``ParentShards``, ``HashKeyRange``), None when the endpoint sent
+    none."""
+
+    records: list[dict[str, Any]]
+    continuation_sequence_number: str | None
+    millis_behind_latest: int | None
+    child_shards: list[dict[str, Any]] | None
+
+
+class SubscriptionEnded(Exception):
+    """The subscription ended normally (AWS ends each after 5 minutes) before SHARD_END:
+    subscribe again from the last event's continuation sequence number."""
+
+
+class CredentialsSource(Protocol):
+    """Where signing credentials come from: botocore's or aiobotocore's credentials objects
+    (refreshable ones refresh in ``get_frozen_credentials``, sync or async)."""
+
+    def get_frozen_credentials(self) -> Any: ...
+
+
+async def kinesis_credentials(config: Config, stats: RequestStats) -> CredentialsSource:
+    """The credentials the engine's Kinesis client uses, from the same session helpers
+    (:mod:`kinesumer.aws.clients`): the caller's own, or ``config.role_arn``'s (STS,
+    refreshing before they expire)."""
+    session = assumed_role_session(config, stats) if config.role_arn else session_for(config)
+    credentials: CredentialsSource | None = await session.get_credentials()
+    if credentials is None:
+        raise ClientError(
+            {"Error": {"Code": "NoCredentials", "Message": "no AWS credentials found"}},
+            "SubscribeToShard",
+        )
+    return credentials
+
+
+def endpoint_for(config: Config) -> str:
+    """``config.kinesis_endpoint`` (``http://``: HTTP/2 with prior knowledge; ``https://``:
+    HTTP/2 by ALPN), or the region's public Kinesis endpoint."""
+    if config.kinesis_endpoint:
+        return config.kinesis_endpoint.rstrip("/")
+    region = config.effective_kinesis_region
+    if not region:
+        raise ClientError(
+            {"Error": {"Code": "NoRegion", "Message": "set Config.region or kinesis_region"}},
+            "SubscribeToShard",
+        )
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"https://kinesis.{region}.{suffix}"
+
+
+class ShardSubscriber:
+    """SubscribeToShard for one member: :meth:`open` once, :meth:`subscribe` per shard and
+    subscription, :meth:`close` at the end (subscriptions still open are closed by their own
+    iterators: close those first, ``contextlib.aclosing``)."""
+
+    def __init__(
+        self, config: Config, credentials_source: CredentialsSource | None, stats: RequestStats
+    ) -> None:
+        """``credentials_source`` None: :func:`kinesis_credentials` at :meth:`open`."""
+        self._config = config
+        self._credentials = credentials_source
+        self._stats = stats
+        self._endpoint = endpoint_for(config)
+        self._region = config.effective_kinesis_region or "us-east-1"
+        self._ssl: ssl.SSLContext | None = None
+        self._model: Any = None
+
+    async def open(self) -> None:
+        if self._credentials is None:
+            self._credentials = await kinesis_credentials(self._config, self._stats)
+        self._model = botocore.session.get_session().get_service_model("kinesis")
+        self._operation = self._model.operation_model("SubscribeToShard")
+        self._serializer = create_serializer(self._model.metadata["protocol"])
+        self._response_parser = JSONParser(timestamp_parser=parse_timestamp)
+        self._event_parser = EventStreamJSONParser(timestamp_parser=parse_timestamp)
+        self._event_shape = self._operation.get_event_stream_output()
+        self._ssl = ssl.create_default_context(cafile=certifi.where())
+
+    async def close(self) -> None:
+        self._ssl = None
+
+    async def _signed(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> tuple[str, bytes, dict[str, str]]:
+        params = {"ConsumerARN": consumer_arn, "ShardId": shard_id, "StartingPosition": position}
+        serialized = self._serializer.serialize_to_request(params, self._operation)
+        url = self._endpoint + serialized["url_path"]
+        body: bytes = serialized["body"]
+        request = AWSRequest(method="POST", url=url, data=body, headers=serialized["headers"])
+        assert self._credentials is not None
+        frozen = self._credentials.get_frozen_credentials()
+        if inspect.isawaitable(frozen):
+            frozen = await frozen
+        SigV4Auth(frozen, self._model.signing_name, self._region).add_auth(request)
+        return url, body, {k: str(v) for k, v in request.headers.items()}
+
+    def _account(self, started: float, error: str | None) -> None:
+        seconds = time.perf_counter() - started
+        self._stats.request("kinesis", "SubscribeToShard", seconds, error, 0.0)
+
+    def _event(self, message: EventStreamMessage, where: str) -> SubscribeEvent | None:
+        """The message as an event; None for the initial-response (AWS sends one first;
+        kinesis-local sends none); raises the error a message carries."""
+        headers = message.headers
+        if headers.get(":event-type") == "initial-response":
+            return None
+        response = message.to_response_dict()
+        parsed = self._event_parser.parse(response, self._event_shape)
+        if response["status_code"] != 200:
+            raise error_for(ClientError(parsed, "SubscribeToShard"), where)
+        body = parsed.get("SubscribeToShardEvent")
+        if body is None:
+            log.debug("%s: skipped event %s", where, headers.get(":event-type"))
+            return None
+        return SubscribeEvent(
+            records=body.get("Records", []),
+            continuation_sequence_number=body.get("ContinuationSequenceNumber"),
+            millis_behind_latest=body.get("MillisBehindLatest"),
+            child_shards=body.get("ChildShards"),
+        )
+
+    async def subscribe(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncIterator[SubscribeEvent]:
+        """Subscribe to ``shard_id`` through ``consumer_arn`` from ``position`` (AWS's
+        StartingPosition: ``{"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": ...}``,
+        ``AT_SEQUENCE_NUMBER``, ``TRIM_HORIZON``, ``LATEST``, ``AT_TIMESTAMP`` with
+        ``Timestamp``) and yield its events as they arrive.
+
+        Ends after the event whose continuation sequence number is None (SHARD_END); raises
+        :class:`SubscriptionEnded` when the subscription ends before that (expiry). Errors
+        (:mod:`.errors`): :class:`~.errors.SubscribeRetryable` (a
+        :class:`~kinesumer.errors.TransientAWSError` with ``code``) for what heals by waiting
+        (ResourceInUse, LimitExceeded, server errors, resets, timeouts): back off and subscribe
+        again from the last event; other errors are final. Close the iterator when done with it
+        early (``contextlib.aclosing``): that closes its connection.
+        """
+        if self._ssl is None:
+            raise RuntimeError("ShardSubscriber.subscribe() before open()")
+        where = f"{shard_id} via {consumer_arn}"
+        url, body, headers = await self._signed(consumer_arn, shard_id, position)
+        timeout = httpx.Timeout(READ_TIMEOUT, connect=10.0)
+        client = httpx.AsyncClient(http1=False, http2=True, verify=self._ssl, timeout=timeout)
+        started = time.perf_counter()
+        last: str | None = None
+        async with client:
+            try:
+                response_cm = client.stream("POST", url, content=body, headers=headers)
+                response = await response_cm.__aenter__()
+            except httpx.HTTPError as exc:
+                self._account(started, type(exc).__name__)
+                raise reset_error(exc, where) from exc
+            try:
+                if response.status_code != 200:
+                    raw = await response.aread()
+                    parsed = self._response_parser.parse(
+                        {
+                            "status_code": response.status_code,
+                            "headers": dict(response.headers),
+                            "body": raw,
+                        },
+                        self._operation.output_shape,
+                    )
+                    failure = ClientError(parsed, "SubscribeToShard")
+                    self._account(started, error_code(failure) or "HTTP")
+                    raise error_for(failure, where)
+                self._account(started, None)
+                frames = EventStreamBuffer()
+                chunks = response.aiter_raw()
+                while True:
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    except httpx.HTTPError as exc:
+                        raise reset_error(exc, where) from exc
+                    frames.add_data(chunk)
+                    for message in _messages(frames, where):
+                        event = self._event(message, where)
+                        if event is None:
+                            continue
+                        last = event.continuation_sequence_number
+                        yield event
+                        if last is None:
+                            return
+                raise SubscriptionEnded(f"{where}: subscription ended (continue after {last})")
+            finally:
+                await response_cm.__aexit__(None, None, None)
+
+
+def _messages(frames: EventStreamBuffer, where: str) -> list[EventStreamMessage]:
+    """The whole messages buffered so far; a broken frame (CRC, length) is a reset."""
+    try:
+        return list(frames)
+    except ParserError as exc:
+        raise reset_error(exc, where) from exc
