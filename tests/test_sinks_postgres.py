@@ -22,8 +22,10 @@ from _sink_driver import SinkMember
 from _standins import NodeStandIn
 from _wait import eventually
 
-from kinesumer import Record
-from kinesumer.models import Position
+from kinesumer import AsyncKinesumer, Record
+from kinesumer.consumer.base import engine_of
+from kinesumer.engine.leases import Lease
+from kinesumer.models import Checkpoint, Position
 from kinesumer.sinks import LeaseLostError, PostgresPositions
 
 SHARDS = 2
@@ -297,3 +299,29 @@ async def test_a_connection_lost_at_commit_is_tried_again_once(
     finally:
         await member.close()
         sink.close_sync()
+
+
+async def test_a_claim_asked_again_and_a_close_during_a_call(
+    group: dict[str, Any], postgres: PostgresServer
+) -> None:
+    """The claim's fence asked again by the same claim (its first answer was lost) gets the row
+    back instead of a refusal; a connection in use while the sink closes (a call the run did not
+    wait for) is closed when it comes back, not pooled and left open."""
+    opened: list[psycopg.Connection[Any]] = []
+
+    def connect() -> psycopg.Connection[Any]:
+        opened.append(psycopg.connect(postgres.conninfo))
+        return opened[-1]
+
+    sink = PostgresPositions(connect, table=group["positions"])
+    engine = engine_of(AsyncKinesumer(group["config"]))  # never started: only its hook is used
+    sink.attach(engine)
+    hook = engine.claim_hook
+    assert hook is not None
+    lease = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=3))
+    assert await hook(lease) is None
+    assert await hook(lease) is None and sink.refused == 0 and lease.deliverable
+    end = Position("4" * 56, 2)
+    await asyncio.to_thread(sink.transact_sync, lease, end, lambda conn: sink.close_sync())
+    assert await hook(lease) == end
+    assert opened and all(conn.closed for conn in opened)

@@ -10,6 +10,7 @@ number of the DynamoDB claim that owns it. Two statements keep a zombie out:
       RETURNING sequence_number, sub_sequence
 
   It waits for a zombie's transaction holding the row, so it returns what that one committed;
+  the same claim asking again (its first answer was lost) gets the row too, not a refusal;
   reading resumes after it (the DynamoDB checkpoint is only a hint for ``kinesumer status``).
   No row returned means a newer claim fenced it already: this lease is lost.
 - every handler call runs in one transaction that starts with
@@ -75,6 +76,7 @@ VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (app, stream, shard_id) DO UPDATE
     SET lease = EXCLUDED.lease, owner = EXCLUDED.owner, updated_at = now()
     WHERE row.lease < EXCLUDED.lease
+        OR (row.lease = EXCLUDED.lease AND row.owner = EXCLUDED.owner)
 RETURNING sequence_number, sub_sequence"""
 _ADVANCE = """UPDATE {table} SET sequence_number = %s, sub_sequence = %s, updated_at = now()
 WHERE app = %s AND stream = %s AND shard_id = %s AND lease = %s"""
@@ -124,6 +126,9 @@ class PostgresPositions:
         self._idle: list[psycopg.Connection[Any]] = []
         self._idle_async: list[psycopg.AsyncConnection[Any]] = []
         self._lock = threading.Lock()
+        #: Closed: a connection coming back from a call still running (a worker the run did
+        #: not wait for, a claim's thread) is closed instead of pooled, so none is left open.
+        self._closed = False
         self._claims = asyncio.Semaphore(CLAIM_CONNECTIONS)
         self._schema_ready = False
         self._app = ""
@@ -275,10 +280,11 @@ class PostgresPositions:
         try:
             yield conn
         finally:
-            if _reusable(conn):
-                with self._lock:
+            with self._lock:
+                pooled = _reusable(conn) and not self._closed
+                if pooled:
                     self._idle.append(conn)
-            else:
+            if not pooled:
                 conn.close()
 
     @asynccontextmanager
@@ -297,19 +303,21 @@ class PostgresPositions:
         try:
             yield conn
         finally:
-            if _reusable(conn):
+            if _reusable(conn) and not self._closed:
                 self._idle_async.append(conn)
-            else:  # cancelled or failed mid-statement: the session is in doubt
+            else:  # closed, or cancelled/failed mid-statement: the session is in doubt
                 await conn.close()
 
     def close_sync(self) -> None:
         """Close the pooled connections (after the run)."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
 
     async def close_async(self) -> None:
+        self._closed = True
         idle, self._idle_async = self._idle_async, []
         for conn in idle:
             await conn.close()
