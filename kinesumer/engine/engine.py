@@ -21,6 +21,8 @@ from ..errors import ConsumerClosedError
 from ..models import Position, Record
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
+from .efo_fetcher import EfoShardFetcher
+from .efo_session import EfoSession, EfoTransport, aws_transport
 from .fetcher import ShardFetcher
 from .hooks import RebalanceHooks
 from .leases import Lease
@@ -42,6 +44,10 @@ class Engine(GroupMember):
         self.claim_hook: ClaimHook | None = None
         #: Set by a sink whose commits write the checkpoint position (DynamoDB transactions).
         self.sink_writes_positions = False
+        #: Enhanced fan-out (Config.enhanced_fan_out): a stand-in transport for tests, set
+        #: before the start; None builds the real one (kinesumer.kinesis.efo).
+        self.efo_transport: EfoTransport | None = None
+        self.efo: EfoSession | None = None
         self._in_hand_done = False
         self._discard = False
 
@@ -79,8 +85,21 @@ class Engine(GroupMember):
         elif self._in_hand_done:
             self.cursor.finish_in_hand()
 
+    async def on_streams_checked(self, streams: tuple[str, ...]) -> None:
+        if not self.config.enhanced_fan_out:
+            return
+        if self.efo is None:
+            transport = self.efo_transport or aws_transport(
+                self.config, self.aws.kinesis, self.requests
+            )
+            self.efo = EfoSession(self.config, self.aws.kinesis, transport)
+            await self.efo.open()
+        await self.efo.register(streams)
+
     async def on_closed(self) -> None:
         await self.buffer.fail(ConsumerClosedError("the consumer was closed"))
+        if self.efo is not None:  # the consumer stays registered: see efo_session
+            await self.efo.close()
 
     def on_failed(self, error: BaseException) -> None:
         self.supervisor.spawn(self.buffer.fail(error), "report failure")
@@ -104,7 +123,20 @@ class Engine(GroupMember):
             lease.mark_checkpointed(position)
         await self._fetcher(lease, start).run()
 
-    def _fetcher(self, lease: Lease, start: ShardStart) -> ShardFetcher:
+    def _fetcher(self, lease: Lease, start: ShardStart) -> ShardFetcher | EfoShardFetcher:
+        if self.efo is not None:
+            return EfoShardFetcher(
+                lease,
+                self.efo.subscriber,
+                self.efo.consumer_arn,
+                self.buffer,
+                self.config,
+                start.initial,
+                self.shard_sync.parents_check(lease.key, start),
+                self._on_shard_end,
+                self.client_id,
+                self.metrics,
+            )
         return ShardFetcher(
             lease,
             self.reader,

@@ -77,6 +77,10 @@ class GroupMember:
         """The parts (store, reader, checkpointer, heartbeat, coordinator) exist, on the loop;
         nothing was claimed yet."""
 
+    async def on_streams_checked(self, streams: tuple[str, ...]) -> None:
+        """``streams`` exist and will be read (at the join, or added by a refresh); nothing of
+        them was claimed yet: prepare what reading them needs (enhanced fan-out registers)."""
+
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         """A shard was claimed (and the application told): start reading it."""
 
@@ -140,6 +144,7 @@ class GroupMember:
             await self.store.check()
             for stream in streams:
                 await self.reader.check_stream(stream)
+            await self.on_streams_checked(streams)
             self.coordinator.streams = streams
             await self.coordinator.membership.announce()
             await self.coordinator.tick()
@@ -203,8 +208,10 @@ class GroupMember:
     async def refresh(self, streams: tuple[str, ...]) -> None:
         """Read ``streams`` from now on; shards of dropped streams are handed off."""
         self.lifecycle.check()
-        for stream in set(streams) - set(self.coordinator.streams):
+        added = sorted(set(streams) - set(self.coordinator.streams))
+        for stream in added:
             await self.reader.check_stream(stream)
+        await self.on_streams_checked(tuple(added))
         self.coordinator.streams = streams
         await self.coordinator.membership.announce()  # the new streams, before rebalancing
         await self.coordinator.tick()

@@ -1,0 +1,237 @@
+"""One task per owned shard read by enhanced fan-out: SubscribeToShard events into the buffer.
+
+The twin of :class:`~.fetcher.ShardFetcher` for ``Config(enhanced_fan_out=True)``: the same
+lease, buffer, parents-first wait, KPL unpacking (:func:`~kinesumer.kinesis.kpl.to_records`) and
+SHARD_END path, with the records pushed by a subscription instead of pulled by GetRecords.
+
+:meth:`EfoShardFetcher.run` subscribes from the lease's start (AT the checkpoint's sequence
+number, skipping what was processed, as the polling path does inside KPL aggregates; or the
+initial position; TRIM_HORIZON for a child shard) and, for each event, reserves room in the
+buffer and puts the records (waiting for room is the backpressure: the subscriber reads the
+HTTP/2 stream only when asked for the next event, so flow control stops the server). When a
+subscription ends (every 5 minutes, or a reset), it subscribes again AFTER the continuation
+sequence number of the last event whose records were all buffered: no gap, no replay. An event
+without a continuation sequence number is SHARD_END.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..aws import error_code, is_transient
+from ..config import Config, InitialPosition
+from ..errors import TransientAWSError
+from ..kinesis.kpl import to_records
+from ..metrics import Metrics
+from ..models import Position, Record
+from .buffer import RecordBuffer
+from .fetcher import wait_for_parents
+from .leases import Lease
+
+log = logging.getLogger("kinesumer.fetcher")
+
+#: AWS allows one SubscribeToShard per second per shard and consumer.
+MIN_SUBSCRIBE_INTERVAL = 1.0
+#: Longest pause between failed subscriptions (exponential backoff with full jitter up to it).
+MAX_FAILURE_PAUSE = 10.0
+#: Errors that heal by subscribing again later: another subscription to the shard is still
+#: open (a takeover, or our own previous one closing), the 1/s/shard limit, server trouble.
+RETRY_CODES = frozenset(
+    {
+        "ResourceInUseException",
+        "LimitExceededException",
+        "InternalFailure",
+        "InternalFailureException",
+        "ServiceUnavailable",
+        "SubscriptionEnded",
+    }
+)
+
+
+class ShardEvent(Protocol):
+    """What the fetcher reads of a SubscribeToShard event (kinesis/efo/subscriber.py)."""
+
+    @property
+    def records(self) -> list[dict[str, Any]]: ...
+    @property
+    def continuation_sequence_number(self) -> str | None: ...
+    @property
+    def millis_behind_latest(self) -> int | None: ...
+    @property
+    def child_shards(self) -> list[dict[str, Any]] | None: ...
+
+
+class Subscriber(Protocol):
+    """The transport: one member's HTTP/2 subscriptions (kinesis/efo/subscriber.py)."""
+
+    def subscribe(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncIterator[ShardEvent]: ...
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether subscribing again later may succeed; anything else reaches the application."""
+    if isinstance(exc, (TransientAWSError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    code = getattr(exc, "code", None) or error_code(exc)
+    return code in RETRY_CODES or is_transient(exc)
+
+
+def start_position(after: Position | None, initial: InitialPosition) -> dict[str, Any]:
+    """SubscribeToShard's StartingPosition for a lease: AT the checkpoint (the caller skips what
+    was processed, which also works inside a KPL aggregate), else the initial position."""
+    if after is not None:
+        return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": after.sequence_number}
+    if isinstance(initial, datetime):
+        return {"Type": "AT_TIMESTAMP", "Timestamp": initial}
+    return {"Type": initial}
+
+
+class EfoShardFetcher:
+    """Reads ``lease``'s shard into ``buffer`` through enhanced fan-out. Retryable trouble is
+    retried here for as long as the lease lasts (logged); anything else propagates to the
+    engine, which reports it."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        subscriber: Subscriber,
+        consumer_arn: Callable[[str], Awaitable[str]],
+        buffer: RecordBuffer,
+        config: Config,
+        initial: InitialPosition,
+        parents_finished: Callable[[], Awaitable[bool]],
+        on_shard_end: Callable[[Lease], None],
+        client_id: str,
+        metrics: Metrics,
+    ) -> None:
+        self._lease = lease
+        self._subscriber = subscriber
+        self._consumer_arn = consumer_arn
+        self._buffer = buffer
+        self._config = config
+        self._parents_finished = parents_finished
+        self._on_shard_end = on_shard_end
+        self._metrics = metrics
+        self._stream, self._shard_id = lease.key
+        self._where = f"[{client_id}] {self._stream}/{self._shard_id}"
+        #: Where the next subscription starts.
+        self._position = start_position(lease.checkpointed, initial)
+        # Records up to here were processed before (resuming AT the checkpoint): skip them.
+        self._skip: Position | None = lease.checkpointed
+        self._failures = 0
+        self._last_subscribe = float("-inf")
+        #: Subscriptions opened (the first one included): tests and logs read it.
+        self.subscriptions = 0
+
+    async def run(self) -> None:
+        lease = self._lease
+        if not await wait_for_parents(
+            lease, self._parents_finished, self._config.heartbeat_interval
+        ):
+            return
+        arn = await self._consumer_arn(self._stream)
+        log.info("%s subscribing from %s", self._where, self._position)
+        self._buffer.fetchers += 1
+        try:
+            while lease.deliverable:
+                await self._pace()
+                try:
+                    if not await self._subscription(arn):
+                        return
+                    self._failures = 0
+                except Exception as exc:
+                    if type(exc).__name__ == "SubscriptionEnded":
+                        # The transport's word for the 5-minute end: not a failure.
+                        log.debug("%s subscription ended (%s)", self._where, exc)
+                        continue
+                    if not retryable(exc):
+                        raise
+                    await self._pause_after(exc)
+        finally:
+            self._buffer.fetchers -= 1
+
+    async def _pace(self) -> None:
+        """At most one SubscribeToShard per second per shard."""
+        loop = asyncio.get_running_loop()
+        delay = self._last_subscribe + MIN_SUBSCRIBE_INTERVAL - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._last_subscribe = loop.time()
+
+    async def _pause_after(self, exc: BaseException) -> None:
+        self._failures += 1
+        pause = random.uniform(0, min(MAX_FAILURE_PAUSE, 0.5 * 2**self._failures))
+        log.warning(
+            "%s subscription failed (%s: %s); subscribing again in %.1fs",
+            self._where,
+            getattr(exc, "code", None) or error_code(exc),
+            exc,
+            pause,
+        )
+        await asyncio.sleep(pause)
+
+    async def _subscription(self, arn: str) -> bool:
+        """One subscription, read until it ends. False: stop reading (the lease ended, or the
+        shard did); True: subscribe again from ``_position``."""
+        self.subscriptions += 1
+        events = self._subscriber.subscribe(arn, self._shard_id, self._position)
+        try:
+            async for event in events:
+                if not self._lease.deliverable:
+                    return False
+                if not await self._take(event):
+                    return False
+        finally:
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                await closer()
+        log.debug("%s subscription ended; resubscribing at %s", self._where, self._position)
+        return self._lease.deliverable
+
+    async def _take(self, event: ShardEvent) -> bool:
+        """Buffer an event's records, then move the resume point past them. False at SHARD_END
+        or when the lease ended while waiting for room."""
+        lease = self._lease
+        raw = event.records
+        records = to_records(self._stream, self._shard_id, raw, self._skip)
+        if raw:
+            self._skip = None  # the resume point has been passed
+        lease.observe_read(event.millis_behind_latest, len(raw))
+        self._metrics.behind(self._stream, self._shard_id, event.millis_behind_latest)
+        if records and not await self._put(records):
+            return False
+        continuation = event.continuation_sequence_number
+        if continuation is None:
+            log.info(
+                "%s reached SHARD_END (children %s)",
+                self._where,
+                [c.get("ShardId") for c in event.child_shards or []] or "from the shard listing",
+            )
+            lease.mark_end()
+            self._on_shard_end(lease)
+            return False
+        self._position = {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation}
+        return True
+
+    async def _put(self, records: list[Record]) -> bool:
+        """Into the buffer in slices that fit the room reserved for them, so that buffered
+        records never exceed the bound however big an event is."""
+        buffer, lease = self._buffer, self._lease
+        start = 0
+        while start < len(records):
+            reserved = await buffer.reserve(len(records) - start)
+            if not lease.deliverable:
+                buffer.release(reserved)
+                return False
+            chunk = records[start : start + reserved]
+            last = chunk[-1]
+            lease.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
+            await buffer.put(lease, chunk, reserved)
+            start += reserved
+        return True
