@@ -3,8 +3,8 @@
 At the join (and for every stream added later) the member registers the app's stream consumer
 on each stream, idempotently (members of one app racing to register all end with the same
 consumer ARN), and waits until it is ACTIVE, before any shard is claimed. The consumer is never
-deregistered on close: ``kinesumer deregister-consumer`` does that. The subscriber (one HTTP/2
-connection per member, signed with the engine's own Kinesis credentials, cross-account role
+deregistered on close: ``kinesumer deregister-consumer`` does that. The subscriber (signed with
+credentials from the same session helpers as the engine's Kinesis client, cross-account role
 included) is opened here and closed with the member.
 
 The transport is :mod:`kinesumer.kinesis.efo` (the ``efo`` extra), imported when enhanced
@@ -47,7 +47,7 @@ def aws_transport(config: Config, kinesis_client: Any, stats: RequestStats) -> E
     async def register(client: Any, stream_arn: str, name: str) -> str:
         return await register_consumer(client, stream_arn, name, stats=stats)
 
-    return EfoTransport(arn_of, register, lambda: ShardSubscriber(config, kinesis_client, stats))
+    return EfoTransport(arn_of, register, lambda: ShardSubscriber(config, None, stats))
 
 
 class EfoSession:
