@@ -37,6 +37,7 @@ from typing import IO, Any, TypeVar
 
 __all__ = [
     "LOOPBACK",
+    "KinesisLocalStandIn",
     "MotoStandIn",
     "NodeStandIn",
     "StandIn",
@@ -45,6 +46,7 @@ __all__ = [
     "repo_root",
     "start_dynalite",
     "start_kinesalite",
+    "start_kinesis_local",
     "start_moto",
     "wait_for_port",
 ]
@@ -440,6 +442,83 @@ def start_dynalite(
         root,
         startup_timeout,
     )
+
+
+class KinesisLocalStandIn(NodeStandIn):
+    """kinesis-local (kinesis-mock for Node): ``url`` is its plain port, which speaks HTTP/1.1
+    and HTTP/2 with prior knowledge (h2c); ``tls_url`` its TLS port (self-signed, ALPN h2)."""
+
+    tls_port: int = 0
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://{self.host}:{self.tls_port}"
+
+    def stop(self) -> None:
+        """Kill it by its pid: it ignores SIGTERM (the grace period would only cost 5 s)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+        super().stop()
+
+
+def start_kinesis_local(
+    *, root: Path | None = None, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+) -> KinesisLocalStandIn:
+    """Start kinesis-local on two free loopback ports with no CREATING/DELETING delays.
+
+    Its ``main.js`` reads its ports and durations from the environment, binds every interface
+    (``tests/_loopback.js`` rewrites that, as for kinesalite), exits without the ``server.json``
+    certificate in its working folder (its package ships one: run it there), and prints nothing
+    unless ``LOG_LEVEL`` is set (INFO prints its "Starting ... Service" lines). Three of its
+    duration variables are read swapped: all are set to the same zero.
+    """
+    root = root or repo_root()
+    package = root / "node_modules" / "kinesis-local"
+    if not (package / "main.js").is_file():
+        raise StandInError(f"{package / 'main.js'} is missing: run `npm ci` in {root}")
+    node = _node_executable()
+    zero = "0ms"
+    durations = ["CREATE_STREAM", "DELETE_STREAM", "REGISTER_STREAM_CONSUMER"]
+    durations += ["DEREGISTER_STREAM_CONSUMER", "START_STREAM_ENCRYPTION"]
+    durations += ["STOP_STREAM_ENCRYPTION", "MERGE_SHARDS", "SPLIT_SHARD"]
+    durations += ["UPDATE_SHARD_COUNT", "UPDATE_STREAM_MODE"]
+    plain, tls = find_free_port(), find_free_port()
+    env = {**os.environ, "LOG_LEVEL": "INFO", "AWS_REGION": "us-east-1"}
+    env.update({f"{name}_DURATION": zero for name in durations})
+    env.update(KINESIS_MOCK_PLAIN_PORT=str(plain), KINESIS_MOCK_TLS_PORT=str(tls))
+    fd_out, out_name = tempfile.mkstemp(prefix="kinesis-local-", suffix=".out")
+    fd_err, err_name = tempfile.mkstemp(prefix="kinesis-local-", suffix=".err")
+    with os.fdopen(fd_out, "wb") as out, os.fdopen(fd_err, "wb") as err:
+        process = subprocess.Popen(
+            [node, "-r", str(_LOOPBACK_PRELOAD), "main.js"],
+            cwd=package,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
+    standin = KinesisLocalStandIn(
+        "kinesis-local", LOOPBACK, plain, process, Path(out_name), Path(err_name)
+    )
+    standin.tls_port = tls
+    with _LIVE_LOCK:
+        _LIVE.add(standin)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while not (_port_accepts(LOOPBACK, plain) and _port_accepts(LOOPBACK, tls)):
+            if process.poll() is not None or time.monotonic() >= deadline:
+                raise StandInError(
+                    f"kinesis-local did not listen on {LOOPBACK}:{plain}/{tls} (exit code "
+                    f"{process.poll()}).\n--- stdout ---\n{standin.stdout_text()}\n"
+                    f"--- stderr ---\n{standin.stderr_text()}"
+                )
+            time.sleep(0.05)
+    except BaseException:
+        standin.stop()
+        raise
+    return standin
 
 
 def start_moto(*, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT) -> MotoStandIn:
