@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 from _faultproxy import FaultProxy
 from _group import make_config, setup_table
-from _standins import MotoStandIn, NodeStandIn, start_dynalite, start_kinesalite, start_moto
+from _standins import (
+    KinesisLocalStandIn,
+    MotoStandIn,
+    NodeStandIn,
+    start_dynalite,
+    start_kinesalite,
+    start_kinesis_local,
+    start_moto,
+)
 
 FAKE_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -54,7 +62,7 @@ _UNSET_AWS_ENV_PREFIXES = (
 
 _NAME_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
-_NODE_FIXTURES = frozenset({"kinesalite", "dynalite"})
+_NODE_FIXTURES = frozenset({"kinesalite", "dynalite", "kinesis_local"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -115,6 +123,17 @@ def dynalite() -> Iterator[NodeStandIn]:
     expect ``list_tables`` to be empty.
     """
     server = start_dynalite()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kinesis_local() -> Iterator[KinesisLocalStandIn]:
+    """kinesis-local (enhanced fan-out: RegisterStreamConsumer, SubscribeToShard over HTTP/2
+    on its plain port), shared by the session; name streams with :func:`unique_name`."""
+    server = start_kinesis_local()
     try:
         yield server
     finally:
