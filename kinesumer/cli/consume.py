@@ -51,6 +51,8 @@ def consume_command(args: argparse.Namespace) -> int:
         initial_position=args.initial_position,
         broadcast=args.broadcast,
         broadcast_resume=args.resume,
+        enhanced_fan_out=args.efo,
+        consumer_name=args.consumer_name,
     )
     stop = threading.Event()
     if args.stop_on_stdin_eof:  # the demo's members: stop when the demo goes away

@@ -8,6 +8,7 @@ import argparse
 from .._version import __version__
 from .checkpoints import checkpoints_command
 from .consume import consume_command
+from .consumers import add_deregister_consumer
 from .create_table import create_table_command
 from .errors import EXIT_CODES
 from .options import (
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     shared = Shared()
     for add in (add_consume, add_status, add_checkpoints, add_create_table, add_demo):
         add(commands, shared)
+    add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
     return parser
 
 
@@ -123,6 +125,15 @@ def add_consume(
         action="store_true",
         help="with --broadcast: save this member's own positions under --client-id (required) "
         "and start after them next time",
+    )
+    consume.add_argument(
+        "--efo",
+        action="store_true",
+        help="read through enhanced fan-out (SubscribeToShard over HTTP/2; needs the efo extra): "
+        "registers the app's stream consumer if missing, never deregisters it",
+    )
+    consume.add_argument(
+        "--consumer-name", help="with --efo: the stream consumer's name (default: the app's)"
     )
     consume.add_argument(
         "--count", type=positive_int, metavar="N", help="stop after N records (default: never)"
