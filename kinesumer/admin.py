@@ -1,16 +1,43 @@
-"""Creating the state table, for local work and tests (production provisions it with Terraform
-from ``infra/``, and the consumer never needs create-table rights)."""
+"""The operator's calls on the state table: creating it, for local work and tests (production
+provisions it with Terraform from ``infra/``, and the consumer never needs create-table rights),
+and the group's operator controls (pins, step-downs, forced rebalances).
+
+The controls are one item per app (:mod:`kinesumer.statestore.dynamodb.controls`), changed by a
+read-modify-write conditional on the version read: a change that races another one is read
+again and retried, never lost. Members read the item every ``max(5 s, heartbeat_interval)`` (and
+the leader at every tick), so a control takes effect within about that long.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, NoReturn
 
 from botocore.exceptions import ClientError
 
 from .aws import ClientFactory, error_code
 from .config import Config
-from .errors import AccessDeniedError, StateTableSchemaError
+from .core.controls import Controls, StepDown
+from .errors import (
+    AccessDeniedError,
+    ConfigError,
+    StateStoreError,
+    StateTableNotFoundError,
+    StateTableSchemaError,
+)
+from .statestore.dynamodb.controls import (
+    controls_condition,
+    controls_item,
+    controls_key,
+    decode_controls,
+)
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+
+#: Read-modify-write attempts of a controls change racing other changes.
+CONTROLS_ATTEMPTS = 10
 
 log = logging.getLogger("kinesumer.admin")
 
@@ -65,3 +92,109 @@ def create_state_table(config: Config, *, wait: bool = True) -> bool:
             log.info("could not enable TTL on %s (%s); dead client items stay", name, exc)
         log.info("created state table %s", name)
     return created
+
+
+# -- operator controls ------------------------------------------------------------------------
+def read_controls(config: Config) -> Controls:
+    """The app's controls as stored (strongly consistent); version 0 when none were set."""
+    client = ClientFactory(config).sync_dynamodb()
+    item = _call(
+        config,
+        "GetItem",
+        lambda: client.get_item(
+            TableName=config.dynamodb_table, Key=controls_key(config.app), ConsistentRead=True
+        ),
+    )
+    return decode_controls(item.get("Item"))
+
+
+def update_controls(config: Config, change: Callable[[Controls], Controls]) -> Controls:
+    """Apply ``change`` to the stored controls and write the result, conditional on the version
+    read; a refused condition (another change landed in between) reads again and retries.
+    Returns the controls as written. Raises :class:`StateStoreError` after
+    ``CONTROLS_ATTEMPTS`` refusals in a row."""
+    client = ClientFactory(config).sync_dynamodb()
+    for _ in range(CONTROLS_ATTEMPTS):
+        current = read_controls(config)
+        wanted = change(current)
+        try:
+            client.put_item(
+                TableName=config.dynamodb_table,
+                Item=controls_item(config.app, wanted),
+                **controls_condition(current.version),
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                log.info("controls of %s changed meanwhile; reading them again", config.app)
+                continue
+            _raise_named(config, "PutItem", exc)
+        return replace(wanted, version=current.version + 1)
+    raise StateStoreError(
+        f"the controls of app {config.app!r} kept changing under {CONTROLS_ATTEMPTS} attempts"
+    )
+
+
+def pin_shard(config: Config, stream: str, shard_id: str, client_id: str) -> Controls:
+    """Pin ``stream``/``shard_id`` to member ``client_id``: it leaves the automatic assignment
+    and that member reads it while it is live and consumes ``stream``; otherwise the pin falls
+    back to the automatic assignment (the members log it) until the member is back."""
+    for name, value in (("stream", stream), ("shard_id", shard_id), ("client_id", client_id)):
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ConfigError(name, f"must be a non-empty name without '/', got {value!r}")
+    return update_controls(
+        config, lambda c: replace(c, pins={**c.pins, (stream, shard_id): client_id})
+    )
+
+
+def unpin_shard(config: Config, stream: str, shard_id: str) -> Controls:
+    """Remove the pin of ``stream``/``shard_id`` (none: nothing changes but the version)."""
+    return update_controls(
+        config,
+        lambda c: replace(c, pins={k: v for k, v in c.pins.items() if k != (stream, shard_id)}),
+    )
+
+
+def list_pins(config: Config) -> dict[tuple[str, str], str]:
+    """Every pin: (stream, shard id) -> client id."""
+    return dict(sorted(read_controls(config).pins.items()))
+
+
+def step_down(config: Config, client_id: str, seconds: float, *, drain: bool = False) -> Controls:
+    """Make member ``client_id`` step down for ``seconds``: it does not lead (the next live id
+    does), and with ``drain`` it also gives up its automatically assigned shards (not those
+    pinned to it). It keeps heartbeating. ``seconds=0`` cancels a step-down."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise ConfigError("seconds", f"must be a number of seconds >= 0, got {seconds!r}")
+    until = int(time.time() * 1000 + seconds * 1000)
+
+    def change(c: Controls) -> Controls:
+        now = int(time.time() * 1000)
+        steps = {k: s for k, s in c.step_downs.items() if s.active(now) and k != client_id}
+        if seconds > 0:
+            steps[client_id] = StepDown(until, drain)
+        return replace(c, step_downs=steps)
+
+    return update_controls(config, change)
+
+
+def force_rebalance(config: Config) -> Controls:
+    """Make every member assign afresh: re-read the members, owners and shard lists, drop
+    pending claims, and in ``sticky`` mode lay the shards out as if nobody owned any."""
+    return update_controls(config, lambda c: replace(c, rebalance=c.rebalance + 1))
+
+
+def _call(config: Config, operation: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except ClientError as exc:
+        _raise_named(config, operation, exc)
+
+
+def _raise_named(config: Config, operation: str, exc: ClientError) -> NoReturn:
+    code = error_code(exc)
+    name = config.dynamodb_table
+    if code == "ResourceNotFoundException":
+        raise StateTableNotFoundError(f"DynamoDB table {name!r} does not exist") from exc
+    if code == "AccessDeniedException":
+        raise AccessDeniedError(f"AWS denied dynamodb:{operation} on {name!r}: {exc}") from exc
+    raise StateStoreError(f"dynamodb:{operation} on {name!r} failed: {exc}") from exc

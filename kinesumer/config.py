@@ -51,7 +51,7 @@ class Config:
     broadcast_resume: bool = False
     heartbeat_interval: float = 1.0
     client_timeout: float = 3.0
-    assignment: Literal["range", "sticky"] = "range"
+    assignment: Literal["range", "sticky", "weighted"] = "range"
     shard_sync_interval: float = 30.0
     commit_interval: float = 5.0
     handoff_timeout: float = 5.0
@@ -103,8 +103,10 @@ class Config:
                 f"must be at least twice heartbeat_interval ({self.heartbeat_interval}s), or one "
                 f"late heartbeat fences a healthy member; got {self.client_timeout}s",
             )
-        if self.assignment not in ("range", "sticky"):
-            raise ConfigError("assignment", f"must be 'range' or 'sticky', got {self.assignment!r}")
+        if self.assignment not in ("range", "sticky", "weighted"):
+            raise ConfigError(
+                "assignment", f"must be 'range', 'sticky' or 'weighted', got {self.assignment!r}"
+            )
         _check_int("max_buffered_records", self.max_buffered_records, 1, 10**9)
         _check_int("max_buffered_bytes", self.max_buffered_bytes, 1024, 2**40)
         if not isinstance(self.metrics, bool):

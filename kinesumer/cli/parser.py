@@ -9,6 +9,13 @@ from .._version import __version__
 from .checkpoints import checkpoints_command
 from .consume import consume_command
 from .consumers import add_deregister_consumer
+from .controls import (
+    pin_command,
+    pins_command,
+    rebalance_command,
+    step_down_command,
+    unpin_command,
+)
 from .create_table import create_table_command
 from .errors import EXIT_CODES
 from .options import (
@@ -61,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (add_consume, add_status, add_checkpoints, add_create_table, add_demo):
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
+    add_controls(commands, shared)
     return parser
 
 
@@ -275,6 +283,57 @@ def add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser], shar
     )
     demo.add_argument("--debug", action="store_true", help="show tracebacks")
     demo.set_defaults(handler=demo_command)
+
+
+def add_controls(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    """The operator controls: pin, unpin, pins, step-down, rebalance (kinesumer/cli/controls.py).
+    Each is a conditional write of the app's controls item; members apply it within about 5 s."""
+    parents = [shared.group, shared.aws]
+    pin = _command(
+        commands,
+        "pin",
+        "pin a shard to a member",
+        parents,
+        "Pin a shard to a member: it leaves the automatic assignment and that member reads it "
+        "while it is live and consumes the stream; otherwise the pin falls back to the "
+        "automatic assignment (the members log it) until the member is back.",
+    )
+    unpin = _command(commands, "unpin", "remove a shard's pin", parents, "Remove a shard's pin.")
+    for parser in (pin, unpin):
+        parser.add_argument("--stream", required=True, help="the stream")
+        parser.add_argument("--shard", required=True, metavar="ID", help="the shard id")
+    pin.add_argument("client_id", metavar="CLIENT_ID", help="the member to pin it to")
+    pin.set_defaults(handler=pin_command)
+    unpin.set_defaults(handler=unpin_command)
+    pins = _command(commands, "pins", "list the pins", parents, "List the group's pins.")
+    pins.add_argument("--json", action="store_true", help="JSON instead of text")
+    pins.set_defaults(handler=pins_command)
+    step = _command(
+        commands,
+        "step-down",
+        "make a member (the leader) step down for a while",
+        parents,
+        "Make a member step down for SECONDS: it does not lead (the next live id does); with "
+        "--drain it also gives up its automatically assigned shards (not pinned ones). It "
+        "keeps heartbeating. --seconds 0 cancels.",
+    )
+    step.add_argument("client_id", metavar="CLIENT_ID", help="the member")
+    step.add_argument(
+        "--seconds", type=float, default=300.0, help="how long (default 300; 0 cancels)"
+    )
+    step.add_argument("--drain", action="store_true", help="give up its shards too")
+    step.set_defaults(handler=step_down_command)
+    rebalance = _command(
+        commands,
+        "rebalance",
+        "make every member assign afresh",
+        parents,
+        "Force a rebalance: every member re-reads the members, owners and shard lists and "
+        "assigns again; in sticky mode the shards are laid out as if nobody owned any.",
+    )
+    rebalance.set_defaults(handler=rebalance_command)
 
 
 def demo_command(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 
+from .controls import controls_json, controls_lines, status_controls
 from .errors import EXIT_OK
 from .options import group_config
 from .render import render
@@ -30,17 +31,20 @@ async def _status(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
     async with open_table(group_config(args)) as (_, store):
         while True:
+            controls = status_controls(args)
             status = await collect(
                 store,
                 app=args.app,
                 table=args.table,
                 client_timeout=args.client_timeout,
                 streams=args.stream,
+                controls=controls,
             )
             if args.json:
-                text = json.dumps(status.to_json(), indent=None if args.watch else 2)
+                document = {**status.to_json(), "controls": controls_json(controls)}
+                text = json.dumps(document, indent=None if args.watch else 2)
             else:
-                text = "\n".join(render(status))
+                text = "\n".join(render(status) + controls_lines(controls))
                 if args.watch is not None:
                     text += f"\n\n(refreshing every {args.watch:g}s; Ctrl-C to stop)"
                     if tty:

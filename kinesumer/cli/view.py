@@ -22,6 +22,7 @@ from typing import Any
 from ..aws import ClientFactory, RequestStats
 from ..config import Config
 from ..core import leader_of, live_clients
+from ..core.controls import Controls, controlled_leader
 from ..models import Checkpoint, ClientInfo, Shard
 from ..statestore.dynamodb.store import DynamoDBStateStore
 
@@ -84,7 +85,7 @@ class GroupStatus:
 
     @property
     def leader(self) -> str | None:
-        return leader_of([m.client_id for m in self.members if m.live])
+        return next((m.client_id for m in self.members if m.leader), None)
 
     @property
     def live_ids(self) -> list[str]:
@@ -146,6 +147,7 @@ async def collect(
     table: str,
     client_timeout: float,
     streams: Sequence[str] = (),
+    controls: Controls | None = None,
 ) -> GroupStatus:
     """Read the group's state. ``streams``: only these (default: every stream the app has a
     shard cache for or a live member consumes)."""
@@ -153,6 +155,8 @@ async def collect(
     now_ms = int(time.time() * 1000)
     live = {c.client_id: c for c in live_clients(clients, now_ms, int(client_timeout * 1000))}
     leader = leader_of(sorted(live))
+    if controls is not None:  # step-downs move the leader (kinesumer.core.controls)
+        leader = controlled_leader(sorted(live), controls, now_ms)
     names = list(streams)
     if not names:
         found = set(await store.cached_streams())

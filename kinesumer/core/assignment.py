@@ -15,8 +15,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 #: client id -> stream -> shard ids (sorted) that client reads.
 Assignment = dict[str, dict[str, tuple[str, ...]]]
 
-#: ``Config.assignment``: contiguous ranges (this module), or :mod:`.sticky`.
-ASSIGNMENT_MODES = ("range", "sticky")
+#: ``Config.assignment``: contiguous ranges (this module), :mod:`.sticky` or :mod:`.weighted`.
+ASSIGNMENT_MODES = ("range", "sticky", "weighted")
 
 
 def group_mode(configured: str, declared: Iterable[str]) -> str:
@@ -29,8 +29,8 @@ def group_mode(configured: str, declared: Iterable[str]) -> str:
     ``"range"`` (or nothing) computes ``"range"`` whatever the others say, so the group agrees
     with it. A rolling switch to sticky therefore takes effect once the last member switched.
     """
-    if configured == "sticky" and all(mode == "sticky" for mode in declared):
-        return "sticky"
+    if configured != "range" and all(mode == configured for mode in declared):
+        return configured  # "sticky" or "weighted" (:mod:`.weighted`), the same rule
     return "range"
 
 

@@ -26,8 +26,11 @@ import time
 
 from ..config import Config
 from ..core import active_shards, group_mode, shards_of, sticky_shards_of
+from ..core.controls import merge
+from ..core.weighted import weighted_shards_of
 from ..errors import TransientAWSError
 from ..metrics import Metrics
+from .controls import GroupControls
 from .leases import Lease, LeaseStatus
 from .leasing import Leasing
 from .membership import Membership
@@ -64,6 +67,10 @@ class Coordinator:
         self.mode: str = config.assignment
         self._sticky_inputs: object = None  # (members, shards) of the last sticky computation
         self._sticky_mine: dict[str, tuple[str, ...]] = {}
+        #: Operator controls and weights (engine/controls.py); None: none applied (unit tests).
+        self.controls: GroupControls | None = None
+        self._raw_leader = False  # the leader by the design's rule, before step-downs
+        self._controlled_leader = False
 
     async def tick(self) -> None:
         """Read the members, do the leader's duties, and move shards to match the assignment.
@@ -71,11 +78,17 @@ class Coordinator:
         self.ticks += 1
         config = self._config
         membership = self.membership
+        membership.leader = self._raw_leader
         stale = await membership.read_members()  # 1
+        forced = await self._apply_controls()
         to_sync: set[str] = set()
-        if membership.leader and self.shard_sync.due(config.shard_sync_interval):  # 2
+        if membership.leader and (forced or self.shard_sync.due(config.shard_sync_interval)):  # 2
             to_sync = set(self.streams)
+            if self.controls is not None and not self._raw_leader:  # leader by a step-down
+                stale = await self.controls.stale_members(config.client_timeout)
             await membership.prune(stale)
+            if self.controls is not None:
+                await self.controls.leader_duties()
             self.shard_sync.synced_all()
         await self.shard_sync.refresh(self.streams, to_sync)  # 3
 
@@ -92,12 +105,36 @@ class Coordinator:
             if stream in self.streams
         }
         self._choose_mode()
+        pinned: dict[str, tuple[str, ...]] = {}
+        if self.controls is not None:  # pins and drains leave the automatic assignment
+            split = self.controls.split(members, shards)
+            members, shards = split.members, split.shards
+            pinned = split.pinned.get(self.client_id, {})
+            await self.controls.report_load(self.leasing.active_keys())
         if self.mode == "sticky":
             mine = await self._sticky_shards(members, shards)
+        elif self.mode == "weighted" and self.controls is not None:
+            mine = weighted_shards_of(self.client_id, members, shards, self.controls.weights)
         else:
             mine = shards_of(self.client_id, members, shards)
-        await self.leasing.rebalance(mine)
+        await self.leasing.rebalance(merge(mine, pinned))
         self._report_membership()
+
+    async def _apply_controls(self) -> bool:
+        """Read the controls when due; step-downs decide the leader. True: a forced rebalance
+        was just seen (sticky mode then lays the shards out afresh, see engine/controls.py)."""
+        membership, controls = self.membership, self.controls
+        self._raw_leader = membership.leader
+        if controls is None:
+            return False
+        forced = await controls.refresh()
+        if forced:
+            self._sticky_inputs = None
+        leader = membership.is_live and controls.leads(membership.live_ids)
+        if leader != self._controlled_leader and leader != self._raw_leader:
+            log.info("[%s] %s leader (step-downs)", self.client_id, "is" if leader else "not")
+        membership.leader = self._controlled_leader = leader
+        return forced
 
     def _choose_mode(self) -> None:
         live = self.membership.live
@@ -121,8 +158,11 @@ class Coordinator:
     ) -> dict[str, tuple[str, ...]]:
         """Sticky mode: our shards, from fresh owners when anything could have changed."""
         inputs = (members, shards)
+        fresh = self.controls is not None and self.controls.fresh_layout
+        if fresh and self._sticky_inputs is not None and inputs != self._sticky_inputs:
+            fresh = self.controls.fresh_layout = False  # type: ignore[union-attr]
         if inputs != self._sticky_inputs or self.leasing.has_pending:
-            owners = await self.leasing.read_owners(shards)
+            owners = {} if fresh else await self.leasing.read_owners(shards)
             self._sticky_mine = sticky_shards_of(self.client_id, members, shards, owners)
             self._sticky_inputs = inputs
         return self._sticky_mine

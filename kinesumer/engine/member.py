@@ -25,6 +25,7 @@ from ..metrics import metrics_for
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..stats import ConsumerStats, ShardStatus
 from .checkpointer import Checkpointer
+from .controls import GroupControls, metered
 from .coordinator import Coordinator
 from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
@@ -52,7 +53,7 @@ class GroupMember:
         self.hooks = hooks or RebalanceHooks()
         self.client_id = config.client_id or default_client_id()
         # Built first: a missing extra or a busy metrics port is a named error now, not later.
-        self.metrics = metrics_for(config, self.client_id)
+        self.metrics = metered(config, metrics_for(config, self.client_id))
         self.requests = RequestStats(self.metrics)
         #: The shared state: this member's leases by (stream, shard id).
         self.leases: dict[tuple[str, str], Lease] = {}
@@ -203,6 +204,9 @@ class GroupMember:
         )
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
+        )
+        self.coordinator.controls = GroupControls.for_member(
+            self.aws.dynamodb, config, client_id, self.requests, metrics
         )
 
     async def refresh(self, streams: tuple[str, ...]) -> None:

@@ -1,0 +1,236 @@
+"""The member's side of the operator controls and the load weights.
+
+:class:`GroupControls` is called by the coordinator's tick:
+
+1. :meth:`~GroupControls.refresh`: read the ``controls#<app>`` and ``weights#<app>`` items (one
+   eventually consistent BatchGetItem) once per time slot of ``READ_EVERY`` seconds (or
+   ``heartbeat_interval`` if longer). Slots are aligned on the wall clock, so every member reads
+   within about one tick of the others: a control takes effect within one slot plus one tick, and
+   members disagree about it for at most about one tick.
+2. :meth:`~GroupControls.leads`: the leader is index 0 of the live ids not stepped down
+   (:mod:`kinesumer.core.controls`). While members disagree (one saw a step-down, another not
+   yet), two members may act as leader for a tick: the leader's duties are safe twice (the shard
+   cache write is conditional on its digest, a prune on the ``last_update`` read, the weights are
+   the same aggregate of the same reports).
+3. :meth:`~GroupControls.split`: pinned shards and drained members leave the automatic assignment;
+   pins to dead members fall back (logged once per pin).
+4. Weighted mode: owners report their measured rates (:class:`LoadMeter`) every
+   ``shard_sync_interval`` in their own ``load#<app>`` item; the leader aggregates them into the
+   published weights (:meth:`~GroupControls.leader_duties`).
+
+Cost: one eventually consistent read of two small items per slot per member (0.5 read units per
+5 s), plus in weighted mode one write per member and one Query by the leader per
+``shard_sync_interval``: flat in the size of the group but for the leader's Query.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ..aws import RequestStats
+from ..config import Config
+from ..core.controls import Controls, SplitInputs, controlled_is_leader, split_pins
+from ..core.membership import stale_clients
+from ..core.weighted import Weights, quantize
+from ..metrics import Metrics
+from ..models import ClientInfo
+from ..statestore.dynamodb.codecs import decode_client
+from ..statestore.dynamodb.controls import ControlsTable
+from ..statestore.dynamodb.table import StateTable
+
+log = logging.getLogger("kinesumer.coordinator")
+
+#: Seconds between two reads of the controls (at least ``heartbeat_interval``).
+READ_EVERY = 5.0
+
+
+class LoadMeter(Metrics):
+    """The engine's metrics, forwarded unchanged, plus the bytes delivered per shard (the
+    cheapest place that sees every delivered batch: one call per batch)."""
+
+    def __init__(self, inner: Metrics) -> None:
+        self.inner = inner
+        self.bytes: dict[tuple[str, str], int] = {}
+        #: Monotonic time each shard was first seen in the current window.
+        self.since: dict[tuple[str, str], float] = {}
+
+    def take(self) -> dict[tuple[str, str], float]:
+        """Bytes per second per shard since the last call (or since the shard's first batch in
+        the window), and start a new window."""
+        now = time.monotonic()
+        rates = {k: n / max(now - self.since[k], 0.5) for k, n in self.bytes.items()}
+        self.bytes = {}
+        self.since = {}
+        return rates
+
+    def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
+        key = (stream, shard_id)
+        self.since.setdefault(key, time.monotonic())
+        self.bytes[key] = self.bytes.get(key, 0) + nbytes
+        self.inner.delivered(stream, shard_id, records, nbytes)
+
+    def behind(self, stream: str, shard_id: str, millis: int | None) -> None:
+        self.inner.behind(stream, shard_id, millis)
+
+    def shard_dropped(self, stream: str, shard_id: str) -> None:
+        self.inner.shard_dropped(stream, shard_id)
+
+    def aws_call(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        self.inner.aws_call(service, operation, seconds, error, capacity)
+
+    def throttled(self, service: str, operation: str) -> None:
+        self.inner.throttled(service, operation)
+
+    def checkpoint(self, stream: str, conflict: bool) -> None:
+        self.inner.checkpoint(stream, conflict)
+
+    def membership(self, owned: int, leader: bool) -> None:
+        self.inner.membership(owned, leader)
+
+    def rebalanced(self) -> None:
+        self.inner.rebalanced()
+
+    def handoff(self, seconds: float) -> None:
+        self.inner.handoff(seconds)
+
+    def handled(self, handler: str, outcome: str, records: int) -> None:
+        self.inner.handled(handler, outcome, records)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def metered(config: Config, metrics: Metrics) -> Metrics:
+    """The metrics a member reports to: wrapped in a :class:`LoadMeter` in weighted mode."""
+    return LoadMeter(metrics) if config.assignment == "weighted" else metrics
+
+
+class GroupControls:
+    """What the operator and the leader published, as this member last read it."""
+
+    def __init__(
+        self, table: ControlsTable, client_id: str, config: Config, meter: Metrics
+    ) -> None:
+        self._table = table
+        self.client_id = client_id
+        self._config = config
+        self._meter = meter if isinstance(meter, LoadMeter) else None
+        self._every = max(READ_EVERY, config.heartbeat_interval)
+        self._slot: int | None = None
+        self.controls = Controls()
+        self.weights: Weights = {}
+        self._rebalance_seen: int | None = None
+        #: A forced rebalance was seen and the inputs did not change since: sticky mode lays the
+        #: shards out as if nobody owned any (every member alike: see the coordinator).
+        self.fresh_layout = False
+        self._fallen: set[tuple[str, str, str]] = set()
+        self._next_report = time.monotonic() + config.shard_sync_interval
+        self._published: Weights | None = None
+
+    @classmethod
+    def for_member(
+        cls, dynamodb: Any, config: Config, client_id: str, stats: RequestStats, meter: Metrics
+    ) -> GroupControls:
+        table = StateTable(dynamodb, config.dynamodb_table, stats)
+        return cls(ControlsTable(table, config.app), client_id, config, meter)
+
+    @property
+    def table(self) -> ControlsTable:
+        return self._table
+
+    async def refresh(self) -> bool:
+        """Read the controls and weights if this time slot's read is not done yet. True when a
+        forced rebalance (a new ``rebalance`` counter) was seen by this read."""
+        slot = int(time.time() // self._every)
+        if slot == self._slot:
+            return False
+        controls, weights = await self._table.read_shared()
+        self._slot = slot
+        if controls.version != self.controls.version:
+            log.info(
+                "[%s] controls v%d: %d pin(s), %d step-down(s)",
+                self.client_id,
+                controls.version,
+                len(controls.pins),
+                len(controls.step_downs),
+            )
+        self.controls, self.weights = controls, weights
+        forced = self._rebalance_seen is not None and controls.rebalance != self._rebalance_seen
+        self._rebalance_seen = controls.rebalance
+        if forced:
+            log.info("[%s] forced rebalance #%d", self.client_id, controls.rebalance)
+            self.fresh_layout = True
+        return forced
+
+    def leads(self, live_ids: list[str]) -> bool:
+        """Whether this member leads, step-downs applied."""
+        now = int(time.time() * 1000)
+        return controlled_is_leader(self.client_id, live_ids, self.controls, now)
+
+    def split(
+        self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
+    ) -> SplitInputs:
+        """Pins and drains applied to the assignment's inputs; fallen-back pins logged once."""
+        split = split_pins(members, shards, self.controls, int(time.time() * 1000))
+        for stream, shard_id, target in sorted(set(split.fallen_back) - self._fallen):
+            log.warning(
+                "[%s] %s/%s is pinned to %s, which is not a live member consuming %s: it is "
+                "assigned automatically until %s is back",
+                self.client_id,
+                stream,
+                shard_id,
+                target,
+                stream,
+                target,
+            )
+        self._fallen = set(split.fallen_back)
+        return split
+
+    async def stale_members(self, client_timeout: float) -> list[ClientInfo]:
+        """Members past ``client_timeout``, from the client items (strongly consistent): for a
+        leader by step-down, whose membership follows the view the lowest id publishes and so
+        learns of no dead member to prune. Once per ``shard_sync_interval``."""
+        items = await self._table.client_items()
+        clients = [decode_client(item) for item in items]
+        return stale_clients(clients, int(time.time() * 1000), int(client_timeout * 1000))
+
+    async def report_load(self, owned: set[tuple[str, str]]) -> None:
+        """Weighted mode: every ``shard_sync_interval``, write this member's measured rates."""
+        if self._meter is None or time.monotonic() < self._next_report:
+            return
+        self._next_report = time.monotonic() + self._config.shard_sync_interval
+        measured = self._meter.take()
+        rates: dict[str, dict[str, float]] = {}
+        for key in sorted(owned):
+            rates.setdefault(key[0], {})[key[1]] = round(measured.get(key, 0.0), 1)
+        ttl = int(self._config.shard_sync_interval * 4 + self._config.client_timeout) + 60
+        await self._table.report_load(self.client_id, rates, ttl)
+
+    async def leader_duties(self) -> None:
+        """Leader, every ``shard_sync_interval``: publish the quantized weights of the fresh
+        load reports when they changed (for each shard, the newest report that has it)."""
+        if self._meter is None:
+            return
+        fresh_ms = int((self._config.shard_sync_interval * 3 + self._config.client_timeout) * 1000)
+        now = int(time.time() * 1000)
+        reports = await self._table.read_loads()
+        newest: dict[tuple[str, str], tuple[int, float]] = {}
+        for stamp, rates in reports.values():
+            if now - stamp > fresh_ms:
+                continue
+            for stream, by_shard in rates.items():
+                for shard_id, rate in by_shard.items():
+                    key = (stream, shard_id)
+                    if key not in newest or newest[key][0] < stamp:
+                        newest[key] = (stamp, rate)
+        weights: dict[str, dict[str, float]] = {}
+        for (stream, shard_id), (_, rate) in sorted(newest.items()):
+            weights.setdefault(stream, {})[shard_id] = quantize(rate)
+        if weights != self.weights and weights != self._published:
+            await self._table.save_weights(weights)
+            self._published = weights
+            log.info("[%s] published weights of %d shard(s)", self.client_id, len(newest))
