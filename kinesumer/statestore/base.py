@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..models import Checkpoint, ClientInfo, Position, Shard
 
@@ -50,6 +50,47 @@ class ShardCache:
 
     def by_id(self) -> dict[str, Shard]:
         return {s.shard_id: s for s in self.shards}
+
+
+@dataclass(frozen=True)
+class MembershipView:
+    """The head of the membership view the leader publishes (:mod:`kinesumer.engine.membership`):
+    which member list is current (``members_key``, ``version``), when the leader's strongly
+    consistent read of the client items behind it started (``read_at_ms``), when it was last
+    published, and how many joins and leaves were announced (``changes``) against how many the
+    list covers (``seen_changes``)."""
+
+    version: int
+    members_key: str
+    read_at_ms: int
+    published_at_ms: int
+    leader: str
+    seen_changes: int
+    changes: int = 0
+
+
+@runtime_checkable
+class MembershipViewStore(Protocol):
+    """What a store needs for members to follow a published view instead of reading every
+    client item each tick. A store without it (a test's stand-in) is read directly."""
+
+    async def read_view_head(self, *, consistent: bool) -> MembershipView | None:
+        """The view's head (None: none yet); eventually consistent unless ``consistent``."""
+
+    async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
+        """A published member list (eventually consistent: it never changes once written), or
+        None when it is gone (the leader deleted it after publishing another)."""
+
+    async def publish_view(
+        self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
+    ) -> bool:
+        """Leader: write ``members`` (when not None) under ``head.members_key``, then the head,
+        conditional on the head being still ``seen`` (version and list). False: another leader
+        published in between; its view stands and ours (its list) is discarded."""
+
+    async def announce_change(self) -> None:
+        """Count a join or a graceful leave on the head (an atomic ADD), so that followers read
+        the client items directly until the leader published a list covering it."""
 
 
 class StateStore(Protocol):

@@ -6,15 +6,17 @@ the command line makes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
-from ..base import ShardCache
+from ..base import MembershipView, ShardCache
 from ..schema import checkpoint_pk, client_pk
-from . import codecs, positions
+from . import codecs, positions, view
 from .codecs import CLIENT_ITEM_BUDGET, client_item
 from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
@@ -41,6 +43,7 @@ class DynamoDBStateStore:
 
     async def deregister(self, client_id: str) -> None:
         await self._table.delete(codecs.client_key(self._app, client_id))
+        await self.announce_change()  # followers of the view read the members directly now
 
     async def list_clients(self) -> list[ClientInfo]:
         return [codecs.decode_client(i) for i in await self._table.query(client_pk(self._app))]
@@ -49,6 +52,44 @@ class DynamoDBStateStore:
         return await self._table.delete_if(
             codecs.client_key(self._app, client.client_id), codecs.prune_condition(client)
         )
+
+    # -- the membership view (see :mod:`.view`) ------------------------------------------------
+    async def read_view_head(self, *, consistent: bool) -> MembershipView | None:
+        item = await self._get(view.head_key(self._app), consistent=consistent)
+        return None if item is None else view.decode_head(item)
+
+    async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
+        item = await self._get(view.view_key(self._app, members_key), consistent=False)
+        return None if item is None else view.decode_members(item, self._table.name)
+
+    async def publish_view(
+        self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
+    ) -> bool:
+        if members is not None:
+            item = view.members_item(self._app, head.members_key, members, int(time.time()))
+            if await self._table.put_if(item, codecs.ABSENT) is None:
+                return False  # the same key twice: another publisher at the same millisecond
+        published = await self._table.update_if(
+            view.head_key(self._app), view.head_update(seen, head)
+        )
+        if published is None:
+            if members is not None:  # ours lost: nobody points to it
+                await self._table.delete(view.view_key(self._app, head.members_key))
+            return False
+        if members is not None and seen is not None and seen.members_key:
+            await self._table.delete(view.view_key(self._app, seen.members_key))
+        return True
+
+    async def announce_change(self) -> None:
+        await self._table.update_if(view.head_key(self._app), view.bump_update())
+
+    async def _get(self, key: dict[str, Any], *, consistent: bool) -> dict[str, Any] | None:
+        """GetItem, eventually consistent unless ``consistent`` (half the read units)."""
+        table = self._table
+        call = partial(table.dynamodb.get_item, TableName=table.name, Key=key)
+        response = await table.call("GetItem", partial(call, ConsistentRead=consistent))
+        item: dict[str, Any] | None = response.get("Item")
+        return item
 
     # -- shard cache --------------------------------------------------------------------------
     async def shard_cache_digests(self, streams: Sequence[str]) -> dict[str, str]:

@@ -1,0 +1,121 @@
+"""Item codecs of the membership view: the small head every member reads each tick and the
+immutable member lists the leader publishes (see :mod:`kinesumer.engine.membership`).
+
+Items, for app ``A`` (partition ``view#A``):
+
+- head ``sk=head``: ``version`` (bumped by every publication that changed the member list),
+  ``members`` (the sort key of the list item it points to), ``read_at`` (ms: when the leader's
+  strongly consistent read of the client items started), ``published_at`` (ms), ``leader``,
+  ``seen_changes`` (the ``changes`` count the published list covers) and ``changes`` (bumped by
+  every join and graceful leave, with an atomic ADD, so followers notice them at once).
+- member list ``sk=members#<leader>#<read_at>``: ``body``, a compact JSON list of
+  ``[client id, streams, assignment]``, sorted by id; written once (conditional on its absence),
+  never changed, deleted by the publisher once the head moved on (``expires_at`` as a net).
+
+Older versions of kinesumer neither read nor write these items.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...errors import CorruptStateError
+from ...models import ClientInfo
+from ..base import MembershipView
+from ..schema import PARTITION_KEY, SORT_KEY
+
+HEAD = "head"
+
+#: Seconds a member list outlives its publication (a net: the publisher deletes it sooner).
+LIST_TTL = 24 * 3600
+
+
+def view_pk(app: str) -> str:
+    return f"view#{app}"
+
+
+def view_key(app: str, sk: str) -> dict[str, Any]:
+    return {PARTITION_KEY: {"S": view_pk(app)}, SORT_KEY: {"S": sk}}
+
+
+def head_key(app: str) -> dict[str, Any]:
+    return view_key(app, HEAD)
+
+
+def members_sk(leader: str, read_at_ms: int) -> str:
+    return f"members#{leader}#{read_at_ms}"
+
+
+def decode_head(item: dict[str, Any]) -> MembershipView:
+    def number(name: str) -> int:
+        return int(item.get(name, {}).get("N", "0"))
+
+    return MembershipView(
+        version=number("version"),
+        members_key=item.get("members", {}).get("S", ""),
+        read_at_ms=number("read_at"),
+        published_at_ms=number("published_at"),
+        leader=item.get("leader", {}).get("S", ""),
+        seen_changes=number("seen_changes"),
+        changes=number("changes"),
+    )
+
+
+def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, Any]:
+    """Publish ``head`` if the head is still the one read (``seen``; None: there was none).
+    ``changes`` is left alone: joins and leaves count it concurrently."""
+    values: dict[str, Any] = {
+        ":v": {"N": str(head.version)},
+        ":m": {"S": head.members_key},
+        ":r": {"N": str(head.read_at_ms)},
+        ":p": {"N": str(head.published_at_ms)},
+        ":l": {"S": head.leader},
+        ":s": {"N": str(head.seen_changes)},
+    }
+    if seen is None or not seen.members_key:  # none yet, or only joins counted on it
+        condition = "attribute_not_exists(#v)"
+    else:
+        condition = "#v = :seen AND #m = :seen_members"
+        values[":seen"] = {"N": str(seen.version)}
+        values[":seen_members"] = {"S": seen.members_key}
+    return {
+        "UpdateExpression": (
+            "SET #v = :v, #m = :m, read_at = :r, published_at = :p, leader = :l, seen_changes = :s"
+        ),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": {"#v": "version", "#m": "members"},
+        "ExpressionAttributeValues": values,
+    }
+
+
+def bump_update() -> dict[str, Any]:
+    """A join or a graceful leave: count it (atomic ADD; creates the head if there is none)."""
+    return {
+        "UpdateExpression": "ADD changes :one",
+        "ExpressionAttributeValues": {":one": {"N": "1"}},
+    }
+
+
+def members_item(app: str, sk: str, members: list[ClientInfo], now_s: int) -> dict[str, Any]:
+    body = [[c.client_id, sorted(c.streams), c.assignment] for c in members]
+    return {
+        **view_key(app, sk),
+        "body": {"S": json.dumps(body, separators=(",", ":"))},
+        "expires_at": {"N": str(now_s + LIST_TTL)},
+    }
+
+
+def decode_members(item: dict[str, Any], table: str) -> list[ClientInfo]:
+    """The published live members (``last_update`` unknown: 0), sorted by id."""
+    try:
+        body = json.loads(item["body"]["S"])
+        members = [
+            ClientInfo(str(cid), 0, streams=frozenset(map(str, streams)), assignment=str(mode))
+            for cid, streams, mode in body
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStateError(
+            f"membership view item {item.get(SORT_KEY)!r} in table {table!r} is unreadable: {exc}"
+        ) from exc
+    return sorted(members, key=lambda c: c.client_id)
