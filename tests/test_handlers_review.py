@@ -7,6 +7,7 @@ invocation does. Unit-level where possible, the real engine (kinesalite + dynali
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,10 +18,14 @@ from _wait import wait_until
 from test_handlers_group import Run
 from test_handlers_policies import FAST, Failing, invocation, lease, record
 
-from kinesumer import AsyncKinesumer, ConfigError, Kinesumer, Record
-from kinesumer.handlers import Block, DeadLetter, Discard, Stop
+from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
+from kinesumer.consumer.base import engine_of
+from kinesumer.handlers import Block, DeadLetter, Discard, Retry, Stop
 from kinesumer.handlers.policies import HandlerFailedError
 from kinesumer.sinks.base import TransactionCanceledError
+
+#: Retries a blocked handler makes without spinning a core.
+SLOW = Retry(attempts=3, backoff=0.02, max_backoff=0.02)
 
 
 class Sink:
@@ -30,6 +35,9 @@ class Sink:
     def __init__(self, cancel: int = 0) -> None:
         self.commits: list[tuple[Any, list[Any]]] = []
         self.cancel = cancel
+
+    def attach(self, engine: Any) -> None:
+        """Nothing to install: these tests drive no claims."""
 
     def _commit(self, end: Any, tx: list[Any]) -> None:
         if tx and self.cancel:
@@ -159,7 +167,7 @@ def test_close_ends_a_blocked_inline_run_and_its_threads(group: dict[str, Any]) 
         raise RuntimeError("downstream is down")
 
     consumer = Kinesumer(config)
-    run = Run(consumer, [stream], handle, on_failure=Block(retry=FAST))
+    run = Run(consumer, [stream], handle, on_failure=Block(retry=SLOW))
     wait_until(lambda: len(calls) >= 3, 20, "the handler blocks on the first record")
     run.stop()
     assert {int(r.data) for r in calls} == {0}
@@ -178,7 +186,7 @@ async def test_aclose_ends_a_blocked_inline_async_run(group: dict[str, Any]) -> 
         raise RuntimeError("downstream is down")
 
     consumer = AsyncKinesumer(config)
-    task = asyncio.create_task(consumer.run([stream], handle, on_failure=Block(retry=FAST)))
+    task = asyncio.create_task(consumer.run([stream], handle, on_failure=Block(retry=SLOW)))
     while len(calls) < 3:
         assert not task.done(), task
         await asyncio.sleep(0.05)
@@ -186,21 +194,60 @@ async def test_aclose_ends_a_blocked_inline_async_run(group: dict[str, Any]) -> 
     await asyncio.wait_for(task, 20)
 
 
-def test_run_twice_at_once_is_refused(group: dict[str, Any]) -> None:
+def test_run_twice_at_once_after_consume_or_closed_is_refused(group: dict[str, Any]) -> None:
+    """Two runs (or a run and consume()) would take the same records: refused, and the first
+    run goes on; a run after close() raises ConsumerClosedError."""
     config, stream = group["config"], group["stream"]
     consumer = Kinesumer(config)
-    started = threading.Event()
     run = Run(consumer, [stream], lambda record: None)
-    wait_until(lambda: consumer.stats().state != "idle", 20, "the first run joined")
-    started.set()
-    with pytest.raises(RuntimeError, match="run"):
+    wait_until(lambda: engine_of(consumer).started, 20, "the first run joined")
+    with pytest.raises(RuntimeError, match="running on this consumer already"):
         consumer.run([stream], lambda record: None)
     run.stop()
+    with pytest.raises(ConsumerClosedError):
+        consumer.run([stream], lambda record: None)
+    other = Kinesumer(config)
+    other.subscribe([stream])
+    with pytest.raises(RuntimeError, match="joins the group itself"):
+        other.run([stream], lambda record: None)
+    other.close()
+
+
+def test_close_while_run_joins_returns_quietly(group: dict[str, Any]) -> None:
+    consumer = Kinesumer(config := group["config"])
+    assert config.broadcast is False
+    run = Run(consumer, [group["stream"]], lambda record: None)
+    run.stop()  # at once: run() may still be joining; it returns without an error either way
 
 
 def test_a_sink_in_broadcast_mode_is_refused(group: dict[str, Any]) -> None:
-    config = make_config(group["url"], group["config"].dynamodb_endpoint, "b", "t", broadcast=True)
+    """Broadcast has no claims, so no lease number to fence a sink's commit with."""
+    config = dataclasses.replace(group["config"], broadcast=True)
     consumer = Kinesumer(config)
-    with pytest.raises(ConfigError, match="sink"):
+    with pytest.raises(ConfigError, match=r"run\(sink\): broadcast"):
         consumer.run([group["stream"]], writes, sink=Sink())
     consumer.close()
+
+
+def test_an_abandoned_call_holds_its_key_and_lets_the_handoff_go() -> None:
+    """A call abandoned while the run closes: its key's later records do not start before it
+    (they would be handled out of order, and again by the next owner); the handoff's sweep
+    gives the abandoned records up, so it does not wait out its timeout."""
+    from test_handlers_core import dispatch_for, shard_lease
+    from test_handlers_core import record as numbered
+
+    from kinesumer.handlers.policies import AbandonedError
+
+    dispatch = dispatch_for(concurrency=2, ordering="key")
+    owned = shard_lease("shard-0")
+    dispatch.set_batch(owned, [numbered(i, key="k") for i in range(3)])
+    dispatch.admit()
+    for i in range(3):
+        assert owned.mark_delivered(numbered(i, key="k"))
+    call = dispatch.next_call(0.0)
+    assert call is not None and [e.record.partition_key for e in call.items] == ["k"]
+    dispatch.finished(call, AbandonedError("closing"))
+    assert dispatch.next_call(0.0) is None, "the key's next record started after an abandon"
+    assert owned.begin_handoff()
+    dispatch.sweep()
+    assert not owned.in_hand and dispatch.scheduler.idle

@@ -79,7 +79,10 @@ class AsyncKinesumer(BaseKinesumer):
         }
         options, invocation, names = self._prepare_run(streams, handler, arguments, True)
         try:
-            await self._engine.start(names)
+            try:
+                await self._engine.start(names)
+            except ConsumerClosedError:
+                return  # aclose() from another task while joining: nothing was handled
             runner = TaskRunner(
                 self._engine,
                 options,
@@ -90,9 +93,12 @@ class AsyncKinesumer(BaseKinesumer):
             )
             await runner.run()
         finally:
-            await invocation.close_async()
-            if options.sink is not None:
-                await options.sink.close_async()
+            try:
+                await invocation.close_async()
+                if options.sink is not None:
+                    await options.sink.close_async()
+            finally:
+                self._end_run()
 
     @shared_doc(SUBSCRIBE)
     async def subscribe(self, streams: Iterable[str]) -> None:

@@ -13,6 +13,7 @@ here and attached with :func:`shared_doc`.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from ..config import Config, check_streams
 from ..engine.broadcast import BroadcastEngine
 from ..engine.engine import Engine
 from ..engine.hooks import Hook, RebalanceHooks
+from ..errors import ConfigError, ConsumerClosedError
 from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
@@ -118,6 +120,8 @@ class BaseKinesumer:
         self._handled: dict[str, HandlerCounters] = {}
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.
         self._iterating_in: object | None = None
+        # Held while run() runs: a second run() at once would take the same records.
+        self._running = threading.Lock()
 
     @property
     def client_id(self) -> str:
@@ -165,6 +169,13 @@ class BaseKinesumer:
                 options.name, self._engine.metrics
             )
         engine = self._engine
+        if options.sink is not None and engine.config.broadcast:
+            raise ConfigError(
+                "sink",
+                "broadcast mode has no claims, hence no lease to fence a sink's commit with; "
+                "use a sink in a consumer group (Config(broadcast=False))",
+                "run",
+            )
         invocation = Invocation(
             handler,
             options,
@@ -177,7 +188,28 @@ class BaseKinesumer:
             options.sink.attach(engine)
         if invocation.extra_streams:
             names = self._stream_names([*names, *invocation.extra_streams])
+        self._begin_run()
         return options, invocation, names
+
+    def _begin_run(self) -> None:
+        """One run() at a time, and none on a consumer that consume()/subscribe() joined with:
+        both would take the same records; none on a closed one. The face calls
+        :meth:`_end_run` when run() ends."""
+        if not self._running.acquire(blocking=False):
+            raise RuntimeError("run() is running on this consumer already")
+        engine = self._engine
+        if engine.lifecycle.closing_or_closed:
+            self._running.release()
+            raise ConsumerClosedError("this consumer was closed; create a new one")
+        if engine.started:
+            self._running.release()
+            raise RuntimeError(
+                "run() joins the group itself: not on a consumer that consume() or "
+                "subscribe() joined with (make another consumer)"
+            )
+
+    def _end_run(self) -> None:
+        self._running.release()
 
     def _here(self) -> object:
         """Where the caller runs, as the face tells places apart (a thread, a task)."""

@@ -124,7 +124,10 @@ class Kinesumer(BaseKinesumer):
         }
         options, invocation, names = self._prepare_run(streams, handler, arguments, False)
         try:
-            self._run(self._engine.start(names))
+            try:
+                self._run(self._engine.start(names))
+            except ConsumerClosedError:
+                return  # close() from another thread while joining: nothing was handled
             runner = ThreadRunner(
                 self._engine,
                 options,
@@ -136,9 +139,12 @@ class Kinesumer(BaseKinesumer):
             )
             runner.run()
         finally:
-            invocation.close_sync()
-            if options.sink is not None:
-                options.sink.close_sync()
+            try:
+                invocation.close_sync()
+                if options.sink is not None:
+                    options.sink.close_sync()
+            finally:
+                self._end_run()
 
     @shared_doc(SUBSCRIBE)
     def subscribe(self, streams: Iterable[str]) -> None:

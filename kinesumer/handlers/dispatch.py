@@ -157,7 +157,17 @@ class Dispatch:
         """``call`` came back, with the error it raised (None: its records are done)."""
         self.running -= 1
         self.scheduler.done(call)
-        if error is None or isinstance(error, AbandonedError):
+        if error is None:
+            return
+        if isinstance(error, AbandonedError):
+            # Not done, and no call has them now: a handoff's sweep may give them up (when
+            # nothing after them started) instead of waiting out its timeout for them. Their
+            # keys' later records must not start before them: they are the next owner's.
+            for entry in call.items:
+                entry.started = False
+            if call.keys:
+                keys, key = set(call.keys), self._key
+                self.scheduler.drop(lambda entry: key(entry.record) in keys)
             return
         if isinstance(error, LeaseLostError):
             lease = call.items[0].lease

@@ -29,6 +29,7 @@ from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
+from .stopping import AsyncEngineStopping
 from .threads import is_inline
 
 log = logging.getLogger("kinesumer.handlers")
@@ -64,7 +65,8 @@ class TaskRunner:
         self._counters = counters
         self._close = close  # the face's aclose(discard)
         #: Set when the run is stopping: a call backing off or blocking gives up (Abandoned).
-        self.stopping = asyncio.Event()
+        #: Reads as set once the engine stops, too (the inline runner has no one to watch it).
+        self.stopping = AsyncEngineStopping(engine)
 
     async def run(self) -> None:
         if is_inline(self._options):
@@ -115,7 +117,12 @@ class TaskRunner:
                 try:
                     await call([record], lease, stopping)
                 except AbandonedError:
-                    return  # closing while it waited: the record stays undone
+                    # Closing (or failed) while it waited: the record stays undone, and the
+                    # handoff need not wait for it. A failed engine's error is raised.
+                    lease.discard_delivered()
+                    if engine.failure is not None:
+                        raise engine.failure from None
+                    return
                 except Exception as exc:
                     await self._fail(exc)
                 # admit() set ``delivered`` to this record's position.
@@ -162,6 +169,7 @@ class TaskRunner:
                 if dispatch.stopping:
                     self.stopping.set()
                     if dispatch.running == 0:
+                        dispatch.sweep()  # records abandoned last: the handoffs need not wait
                         break
                 elif engine.lifecycle.closing_or_closed:
                     self.stopping.set()  # a blocked or backing-off call gives up

@@ -46,6 +46,7 @@ from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
+from .stopping import EngineStopping
 
 log = logging.getLogger("kinesumer.handlers")
 
@@ -93,7 +94,8 @@ class ThreadRunner:
         self._submit = submit
         self._close = close  # the face's close(discard)
         #: Set when the run is stopping: a call backing off or blocking gives up (Abandoned).
-        self.stopping = threading.Event()
+        #: Reads as set once the engine stops, too (the inline runner has no one to watch it).
+        self.stopping = EngineStopping(engine)
 
     def run(self) -> None:
         if is_inline(self._options):
@@ -175,7 +177,11 @@ class ThreadRunner:
                 try:
                     call([record], lease, stopping)
                 except AbandonedError:
-                    return  # closing while it waited: the record stays undone
+                    # Closing (or failed) while it waited: the record stays undone, and the
+                    # handoff need not wait for it. A failed engine's error is raised.
+                    lease.discard_delivered()
+                    self._engine_ended()
+                    return
                 except Exception as exc:
                     self._fail(exc)
                 # admit() set ``delivered`` to this record's position.
@@ -207,6 +213,7 @@ class ThreadRunner:
                 if dispatch.stopping:
                     self.stopping.set()
                     if dispatch.running == 0:
+                        dispatch.sweep()  # records abandoned last: the handoffs need not wait
                         break
                 elif engine.lifecycle.closing_or_closed:
                     self.stopping.set()  # a blocked or backing-off call gives up
