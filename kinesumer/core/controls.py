@@ -12,7 +12,8 @@ the same leader and the same shards, without talking to the others.
 - **Step-downs.** ``step_downs[client] = StepDown(until_ms, drain)``: until ``until_ms`` the
   member is not a leader candidate; with ``drain`` it also leaves the automatic assignment (it
   keeps the shards pinned to it: a pin is the operator's explicit word). It keeps heartbeating.
-  When every live member stepped down, nobody is excluded (someone must lead and read).
+  When every live member stepped down, nobody is excluded from leading; a drained member keeps
+  the streams no member that is not drained consumes (someone must read them).
 - **The leader** is index 0 of the sorted live ids that did not step down.
 
 Worked example: live ``a, b, c``; stream ``s`` with ``s0..s3``; pins ``s1 -> c``, ``s2 -> z``
@@ -86,7 +87,7 @@ def controlled_is_leader(
 class SplitInputs:
     """The assignment's inputs once the controls are applied."""
 
-    #: Members left for the automatic assignment (drained ones removed).
+    #: Members for the automatic assignment (drained ones without the streams others cover).
     members: dict[str, frozenset[str]]
     #: Shards left for the automatic assignment (pinned ones removed).
     shards: dict[str, list[str]]
@@ -120,9 +121,13 @@ def split_pins(
                 kept.append(shard_id)
         rest[stream] = kept
     drained = controls.stepped_down(now_ms, drained=True)
-    auto = {c: frozenset(s) for c, s in members.items() if c not in drained}
-    if not auto:  # every member drained: nobody would read; ignore the drains
-        auto = {c: frozenset(s) for c, s in members.items()}
+    # A drained member gives up a stream only where a member that is not drained consumes it:
+    # otherwise nobody would read that stream.
+    covered = {s for c, streams in members.items() if c not in drained for s in streams}
+    auto = {
+        c: frozenset(s for s in streams if c not in drained or s not in covered)
+        for c, streams in members.items()
+    }
     return SplitInputs(auto, rest, pinned, tuple(fallen))
 
 
