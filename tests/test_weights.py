@@ -3,18 +3,20 @@ a real two-member group on kinesalite + dynalite where one hot shard ends alone 
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Iterator
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from _group import Member, create_stream, make_config, put, setup_table
 from _standins import NodeStandIn
 from _wait import eventually
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kinesumer import AsyncKinesumer
 from kinesumer.core import group_mode
 from kinesumer.core.weighted import default_weight, quantize, weighted_assign
+from kinesumer.engine import controls as engine_controls
 
 client_ids = st.text(alphabet="abcdefgh0123", min_size=1, max_size=6)
 stream_names = st.sampled_from(["orders", "payments", "clicks"])
@@ -108,45 +110,53 @@ def test_weighted_mode_needs_the_whole_group() -> None:
     assert group_mode("weighted", ["weighted", "sticky"]) == "range"
 
 
+@pytest.fixture
+def quick_controls() -> Iterator[None]:
+    """Members read the weights every 0.5 s instead of 5 s, so the test waits less."""
+    saved = engine_controls.READ_EVERY
+    engine_controls.READ_EVERY = 0.5
+    yield
+    engine_controls.READ_EVERY = saved
+
+
 @pytest.mark.timeout(60)
 async def test_hot_shard_ends_alone_on_one_member(
-    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name
+    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name, quick_controls: None
 ) -> None:
     stream, app, table = unique_name("weights"), unique_name("app"), unique_name("table")
     create_stream(kinesalite.url, stream, 4)
-    setup_table(dynalite.url, table)
     config = make_config(
         kinesalite.url, dynalite.url, app, table, assignment="weighted", shard_sync_interval=1.0
     )
-    hot_key = "hot"
-    a = AsyncKinesumer(config.replace(client_id="a"))
-    b = AsyncKinesumer(config.replace(client_id="b"))
-    async with a, b:
-        await a.start([stream])
-        await b.start([stream])
-        # Find which shard "hot" hashes to: put one record and see where it lands.
-        put(kinesalite.url, stream, 0, 1, key=lambda i: hot_key)
-        hot_shard: list[str] = []
+    setup_table(config)
+    sink: list = []
+    a = Member(config.replace(client_id="m-a"), [stream], sink).start()
+    b = Member(config.replace(client_id="m-b"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == len(b.owned()) == 2, what="two shards each")
+    # Find the shard one partition key hashes to, then keep that shard hot.
+    await asyncio.to_thread(put, kinesalite.url, stream, 0, 1, lambda i: "hot")
+    await eventually(lambda: len(sink) == 1, what="the first hot record")
+    hot = (stream, sink[0][1].shard_id)
+    stop = asyncio.Event()
 
-        async def drain(consumer: AsyncKinesumer) -> None:
-            for record in await consumer.poll(max_records=500, timeout=0.2):
-                if record.partition_key == hot_key and not hot_shard:
-                    hot_shard.append(record.shard_id)
+    async def produce() -> None:
+        n = 1
+        while not stop.is_set():
+            await asyncio.to_thread(put, kinesalite.url, stream, n, 200, lambda i: "hot")
+            n += 200
+            await asyncio.sleep(0.1)
 
-        async def found_hot() -> bool:
-            await drain(a)
-            await drain(b)
-            return bool(hot_shard)
-
-        await eventually(found_hot, timeout=20, what="the hot record delivered")
-        produced = [0]
-
-        async def hot_alone() -> bool:
-            put(kinesalite.url, stream, produced[0], 300, key=lambda i: hot_key)
-            produced[0] += 300
-            await drain(a)
-            await drain(b)
-            owned = [set(x.stats().owned_shards.get(stream, ())) for x in (a, b)]
-            return any(o == {hot_shard[0]} for o in owned) and sum(map(len, owned)) == 4
-
-        await eventually(hot_alone, timeout=40, interval=0.3, what="the hot shard alone")
+    producer = asyncio.create_task(produce())
+    try:
+        await eventually(
+            lambda: {hot} in (a.owned(), b.owned()) and len(a.owned() | b.owned()) == 4,
+            timeout=40,
+            what="the hot shard alone on one member",
+            diagnose=lambda: f"a={sorted(a.owned())} b={sorted(b.owned())} hot={hot}",
+        )
+    finally:
+        stop.set()
+        await producer
+    for member in (a, b):
+        await member.close()
+        assert member.error is None
