@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -116,30 +117,78 @@ def test_a_batch_under_a_sink_commits_its_end_only_once_every_record_is_done() -
     assert sink.commits == [(("3", 0), [])]
 
 
-def test_the_fast_path_counts_as_the_invocation_does() -> None:
-    """The default policy's outcomes are the same on the plain path and through Invocation."""
-    from kinesumer.handlers.counters import HandlerCounters
-    from kinesumer.handlers.options import calls_plainly, run_options
+class Engine:
+    """What a thread runner reads of the engine: its batches, then closed."""
 
-    options = run_options(
-        print,
-        concurrency=1,
-        ordering="shard",
-        max_in_flight=None,
-        batch=None,
-        on_failure=Stop(),
-        decode=None,
-        sink=None,
-        name="h",
-        is_async=False,
-    )
-    assert calls_plainly(options)
-    assert HandlerCounters  # the runner's counters take the same outcome names:
-    call, counters = invocation(Failing(failures=1))
-    with pytest.raises(HandlerFailedError):
-        call.call_sync([record()], lease(), threading.Event())
-    call.call_sync([record()], lease(), threading.Event())
-    assert counters.counts == {"failed": 1, "ok": 1}
+    def __init__(self, batches: list[tuple[Any, list[Record]]]) -> None:
+        from kinesumer.engine.delivery import Cursor
+        from kinesumer.engine.lifecycle import Lifecycle
+
+        self.batches = batches
+        self.cursor = Cursor(auto_commit=True)
+        self.lifecycle = Lifecycle()
+        self.state = self.lifecycle.state
+        self.failure = None
+
+    async def next_batch(self) -> tuple[Any, list[Record]]:
+        if not self.batches:
+            raise ConsumerClosedError("closed")
+        return self.batches.pop(0)
+
+
+def submit(coroutine: Any) -> Future[Any]:
+    future: Future[Any] = Future()
+    try:
+        future.set_result(asyncio.run(coroutine))
+    except BaseException as exc:
+        future.set_exception(exc)
+    return future
+
+
+@pytest.mark.parametrize("fails_at", [None, 0, 3])
+def test_the_fast_path_ends_as_the_invocation_does(fails_at: int | None) -> None:
+    """The inline runner's direct call (default policy) and its call through Invocation give
+    the same outcomes, counts, checkpoint, error and note."""
+    from test_handlers_core import record as numbered
+    from test_handlers_core import shard_lease
+
+    from kinesumer.handlers.options import calls_plainly, run_options
+    from kinesumer.handlers.threads import ThreadRunner
+
+    def handle(record: Record) -> None:
+        if fails_at is not None and int(record.sequence_number) == fails_at:
+            raise RuntimeError(f"boom at {fails_at}")
+
+    ends = []
+    for plainly in (True, False):
+        options = run_options(
+            handle,
+            concurrency=1,
+            ordering="shard",
+            max_in_flight=None,
+            batch=None,
+            on_failure=None,
+            decode=None,
+            sink=None,
+            name="h",
+            is_async=False,
+        )
+        made, counters = invocation(handle, on_failure=options.on_failure, name="h")
+        if not plainly:  # the runner takes the invocation's path; the invocation is the same
+            options = dataclasses.replace(options, on_failure=Stop(retry=Retry(attempts=2)))
+        assert calls_plainly(options) is plainly
+        owned = shard_lease("shard-0")
+        engine: Any = Engine([(owned, [numbered(i) for i in range(3)]), (owned, [numbered(3)])])
+        closes: list[bool] = []
+        runner = ThreadRunner(engine, options, made, submit, closes.append, handle, counters)
+        error: BaseException | None = None
+        try:
+            runner.run()
+        except RuntimeError as exc:
+            error = exc
+        notes = getattr(error, "__notes__", None)
+        ends.append((dict(counters.counts), owned.processed, repr(error), notes, closes))
+    assert ends[0] == ends[1]
 
 
 # ---- on the real engine -----------------------------------------------------------------------
