@@ -120,7 +120,6 @@ async def test_kinesis_local_registers_once_and_pushes_records_over_http2(
                     await anext(second)
                 assert refused.value.code == "ResourceInUseException"
         assert await deregister_consumer(client, arn, "app", stats=stats)
-        await eventually(lambda: True)
     assert stats.counts()["requests"]["kinesis:SubscribeToShard"] == 2
 
 
@@ -279,5 +278,25 @@ async def test_closing_the_iterator_early_closes_its_connection() -> None:
             events = sub.subscribe(CONSUMER, "shardId-0", {"Type": "TRIM_HORIZON"})
             await take(events, 1)
             assert server.open_subscriptions("shardId-0")
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             await eventually(lambda: not server.open_subscriptions("shardId-0"), 5, "closed")
+
+
+async def test_role_arn_signs_with_the_assumed_roles_credentials(moto_url: str) -> None:
+    """Cross-account: the subscription is signed with credentials from sts:AssumeRole on
+    role_arn (moto's STS), as the engine's Kinesis client is, not with the caller's own."""
+    config = efo_config("http://127.0.0.1:1").replace(
+        role_arn="arn:aws:iam::210987654321:role/stream-reader", sts_endpoint=moto_url
+    )
+    async with EfoStandIn(initial_response=False) as server:
+        server.shards["shardId-0"] = ScriptedShard()
+        server.shards["shardId-0"].put(b"a")
+        sub = ShardSubscriber(config.replace(kinesis_endpoint=server.url), None, RequestStats())
+        await sub.open()
+        events = sub.subscribe(CONSUMER, "shardId-0", {"Type": "TRIM_HORIZON"})
+        async with contextlib.aclosing(events):
+            await take(events, 1)
+        await sub.close()
+    authorization = server.requests[0]["headers"]["authorization"]
+    assert "Credential=testing/" not in authorization
+    assert server.requests[0]["headers"]["x-amz-security-token"] != "testing"

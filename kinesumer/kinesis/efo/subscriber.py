@@ -22,7 +22,7 @@ import inspect
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -187,7 +187,7 @@ class ShardSubscriber:
 
     async def subscribe(
         self, consumer_arn: str, shard_id: str, position: dict[str, Any]
-    ) -> AsyncIterator[SubscribeEvent]:
+    ) -> AsyncGenerator[SubscribeEvent, None]:
         """Subscribe to ``shard_id`` through ``consumer_arn`` from ``position`` (AWS's
         StartingPosition: ``{"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": ...}``,
         ``AT_SEQUENCE_NUMBER``, ``TRIM_HORIZON``, ``LATEST``, ``AT_TIMESTAMP`` with
