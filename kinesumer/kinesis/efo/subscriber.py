@@ -18,6 +18,7 @@ caller has not taken is not acknowledged, so the server stops once the stream's 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import ssl
@@ -251,7 +252,10 @@ class ShardSubscriber:
                             return
                 raise SubscriptionEnded(f"{where}: subscription ended (continue after {last})")
             finally:
-                await response_cm.__aexit__(None, None, None)
+                # Closing a stream the server already reset may raise again: the first error
+                # (or the caller's exit) is the one that matters.
+                with contextlib.suppress(httpx.HTTPError):
+                    await response_cm.__aexit__(None, None, None)
 
 
 def _messages(frames: EventStreamBuffer, where: str) -> list[EventStreamMessage]:
