@@ -109,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--poll-timeout", type=float, default=0.1, help="poll() timeout (s)")
     parser.add_argument("--stats-interval", type=float, default=0.1, help="stats() sampling (s)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--efo", action="store_true", help="read through enhanced fan-out")
     for name, kind in numeric_config_fields().items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
     parser.add_argument("streams", nargs="+")
@@ -132,6 +133,7 @@ def build_config(args: argparse.Namespace) -> Config:
         dynamodb_endpoint=args.dynamodb,
         client_id=args.client_id,
         initial_position=args.initial_position,
+        enhanced_fan_out=args.efo,
         **overrides,
     )
 

@@ -38,7 +38,7 @@ log = logging.getLogger("kinesumer.fetcher")
 #: AWS allows one SubscribeToShard per second per shard and consumer.
 MIN_SUBSCRIBE_INTERVAL = 1.0
 #: Longest pause between failed subscriptions (exponential backoff with full jitter up to it).
-MAX_FAILURE_PAUSE = 10.0
+MAX_FAILURE_PAUSE = 5.0
 #: Errors that heal by subscribing again later: another subscription to the shard is still
 #: open (a takeover, or our own previous one closing), the 1/s/shard limit, server trouble.
 RETRY_CODES = frozenset(
