@@ -24,7 +24,12 @@ from botocore.credentials import Credentials
 from kinesumer import Config
 from kinesumer.aws import RequestStats
 from kinesumer.aws.clients import ClientFactory
-from kinesumer.errors import AccessDeniedError, StreamNotFoundError, TransientAWSError
+from kinesumer.errors import (
+    AccessDeniedError,
+    EnhancedFanOutNotInstalledError,
+    StreamNotFoundError,
+    TransientAWSError,
+)
 from kinesumer.kinesis.efo.consumers import deregister_consumer, register_consumer, stream_arn
 from kinesumer.kinesis.efo.errors import (
     SubscribeRetryable,
@@ -300,3 +305,14 @@ async def test_role_arn_signs_with_the_assumed_roles_credentials(moto_url: str) 
     authorization = server.requests[0]["headers"]["authorization"]
     assert "Credential=testing/" not in authorization
     assert server.requests[0]["headers"]["x-amz-security-token"] != "testing"
+
+
+def test_without_the_extra_the_subscriber_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    monkeypatch.delitem(sys.modules, "kinesumer.kinesis.efo.subscriber")
+    with pytest.raises(EnhancedFanOutNotInstalledError, match=r"kinesumer\[efo\]"):
+        importlib.import_module("kinesumer.kinesis.efo.subscriber")
+    assert issubclass(EnhancedFanOutNotInstalledError, ImportError)
