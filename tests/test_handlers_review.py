@@ -21,6 +21,7 @@ from test_handlers_policies import FAST, Failing, invocation, lease, record
 
 from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
 from kinesumer.consumer.base import engine_of
+from kinesumer.engine.leases import Lease
 from kinesumer.handlers import Block, DeadLetter, Discard, Retry, Stop
 from kinesumer.handlers.policies import HandlerFailedError
 from kinesumer.sinks.base import TransactionCanceledError
@@ -300,3 +301,101 @@ def test_an_abandoned_call_holds_its_key_and_lets_the_handoff_go() -> None:
     assert owned.begin_handoff()
     dispatch.sweep()
     assert not owned.in_hand and dispatch.scheduler.idle
+
+
+def test_a_waiting_call_gives_up_when_its_shard_is_handed_off() -> None:
+    """A retry-later record waiting for its due time (or a blocked record) on a shard that is
+    handed off gives up: the next owner handles it; waiting on would hold the handoff, then
+    handle it on a released lease (a duplicate, out of order). A call spanning shards waits
+    on (abandoning it would strand the other shard's records)."""
+    from test_handlers_policies import FakeKinesis, read_back
+
+    from kinesumer.handlers import RetryLater
+    from kinesumer.handlers.policies import AbandonedError
+    from kinesumer.models import Checkpoint
+
+    client = FakeKinesis()
+    policy = RetryLater("orders-retry", delay=3600.0, retry=Retry(attempts=1))
+    call, _ = invocation(Failing(), client, on_failure=policy)
+    call.call_sync([record()], lease(), threading.Event())
+    retry_lease = Lease(Checkpoint("orders-retry", "shardId-000000000000", owner="me", lease=1))
+    outcome: list[BaseException] = []
+
+    def waits() -> None:
+        try:
+            call.call_sync([read_back(client, 0)], retry_lease, threading.Event())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waits, daemon=True)
+    thread.start()
+    assert retry_lease.begin_handoff()
+    thread.join(20)
+    assert [type(e) for e in outcome] == [AbandonedError]
+    blocked, _ = invocation(Failing(), on_failure=Block(retry=SLOW))
+    blocked_lease = lease()
+    blocked_lease.lose()
+    with pytest.raises(AbandonedError):
+        blocked.call_sync([record()], blocked_lease, threading.Event())
+
+    async def blocks_async() -> None:
+        async def fails(argument: Any) -> None:
+            raise RuntimeError("down")
+
+        made, _ = invocation(fails, on_failure=Block(retry=SLOW))
+        with pytest.raises(AbandonedError):
+            await made.call_async([record()], blocked_lease, asyncio.Event())
+
+    asyncio.run(blocks_async())
+
+
+def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None:
+    """concurrency=1 with Block: the shard moving away ends the blocked call (its record is the
+    next owner's, nothing is left in hand to hold the handoff) and the run goes on with the
+    other shards; it does not stop."""
+    from test_handlers_core import record as numbered
+    from test_handlers_core import shard_lease
+
+    from kinesumer.handlers.options import run_options
+    from kinesumer.handlers.threads import ThreadRunner
+
+    calls: list[Record] = []
+
+    def handle(record: Record) -> None:
+        calls.append(record)
+        if record.shard_id == "shard-0":
+            raise RuntimeError("down")
+
+    options = run_options(
+        handle,
+        concurrency=1,
+        ordering="shard",
+        max_in_flight=None,
+        batch=None,
+        on_failure=Block(retry=SLOW),
+        decode=None,
+        sink=None,
+        name="h",
+        is_async=False,
+    )
+    made, counters = invocation(handle, on_failure=options.on_failure, name="h")
+    moving, staying = shard_lease("shard-0"), shard_lease("shard-1")
+    batches = [(moving, [numbered(0), numbered(1)]), (staying, [numbered(5, shard="shard-1")])]
+    engine: Any = Engine(batches)
+    runner = ThreadRunner(engine, options, made, submit, lambda discard: None, handle, counters)
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    wait_until(lambda: len(calls) >= 2, 10, "the handler blocks")
+    assert moving.begin_handoff()
+    thread.join(20)
+    assert not thread.is_alive() and errors == []
+    assert not moving.in_hand and moving.processed is None
+    assert staying.processed is not None and counters.counts["ok"] == 1

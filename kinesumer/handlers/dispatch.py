@@ -165,9 +165,12 @@ class Dispatch:
             # keys' later records must not start before them: they are the next owner's.
             for entry in call.items:
                 entry.started = False
-            if call.keys:
+            if call.keys:  # (of the same leases: another shard's must not be stranded)
                 keys, key = set(call.keys), self._key
-                self.scheduler.drop(lambda entry: key(entry.record) in keys)
+                trackers = {entry.tracker for entry in call.items}
+                self.scheduler.drop(
+                    lambda entry: entry.tracker in trackers and key(entry.record) in keys
+                )
             return
         if isinstance(error, LeaseLostError):
             lease = call.items[0].lease

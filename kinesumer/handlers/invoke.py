@@ -6,7 +6,8 @@ runner calls :meth:`Invocation.call_sync` from worker threads, or :meth:`Invocat
 from tasks, with the records of one call. When the method returns, every record of the call is
 done: handled, discarded, or written to a dead-letter or retry-later stream. It raises
 :class:`~.policies.HandlerFailedError` when the policy stops the run,
-:class:`~.policies.AbandonedError` when ``stopping`` was set while it waited (records not done),
+:class:`~.policies.AbandonedError` when ``stopping`` was set, or the shard of all its records
+was handed off, while it waited (records not done),
 and lets the sink's own errors (``LeaseLostError``: the fenced commit was refused) through.
 
 The decisions are made once, in :mod:`.policies` and :mod:`.retry_later`; the two faces below only
@@ -61,6 +62,7 @@ from .retry_later import (
     units,
     worth_a_warning,
 )
+from .stopping import AsyncCallEnds, SyncCallEnds
 
 log = logging.getLogger("kinesumer.handlers")
 
@@ -135,18 +137,20 @@ class Invocation:
                     self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    self._run_sync(unit, lease, end_of(records), stopping, error)
+                    ends = SyncCallEnds(stopping, lease, records)
+                    self._run_sync(unit, lease, end_of(records), ends, error)
                     return
                 self.counters.add("ok")
                 return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - time.time()
-        if wait > 0 and stopping.wait(wait):
+        ends = SyncCallEnds(stopping, lease, records)
+        if wait > 0 and ends.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
         committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            committed = self._run_sync(unit, lease, end, stopping)
+            committed = self._run_sync(unit, lease, end, ends)
         if self.sink is not None and not committed:
             # The call's last unit was disposed of by the policy: no handler transaction
             # carried ``end``. Commit it alone (fenced), or the next owner would deliver these
@@ -159,7 +163,7 @@ class Invocation:
         unit: Unit,
         lease: Lease,
         end: Position,
-        stopping: threading.Event,
+        ends: SyncCallEnds,
         first_error: Exception | None = None,
     ) -> bool:
         """Call ``unit`` until it succeeds or the policy gives up (``first_error``: the first
@@ -184,7 +188,7 @@ class Invocation:
                 )
                 return False
             delay = self._retrying(unit, error, attempts)
-            if stopping.wait(delay):
+            if ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
     def _attempt_sync(self, unit: Unit, lease: Lease, end: Position) -> None:
@@ -235,18 +239,20 @@ class Invocation:
                     await self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    await self._run_async(unit, lease, end_of(records), stopping, error)
+                    ends = AsyncCallEnds(stopping, lease, records)
+                    await self._run_async(unit, lease, end_of(records), ends, error)
                     return
                 self.counters.add("ok")
                 return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - time.time()
-        if wait > 0 and await _wait_event(stopping, wait):
+        ends = AsyncCallEnds(stopping, lease, records)
+        if wait > 0 and await ends.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
         committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            committed = await self._run_async(unit, lease, end, stopping)
+            committed = await self._run_async(unit, lease, end, ends)
         if self.sink is not None and not committed:  # as in call_sync
             await self.sink.transact_async(lease, end, _no_writes_async)
 
@@ -255,7 +261,7 @@ class Invocation:
         unit: Unit,
         lease: Lease,
         end: Position,
-        stopping: asyncio.Event,
+        ends: AsyncCallEnds,
         first_error: Exception | None = None,
     ) -> bool:
         attempts = 0
@@ -277,7 +283,7 @@ class Invocation:
                 )
                 return False
             delay = self._retrying(unit, error, attempts)
-            if await _wait_event(stopping, delay):
+            if await ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
     async def _attempt_async(self, unit: Unit, lease: Lease, end: Position) -> None:
@@ -384,14 +390,3 @@ async def _no_writes_async(tx: Any) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def _wait_event(event: asyncio.Event, seconds: float) -> bool:
-    """Whether ``event`` was set within ``seconds`` (returns as soon as it is)."""
-    if event.is_set():
-        return True
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-    except asyncio.TimeoutError:
-        return False
-    return True

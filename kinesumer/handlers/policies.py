@@ -69,8 +69,9 @@ class Stop:
 
 @dataclass(frozen=True)
 class Block:
-    """Keep retrying (waits grow to ``retry.max_backoff``) until the call succeeds or the run is
-    closing; then the records stay undone: the checkpoint holds, the next owner re-delivers.
+    """Keep retrying (waits grow to ``retry.max_backoff``) until the call succeeds, the run is
+    closing or the shard is handed off; then the records stay undone: the checkpoint holds, the
+    next owner re-delivers.
     ``retry.attempts`` only sets when the WARNING log starts."""
 
     retry: Retry = field(default_factory=Retry)
@@ -151,8 +152,9 @@ class HandlerFailedError(KinesumerError):
 
 
 class AbandonedError(KinesumerError):
-    """The run is closing while the invocation waited (backing off, blocking, or until a
-    RetryLater record's due time): its records are not done; the next owner re-delivers them."""
+    """The run is closing, or the shard was handed off, while the invocation waited (backing
+    off, blocking, or until a RetryLater record's due time): its records are not done; the next
+    owner re-delivers them."""
 
 
 def describe(record: Record) -> str:

@@ -29,7 +29,7 @@ from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
-from .stopping import AsyncEngineStopping
+from .stopping import AsyncEngineStopping, engine_stopping
 from .threads import is_inline
 
 log = logging.getLogger("kinesumer.handlers")
@@ -117,9 +117,11 @@ class TaskRunner:
                 try:
                     await call([record], lease, stopping)
                 except AbandonedError:
-                    # Closing (or failed) while it waited: the record stays undone, and the
-                    # handoff need not wait for it. A failed engine's error is raised.
+                    # Closing (or failed), or the shard was handed off, while it waited: the
+                    # record stays undone (the next owner's); the handoff need not wait for it.
                     lease.discard_delivered()
+                    if not engine_stopping(engine):
+                        break
                     if engine.failure is not None:
                         raise engine.failure from None
                     return

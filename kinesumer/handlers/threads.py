@@ -46,7 +46,7 @@ from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
 from .scheduler import Call
-from .stopping import EngineStopping
+from .stopping import EngineStopping, engine_stopping
 
 log = logging.getLogger("kinesumer.handlers")
 
@@ -177,10 +177,12 @@ class ThreadRunner:
                 try:
                     call([record], lease, stopping)
                 except AbandonedError:
-                    # Closing (or failed) while it waited: the record stays undone, and the
-                    # handoff need not wait for it. A failed engine's error is raised.
+                    # Closing (or failed), or the shard was handed off, while it waited: the
+                    # record stays undone (the next owner's); the handoff need not wait for it.
                     lease.discard_delivered()
-                    self._engine_ended()
+                    if not engine_stopping(self._engine):
+                        break
+                    self._engine_ended()  # a failed engine's error is raised
                     return
                 except Exception as exc:
                     self._fail(exc)
