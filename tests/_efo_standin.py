@@ -210,11 +210,13 @@ class EfoStandIn:
     async def __aexit__(self, *exc_info: object) -> None:
         assert self._server is not None
         self._server.close()
+        tasks = [task for connection in self._connections for task in connection.tasks]
         for connection in self._connections:
             if connection.transport is not None:
                 connection.transport.abort()
-            for task in list(connection.tasks):
-                task.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._server.wait_closed()
 
     def _connection(self) -> _Connection:
