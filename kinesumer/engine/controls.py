@@ -26,6 +26,7 @@ Cost: one eventually consistent read of two small items per slot per member (0.5
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -37,13 +38,21 @@ from ..core.weighted import Weights, quantize
 from ..metrics import Metrics
 from ..models import ClientInfo
 from ..statestore.dynamodb.codecs import decode_client
-from ..statestore.dynamodb.controls import ControlsTable
+from ..statestore.dynamodb.controls import ControlsTable, Publication
 from ..statestore.dynamodb.table import StateTable
 
 log = logging.getLogger("kinesumer.coordinator")
 
 #: Seconds between two reads of the controls (at least ``heartbeat_interval``).
-READ_EVERY = 5.0
+READ_EVERY = 10.0
+
+#: Seconds between two load reports of a member outside weighted mode (they say "this member
+#: applies the controls"; weighted mode reports every ``shard_sync_interval``).
+REANNOUNCE = 300.0
+
+#: A comma-separated list of client ids that behave as a version without operator controls (for
+#: the mixed-version tests).
+LEGACY_ENV = "KINESUMER_LEGACY_CONTROLS"
 
 
 class LoadMeter(Metrics):
@@ -121,34 +130,42 @@ class GroupControls:
         self._meter = meter if isinstance(meter, LoadMeter) else None
         self._every = max(READ_EVERY, config.heartbeat_interval)
         self._slot: int | None = None
+        #: The controls as stored (see :meth:`effective` for those applied now).
         self.controls = Controls()
-        self.weights: Weights = {}
+        self.publication = Publication()
         self._rebalance_seen: int | None = None
         #: A forced rebalance was seen and the inputs did not change since: sticky mode lays the
         #: shards out as if nobody owned any (every member alike: see the coordinator).
         self.fresh_layout = False
         self._fallen: set[tuple[str, str, str]] = set()
-        self._next_report = time.monotonic() + config.shard_sync_interval
-        self._published: Weights | None = None
+        self._next_report = float("-inf")
+        self._missing_once: set[str] = set()  # leader: live members without a report, once
+        self._suspended_for: frozenset[str] | None = None
 
     @classmethod
     def for_member(
         cls, dynamodb: Any, config: Config, client_id: str, stats: RequestStats, meter: Metrics
-    ) -> GroupControls:
+    ) -> GroupControls | None:
+        """The member's controls; None for a client id that :data:`LEGACY_ENV` makes behave as
+        a version without controls (the mixed-version tests)."""
+        if client_id in os.environ.get(LEGACY_ENV, "").split(","):
+            return None
         table = StateTable(dynamodb, config.dynamodb_table, stats)
         return cls(ControlsTable(table, config.app), client_id, config, meter)
 
     @property
-    def table(self) -> ControlsTable:
-        return self._table
+    def weights(self) -> Weights:
+        return self.publication.weights
 
-    async def refresh(self) -> bool:
-        """Read the controls and weights if this time slot's read is not done yet. True when a
-        forced rebalance (a new ``rebalance`` counter) was seen by this read."""
+    async def refresh(self, owned: set[tuple[str, str]]) -> bool:
+        """Read the controls and the publication if this time slot's read is not done yet; write
+        this member's load report when due. True when a forced rebalance (a new ``rebalance``
+        counter) was seen by this read."""
+        await self._report_load(owned)
         slot = int(time.time() // self._every)
         if slot == self._slot:
             return False
-        controls, weights = await self._table.read_shared()
+        controls, self.publication = await self._table.read_shared()
         self._slot = slot
         if controls.version != self.controls.version:
             log.info(
@@ -158,7 +175,7 @@ class GroupControls:
                 len(controls.pins),
                 len(controls.step_downs),
             )
-        self.controls, self.weights = controls, weights
+        self.controls = controls
         forced = self._rebalance_seen is not None and controls.rebalance != self._rebalance_seen
         self._rebalance_seen = controls.rebalance
         if forced:
@@ -166,16 +183,39 @@ class GroupControls:
             self.fresh_layout = True
         return forced
 
+    def effective(self, live_ids: list[str]) -> Controls:
+        """The controls to apply now: none (pins and step-downs suspended) unless a fresh
+        publication names no live member as legacy. Older members ignore the controls; applying
+        them beside one would split the shards two ways (some read twice, some by nobody)."""
+        config = self._config
+        fresh_ms = (config.shard_sync_interval * 3 + config.client_timeout + self._every) * 1000
+        stale = time.time() * 1000 - self.publication.updated_ms > fresh_ms
+        legacy = frozenset(self.publication.legacy & set(live_ids))
+        if not (stale or legacy):
+            self._suspended_for = None
+            return self.controls
+        if (self.controls.pins or self.controls.step_downs) and self._suspended_for != legacy:
+            self._suspended_for = legacy
+            log.warning(
+                "[%s] pins and step-downs suspended: %s",
+                self.client_id,
+                f"members {', '.join(sorted(legacy))} run a version without operator controls"
+                if legacy
+                else "no leader of this version has published lately",
+            )
+        return Controls(self.controls.version, rebalance=self.controls.rebalance)
+
     def leads(self, live_ids: list[str]) -> bool:
         """Whether this member leads, step-downs applied."""
         now = int(time.time() * 1000)
-        return controlled_is_leader(self.client_id, live_ids, self.controls, now)
+        return controlled_is_leader(self.client_id, live_ids, self.effective(live_ids), now)
 
     def split(
         self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
     ) -> SplitInputs:
         """Pins and drains applied to the assignment's inputs; fallen-back pins logged once."""
-        split = split_pins(members, shards, self.controls, int(time.time() * 1000))
+        controls = self.effective(sorted(members))
+        split = split_pins(members, shards, controls, int(time.time() * 1000))
         for stream, shard_id, target in sorted(set(split.fallen_back) - self._fallen):
             log.warning(
                 "[%s] %s/%s is pinned to %s, which is not a live member consuming %s: it is "
@@ -198,30 +238,42 @@ class GroupControls:
         clients = [decode_client(item) for item in items]
         return stale_clients(clients, int(time.time() * 1000), int(client_timeout * 1000))
 
-    async def report_load(self, owned: set[tuple[str, str]]) -> None:
-        """Weighted mode: every ``shard_sync_interval``, write this member's measured rates."""
-        if self._meter is None or time.monotonic() < self._next_report:
+    async def _report_load(self, owned: set[tuple[str, str]]) -> None:
+        """Write this member's load report: at the first tick, then every ``REANNOUNCE`` seconds
+        (weighted mode: every ``shard_sync_interval``, with the measured rates)."""
+        if time.monotonic() < self._next_report:
             return
-        self._next_report = time.monotonic() + self._config.shard_sync_interval
-        measured = self._meter.take()
+        config = self._config
+        every = REANNOUNCE if self._meter is None else config.shard_sync_interval
+        self._next_report = time.monotonic() + every
         rates: dict[str, dict[str, float]] = {}
-        for key in sorted(owned):
-            rates.setdefault(key[0], {})[key[1]] = round(measured.get(key, 0.0), 1)
-        ttl = int(self._config.shard_sync_interval * 4 + self._config.client_timeout) + 60
+        if self._meter is not None:  # every shard we own, idle ones at 0
+            measured = self._meter.take()
+            for stream, shard_id in sorted(owned):
+                rate = measured.get((stream, shard_id), 0.0)
+                rates.setdefault(stream, {})[shard_id] = round(rate, 1)
+        ttl = int(every * 3 + config.client_timeout) + 60
         await self._table.report_load(self.client_id, rates, ttl)
 
-    async def leader_duties(self) -> None:
-        """Leader, every ``shard_sync_interval``: publish the quantized weights of the fresh
-        load reports when they changed (for each shard, the newest report that has it)."""
-        if self._meter is None:
-            return
-        fresh_ms = int((self._config.shard_sync_interval * 3 + self._config.client_timeout) * 1000)
+    async def leader_duties(self, live_ids: list[str]) -> None:
+        """Leader, every ``shard_sync_interval``: publish which live members wrote no load
+        report (on two reads in a row: a member that just joined writes its report right after
+        its first heartbeat) and the quantized weights of the fresh reports (for each shard,
+        the newest report that has it)."""
+        config = self._config
+        reporting = REANNOUNCE if self._meter is None else config.shard_sync_interval
+        fresh_ms = int((reporting * 2 + config.shard_sync_interval + config.client_timeout) * 1000)
         now = int(time.time() * 1000)
-        reports = await self._table.read_loads()
+        reports = {
+            cid: report
+            for cid, report in (await self._table.read_loads()).items()
+            if now - report[0] <= fresh_ms
+        }
+        missing = set(live_ids) - set(reports)
+        legacy = frozenset(missing & self._missing_once)
+        self._missing_once = missing
         newest: dict[tuple[str, str], tuple[int, float]] = {}
         for stamp, rates in reports.values():
-            if now - stamp > fresh_ms:
-                continue
             for stream, by_shard in rates.items():
                 for shard_id, rate in by_shard.items():
                     key = (stream, shard_id)
@@ -230,7 +282,11 @@ class GroupControls:
         weights: dict[str, dict[str, float]] = {}
         for (stream, shard_id), (_, rate) in sorted(newest.items()):
             weights.setdefault(stream, {})[shard_id] = quantize(rate)
-        if weights != self.weights and weights != self._published:
-            await self._table.save_weights(weights)
-            self._published = weights
-            log.info("[%s] published weights of %d shard(s)", self.client_id, len(newest))
+        if weights != self.publication.weights or legacy != self.publication.legacy:
+            log.info(
+                "[%s] publishing weights of %d shard(s); legacy members: %s",
+                self.client_id,
+                len(newest),
+                ", ".join(sorted(legacy)) or "none",
+            )
+        await self._table.publish(Publication(weights, legacy))

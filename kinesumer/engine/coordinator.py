@@ -88,7 +88,7 @@ class Coordinator:
                 stale = await self.controls.stale_members(config.client_timeout)
             await membership.prune(stale)
             if self.controls is not None:
-                await self.controls.leader_duties()
+                await self.controls.leader_duties(membership.live_ids)
             self.shard_sync.synced_all()
         await self.shard_sync.refresh(self.streams, to_sync)  # 3
 
@@ -110,7 +110,6 @@ class Coordinator:
             split = self.controls.split(members, shards)
             members, shards = split.members, split.shards
             pinned = split.pinned.get(self.client_id, {})
-            await self.controls.report_load(self.leasing.active_keys())
         if self.mode == "sticky":
             mine = await self._sticky_shards(members, shards)
         elif self.mode == "weighted" and self.controls is not None:
@@ -127,7 +126,7 @@ class Coordinator:
         self._raw_leader = membership.leader
         if controls is None:
             return False
-        forced = await controls.refresh()
+        forced = await controls.refresh(self.leasing.active_keys())
         if forced:
             self._sticky_inputs = None
         leader = membership.is_live and controls.leads(membership.live_ids)

@@ -10,12 +10,19 @@ Items, for app ``A`` (keys ``pk``/``sk`` as every item):
 - load report ``pk=load#A, sk=<client id>``: ``rates`` (M: ``"<stream>/<shard id>"`` -> bytes
   per second delivered recently), ``last_update``, ``expires_at`` (TTL). Only its member writes
   it, every ``shard_sync_interval`` (weighted mode only).
-- weights ``pk=weights#A, sk=weights``: ``weights`` (M, same keys, quantized), ``last_update``.
-  Only the leader writes it, when the weights changed.
+- load reports double as the members' declaration that they apply the controls: every member
+  of this version writes its own at its first tick and every ``REANNOUNCE`` seconds (weighted
+  mode: with its rates, every ``shard_sync_interval``).
+- the leader's publication ``pk=weights#A, sk=weights``: ``weights`` (M, same keys, quantized),
+  ``legacy`` (L: live members that wrote no load report: older versions, which ignore the
+  controls), ``last_update``. Only the leader writes it, every ``shard_sync_interval``.
 
 Members read the controls and weights items together (one eventually consistent BatchGetItem, a
 stale answer only delays a control) on a bounded schedule; see :mod:`kinesumer.engine.controls`.
 Older versions of the library never read these items: they ignore pins, step-downs and weights.
+So that old and new members do not fight during a rolling upgrade, new members apply pins and
+step-downs only while a fresh publication names no live member as legacy (see
+:mod:`kinesumer.engine.controls`); weighted mode is gated like sticky, by the declared mode.
 
 The codecs are pure (the command line's synchronous boto3 client uses them too);
 :class:`ControlsTable` makes the engine's asynchronous calls.
@@ -24,6 +31,7 @@ The codecs are pure (the command line's synchronous boto3 client uses them too);
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -125,14 +133,6 @@ def load_item(app: str, client_id: str, rates: Weights, ttl_seconds: int) -> dic
     }
 
 
-def weights_item(app: str, weights: Weights) -> dict[str, Any]:
-    return {
-        **weights_key(app),
-        "weights": {"M": flat_numbers(weights)},
-        "last_update": {"N": str(now_ms())},
-    }
-
-
 def flat_numbers(values: Weights) -> dict[str, Any]:
     return {
         shard_name(stream, sid): {"N": repr(float(v))}
@@ -155,6 +155,36 @@ def decode_numbers(item: Mapping[str, Any] | None, attribute: str) -> dict[str, 
     return result
 
 
+@dataclass(frozen=True)
+class Publication:
+    """What the leader published: the weights, the live members that do not apply the controls
+    (older versions), and when (epoch ms; 0: never)."""
+
+    weights: Weights = field(default_factory=dict)
+    legacy: frozenset[str] = frozenset()
+    updated_ms: int = 0
+
+
+def publication_item(app: str, publication: Publication) -> dict[str, Any]:
+    return {
+        **weights_key(app),
+        "weights": {"M": flat_numbers(publication.weights)},
+        "legacy": {"L": [{"S": c} for c in sorted(publication.legacy)]},
+        "last_update": {"N": str(now_ms())},
+    }
+
+
+def decode_publication(item: Mapping[str, Any] | None) -> Publication:
+    if not item:
+        return Publication()
+    try:
+        legacy = frozenset(v["S"] for v in item.get("legacy", {}).get("L", []))
+        updated = int(item["last_update"]["N"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CorruptStateError(f"cannot decode the leader's publication: {exc!r}") from exc
+    return Publication(decode_numbers(item, "weights"), legacy, updated)
+
+
 class ControlsTable:
     """The engine's calls on these items, through the state table's client (retried, counted)."""
 
@@ -162,7 +192,7 @@ class ControlsTable:
         self._table = table
         self._app = app
 
-    async def read_shared(self) -> tuple[Controls, Weights]:
+    async def read_shared(self) -> tuple[Controls, Publication]:
         """The controls and the weights in one eventually consistent BatchGetItem (half the
         capacity of a strongly consistent read; a stale answer only delays a control)."""
         app, name = self._app, self._table.name
@@ -179,7 +209,7 @@ class ControlsTable:
         by_sk = {item["sk"]["S"]: item for item in found}
         return (
             decode_controls(by_sk.get(CONTROLS_SK)),
-            decode_numbers(by_sk.get(WEIGHTS_SK), "weights"),
+            decode_publication(by_sk.get(WEIGHTS_SK)),
         )
 
     async def read_controls(self) -> Controls:
@@ -210,7 +240,7 @@ class ControlsTable:
             for item in items
         }
 
-    async def save_weights(self, weights: Weights) -> None:
-        """Leader: publish the weights (two leaders overlapping for a tick write the same
-        aggregate of the same reports: the last write wins, harmlessly)."""
-        await self._table.put(weights_item(self._app, weights))
+    async def publish(self, publication: Publication) -> None:
+        """Leader: publish the weights and the legacy members (two leaders overlapping for a
+        tick write the same aggregate of the same reports: the last write wins, harmlessly)."""
+        await self._table.put(publication_item(self._app, publication))
