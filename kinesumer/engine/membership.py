@@ -87,6 +87,7 @@ class Membership:
             self._views = store
         self._list: tuple[str, list[ClientInfo]] = ("", [])  # last member list read or written
         self._published = False  # we published the head as it stands
+        self._head: MembershipView | None = None  # what we published, if we did
         #: Ticks that read the client items / that followed the published view (for tests).
         self.direct_reads = 0
         self.view_reads = 0
@@ -117,14 +118,18 @@ class Membership:
             live = await self._follow(views, head)
             if live is not None and head is not None:
                 self.view_reads += 1
+                views.follow_digests(head)  # this tick's shard cache digests come with it
                 self._set_live(live, head.read_at_ms)
                 if not self.leader:
                     return []
                 # The view names us leader: read the client items and publish from now on.
         # Read before the items, so the joins it counts are in them. Eventually consistent: a
         # stale head only makes our publication cover fewer joins (followers then read directly
-        # one more tick) or be refused (its condition) and tried again next tick.
-        head = await views.read_view_head(consistent=False)
+        # one more tick) or be refused (its condition) and tried again next tick. Alone, our
+        # own last publication serves: a joiner shows in the items, and is not following yet.
+        views.follow_digests(None)
+        alone = self._published and self.live_ids == [self.client_id]
+        head = self._head if alone else await views.read_view_head(consistent=False)
         stale = await self._read_direct()
         if self.leader:
             await self._publish(views, head)
@@ -173,6 +178,10 @@ class Membership:
             seen_changes=seen.changes if seen else 0,
         )
         self._published = await views.publish_view(seen, head, new_list)
+        # As a seen head next tick, when alone: the count it covers is the count it knows.
+        self._head = (
+            dataclasses.replace(head, changes=head.seen_changes) if self._published else None
+        )
         if self._published and new_list is not None:
             self._list = key, new_list
 

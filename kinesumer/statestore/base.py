@@ -67,6 +67,9 @@ class MembershipView:
     leader: str
     seen_changes: int
     changes: int = 0
+    #: The shard caches' digests the leader last read or wrote, by stream: a follower of this
+    #: head needs no digest read of its own for these streams.
+    digests: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable
@@ -87,6 +90,10 @@ class MembershipViewStore(Protocol):
         """Leader: write ``members`` (when not None) under ``head.members_key``, then the head,
         conditional on the head being still ``seen`` (version and list). False: another leader
         published in between; its view stands and ours (its list) is discarded."""
+
+    def follow_digests(self, head: MembershipView | None) -> None:
+        """Answer the next :meth:`StateStore.shard_cache_digests` from ``head``'s digests (once,
+        when they cover every stream asked for); None: read them from the table."""
 
     async def announce_change(self) -> None:
         """Count a join or a graceful leave on the head (an atomic ADD), so that followers read

@@ -6,6 +6,7 @@ the command line makes.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from functools import partial
@@ -33,6 +34,10 @@ class DynamoDBStateStore:
         self._table = StateTable(client, table, stats)
         self._app = app
         self._shard_caches = ShardCacheItems(self._table, app)
+        self._known_digests: dict[str, str] = {}  # as last read or written: what a leader publishes
+        self._followed_digests: dict[str, str] | None = (
+            None  # from the head: the next read's answer
+        )
 
     async def check(self) -> None:
         await self._table.check()
@@ -65,6 +70,7 @@ class DynamoDBStateStore:
     async def publish_view(
         self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
     ) -> bool:
+        head = dataclasses.replace(head, digests=tuple(sorted(self._known_digests.items())))
         if members is not None:
             item = view.members_item(self._app, head.members_key, members, int(time.time()))
             if await self._table.put_if(item, codecs.ABSENT) is None:
@@ -80,6 +86,9 @@ class DynamoDBStateStore:
             await self._table.delete(view.view_key(self._app, seen.members_key))
         return True
 
+    def follow_digests(self, head: MembershipView | None) -> None:
+        self._followed_digests = None if head is None else dict(head.digests)
+
     async def announce_change(self) -> None:
         await self._table.update_if(view.head_key(self._app), view.bump_update())
 
@@ -93,13 +102,21 @@ class DynamoDBStateStore:
 
     # -- shard cache --------------------------------------------------------------------------
     async def shard_cache_digests(self, streams: Sequence[str]) -> dict[str, str]:
-        return await self._shard_caches.digests(streams)
+        followed, self._followed_digests = self._followed_digests, None
+        if followed is not None and all(s in followed for s in streams):
+            return {s: followed[s] for s in streams}
+        digests = await self._shard_caches.digests(streams)
+        self._known_digests.update(digests)
+        return digests
 
     async def load_shard_cache(self, stream: str) -> ShardCache | None:
         return await self._shard_caches.load(stream)
 
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
-        return await self._shard_caches.save(cache, expected_digest)
+        saved = await self._shard_caches.save(cache, expected_digest)
+        if saved:
+            self._known_digests[cache.stream] = cache.digest
+        return saved
 
     async def cached_streams(self) -> list[str]:
         """Streams that have a shard cache for this app (what ``kinesumer status`` lists)."""

@@ -6,8 +6,9 @@ Items, for app ``A`` (partition ``view#A``):
 - head ``sk=head``: ``version`` (bumped by every publication that changed the member list),
   ``members`` (the sort key of the list item it points to), ``read_at`` (ms: when the leader's
   strongly consistent read of the client items started), ``published_at`` (ms), ``leader``,
-  ``seen_changes`` (the ``changes`` count the published list covers) and ``changes`` (bumped by
-  every join and graceful leave, with an atomic ADD, so followers notice them at once).
+  ``seen_changes`` (the ``changes`` count the published list covers), ``changes`` (bumped by
+  every join and graceful leave, with an atomic ADD, so followers notice them at once) and
+  ``digests`` (the shard caches' digests the leader knows, so followers need not read them).
 - member list ``sk=members#<leader>#<read_at>``: ``body``, a compact JSON list of
   ``[client id, streams, assignment]``, sorted by id; written once (conditional on its absence),
   never changed, deleted by the publisher once the head moved on (``expires_at`` as a net).
@@ -59,6 +60,7 @@ def decode_head(item: dict[str, Any]) -> MembershipView:
         leader=item.get("leader", {}).get("S", ""),
         seen_changes=number("seen_changes"),
         changes=number("changes"),
+        digests=tuple(sorted((k, v["S"]) for k, v in item.get("digests", {}).get("M", {}).items())),
     )
 
 
@@ -72,6 +74,7 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
         ":p": {"N": str(head.published_at_ms)},
         ":l": {"S": head.leader},
         ":s": {"N": str(head.seen_changes)},
+        ":d": {"M": {stream: {"S": digest} for stream, digest in head.digests}},
     }
     if seen is None or not seen.members_key:  # none yet, or only joins counted on it
         condition = "attribute_not_exists(#v)"
@@ -81,7 +84,8 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
         values[":seen_members"] = {"S": seen.members_key}
     return {
         "UpdateExpression": (
-            "SET #v = :v, #m = :m, read_at = :r, published_at = :p, leader = :l, seen_changes = :s"
+            "SET #v = :v, #m = :m, read_at = :r, published_at = :p, leader = :l, "
+            "seen_changes = :s, digests = :d"
         ),
         "ConditionExpression": condition,
         "ExpressionAttributeNames": {"#v": "version", "#m": "members"},
