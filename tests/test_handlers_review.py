@@ -22,7 +22,7 @@ from test_handlers_policies import FAST, Failing, invocation, lease, record
 from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
 from kinesumer.consumer.base import engine_of
 from kinesumer.engine.leases import Lease
-from kinesumer.handlers import Block, DeadLetter, Discard, Retry, Stop
+from kinesumer.handlers import Block, DeadLetter, Discard, Retry, RetryLater, Stop
 from kinesumer.handlers.policies import HandlerFailedError
 from kinesumer.sinks.base import TransactionCanceledError
 
@@ -271,11 +271,14 @@ def test_close_while_run_joins_returns_quietly(group: dict[str, Any]) -> None:
 
 
 def test_a_sink_in_broadcast_mode_is_refused(group: dict[str, Any]) -> None:
-    """Broadcast has no claims, so no lease number to fence a sink's commit with."""
+    """Broadcast has no claims, so no lease number to fence a sink's commit with; and every
+    member would read a retry-later stream, handling each other's retries."""
     config = dataclasses.replace(group["config"], broadcast=True)
     consumer = Kinesumer(config)
     with pytest.raises(ConfigError, match=r"run\(sink\): broadcast"):
         consumer.run([group["stream"]], writes, sink=Sink())
+    with pytest.raises(ConfigError, match=r"run\(on_failure\): every broadcast member"):
+        consumer.run([group["stream"]], print, on_failure=RetryLater("retries"))
     consumer.close()
 
 
@@ -399,3 +402,34 @@ def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None
     assert not thread.is_alive() and errors == []
     assert not moving.in_hand and moving.processed is None
     assert staying.processed is not None and counters.counts["ok"] == 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_failed_run_leaves_no_thread_and_checkpoints_nothing_at_the_failure(
+    group: dict[str, Any], concurrency: int
+) -> None:
+    """The handler raising outside its policy: run() raises the original exception after a
+    clean close, the shard's checkpoint is below the failing record, and every thread the run
+    started (workers, the engine's loop) has ended."""
+    from test_handlers_group import checkpoints
+
+    config, stream = group["config"], group["stream"]
+    put(group["url"], stream, 0, 20)
+    before = {t.ident for t in threading.enumerate()}
+    failing: list[Record] = []
+
+    def handle(record: Record) -> None:
+        if record.data == b"7":
+            failing.append(record)
+            raise KeyError("seven")
+
+    consumer = Kinesumer(config)
+    with pytest.raises(KeyError, match="seven") as caught:
+        ordering = "key" if concurrency > 1 else "shard"  # 1: the inline runner
+        consumer.run([stream], handle, concurrency=concurrency, ordering=ordering)
+    assert any("handler" in note for note in caught.value.__notes__)
+    (checkpoint,) = checkpoints(config, stream).values()
+    assert checkpoint is None or checkpoint < int(failing[0].sequence_number)
+    wait_until(
+        lambda: {t.ident for t in threading.enumerate()} <= before, 10, "no thread left behind"
+    )

@@ -26,6 +26,7 @@ from ..errors import ConfigError, ConsumerClosedError
 from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
+from ..handlers.policies import RetryLater
 from ..stats import ConsumerStats
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -174,6 +175,13 @@ class BaseKinesumer:
                 "sink",
                 "broadcast mode has no claims, hence no lease to fence a sink's commit with; "
                 "use a sink in a consumer group (Config(broadcast=False))",
+                "run",
+            )
+        if isinstance(options.on_failure, RetryLater) and engine.config.broadcast:
+            raise ConfigError(
+                "on_failure",
+                "every broadcast member reads the retry-later stream, so each would handle "
+                "every member's retries; use DeadLetter, Discard or Block in broadcast mode",
                 "run",
             )
         invocation = Invocation(
