@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import KinesumerError
+from ..errors import ConfigError, KinesumerError
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -107,6 +107,15 @@ class EngineLink:
     def attach(self, engine: Engine, sink: object) -> None:
         if self.engine is not None and self.engine is not engine:
             raise SinkError(f"{sink!r} is attached to another consumer already: make one per run")
+        if engine.config.broadcast:
+            # No claims, no lease numbers: nothing would fence the commits, and the positions
+            # would go to the group's checkpoints, which broadcast members never touch.
+            raise ConfigError(
+                "sink",
+                "exactly-once sinks need the group's fenced leases; they are not supported "
+                "with Config.broadcast=True (write idempotently in the handler instead)",
+                where="run",
+            )
         self.engine = engine
 
     def on_loop(self) -> None:

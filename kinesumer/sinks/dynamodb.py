@@ -12,8 +12,9 @@ TransactWriteItems. Either everything lands, records and position, or nothing do
   :class:`~.base.TransactionCanceledError` with DynamoDB's reasons, through the failure policy;
 - a conflict with another transaction or throttling: retried here (a new transaction each time),
   and after ``attempts`` :class:`~kinesumer.errors.TransientAWSError`. Network errors and 5xx
-  are retried by the library's policy with the same ``ClientRequestToken``, so a transaction
-  that landed before its answer was lost is not applied twice.
+  are retried by the library's policy with the same ``ClientRequestToken``, and so is a request
+  DynamoDB finds still in progress, so a transaction that landed before its answer was lost is
+  not applied twice.
 
 Because the transactions write the positions, the engine's checkpointer writes none (only the
 finished flag and the release): a periodic flush could otherwise write a position older than
@@ -232,16 +233,22 @@ class DynamoDBTransactions:
         )
         elements = [*tx.elements, position]
         delay = 0.05
+        token = str(uuid.uuid4())
         for attempt in range(1, self._attempts + 1):
             call = partial(
                 engine.aws.dynamodb.transact_write_items,
                 TransactItems=elements,
-                ClientRequestToken=str(uuid.uuid4()),  # same token across network retries
+                ClientRequestToken=token,  # same token across network retries
             )
             try:
                 await call_with_retry("dynamodb.TransactWriteItems", call, engine.requests)
             except ClientError as exc:
                 retry = self._refusal(exc, lease, len(elements))
+                if error_code(exc) != "TransactionInProgressException":
+                    # Cancelled: nothing landed, a new token makes a new transaction. In
+                    # progress: the first request with this token may still commit, so only the
+                    # same token may ask again (a new one would apply the writes twice).
+                    token = str(uuid.uuid4())
                 if not retry or attempt == self._attempts:
                     if retry:
                         raise TransientAWSError(
