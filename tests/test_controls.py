@@ -245,3 +245,40 @@ def test_a_stale_version_is_refused(dynalite: NodeStandIn, unique_name) -> None:
     admin.pin_shard(config, "s", "x", "m")
     assert admin.read_controls(config).rebalance == 1
     assert admin.list_pins(config) == {("s", "x"): "m"}
+
+
+@pytest.mark.timeout(60)
+async def test_a_member_without_controls_suspends_them_for_the_group(
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name,
+    quick_controls: None,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rolling upgrade: m-z behaves as an older version (it ignores the controls). A pin of
+    one of its shards to m-a must not make m-a take it: the leader (m-a) names m-z legacy and
+    every new member suspends pins and step-downs while m-z is live."""
+    caplog.set_level(logging.INFO, logger="kinesumer")
+    monkeypatch.setenv(engine_controls.LEGACY_ENV, "m-z")
+    stream, app, table = unique_name("mixed"), unique_name("app"), unique_name("table")
+    create_stream(kinesalite.url, stream, 4)
+    config = make_config(kinesalite.url, dynalite.url, app, table)
+    setup_table(config)
+    sink: list = []
+    a = Member(config.replace(client_id="m-a"), [stream], sink).start()
+    z = Member(config.replace(client_id="m-z"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == len(z.owned()) == 2, what="two shards each")
+    shard = sorted(sid for _, sid in z.owned())[0]
+    await asyncio.to_thread(admin.pin_shard, config, stream, shard, "m-a")
+    await asyncio.to_thread(admin.step_down, config, "m-a", 60)
+    await eventually(
+        lambda: "pins and step-downs suspended: members m-z" in caplog.text,
+        what="m-a suspends the controls",
+    )
+    assert (stream, shard) in z.owned() and (stream, shard) not in a.owned()
+    assert a.consumer.stats().leader  # the step-down is suspended too: m-a leads, as m-z thinks
+    await z.close()  # the old member left: m-a reads everything
+    await eventually(lambda: len(a.owned()) == 4, what="m-a takes every shard")
+    await a.close()
+    assert a.error is None and z.error is None

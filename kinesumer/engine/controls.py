@@ -139,7 +139,6 @@ class GroupControls:
         self.fresh_layout = False
         self._fallen: set[tuple[str, str, str]] = set()
         self._next_report = float("-inf")
-        self._missing_once: set[str] = set()  # leader: live members without a report, once
         self._suspended_for: frozenset[str] | None = None
 
     @classmethod
@@ -257,9 +256,11 @@ class GroupControls:
 
     async def leader_duties(self, live_ids: list[str]) -> None:
         """Leader, every ``shard_sync_interval``: publish which live members wrote no load
-        report (on two reads in a row: a member that just joined writes its report right after
-        its first heartbeat) and the quantized weights of the fresh reports (for each shard,
-        the newest report that has it)."""
+        report and the quantized weights of the fresh reports (for each shard, the newest report
+        that has it). A member that just joined writes its report at its first tick, a few
+        milliseconds after its first heartbeat: a read in between suspends the controls until
+        the next publication (rare, and safe); waiting for a second read instead would let a
+        new and an old member fight for a whole ``shard_sync_interval``."""
         config = self._config
         reporting = REANNOUNCE if self._meter is None else config.shard_sync_interval
         fresh_ms = int((reporting * 2 + config.shard_sync_interval + config.client_timeout) * 1000)
@@ -269,9 +270,7 @@ class GroupControls:
             for cid, report in (await self._table.read_loads()).items()
             if now - report[0] <= fresh_ms
         }
-        missing = set(live_ids) - set(reports)
-        legacy = frozenset(missing & self._missing_once)
-        self._missing_once = missing
+        legacy = frozenset(set(live_ids) - set(reports))
         newest: dict[tuple[str, str], tuple[int, float]] = {}
         for stamp, rates in reports.values():
             for stream, by_shard in rates.items():
