@@ -70,8 +70,18 @@ DYNAMODB_ACTIONS = {
     "dynamodb:BatchWriteItem",
     "dynamodb:DescribeTable",
 }
-# Enhanced fan-out and stream administration must never be granted; writes only on the
+# Stream administration must never be granted, enhanced fan-out only with enhanced_fan_out =
+# true (EFO_REGISTER on the streams, EFO_SUBSCRIBE on the consumer ARNs); writes only on the
 # dead-letter streams (DEAD_LETTER_WRITE).
+EFO_REGISTER = {"kinesis:RegisterStreamConsumer"}
+EFO_SUBSCRIBE = {"kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"}
+EFO_SIDS = {"KinesisEnhancedFanOutRegister", "KinesisEnhancedFanOutSubscribe"}
+#: The parsed resources of the subscribe statement: each stream's consumer, any creation time.
+EFO_CONSUMER_RESOURCES = (
+    '${sort([for arn in distinct(var.stream_arns) : "${arn}/consumer/${var.consumer_name}:*"])}'
+)
+#: Called by `kinesumer deregister-consumer` (an operator's command), never granted to members.
+OPERATOR_ONLY = {"kinesis:DeregisterStreamConsumer"}
 FORBIDDEN_KINESIS_ACTIONS = {
     "kinesis:SubscribeToShard",
     "kinesis:RegisterStreamConsumer",
@@ -295,6 +305,10 @@ def _check_static_statement(statement: dict[str, Any], where: str) -> None:
     assert statement.get("effect", "Allow") == "Allow", where
     resources = statement.get("resources")
     assert resources is not None, f"{where}: no resources"
+    if statement.get("sid") == "KinesisEnhancedFanOutSubscribe":
+        # The one wildcard: a consumer ARN's trailing creation timestamp.
+        assert resources == EFO_CONSUMER_RESOURCES, f"{where}: resources {resources!r}"
+        return
     for resource in as_list(resources):
         # Either a variable (validated to be a full ARN) or a literal, and no wildcard in either
         # (not even around a variable, as in "${var.table_arn}/index/*").
@@ -308,10 +322,30 @@ def _check_static_statement(statement: dict[str, Any], where: str) -> None:
 def _read_and_dead_letter_statements(
     statements: list[dict[str, Any]],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The Kinesis statements of a module: the reads, and the dead-letter writes."""
+    """The Kinesis statements of a module: the reads, and the dead-letter writes (the enhanced
+    fan-out ones are checked by test_enhanced_fan_out_statements)."""
     by_sid = {s.get("sid"): s for s in statements}
-    assert set(by_sid) == {"KinesisRead", "KinesisDeadLetterWrite"}, by_sid
+    assert set(by_sid) == {"KinesisRead", "KinesisDeadLetterWrite"} | EFO_SIDS, by_sid
     return by_sid["KinesisRead"], by_sid["KinesisDeadLetterWrite"]
+
+
+@pytest.mark.parametrize(
+    ("module_dir", "document"),
+    [("consumer-policy", "this"), ("cross-account-role", "kinesis_read")],
+)
+def test_enhanced_fan_out_statements(module_dir: str, document: str) -> None:
+    """Registration on the streams, describe and subscribe on each stream's named consumer;
+    both only when enabled (``for_each`` on var.enhanced_fan_out, checked rendered below)."""
+    directory = CONSUMER_POLICY_DIR if module_dir == "consumer-policy" else CROSS_ACCOUNT_ROLE_DIR
+    by_sid = {s.get("sid"): s for s in policy_statements(directory, document)}
+    register = by_sid["KinesisEnhancedFanOutRegister"]
+    assert set(register["actions"]) == EFO_REGISTER
+    assert as_list(register["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    subscribe = by_sid["KinesisEnhancedFanOutSubscribe"]
+    assert set(subscribe["actions"]) == EFO_SUBSCRIBE
+    assert subscribe["resources"] == EFO_CONSUMER_RESOURCES
+    text = (directory / "main.tf").read_text(encoding="utf-8")
+    assert text.count("for_each = var.enhanced_fan_out && length(var.stream_arns) > 0") == 2
 
 
 def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> None:
@@ -376,6 +410,7 @@ def test_cross_account_role_policies() -> None:
 # Names the library gives its boto clients -> IAM service prefix.
 CLIENT_NAMES = {
     "_kinesis": "kinesis",
+    "kinesis_client": "kinesis",  # kinesis/efo/consumers.py
     "_db": "dynamodb",
     "_dynamodb": "dynamodb",
     "dynamodb": "dynamodb",  # statestore/dynamodb/table.py: StateTable.dynamodb
@@ -421,6 +456,7 @@ def test_policies_cover_every_call_the_library_makes() -> None:
     # The scan must keep finding the core calls, or it has stopped seeing anything.
     assert {"kinesis:GetRecords", "dynamodb:UpdateItem", "kinesis:PutRecord"} <= set(calls), calls
     granted = KINESIS_READ_ACTIONS | DYNAMODB_ACTIONS | DEAD_LETTER_WRITE | {"sts:AssumeRole"}
+    granted |= EFO_REGISTER | EFO_SUBSCRIBE | OPERATOR_ONLY
     missing = {action: sorted(files) for action, files in calls.items() if action not in granted}
     assert not missing, f"calls the IAM policies in infra/ do not grant: {missing}"
     parsed = {
@@ -432,7 +468,7 @@ def test_policies_cover_every_call_the_library_makes() -> None:
         for statement in policy_statements(module_dir, document)
         for action in as_list(statement["actions"])
     }
-    assert set(calls) <= parsed
+    assert set(calls) - OPERATOR_ONLY <= parsed
 
 
 def test_external_id_is_required() -> None:
@@ -626,7 +662,28 @@ module "role" {{
   dead_letter_stream_arns = ["{REMOTE_DEAD_LETTER_ARN}"]
 }}
 
+module "policy_efo" {{
+  source           = "../modules/consumer-policy"
+  stream_arns      = {json.dumps(STREAM_ARNS)}
+  table_arn        = "{TABLE_ARN}"
+  enhanced_fan_out = true
+  consumer_name    = "orders-etl"
+  create_policy    = false
+}}
+
+module "role_efo" {{
+  source              = "../modules/cross-account-role"
+  name                = "kinesumer-reader-efo"
+  external_id         = "{EXTERNAL_ID}"
+  consumer_principals = ["{CONSUMER_ACCOUNT}"]
+  stream_arns         = ["{REMOTE_STREAM_ARN}"]
+  enhanced_fan_out    = true
+  consumer_name       = "orders-etl"
+}}
+
 output "policy" {{ value = module.policy.policy_json }}
+output "policy_efo" {{ value = module.policy_efo.policy_json }}
+output "role_policy_efo" {{ value = module.role_efo.kinesis_policy_json }}
 output "policy_with_keys" {{ value = module.policy_with_keys.policy_json }}
 output "policy_with_keys_arn" {{ value = module.policy_with_keys.policy_arn }}
 output "trust" {{ value = module.role.trust_policy_json }}
@@ -708,6 +765,27 @@ def test_rendered_consumer_policy(rendered: dict[str, Any]) -> None:
     assert json.loads(policy["policy"]) == json.loads(_output(rendered, "policy"))
     # No policy_name given: a generated name (unknown until apply, so absent from the plan).
     assert policy.get("name") is None and policy["name_prefix"] == "kinesumer-consumer-"
+
+
+@pytest.mark.parametrize(
+    ("output", "streams"),
+    [("policy_efo", STREAM_ARNS), ("role_policy_efo", [REMOTE_STREAM_ARN])],
+)
+def test_rendered_enhanced_fan_out(
+    rendered: dict[str, Any], output: str, streams: list[str]
+) -> None:
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, output))}
+    register = statements.pop("KinesisEnhancedFanOutRegister")
+    assert set(as_list(register["Action"])) == EFO_REGISTER
+    assert sorted(as_list(register["Resource"])) == sorted(streams)
+    subscribe = statements.pop("KinesisEnhancedFanOutSubscribe")
+    assert set(as_list(subscribe["Action"])) == EFO_SUBSCRIBE
+    consumers = sorted(f"{arn}/consumer/orders-etl:*" for arn in streams)
+    assert sorted(as_list(subscribe["Resource"])) == consumers
+    _assert_least_privilege(list(statements.values()))
+    assert "KinesisRead" in statements
+    actions = {a for s in statements.values() for a in as_list(s["Action"])}
+    assert not actions & (EFO_REGISTER | EFO_SUBSCRIBE | OPERATOR_ONLY)
 
 
 def test_rendered_consumer_policy_with_keys(rendered: dict[str, Any]) -> None:
@@ -899,6 +977,13 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         {"table_arn": TABLE_ARN},
         "assume_role_arns",
         "Give at least one of stream_arns",
+    ),
+    (
+        "efo_without_consumer_name",
+        "consumer-policy",
+        {"table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS, "enhanced_fan_out": True},
+        "consumer_name",
+        "enhanced_fan_out = true needs consumer_name",
     ),
     (
         "empty_external_id",

@@ -2,8 +2,9 @@ locals {
   # Every Kinesis call a consumer makes. All of them are authorized against the
   # stream ARN (IAM resource type "stream"), including ListShards, so no "*" is
   # needed. ListStreams (resource "*") is not used: streams are named in the
-  # config. Enhanced fan-out (RegisterStreamConsumer, DescribeStreamConsumer,
-  # SubscribeToShard, which act on consumer ARNs) is not used either.
+  # config. Enhanced fan-out (RegisterStreamConsumer on the stream,
+  # DescribeStreamConsumer and SubscribeToShard on the consumer ARN) is granted
+  # only with var.enhanced_fan_out, in statements of its own below.
   # Keep in sync with the cross-account-role module; tests/test_infra.py checks.
   kinesis_read_actions = [
     "kinesis:DescribeStream", # fallback when DescribeStreamSummary/ListShards are unavailable
@@ -75,6 +76,35 @@ data "aws_iam_policy_document" "this" {
         variable = "kms:ViaService"
         values   = ["dynamodb.${local.table_kms_region}.amazonaws.com"]
       }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.enhanced_fan_out && length(var.stream_arns) > 0 ? [1] : []
+    content {
+      # Enhanced fan-out, registration: authorized against the stream ARN.
+      # The consumer is never deregistered by members (no DeregisterStreamConsumer:
+      # `kinesumer deregister-consumer` is an operator's call).
+      sid       = "KinesisEnhancedFanOutRegister"
+      effect    = "Allow"
+      actions   = ["kinesis:RegisterStreamConsumer"]
+      resources = sort(distinct(var.stream_arns))
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.enhanced_fan_out && length(var.stream_arns) > 0 ? [1] : []
+    content {
+      # Enhanced fan-out, reading: authorized against the consumer ARN
+      # (<stream ARN>/consumer/<name>:<creation timestamp>); the trailing
+      # wildcard stands for the timestamp only, as it changes if the consumer is
+      # registered again.
+      sid     = "KinesisEnhancedFanOutSubscribe"
+      effect  = "Allow"
+      actions = ["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"]
+      resources = sort([
+        for arn in distinct(var.stream_arns) : "${arn}/consumer/${var.consumer_name}:*"
+      ])
     }
   }
 

@@ -53,6 +53,35 @@ data "aws_iam_policy_document" "kinesis_read" {
   }
 
   dynamic "statement" {
+    for_each = var.enhanced_fan_out && length(var.stream_arns) > 0 ? [1] : []
+    content {
+      # Enhanced fan-out, registration: authorized against the stream ARN.
+      # The consumer is never deregistered by members (no DeregisterStreamConsumer:
+      # `kinesumer deregister-consumer` is an operator's call).
+      sid       = "KinesisEnhancedFanOutRegister"
+      effect    = "Allow"
+      actions   = ["kinesis:RegisterStreamConsumer"]
+      resources = sort(distinct(var.stream_arns))
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.enhanced_fan_out && length(var.stream_arns) > 0 ? [1] : []
+    content {
+      # Enhanced fan-out, reading: authorized against the consumer ARN
+      # (<stream ARN>/consumer/<name>:<creation timestamp>); the trailing
+      # wildcard stands for the timestamp only, as it changes if the consumer is
+      # registered again.
+      sid     = "KinesisEnhancedFanOutSubscribe"
+      effect  = "Allow"
+      actions = ["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"]
+      resources = sort([
+        for arn in distinct(var.stream_arns) : "${arn}/consumer/${var.consumer_name}:*"
+      ])
+    }
+  }
+
+  dynamic "statement" {
     for_each = length(var.dead_letter_stream_arns) > 0 ? [1] : []
     content {
       # Handlers' dead letters (and retry-later records): PutRecord only, only

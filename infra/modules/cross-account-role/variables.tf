@@ -130,3 +130,26 @@ variable "dead_letter_stream_arns" {
     error_message = "Each dead_letter_stream_arns entry must be a full Kinesis stream ARN (arn:<partition>:kinesis:<region>:<account>:stream/<name>), without wildcards."
   }
 }
+
+variable "enhanced_fan_out" {
+  description = "Grant what Config(enhanced_fan_out=True) needs: kinesis:RegisterStreamConsumer on the streams, and kinesis:DescribeStreamConsumer and kinesis:SubscribeToShard on the consumer named consumer_name of each stream. false (default): no enhanced fan-out grant."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "consumer_name" {
+  description = "With enhanced_fan_out: the stream consumer the members read through (Config.consumer_name, which defaults to the app's name). The grant covers that consumer on each stream, whatever its creation timestamp (a consumer ARN ends with it)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.consumer_name == null || can(regex("^[a-zA-Z0-9_.-]{1,128}$", var.consumer_name))
+    error_message = "consumer_name must be 1-128 of [a-zA-Z0-9_.-], as RegisterStreamConsumer accepts."
+  }
+
+  validation {
+    condition     = !var.enhanced_fan_out || var.consumer_name != null
+    error_message = "enhanced_fan_out = true needs consumer_name (Config.consumer_name, or the app's name)."
+  }
+}
