@@ -282,3 +282,30 @@ async def test_a_member_without_controls_suspends_them_for_the_group(
     await eventually(lambda: len(a.owned()) == 4, what="m-a takes every shard")
     await a.close()
     assert a.error is None and z.error is None
+
+
+@pytest.mark.timeout(60)
+async def test_a_forced_rebalance_lays_a_sticky_group_out_afresh(
+    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name, quick_controls: None
+) -> None:
+    """m-b starts alone; m-a joins and sticky hands it m-b's upper half. A forced rebalance
+    lays the shards out as if nobody owned any: m-a (first by id) takes the lower half."""
+    stream, app, table = unique_name("fresh"), unique_name("app"), unique_name("table")
+    create_stream(kinesalite.url, stream, 4)
+    config = make_config(kinesalite.url, dynalite.url, app, table, assignment="sticky")
+    setup_table(config)
+    sink: list = []
+    ids = [(stream, f"shardId-{i:012d}") for i in range(4)]
+    b = Member(config.replace(client_id="m-b"), [stream], sink).start()
+    await eventually(lambda: len(b.owned()) == 4, what="m-b holds every shard")
+    a = Member(config.replace(client_id="m-a"), [stream], sink).start()
+    await eventually(lambda: a.owned() == set(ids[2:]), what="sticky: m-a gets the upper half")
+    await asyncio.to_thread(admin.force_rebalance, config)
+    await eventually(
+        lambda: a.owned() == set(ids[:2]) and b.owned() == set(ids[2:]),
+        what="the layout from scratch",
+        diagnose=lambda: f"a={sorted(a.owned())} b={sorted(b.owned())}",
+    )
+    for member in (a, b):
+        await member.close()
+        assert member.error is None
