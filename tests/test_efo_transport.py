@@ -276,15 +276,30 @@ async def test_a_slow_reader_stops_the_server_through_http2_flow_control() -> No
 
 
 async def test_closing_the_iterator_early_closes_its_connection() -> None:
-    async with EfoStandIn(initial_response=False) as server:
-        shard = server.shards["shardId-0"] = ScriptedShard()
-        shard.put(b"a")
+    """An abandoned subscription must not hold a connection other shards need: its unread data
+    would use up a shared connection's HTTP/2 window."""
+    megabyte = b"m" * (1 << 20)
+    async with EfoStandIn(initial_response=False, batch_size=1) as server:
+        busy = server.shards["shardId-0"] = ScriptedShard()
+        for _ in range(20):
+            busy.put(megabyte)
+        quiet = server.shards["shardId-1"] = ScriptedShard(closed=True)
+        quiet.put(b"q")
         async with subscriber(server.url) as sub:
             events = sub.subscribe(CONSUMER, "shardId-0", {"Type": "TRIM_HORIZON"})
             await take(events, 1)
             assert server.open_subscriptions("shardId-0")
             await events.aclose()
             await eventually(lambda: not server.open_subscriptions("shardId-0"), 5, "closed")
+            other = [e async for e in sub.subscribe(CONSUMER, "shardId-1", {"Type": "LATEST"})]
+            assert other[-1].continuation_sequence_number is None
+            # close() ends the subscriptions still open: their iterators raise a reset.
+            events = sub.subscribe(CONSUMER, "shardId-0", {"Type": "TRIM_HORIZON"})
+            await take(events, 1)
+            await sub.close()
+            with pytest.raises(SubscriptionReset):
+                while True:
+                    await anext(events)
 
 
 async def test_role_arn_signs_with_the_assumed_roles_credentials(moto_url: str) -> None:

@@ -23,7 +23,7 @@ import inspect
 import logging
 import ssl
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,6 +131,7 @@ class ShardSubscriber:
         self._region = config.effective_kinesis_region or "us-east-1"
         self._ssl: ssl.SSLContext | None = None
         self._model: Any = None
+        self._open: set[httpx.AsyncClient] = set()
 
     async def open(self) -> None:
         if self._credentials is None:
@@ -144,7 +145,25 @@ class ShardSubscriber:
         self._ssl = ssl.create_default_context(cafile=certifi.where())
 
     async def close(self) -> None:
+        """Close the connections of subscriptions still open: their iterators then raise
+        :class:`~.errors.SubscriptionReset`."""
         self._ssl = None
+        for client in list(self._open):
+            await client.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A connection of its own for one subscription (see the module's docstring)."""
+        if self._ssl is None:
+            raise RuntimeError("ShardSubscriber.subscribe() before open() or after close()")
+        timeout = httpx.Timeout(READ_TIMEOUT, connect=10.0)
+        client = httpx.AsyncClient(http1=False, http2=True, verify=self._ssl, timeout=timeout)
+        self._open.add(client)
+        try:
+            async with client:
+                yield client
+        finally:
+            self._open.discard(client)
 
     async def _signed(
         self, consumer_arn: str, shard_id: str, position: dict[str, Any]
@@ -202,15 +221,13 @@ class ShardSubscriber:
         again from the last event; other errors are final. Close the iterator when done with it
         early (``contextlib.aclosing``): that closes its connection.
         """
-        if self._ssl is None:
+        if self._model is None:
             raise RuntimeError("ShardSubscriber.subscribe() before open()")
         where = f"{shard_id} via {consumer_arn}"
         url, body, headers = await self._signed(consumer_arn, shard_id, position)
-        timeout = httpx.Timeout(READ_TIMEOUT, connect=10.0)
-        client = httpx.AsyncClient(http1=False, http2=True, verify=self._ssl, timeout=timeout)
         started = time.perf_counter()
         last: str | None = None
-        async with client:
+        async with self._connection() as client:
             try:
                 response_cm = client.stream("POST", url, content=body, headers=headers)
                 response = await response_cm.__aenter__()
