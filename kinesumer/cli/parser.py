@@ -289,7 +289,7 @@ def add_controls(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
 ) -> None:
     """The operator controls: pin, unpin, pins, step-down, rebalance (kinesumer/cli/controls.py).
-    Each is a conditional write of the app's controls item; members apply it within about 5 s."""
+    Each is a conditional write of the app's controls item; members apply it within about 10 s."""
     parents = [shared.group, shared.aws]
     pin = _command(
         commands,

@@ -21,6 +21,7 @@ Weights move a little all the time: the leader publishes them rounded to a power
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 
@@ -61,15 +62,26 @@ def weighted_assign(
     items.sort()
     load = dict.fromkeys(members, 0.0)
     count = dict.fromkeys(members, 0)
-    subscribers = {s: sorted(c for c, st in members.items() if s in st) for s in shards}
+    # One heap of (load, count, id) per stream. Loads only grow, so an entry whose member took
+    # a shard of another stream since is stale *low*: popped, it is pushed again as it is now.
+    heaps = {
+        s: [(0.0, 0, c) for c in sorted(c for c, st in members.items() if s in st)] for s in shards
+    }
     chosen: dict[str, dict[str, list[str]]] = {client: {} for client in members}
     for negative, stream, shard_id in items:
-        candidates = subscribers[stream]
-        if not candidates:
+        heap = heaps[stream]
+        if not heap:
             continue
-        client = min(candidates, key=lambda c: (load[c], count[c], c))
+        while True:
+            entry = heapq.heappop(heap)
+            client = entry[2]
+            current = (load[client], count[client], client)
+            if entry == current:
+                break
+            heapq.heappush(heap, current)
         load[client] -= negative
         count[client] += 1
+        heapq.heappush(heap, (load[client], count[client], client))
         chosen[client].setdefault(stream, []).append(shard_id)
     for client, by_stream in chosen.items():
         result[client] = {s: tuple(sorted(ids)) for s, ids in sorted(by_stream.items())}

@@ -2,25 +2,32 @@
 
 :class:`GroupControls` is called by the coordinator's tick:
 
-1. :meth:`~GroupControls.refresh`: read the ``controls#<app>`` and ``weights#<app>`` items (one
-   eventually consistent BatchGetItem) once per time slot of ``READ_EVERY`` seconds (or
+1. :meth:`~GroupControls.refresh`: write this member's load report when due (its first tick,
+   then every ``REANNOUNCE`` s; weighted mode: every ``shard_sync_interval``, with its rates);
+   read the ``controls#<app>`` item and the leader's publication (``weights#<app>``) in one
+   eventually consistent BatchGetItem once per time slot of ``READ_EVERY`` seconds (or
    ``heartbeat_interval`` if longer). Slots are aligned on the wall clock, so every member reads
    within about one tick of the others: a control takes effect within one slot plus one tick, and
-   members disagree about it for at most about one tick.
-2. :meth:`~GroupControls.leads`: the leader is index 0 of the live ids not stepped down
+   members disagree about it for at most about one tick (as during any rebalance: a claim of a
+   shard its owner has not handed off yet is refused and retried).
+2. :meth:`~GroupControls.effective`: pins and step-downs apply only while a fresh publication
+   names no live member as legacy (a version that ignores the controls: see leader duties);
+   otherwise every new member ignores them too, as the old ones do, so they never fight.
+3. :meth:`~GroupControls.leads`: the leader is index 0 of the live ids not stepped down
    (:mod:`kinesumer.core.controls`). While members disagree (one saw a step-down, another not
    yet), two members may act as leader for a tick: the leader's duties are safe twice (the shard
-   cache write is conditional on its digest, a prune on the ``last_update`` read, the weights are
-   the same aggregate of the same reports).
-3. :meth:`~GroupControls.split`: pinned shards and drained members leave the automatic assignment;
+   cache write is conditional on its digest, a prune on the ``last_update`` read, the
+   publication is the same aggregate of the same reports). The membership view (membership.py)
+   stays with the lowest live id: a step-down moves the shard syncs, prunes and publications.
+4. :meth:`~GroupControls.split`: pinned shards and drained members leave the automatic assignment;
    pins to dead members fall back (logged once per pin).
-4. Weighted mode: owners report their measured rates (:class:`LoadMeter`) every
-   ``shard_sync_interval`` in their own ``load#<app>`` item; the leader aggregates them into the
-   published weights (:meth:`~GroupControls.leader_duties`).
+5. :meth:`~GroupControls.leader_duties`, every ``shard_sync_interval``: read the load reports,
+   publish the quantized weights and the live members that wrote none (legacy).
 
-Cost: one eventually consistent read of two small items per slot per member (0.5 read units per
-5 s), plus in weighted mode one write per member and one Query by the leader per
-``shard_sync_interval``: flat in the size of the group but for the leader's Query.
+Cost per member: one eventually consistent BatchGetItem of two small items per slot (6 calls
+and 6 read units a minute at the default 10 s), one small write every 300 s (weighted mode:
+every ``shard_sync_interval``); the leader adds one Query of the reports and one write per
+``shard_sync_interval``. Flat in the size of the group, but for the leader's Query.
 """
 
 from __future__ import annotations
