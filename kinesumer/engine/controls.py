@@ -69,16 +69,24 @@ class LoadMeter(Metrics):
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
         self.bytes: dict[tuple[str, str], int] = {}
-        #: Monotonic time each shard was first seen in the current window.
+        #: Monotonic time each shard first delivered in the current window.
         self.since: dict[tuple[str, str], float] = {}
+        self._window_start = time.monotonic()
+        self._previous: set[tuple[str, str]] = set()  # shards that delivered last window
 
     def take(self) -> dict[tuple[str, str], float]:
-        """Bytes per second per shard since the last call (or since the shard's first batch in
-        the window), and start a new window."""
+        """Bytes per second per shard over the window since the last call, and start a new
+        window. A shard that delivered in the last window too counts from the window's start;
+        a new one (just claimed) from its first batch, so a takeover is not measured low."""
         now = time.monotonic()
-        rates = {k: n / max(now - self.since[k], 0.5) for k, n in self.bytes.items()}
+        rates = {}
+        for key, nbytes in self.bytes.items():
+            start = self._window_start if key in self._previous else self.since[key]
+            rates[key] = nbytes / max(now - start, 1.0)
+        self._previous = set(self.bytes)
         self.bytes = {}
         self.since = {}
+        self._window_start = now
         return rates
 
     def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
