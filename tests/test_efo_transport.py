@@ -281,7 +281,7 @@ async def test_closing_the_iterator_early_closes_its_connection() -> None:
     megabyte = b"m" * (1 << 20)
     async with EfoStandIn(initial_response=False, batch_size=1) as server:
         busy = server.shards["shardId-0"] = ScriptedShard()
-        for _ in range(20):
+        for _ in range(4):
             busy.put(megabyte)
         quiet = server.shards["shardId-1"] = ScriptedShard(closed=True)
         quiet.put(b"q")
