@@ -124,6 +124,16 @@ async def test_exactly_once_through_rebalance_crash_and_zombie(
     members.remove(a)
     await eventually(lambda: len(b.owned()) == SHARDS, 30, "B taking the crashed member's shard")
 
+    def fenced() -> bool:  # B's claim hook ran: the row holds B's newer lease
+        with postgres.connect() as conn:
+            row = conn.execute(
+                f"SELECT lease FROM {positions} WHERE app = %s AND shard_id = %s",
+                (config.app, shard),
+            ).fetchone()
+        return row is not None and row[0] > old.checkpoint.lease
+
+    await eventually(fenced, 30, "B's claim fencing the position row")
+
     # A zombie: A's late commit under its old lease, after B's claim fenced the row.
     ran = threading.Event()
     with pytest.raises(LeaseLostError):
