@@ -73,7 +73,7 @@ class ScriptedShard:
 
     def start_index(self, position: dict[str, Any]) -> int:
         kind = position["Type"]
-        if kind == "TRIM_HORIZON":
+        if kind in ("TRIM_HORIZON", "AT_TIMESTAMP"):  # every scripted record is "later"
             return 0
         if kind == "LATEST":
             return len(self.records)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -124,6 +125,17 @@ async def test_kinesis_local_registers_once_and_pushes_records_over_http2(
                 with pytest.raises(SubscriptionInUse) as refused:
                     await anext(second)
                 assert refused.value.code == "ResourceInUseException"
+                # Unlike AWS, kinesis-local never ends a closed shard's subscription: after a
+                # split the parent's events stay empty, with a continuation and no children.
+                # The engine must find SHARD_END by listing shards there.
+                setup.split_shard(
+                    StreamName=stream, ShardToSplit=shard, NewStartingHashKey=str(2**127)
+                )
+                await eventually(active, 10, "the split done")
+                for _ in range(2):
+                    later = await anext(events)
+                    assert not later.records and later.child_shards is None
+                    assert later.continuation_sequence_number == put[-1]["SequenceNumber"]
         assert await deregister_consumer(client, arn, "app", stats=stats)
     assert stats.counts()["requests"]["kinesis:SubscribeToShard"] == 2
 
@@ -331,3 +343,17 @@ def test_without_the_extra_the_subscriber_names_it(monkeypatch: pytest.MonkeyPat
     with pytest.raises(EnhancedFanOutNotInstalledError, match=r"kinesumer\[efo\]"):
         importlib.import_module("kinesumer.kinesis.efo.subscriber")
     assert issubclass(EnhancedFanOutNotInstalledError, ImportError)
+
+
+async def test_at_timestamp_goes_out_as_epoch_seconds() -> None:
+    async with EfoStandIn(initial_response=False) as server:
+        server.shards["shardId-0"] = ScriptedShard()
+        server.shards["shardId-0"].put(b"a")
+        when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+        async with subscriber(server.url) as sub:
+            position = {"Type": "AT_TIMESTAMP", "Timestamp": when}
+            events = sub.subscribe(CONSUMER, "shardId-0", position)
+            async with contextlib.aclosing(events):
+                await take(events, 1)
+    sent = json.loads(server.requests[0]["body"])["StartingPosition"]
+    assert sent == {"Type": "AT_TIMESTAMP", "Timestamp": when.timestamp()}
