@@ -17,7 +17,10 @@ The arithmetic (``T`` = ``client_timeout``, ``h`` = ``heartbeat_interval``, ``T 
                     judged at the moment their read *started* (membership.read_members): a
                     read that started after our write was acknowledged sees it (a strongly
                     consistent read; an eventually consistent one may be up to a second stale,
-                    and the margin below would then have to cover that too)
+                    and the margin below would then have to cover that too). Followers of the
+                    leader's membership view judge by the leader's strongly consistent read,
+                    as of the moment it started (the view's ``read_at``): reading the view late
+                    or stale only makes them call us dead later (membership.py)
     fence           sent + T - m, with the margin m = FENCE_MARGIN * T (10%): the margin
                     covers clock skew between members (milliseconds on EC2), so we stop at
                     least m before anyone may call us dead
