@@ -165,8 +165,12 @@ def step_down(config: Config, client_id: str, seconds: float, *, drain: bool = F
     """Make member ``client_id`` step down for ``seconds``: it does not lead (the next live id
     does), and with ``drain`` it also gives up its automatically assigned shards (not those
     pinned to it). It keeps heartbeating. ``seconds=0`` cancels a step-down."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-        raise ConfigError("seconds", f"must be a number of seconds >= 0, got {seconds!r}")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds < float("inf")
+    ):
+        raise ConfigError("seconds", f"must be a finite number of seconds >= 0, got {seconds!r}")
     until = int(time.time() * 1000 + seconds * 1000)
 
     def change(c: Controls) -> Controls:

@@ -309,3 +309,14 @@ async def test_a_forced_rebalance_lays_a_sticky_group_out_afresh(
     for member in (a, b):
         await member.close()
         assert member.error is None
+
+
+def test_library_calls_check_their_arguments() -> None:
+    from kinesumer import Config, ConfigError
+
+    config = Config(app="a", dynamodb_table="table")
+    for seconds in (-1, float("inf"), float("nan"), True):
+        with pytest.raises(ConfigError):
+            admin.step_down(config, "m", seconds)
+    with pytest.raises(ConfigError):
+        admin.pin_shard(config, "s/x", "shard", "m")
