@@ -24,8 +24,17 @@ from _group import setup_table as create_table
 from _wait import eventually, wait_until
 from test_reshard import assert_per_key_order, key_of, split_and_merge
 
-from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record, cli
+from kinesumer import (
+    AsyncKinesumer,
+    Config,
+    ConfigError,
+    ConsumerClosedError,
+    Kinesumer,
+    Record,
+    cli,
+)
 from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.consumer.base import engine_of
 from kinesumer.statestore import DynamoDBStateStore
 from kinesumer.statestore.dynamodb.positions import SavedPosition
 
@@ -252,6 +261,8 @@ async def test_run_handlers_under_broadcast_save_each_members_positions(
                 for (_, shard), s in saved.items()
                 if s.position is not None
             } == last
+    # Handlers write nothing of the group either: only the members' own position items.
+    assert table_keys(config) and all(k.startswith("broadcast#") for k in table_keys(config))
 
 
 async def test_split_and_merge_while_consuming(env: dict[str, Any]) -> None:
@@ -350,6 +361,32 @@ async def test_refresh_moves_to_other_streams(env: dict[str, Any], unique_name: 
     await consumer.aclose()
     assert sorted(r.data for r in got) == sorted(produced)
     assert sorted(r.data for r in again) == sorted(later)
+
+
+async def test_close_during_a_refresh(env: dict[str, Any], unique_name: Names) -> None:
+    """close() while refresh() waits on AWS: the refresh raises ConsumerClosedError (not the
+    closed client's error) and starts no shard."""
+    url, first, second = env["url"], env["stream"], unique_name("s")
+    create_stream(url, first, 1)
+    create_stream(url, second, 1)
+    consumer = AsyncKinesumer(env["config"].replace(client_id="closer"))
+    await consumer.subscribe([first])
+    engine = engine_of(consumer)
+    real, gate, waiting = engine.reader.check_stream, asyncio.Event(), asyncio.Event()
+
+    async def held(stream: str) -> None:
+        waiting.set()
+        await gate.wait()
+        await real(stream)
+
+    engine.reader.check_stream = held  # type: ignore[method-assign]
+    refresh = asyncio.ensure_future(consumer.refresh([first, second]))
+    await asyncio.wait_for(waiting.wait(), 10)
+    await consumer.aclose()
+    gate.set()
+    with pytest.raises(ConsumerClosedError):
+        await refresh
+    assert second not in {stream for stream, _ in engine.leases}
 
 
 def test_example_broadcast_cache(env: dict[str, Any]) -> None:

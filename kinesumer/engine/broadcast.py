@@ -116,13 +116,20 @@ class BroadcastEngine(Engine):
     async def refresh(self, streams: tuple[str, ...]) -> None:
         """Read ``streams`` from now on: dropped streams' shards stop (their positions saved),
         new streams' shards start."""
-        self.lifecycle.check()
+        lifecycle = self.lifecycle
+        lifecycle.check()
         added = tuple(s for s in streams if s not in self._streams)
-        for stream in added:
-            await self.reader.check_stream(stream)
-        saved = {}
-        if added and self.config.broadcast_resume:
-            saved = await self.store.broadcast_positions(self.client_id)
+        try:
+            for stream in added:
+                await self.reader.check_stream(stream)
+            saved = {}
+            if added and self.config.broadcast_resume:
+                saved = await self.store.broadcast_positions(self.client_id)
+        except Exception:
+            lifecycle.check()  # closed meanwhile (its clients with it): say that instead
+            raise
+        # Closed while AWS answered: start nothing (the close saved and stopped what it saw).
+        lifecycle.check()
         # From here to the listing nothing awaits: the lister sees the new streams only with
         # their saved positions known, and never lists a dropped one again.
         dropped = set(self._streams) - set(streams)
@@ -133,7 +140,12 @@ class BroadcastEngine(Engine):
         for stream in dropped:
             self._plan.forget(stream)
         self._plan.remember({k: v for k, v in saved.items() if k[0] in added})
-        await self._list_and_read(added)
+        try:
+            await self._list_and_read(added)
+        except Exception:
+            lifecycle.check()
+            raise
+        lifecycle.check()
 
     # -- reading ------------------------------------------------------------------------------
     async def _keep_listing(self) -> None:
@@ -156,6 +168,8 @@ class BroadcastEngine(Engine):
         failed listing leaves that stream's new shards for the next round)."""
         for stream in streams:
             shards = await self.reader.list_shards(stream)
+            if self.supervisor.stop.is_set():  # closing or failed: start no more shards
+                return
             if stream not in self._streams:  # dropped by a refresh during the listing
                 continue
             starts = self._plan.new_shards(stream, shards)
