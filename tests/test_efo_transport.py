@@ -21,6 +21,7 @@ from _wait import eventually
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from kinesumer import Config
 from kinesumer.aws import RequestStats
@@ -137,6 +138,9 @@ async def test_kinesis_local_registers_once_and_pushes_records_over_http2(
                     assert not later.records and later.child_shards is None
                     assert later.continuation_sequence_number == put[-1]["SequenceNumber"]
         assert await deregister_consumer(client, arn, "app", stats=stats)
+        # Registering again after a deregistration waits out DELETING if it must.
+        again = await register_consumer(client, arn, "app", stats=stats)
+        assert again.startswith(arn + "/consumer/app:")
     assert stats.counts()["requests"]["kinesis:SubscribeToShard"] == 2
 
 
@@ -357,3 +361,33 @@ async def test_at_timestamp_goes_out_as_epoch_seconds() -> None:
                 await take(events, 1)
     sent = json.loads(server.requests[0]["body"])["StartingPosition"]
     assert sent == {"Type": "AT_TIMESTAMP", "Timestamp": when.timestamp()}
+
+
+class FakeConsumers:
+    """A Kinesis client's consumer calls, answering from scripts: a losing registration race,
+    then CREATING until ``active_after`` descriptions."""
+
+    def __init__(self, active_after: int) -> None:
+        self.active_after = active_after
+        self.calls: list[str] = []
+
+    async def describe_stream_consumer(self, **_: Any) -> dict[str, Any]:
+        self.calls.append("describe")
+        if self.calls.count("describe") == 1:
+            raise ClientError({"Error": {"Code": "ResourceNotFoundException"}}, "Describe")
+        status = "ACTIVE" if self.calls.count("describe") > self.active_after else "CREATING"
+        return {"ConsumerDescription": {"ConsumerARN": CONSUMER, "ConsumerStatus": status}}
+
+    async def register_stream_consumer(self, **_: Any) -> dict[str, Any]:
+        self.calls.append("register")
+        raise ClientError({"Error": {"Code": "ResourceInUseException"}}, "Register")
+
+
+async def test_register_after_a_lost_race_waits_for_active_or_times_out() -> None:
+    stats = RequestStats()
+    fake = FakeConsumers(active_after=3)
+    assert await register_consumer(fake, "arn:stream", "app", stats=stats) == CONSUMER
+    assert fake.calls == ["describe", "register", "describe", "describe", "describe"]
+    never = FakeConsumers(active_after=10**6)
+    with pytest.raises(TransientAWSError, match="not ACTIVE"):
+        await register_consumer(never, "arn:stream", "app", stats=stats, timeout=0.3)
