@@ -236,7 +236,11 @@ class ShardSubscriber:
                 raise reset_error(exc, where) from exc
             try:
                 if response.status_code != 200:
-                    raw = await response.aread()
+                    try:
+                        raw = await response.aread()
+                    except httpx.HTTPError as exc:
+                        self._account(started, type(exc).__name__)
+                        raise reset_error(exc, where) from exc
                     parsed = self._response_parser.parse(
                         {
                             "status_code": response.status_code,
