@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from test_sinks_dynamodb import counts, group, recorder
 
 from kinesumer import AsyncKinesumer, ConfigError, Record
+from kinesumer.aws import RequestStats, call_with_retry
 from kinesumer.consumer.base import engine_of
 from kinesumer.models import Position
 from kinesumer.sinks import DynamoDBTransaction, DynamoDBTransactions, PostgresPositions
@@ -139,3 +140,23 @@ async def test_a_sink_is_refused_under_broadcast(group: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="broadcast"):
         PostgresPositions("postgresql://unused").attach(engine_of(consumer))
     await consumer.aclose()
+
+
+async def test_a_plain_write_meeting_a_sink_transaction_is_tried_again() -> None:
+    """Under a DynamoDB sink every commit is a transaction on the shard's checkpoint item: a
+    plain write to that item meanwhile (the owner's release or finish, another member's claim)
+    is refused with TransactionConflictException (HTTP 400). It is transient: tried again, not
+    an error that stops the engine."""
+    calls = 0
+
+    async def write() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            error = {"Code": "TransactionConflictException", "Message": "ongoing transaction"}
+            meta = {"HTTPStatusCode": 400}
+            raise ClientError({"Error": error, "ResponseMetadata": meta}, "UpdateItem")
+        return "written"
+
+    assert await call_with_retry("dynamodb.UpdateItem", write, RequestStats()) == "written"
+    assert calls == 2

@@ -44,7 +44,15 @@ THROTTLE_CODES = frozenset(
     }
 )
 _SERVER_CODES = frozenset(
-    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "InternalFailureException"}
+    {
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "InternalFailureException",
+        # DynamoDB (HTTP 400): a plain write met a transaction on the same item, such as a
+        # checkpoint release or claim meeting an exactly-once sink's commit. Retry it.
+        "TransactionConflictException",
+    }
 )
 _DENIED_CODES = frozenset(
     {
