@@ -81,7 +81,11 @@ raised here, with a note naming the handler and the record).
 A shard's checkpoint only moves to the highest position below which every record is done, so
 a crash loses nothing and delivers again only records in flight or not yet checkpointed; a
 graceful handoff waits (up to ``handoff_timeout``) for the shard's records read so far.
-Bad arguments raise :class:`~kinesumer.ConfigError` naming the argument, before joining."""
+Bad arguments raise :class:`~kinesumer.ConfigError` naming the argument, before joining (so do
+a sink or ``RetryLater`` in broadcast mode). One ``run`` per consumer, on a consumer that
+``consume()``/``subscribe()`` did not join with (``RuntimeError``); a ``close()`` while it joins
+makes it return. A call waiting (backing off, blocking, a retry-later record's due time) gives
+up when the run closes or its shard is handed off: its records are the next owner's."""
 
 
 def shared_doc(doc: str) -> Callable[[F], F]:
