@@ -37,9 +37,11 @@ class Sink:
     def __init__(self, cancel: int = 0) -> None:
         self.commits: list[tuple[Any, list[Any]]] = []
         self.cancel = cancel
+        self.attached: list[Any] = []
 
     def attach(self, engine: Any) -> None:
-        """Nothing to install: these tests drive no claims."""
+        """Nothing to install (these tests drive no claims): remembered."""
+        self.attached.append(engine)
 
     def _commit(self, end: Any, tx: list[Any]) -> None:
         if tx and self.cancel:
@@ -253,6 +255,10 @@ def test_run_twice_at_once_after_consume_or_closed_is_refused(group: dict[str, A
     wait_until(lambda: engine_of(consumer).started, 20, "the first run joined")
     with pytest.raises(RuntimeError, match="running on this consumer already"):
         consumer.run([stream], lambda record: None)
+    sink = Sink()
+    with pytest.raises(RuntimeError, match="running on this consumer already"):
+        consumer.run([stream], writes, sink=sink)
+    assert sink.attached == [], "the refused run's sink hooked into the running engine"
     run.stop()
     with pytest.raises(ConsumerClosedError):
         consumer.run([stream], lambda record: None)

@@ -196,11 +196,15 @@ class BaseKinesumer:
             is_async,
             client_id=self.client_id,
         )
-        if options.sink is not None:
-            options.sink.attach(engine)
         if invocation.extra_streams:
             names = self._stream_names([*names, *invocation.extra_streams])
-        self._begin_run()
+        self._begin_run()  # before the sink's claim hook goes into a running engine
+        if options.sink is not None:
+            try:
+                options.sink.attach(engine)
+            except BaseException:
+                self._end_run()
+                raise
         return options, invocation, names
 
     def _begin_run(self) -> None:
