@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -334,4 +335,11 @@ async def test_a_claim_asked_again_and_a_close_during_a_call(
     end = Position("4" * 56, 2)
     await asyncio.to_thread(sink.transact_sync, lease, end, lambda conn: sink.close_sync())
     assert await hook(lease) == end
+    # An older lease (another member claimed since, or DynamoDB's item was deleted and its lease
+    # numbers started again) is refused, naming who holds the row.
+    lost: list[str] = []
+    engine.checkpointer = SimpleNamespace(lose=lambda lease, why: lost.append(why))  # type: ignore[assignment]
+    older = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
+    assert await hook(older) is None and sink.refused == 1
+    assert "holds lease 3 (owner " in lost[0] and "deleted" in lost[0]
     assert opened and all(conn.closed for conn in opened)

@@ -166,7 +166,13 @@ class PostgresPositions:
                 delay = min(delay * 2, 5.0)
         if row is None:
             self.refused += 1
-            why = "PostgreSQL holds a newer lease for it (claimed again meanwhile)"
+            held = await asyncio.to_thread(self._holder, params[:3])
+            why = (
+                f"PostgreSQL's row holds lease {held}, newer than this claim's "
+                f"{lease.checkpoint.lease}: another member claimed the shard since, or the "
+                f"DynamoDB checkpoint was deleted while this row was kept (lease numbers start "
+                f"again; delete the row too, the position lives there)"
+            )
             engine.checkpointer.lose(lease, why)
             return None
         sequence, sub_sequence = row
@@ -182,6 +188,21 @@ class PostgresPositions:
                 self._schema_ready = True
             row: tuple[Any, ...] | None = conn.execute(self._sql(_FENCE), params).fetchone()
             return row
+
+    def _holder(self, key: tuple[object, ...]) -> str:
+        """Who holds the row now, for the refusal's message."""
+        try:
+            with self._connection() as conn:
+                row = conn.execute(
+                    self._sql(
+                        "SELECT lease, owner FROM {table} WHERE app = %s AND stream = %s "
+                        "AND shard_id = %s"
+                    ),
+                    key,
+                ).fetchone()
+        except psycopg.Error:
+            row = None
+        return "?" if row is None else f"{row[0]} (owner {row[1]})"
 
     # -- transactions -------------------------------------------------------------------------
     def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
