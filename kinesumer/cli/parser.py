@@ -159,7 +159,7 @@ def add_status(
         "show members, leader, shard owners, checkpoints and lag",
         [shared.group, shared.aws],
         "Show the group from its state table: live members (* marks the leader: the lowest live "
-        "id), which shards each owns, and per shard its owner, checkpoint and lag "
+        "id not stepped down), which shards each owns, and per shard its owner, checkpoint and lag "
         "(MillisBehindLatest as its owner reports it).",
     )
     status.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
