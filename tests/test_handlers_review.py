@@ -439,3 +439,19 @@ def test_a_failed_run_leaves_no_thread_and_checkpoints_nothing_at_the_failure(
     wait_until(
         lambda: {t.ident for t in threading.enumerate()} <= before, 10, "no thread left behind"
     )
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [RetryLater("orders"), DeadLetter("orders"), RetryLater("r", then=DeadLetter("orders"))],
+)
+def test_a_policy_writing_to_a_stream_the_run_reads_is_refused(policy: Any) -> None:
+    """RetryLater("orders") on a run of "orders" would read every record as a (bad) envelope
+    and send it to ``then``; a dead letter written to a stream the run reads comes back to the
+    handler. Refused before anything starts."""
+    from _group import make_config
+
+    consumer = Kinesumer(make_config("http://127.0.0.1:9", "http://127.0.0.1:9", "app", "table"))
+    with pytest.raises(ConfigError, match=r"run\(on_failure\).*orders"):
+        consumer.run(["orders", "other"], print, on_failure=policy)
+    consumer.close()

@@ -26,7 +26,7 @@ from ..errors import ConfigError, ConsumerClosedError
 from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
-from ..handlers.policies import RetryLater
+from ..handlers.policies import RetryLater, dead_letter_streams
 from ..stats import ConsumerStats
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -186,6 +186,14 @@ class BaseKinesumer:
                 "on_failure",
                 "every broadcast member reads the retry-later stream, so each would handle "
                 "every member's retries; use DeadLetter, Discard or Block in broadcast mode",
+                "run",
+            )
+        read_back = sorted(set(dead_letter_streams(options.on_failure)) & set(names))
+        if read_back:
+            raise ConfigError(
+                "on_failure",
+                f"writes failed records to {', '.join(read_back)}, which this run reads: "
+                "they would come back to the handler as envelopes; use streams of their own",
                 "run",
             )
         invocation = Invocation(
