@@ -455,3 +455,16 @@ def test_a_policy_writing_to_a_stream_the_run_reads_is_refused(policy: Any) -> N
     with pytest.raises(ConfigError, match=r"run\(on_failure\).*orders"):
         consumer.run(["orders", "other"], print, on_failure=policy)
     consumer.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Retry(backoff=float("inf"), max_backoff=float("inf")), "Retry.backoff"),
+        (lambda: Retry(max_backoff=float("inf")), "Retry.max_backoff"),
+        (lambda: RetryLater("retries", delay=float("inf")), "RetryLater.delay"),
+    ],
+)
+def test_an_endless_wait_is_refused(make: Callable[[], object], field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"Config\.{field}: must be a finite"):
+        make()

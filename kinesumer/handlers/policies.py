@@ -233,5 +233,10 @@ def _check_stream(name: str, stream: object) -> None:
 
 
 def _non_negative(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ConfigError(name, f"must be a number >= 0, not {value!r}")
+    # Finite: an infinite backoff or delay would hold a record (and its shard) for ever.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value < float("inf")
+    ):
+        raise ConfigError(name, f"must be a finite number >= 0, not {value!r}")
