@@ -30,7 +30,7 @@ def render(status: GroupStatus) -> list[str]:
             for m in status.members
         ]
         lines += table(["  MEMBER", "STATE", "HEARTBEAT", "HOST/PID", "STREAMS", "SHARDS"], rows)
-        lines.append("  (* leader: the lowest live client id)")
+        lines.append("  (* leader: the lowest live client id not stepped down)")
     else:
         lines.append("no members registered")
     for stream, shards in sorted(status.streams.items()):
