@@ -468,3 +468,38 @@ def test_a_policy_writing_to_a_stream_the_run_reads_is_refused(policy: Any) -> N
 def test_an_endless_wait_is_refused(make: Callable[[], object], field: str) -> None:
     with pytest.raises(ConfigError, match=rf"Config\.{field}: must be a finite"):
         make()
+
+
+def test_a_discarded_last_record_moves_a_dynamodb_sinks_position(
+    kinesalite: Any, moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """(b) on the real sink: the last record of the shard is discarded; the position the sink
+    commits (the checkpoint item) reaches it, so no next owner delivers it again."""
+    from test_handlers_group import checkpoints
+
+    from kinesumer.sinks import DynamoDBTransactions
+
+    config = make_config(kinesalite.url, moto_url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    put(kinesalite.url, stream, 0, 5)
+    seen: list[Record] = []
+
+    def handle(record: Record, tx: Any) -> None:
+        seen.append(record)
+        if record.data == b"4":
+            raise ValueError("four is bad")
+
+    consumer = Kinesumer(config)
+    run = Run(
+        consumer,
+        [stream],
+        handle,
+        sink=DynamoDBTransactions(),
+        on_failure=Discard(retry=Retry(attempts=1)),
+    )
+    wait_until(lambda: len(seen) >= 5, 30, "every record handled")
+    last = int(seen[-1].sequence_number)
+    wait_until(lambda: set(checkpoints(config, stream).values()) == {last}, 20, "position moved")
+    run.stop()
