@@ -12,7 +12,8 @@ How a call can end, and what the run does:
 - returned: its records are done (the worker finished them in their trackers already);
 - ``HandlerFailedError`` (the policy stops the run): no more calls start, the in-flight ones
   end, then the runner closes with discard and raises the handler's exception;
-- ``AbandonedError`` (the run is closing while the call waited): its records stay undone;
+- ``AbandonedError`` (the run is closing, or the shard was handed off, while the call waited):
+  its records stay undone, the next owner's, and so do its key's queued records of that lease;
 - ``LeaseLostError`` (a sink's fenced commit was refused): the lease's queued records are
   dropped and the engine is told (:attr:`Dispatch.lost`), the run goes on;
 - anything else is a bug in the layers below: it stops the run like a handler failure.
