@@ -180,7 +180,17 @@ class Coordinator:
                 await self.tick()
             except TransientAWSError as exc:
                 log.warning("[%s] coordinator tick failed: %s", self.client_id, exc)
+            await self._retry_claims_until(started + interval / 2, stop)
+            if await self._view_moved(stop):
+                continue  # the membership view changed: tick now, not half an interval later
             await self._retry_claims_until(started + interval, stop)
+
+    async def _view_moved(self, stop: asyncio.Event) -> bool:
+        try:
+            return not stop.is_set() and await self.membership.view_moved()
+        except TransientAWSError as exc:
+            log.warning("[%s] membership view read failed: %s", self.client_id, exc)
+            return False
 
     async def _retry_claims_until(self, next_tick: float, stop: asyncio.Event) -> None:
         while not stop.is_set() and time.monotonic() < next_tick:

@@ -88,6 +88,7 @@ class Membership:
         self._list: tuple[str, list[ClientInfo]] = ("", [])  # last member list read or written
         self._published = False  # we published the head as it stands
         self._head: MembershipView | None = None  # what we published, if we did
+        self._followed: MembershipView | None = None  # the head this tick followed, if it did
         #: Ticks that read the client items / that followed the published view (for tests).
         self.direct_reads = 0
         self.view_reads = 0
@@ -116,6 +117,7 @@ class Membership:
         if not self.leader:
             head = await views.read_view_head(consistent=False)
             live = await self._follow(views, head)
+            self._followed = head if live is not None else None
             if live is not None and head is not None:
                 self.view_reads += 1
                 views.follow_digests(head)  # this tick's shard cache digests come with it
@@ -127,6 +129,7 @@ class Membership:
         # stale head only makes our publication cover fewer joins (followers then read directly
         # one more tick) or be refused (its condition) and tried again next tick. Alone, our
         # own last publication serves: a joiner shows in the items, and is not following yet.
+        self._followed = None
         views.follow_digests(None)
         alone = self._published and self.live_ids == [self.client_id]
         head = self._head if alone else await views.read_view_head(consistent=False)
@@ -138,6 +141,21 @@ class Membership:
             self._published = False
             await views.publish_view(head, dataclasses.replace(head, published_at_ms=0), None)
         return stale
+
+    async def view_moved(self) -> bool:
+        """Between ticks (half way), a follower reads the head: True when it points to another
+        member list, counts a join or leave, or went stale, so the coordinator ticks at once
+        (a crash the leader published reaches the followers within half an interval). Members
+        that read the client items anyway answer False without a read."""
+        views, followed = self._views, self._followed
+        if views is None or self.leader or followed is None:
+            return False
+        head = await views.read_view_head(consistent=False)
+        return head is None or (
+            head.members_key != followed.members_key
+            or head.changes != head.seen_changes
+            or int(time.time() * 1000) - head.published_at_ms > self._timeout_ms
+        )
 
     async def _follow(
         self, views: MembershipViewStore, head: MembershipView | None
