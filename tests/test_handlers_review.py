@@ -473,8 +473,10 @@ def test_an_endless_wait_is_refused(make: Callable[[], object], field: str) -> N
 def test_a_discarded_last_record_moves_a_dynamodb_sinks_position(
     kinesalite: Any, moto_url: str, unique_name: Callable[[str], str]
 ) -> None:
-    """(b) on the real sink: the last record of the shard is discarded; the position the sink
-    commits (the checkpoint item) reaches it, so no next owner delivers it again."""
+    """(a) and (b) on the real sink: a record whose transaction DynamoDB cancels for the
+    handler's own condition is discarded by the policy and the run goes on; the last record of
+    the shard is discarded too, and the position the sink commits (the checkpoint item) reaches
+    it, so no next owner delivers it again."""
     from test_handlers_group import checkpoints
 
     from kinesumer.sinks import DynamoDBTransactions
@@ -488,6 +490,9 @@ def test_a_discarded_last_record_moves_a_dynamodb_sinks_position(
 
     def handle(record: Record, tx: Any) -> None:
         seen.append(record)
+        if record.data == b"2":  # (a): DynamoDB cancels the transaction for this condition
+            missing = {"pk": "no-such-item", "sk": "none"}
+            tx.check(config.dynamodb_table, missing, "attribute_exists(pk)")
         if record.data == b"4":
             raise ValueError("four is bad")
 
@@ -502,4 +507,6 @@ def test_a_discarded_last_record_moves_a_dynamodb_sinks_position(
     wait_until(lambda: len(seen) >= 5, 30, "every record handled")
     last = int(seen[-1].sequence_number)
     wait_until(lambda: set(checkpoints(config, stream).values()) == {last}, 20, "position moved")
+    (counts,) = consumer.stats().handled.values()
+    assert counts == {"ok": 3, "discarded": 2}
     run.stop()
