@@ -65,8 +65,8 @@ class TransactionTooLargeError(SinkError, ValueError):
 class TransactionCanceledError(SinkError):
     """DynamoDB cancelled the transaction because of one of the handler's own writes (its
     condition failed, or it was invalid). ``reasons``: DynamoDB's CancellationReasons, one per
-    element in the order they were added (the position's last). Raised outside the handler's
-    call, it stops the run (``run()`` raises it) rather than going through the failure policy."""
+    element in the order they were added (the position's last). It counts as the handler's
+    failure: the run's failure policy decides (retry, discard, dead letter, stop...)."""
 
     def __init__(self, message: str, reasons: list[dict[str, Any]]) -> None:
         self.reasons = reasons
