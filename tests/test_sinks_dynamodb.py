@@ -56,9 +56,10 @@ def counts(url: str, table: str) -> dict[str, int]:
     client, out, kwargs = dynamodb(url), {}, {"TableName": table}
     while True:
         page = client.scan(**kwargs)
-        # moto applies a transaction item by item: a scan may see an item it has just created
-        # and not yet updated (key only). It is committed a moment later; count it then.
-        items = [i for i in page["Items"] if "deliveries" in i]
+        # moto applies a transaction item by item, and an update action by action: a scan may
+        # see an item it has just created and not yet updated (key only, or the ADD without the
+        # SET). It is committed a moment later; count it then.
+        items = [i for i in page["Items"] if "deliveries" in i and "data" in i]
         out.update({i["data"]["S"]: int(i["deliveries"]["N"]) for i in items})
         if "LastEvaluatedKey" not in page:
             return out
