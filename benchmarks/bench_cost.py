@@ -178,6 +178,25 @@ def cost(
     return rows
 
 
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows of :func:`cost` as one Markdown table: before and after side by side."""
+    by = {(r["members"], r["path"]): r for r in rows}
+    lines = [
+        "| members | before: calls | before: CU | after: calls | after: CU | after: follower "
+        "CU | after: leader CU | before $/member-month | after $/member-month |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in sorted({r["members"] for r in rows}):
+        old, new = by[size, "before"], by[size, "after"]
+        lines.append(
+            f"| {size:,} | {old['calls']:.0f} | {old['read_units'] + old['write_units']:,.0f} | "
+            f"{new['calls']:.0f} | {new['read_units'] + new['write_units']:,.0f} | "
+            f"{new['follower_units']:.0f} | {new['leader_units']:,.0f} | "
+            f"{old['usd_member_month']:.2f} | {new['usd_member_month']:.2f} |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,10,50,200,1000")
@@ -190,7 +209,9 @@ def main() -> None:
     try:
         create_state_table(bench_config(kinesalite.url, dynalite.url, "bench"))
         sizes = tuple(int(s) for s in args.sizes.split(","))
-        print(cost(kinesalite.url, dynalite.url, sizes, args.window, args.go_timing))
+        print(
+            "\n".join(table(cost(kinesalite.url, dynalite.url, sizes, args.window, args.go_timing)))
+        )
     finally:
         kinesalite.stop()
         dynalite.stop()
