@@ -109,12 +109,38 @@ def tables(r: dict[str, Any]) -> str:
             "",
             bench_spark.table(r["spark"]),
         ]
+    lines += flat_cost_tables(r)
     lines += handlers_table(r.get("handlers"))
     lines += sinks_table(r.get("sinks"))
     lines += assignment_modes_table(r.get("assignment_modes"))
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)
+
+
+def flat_cost_tables(r: dict[str, Any]) -> list[str]:
+    """Per member-minute cost before (every member reads every client item) and after (followers
+    read the leader's view), simulated large groups (bench_cost.py)."""
+    if not r.get("flat_cost"):
+        return []
+    import bench_cost
+
+    return [
+        "",
+        "**Cost as the group grows**, idle, 16 shards, defaults: per member-minute, averaged over "
+        "the group (groups above 3 simulated: a load process rewrites full 1 KB client items every "
+        "second; one real leader and follower measured). *Before*: every member Queries every "
+        "client item each tick; *after*: followers read the leader's small view head "
+        "(on-demand prices, us-east-1: $1.25 per million write units, $0.25 per million read "
+        "units).",
+        "",
+        *bench_cost.table(r["flat_cost"]),
+        "",
+        "The same at the Go library's timing (`heartbeat_interval=5`, `client_timeout=10`; the Go "
+        "library makes about 48 calls per follower-minute):",
+        "",
+        *bench_cost.table(r["go_timing_cost"]),
+    ]
 
 
 def handlers_table(h: dict[str, Any] | None) -> list[str]:

@@ -30,6 +30,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import bench_assignment  # noqa: E402
 import bench_core  # noqa: E402
+import bench_cost  # noqa: E402
 import bench_failover  # noqa: E402
 import bench_group  # noqa: E402
 import bench_handlers  # noqa: E402
@@ -80,6 +81,14 @@ def run_all(quick: bool) -> dict[str, Any]:
         started = time.monotonic()
         out["cost"] = bench_group.cost(kurl, durl, (1, 10, 50), 16, 10.0 if quick else 15.0, 400)
         timings["cost"] = time.monotonic() - started
+
+        started = time.monotonic()
+        sizes = (1, 10, 200) if quick else (1, 10, 50, 200, 1000)
+        out["flat_cost"] = bench_cost.cost(kurl, durl, sizes, 8.0 if quick else 15.0)
+        out["go_timing_cost"] = bench_cost.cost(
+            kurl, durl, (10,) if quick else (1, 10, 200), 30.0 if quick else 40.0, go_timing=True
+        )
+        timings["flat_cost"] = time.monotonic() - started
 
         started = time.monotonic()
         out["assignment"] = bench_limits.assignment_scale()
