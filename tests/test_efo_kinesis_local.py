@@ -118,19 +118,20 @@ def test_sigkilled_member_is_taken_over(env: dict[str, Any], dynalite: Any, tmp_
     try:
         produced = {int(d) for d in put(url, stream, 0, 100)}
         wait_until(
-            lambda: victim.owned() and survivor.owned(), what="both members own a shard", timeout=30
+            lambda: victim.owned() and survivor.owned(), what="both members own a shard", timeout=60
         )
         wait_until(
             lambda: {d.number for m in (victim, survivor) for d in m.deliveries()} >= produced,
             what="the first records",
-            timeout=30,
+            timeout=60,
+            diagnose=lambda: victim.describe() + survivor.describe(),
         )
         victim.kill()
         produced |= {int(d) for d in put(url, stream, 100, 100)}
         wait_until(
             lambda: {d.number for d in survivor.deliveries()} >= set(range(100, 200)),
             what="the survivor reads the victim's shard too",
-            timeout=45,
+            timeout=60,
             diagnose=survivor.describe,
         )
         assert len(survivor.owned()) == 2
