@@ -64,10 +64,10 @@ async def test_group_every_record_once_with_handoff_then_deregister(
     first = Member(config.replace(client_id="a"), [stream], sink).start()
     second = Member(config.replace(client_id="b"), [stream], sink).start()
     produced = put(url, stream, 0, 200)
-    await eventually(lambda: len(sink) >= 200, what="every record", timeout=30)
+    await eventually(lambda: len(sink) >= 200, what="every record", timeout=60)
     await second.close()  # graceful: its shards move to the first member at their checkpoints
     produced += put(url, stream, 200, 100)
-    await eventually(lambda: len(set(datas(sink))) >= 300, what="after the handoff", timeout=30)
+    await eventually(lambda: len(set(datas(sink))) >= 300, what="after the handoff", timeout=60)
     await first.close()
     assert first.error is None and second.error is None
     assert sorted(datas(sink)) == sorted(produced)
