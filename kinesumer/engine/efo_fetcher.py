@@ -146,6 +146,8 @@ class EfoShardFetcher:
                         return
                     self._failures = 0
                 except Exception as exc:
+                    if not lease.deliverable:
+                        return  # handed off or lost meanwhile (the member may be closing)
                     if type(exc).__name__ == "SubscriptionEnded":
                         # The transport's word for the 5-minute end: not a failure.
                         log.debug("%s subscription ended (%s)", self._where, exc)
