@@ -48,6 +48,7 @@ class FakeEfo:
     expire_after: int = 0  # events per subscription (0: never expires)
     busy_first: int = 0  # ResourceInUse for the first N subscriptions of each shard
     send_children: bool = False
+    never_end: bool = False  # kinesis-local: a closed shard's subscription never says SHARD_END
     event_records: int = 25  # at most this many records per event
     positions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)
@@ -95,6 +96,11 @@ class FakeEfo:
                 iterator = response.get("NextShardIterator")
                 if records:
                     last = records[-1]["SequenceNumber"]
+                elif iterator is None and self.never_end:
+                    while True:  # until the subscriber closes the subscription
+                        await asyncio.sleep(0.2)
+                        self.events_sent[shard_id] += 1
+                        yield FakeEvent([], last, 0, None)
                 elif iterator is not None:
                     await asyncio.sleep(0.1)
                     if last is None:

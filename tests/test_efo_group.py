@@ -140,13 +140,19 @@ def split(url: str, stream: str) -> None:
     client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
 
 
-@pytest.mark.parametrize("send_children", [True, False], ids=["children-in-event", "listing"])
+@pytest.mark.parametrize(
+    ("send_children", "never_end"),
+    [(True, False), (False, False), (False, True)],
+    ids=["children-in-event", "listing", "never-ends"],
+)
 async def test_split_while_consuming_reads_parents_first(
-    env: dict[str, Any], send_children: bool
+    env: dict[str, Any], send_children: bool, never_end: bool
 ) -> None:
+    """``never-ends``: the parent's subscription never says SHARD_END (kinesis-local); the
+    fetcher finds the closed shard drained with GetRecords and ends it."""
     url, stream = env["url"], env["stream"]
     create_stream(url, stream, 2)
-    fake = FakeEfo(url, send_children=send_children)
+    fake = FakeEfo(url, send_children=send_children, never_end=never_end)
     sink: list[tuple[str, Record]] = []
     members = [efo_member(env["config"], c, stream, sink, fake) for c in "ab"]
     key = lambda i: f"key-{i % 16}"  # noqa: E731

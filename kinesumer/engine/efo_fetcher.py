@@ -27,6 +27,7 @@ from ..aws import error_code, is_transient
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
 from ..kinesis.kpl import to_records
+from ..kinesis.reader import KinesisReader
 from ..metrics import Metrics
 from ..models import Position, Record
 from .buffer import RecordBuffer
@@ -74,6 +75,45 @@ class Subscriber(Protocol):
     ) -> AsyncIterator[ShardEvent]: ...
 
 
+#: How often an idle subscription of a closed shard checks, with GetRecords, that it is drained.
+END_CHECK_INTERVAL = 5.0
+#: GetRecords calls one check makes at most before concluding "not drained yet".
+MAX_END_CHECK_READS = 3
+
+
+class EndCheck:
+    """Whether a closed shard has nothing after ``continuation`` (GetRecords gives no record past
+    it and no next iterator): its SHARD_END, for endpoints whose subscriptions of a closed shard
+    never say so. Open shards (per the group's shard cache) are never checked."""
+
+    def __init__(self, reader: KinesisReader, stream: str, closed: Callable[[str], bool]) -> None:
+        self._reader = reader
+        self._stream = stream
+        self._closed = closed
+
+    async def __call__(self, shard_id: str, continuation: str) -> bool:
+        if not self._closed(shard_id):
+            return False
+        after = Position(continuation, 2**31)  # every sub-record of that record was read
+        try:
+            iterator = await self._reader.shard_iterator(
+                self._stream, shard_id, after, "TRIM_HORIZON"
+            )
+            next_iterator: str | None = iterator
+            for _ in range(MAX_END_CHECK_READS):  # the end may take a read or two to show
+                if next_iterator is None:
+                    return True
+                batch = await self._reader.get_records(
+                    self._stream, shard_id, next_iterator, 10, after
+                )
+                if batch.records:
+                    return False  # more to come through the subscription
+                next_iterator = batch.next_iterator
+        except TransientAWSError:
+            return False
+        return next_iterator is None
+
+
 def retryable(exc: BaseException) -> bool:
     """Whether subscribing again later may succeed; anything else reaches the application."""
     if isinstance(exc, (TransientAWSError, ConnectionError, asyncio.TimeoutError)):
@@ -109,8 +149,11 @@ class EfoShardFetcher:
         on_shard_end: Callable[[Lease], None],
         client_id: str,
         metrics: Metrics,
+        ended: EndCheck | None = None,
     ) -> None:
         self._lease = lease
+        self._ended = ended
+        self._next_end_check = 0.0
         self._subscriber = subscriber
         self._consumer_arn = consumer_arn
         self._buffer = buffer
@@ -209,6 +252,8 @@ class EfoShardFetcher:
         if records and not await self._put(records):
             return False
         continuation = event.continuation_sequence_number
+        if continuation is not None and not raw and await self._drained_after(continuation):
+            continuation = None  # an endpoint that never ends a closed shard's subscription
         if continuation is None:
             log.info(
                 "%s reached SHARD_END (children %s)",
@@ -220,6 +265,15 @@ class EfoShardFetcher:
             return False
         self._position = {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation}
         return True
+
+    async def _drained_after(self, continuation: str) -> bool:
+        """Fallback for endpoints that never end a closed shard's subscription (kinesis-local):
+        at most every END_CHECK_INTERVAL, on an empty event, ask :class:`EndCheck`."""
+        now = asyncio.get_running_loop().time()
+        if self._ended is None or now < self._next_end_check:
+            return False
+        self._next_end_check = now + END_CHECK_INTERVAL
+        return await self._ended(self._shard_id, continuation)
 
     async def _put(self, records: list[Record]) -> bool:
         """Into the buffer in slices that fit the room reserved for them, so that buffered

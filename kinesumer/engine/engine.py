@@ -21,7 +21,7 @@ from ..errors import ConsumerClosedError
 from ..models import Position, Record
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
-from .efo_fetcher import EfoShardFetcher
+from .efo_fetcher import EfoShardFetcher, EndCheck
 from .efo_session import EfoSession, EfoTransport, aws_transport
 from .fetcher import ShardFetcher
 from .hooks import RebalanceHooks
@@ -136,6 +136,7 @@ class Engine(GroupMember):
                 self._on_shard_end,
                 self.client_id,
                 self.metrics,
+                EndCheck(self.reader, lease.key[0], self._closed_in(lease.key[0])),
             )
         return ShardFetcher(
             lease,
@@ -148,6 +149,17 @@ class Engine(GroupMember):
             self.client_id,
             self.metrics,
         )
+
+    def _closed_in(self, stream: str) -> Callable[[str], bool]:
+        """Whether the group's shard cache lists a shard of ``stream`` as closed (EFO's SHARD_END
+        fallback; the cache follows a reshard within shard_sync_interval)."""
+
+        def closed(shard_id: str) -> bool:
+            cache = self.shard_sync.caches.get(stream)
+            shard = cache.by_id().get(shard_id) if cache is not None else None
+            return shard is not None and shard.closed
+
+        return closed
 
     def _on_shard_end(self, lease: Lease) -> None:
         self.supervisor.spawn(self.finish_shard(lease), "finish")
