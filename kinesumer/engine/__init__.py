@@ -12,6 +12,8 @@ One room per job, meeting in the shared lease table (``leases``):
 - ``leases``: the lease and its lifecycle; ``buffer``: the bounded record buffer; ``fetcher``:
   GetRecords per shard; ``delivery``: the cursor's one admission check; ``checkpointer``: fenced
   writes; ``heartbeat``: liveness on its own thread; ``hooks``: the application's rebalance hooks.
+- ``efo_fetcher``, ``efo_session``: enhanced fan-out (the fetcher's twin over SubscribeToShard;
+  consumer registration before any claim); ``controls``: operator controls and load reports.
 - ``broadcast``, ``broadcast_plan``, ``broadcast_checkpointer``: broadcast mode (every member reads
   every shard, outside any group), reusing the engine's reading and delivery.
 """
