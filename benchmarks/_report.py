@@ -113,6 +113,10 @@ def tables(r: dict[str, Any]) -> str:
     lines += handlers_table(r.get("handlers"))
     lines += sinks_table(r.get("sinks"))
     lines += assignment_modes_table(r.get("assignment_modes"))
+    if r.get("efo"):
+        import bench_efo
+
+        lines += ["", bench_efo.report(r["efo"])]
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)

@@ -115,6 +115,10 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["sinks"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["efo"] = efo(quick)
+        timings["efo"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["spark"] = spark(kurl, durl, quick)
         timings["spark"] = time.monotonic() - started
     finally:
@@ -149,6 +153,15 @@ def sinks(kurl: str, durl: str, quick: bool) -> dict[str, Any]:
 
     result = bench_sinks.run_with_servers(kurl, durl, quick)
     print(bench_sinks.report(result), flush=True)
+    return result
+
+
+def efo(quick: bool) -> dict[str, Any]:
+    """Enhanced fan-out vs polling (bench_efo.py: on its own kinesis-local + dynalite)."""
+    import bench_efo
+
+    result = bench_efo.run_with_servers(quick)
+    print(bench_efo.report(result), flush=True)
     return result
 
 
