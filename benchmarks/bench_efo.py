@@ -12,7 +12,7 @@ with dynalite for the state table, one in-process ``AsyncKinesumer`` member each
 Read the EFO figures as the stand-in's, not AWS's: kinesis-local pushes at most one event a
 second per shard (measured here: p50 ~1.5 s), and an event larger than 64 KiB (a few hundred
 100-byte records: any backlog) never arrives from it: its HTTP/2 server drops the connection
-WINDOW_UPDATE that httpcore (like Netty and Go) sends with the preface, so its connection window
+WINDOW_UPDATE that httpcore (as Go's client does) sends with the preface, so its connection window
 stays at 65,535 bytes (pinned by tests/test_efo_large_events.py). The pre-filled EFO run on it
 reports what came in 60 s; **standin_throughput** measures the same pre-filled drain through our
 HTTP/2 transport (``ShardSubscriber``, no engine) on tests/_efo_standin.py, the ``h2`` server

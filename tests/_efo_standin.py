@@ -163,7 +163,8 @@ class EfoStandIn:
     """SubscribeToShard on ``url`` (h2c, prior knowledge) for the scripted ``shards``.
 
     ``initial_response``: send AWS's initial-response event first. ``expire_after``: end each
-    subscription normally after that many seconds. ``takeover_after``: a second subscription to
+    subscription normally after that many seconds (``expire_after_events``: after that many
+    events). ``takeover_after``: a second subscription to
     a shard within that many seconds of the first gets ResourceInUse, later it takes over (the
     first gets a ResourceInUse exception event); None: always ResourceInUse (kinesis-local).
     ``reset_after_events``: reset the HTTP/2 stream after that many events. ``fail_with``:
@@ -175,6 +176,7 @@ class EfoStandIn:
         *,
         initial_response: bool = True,
         expire_after: float | None = None,
+        expire_after_events: int | None = None,
         takeover_after: float | None = 5.0,
         reset_after_events: int | None = None,
         batch_size: int = 10,
@@ -183,6 +185,7 @@ class EfoStandIn:
         self.shards: dict[str, ScriptedShard] = {}
         self.initial_response = initial_response
         self.expire_after = expire_after
+        self.expire_after_events = expire_after_events
         self.takeover_after = takeover_after
         self.reset_after_events = reset_after_events
         self.batch_size = batch_size
@@ -282,6 +285,8 @@ class EfoStandIn:
                 self.expire_after is not None
                 and time.monotonic() - sub.started >= self.expire_after
             ):
+                break
+            if self.expire_after_events is not None and sub.events >= self.expire_after_events:
                 break
             if self.reset_after_events is not None and sub.events >= self.reset_after_events:
                 conn.h2.reset_stream(sub.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)

@@ -3,7 +3,7 @@
 any event over 64 KiB for every standard client) is pinned with a raw ``h2`` client.
 
 kinesis-local (http4s ember's HTTP/2 server) drops a connection-level WINDOW_UPDATE that arrives
-right after the client's preface and SETTINGS, which is where httpcore, Netty and Go's client send
+right after the client's preface and SETTINGS, which is where httpcore and Go's client send
 it. Its connection send window then stays at 65,535 bytes while the client, which has granted
 16 MiB, sees no reason to send another: the stream stalls after 64 KiB until the read times out.
 The same WINDOW_UPDATE sent after the response headers is honoured. AWS is not affected.
