@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of
@@ -26,6 +27,30 @@ from kinesumer.sinks import LeaseLostError
 
 #: handler(records of one shard, tx); sync handlers for ``sync=True``.
 Handler = Callable[[list[Record], Any], Any]
+#: Seconds a member's start, crash or close may take before the test fails naming it.
+STEP_TIMEOUT = 60.0
+T = TypeVar("T")
+
+
+def task_stacks() -> str:
+    """Every pending task of the running loop with its stack: what a stuck await waits on."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        if not task.done():
+            task.print_stack(limit=12, file=out)
+    return out.getvalue()
+
+
+async def bounded(step: Awaitable[T], what: str, timeout: float = STEP_TIMEOUT) -> T:
+    """Await ``step`` for at most ``timeout`` seconds, else fail naming ``what`` with every
+    pending task's stack (a hang then fails in seconds, not at the suite's timeout)."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        stacks = task_stacks()
+        task.cancel()
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{stacks}")
+    return task.result()
 
 
 class SinkMember:
@@ -116,21 +141,25 @@ class SinkMember:
     async def close(self) -> None:
         """Stop, then hand every shard off: ``run()`` lets its calls end; the direct driver
         stops at once, and what it was given and did not commit is the next owner's again."""
+        name = self.engine.client_id
         if self.runner and self.task is not None:
-            await self.consumer.aclose()  # run() returns once its calls ended and committed
-            await asyncio.wait_for(self.task, 30)  # and raises what stopped it, if anything
+            # run() returns once its calls ended and committed, and raises what stopped it.
+            await bounded(self.consumer.aclose(), f"{name}'s aclose()")
+            await bounded(asyncio.shield(self.task), f"{name}'s run() ending after aclose()")
             return
         await self._stop_task()
-        await self.consumer.aclose(discard=True)
+        await bounded(self.consumer.aclose(discard=True), f"{name}'s aclose(discard=True)")
 
     async def crash(self) -> None:
         """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
-        await self.engine.abort()
+        await bounded(self.engine.abort(), f"{self.engine.client_id}'s engine.abort()")
         await self._stop_task()
 
     async def _stop_task(self) -> None:
         if self.task is not None:
             self.task.cancel()
+            name = self.engine.client_id
+            await bounded(asyncio.wait({self.task}), f"{name}'s loop ending, cancelled")
             # What stopped a crashed member's loop (its clients closed under it) does not matter.
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+                self.task.result()

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from _group import create_stream, kinesis, make_config, put, setup_table
 from _postgres import PostgresServer, postgres_server
-from _sink_driver import SinkMember
+from _sink_driver import SinkMember, bounded
 from _standins import NodeStandIn
 from _wait import eventually
 
@@ -138,9 +138,10 @@ async def test_exactly_once_through_rebalance_crash_and_zombie(
     # A zombie: A's late commit under its old lease, after B's claim fenced the row.
     ran = threading.Event()
     with pytest.raises(LeaseLostError):
-        await asyncio.to_thread(
+        zombie = asyncio.to_thread(
             a.sink.transact_sync, old, Position("9" * 56), lambda conn: ran.set()
         )
+        await bounded(zombie, "the zombie's commit under its old lease", 30)
     assert not ran.is_set(), "a zombie's handler must not run"
     try:
         await eventually(committed(400), 60, "every record committed")
@@ -194,7 +195,7 @@ async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
         release.wait(30)
 
     zombie = asyncio.ensure_future(asyncio.to_thread(a.sink.transact_sync, old, ahead, slow))
-    await asyncio.to_thread(inside.wait, 10)
+    await bounded(asyncio.to_thread(inside.wait, 10), "the zombie inside its transaction", 30)
     sink_b = PostgresPositions(postgres.conninfo, table=positions)
     b = SinkMember(config, stream, sink_b, handle, sync=True).start()
     try:
@@ -203,7 +204,7 @@ async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
         lease_b = b.engine.leases[(stream, shard)]
         assert lease_b.processed != ahead  # B's claim hook waits behind the zombie's row lock
         release.set()
-        await zombie  # committed first: B resumes after it
+        await bounded(zombie, "the zombie's commit", 30)  # committed first: B resumes after it
         everything = lambda: b.check() or sum(rows(postgres, records).values()) >= 30  # noqa: E731
         await eventually(
             everything, 30, "every record committed", lambda: repr(rows(postgres, records))
@@ -212,7 +213,8 @@ async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
         assert sorted(found, key=int) == [str(i) for i in range(30)]
         assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
         with pytest.raises(LeaseLostError):
-            await asyncio.to_thread(a.sink.transact_sync, old, ahead, lambda conn: None)
+            late = asyncio.to_thread(a.sink.transact_sync, old, ahead, lambda conn: None)
+            await bounded(late, "the zombie's late commit", 30)
     finally:
         release.set()
         await b.close()
@@ -257,11 +259,11 @@ async def test_async_face(group: dict[str, Any], postgres: PostgresServer) -> No
             raise RuntimeError("handler failed")
 
         with pytest.raises(RuntimeError, match="handler failed"):
-            await sink.transact_async(lease, Position("9" * 56), failing)
+            await bounded(sink.transact_async(lease, Position("9" * 56), failing), "a call", 30)
         assert sorted(rows(postgres, records), key=int) == [str(i) for i in range(20)]
     finally:
         await member.close()
-        await sink.close_async()
+        await bounded(sink.close_async(), "the sink closing", 30)
 
 
 async def test_a_connection_lost_at_commit_is_tried_again_once(
@@ -292,7 +294,8 @@ async def test_a_connection_lost_at_commit_is_tried_again_once(
                 with postgres.connect() as other:
                     other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
 
-        await asyncio.to_thread(sink.transact_sync, lease, end, killed_before_commit)
+        retried = asyncio.to_thread(sink.transact_sync, lease, end, killed_before_commit)
+        await bounded(retried, "the call tried again", 30)
         assert len(calls) == 2 and rows(postgres, records)["marker"] == 1
         with postgres.connect() as conn:
             stored = conn.execute(
@@ -306,7 +309,8 @@ async def test_a_connection_lost_at_commit_is_tried_again_once(
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
         with pytest.raises(psycopg.OperationalError):
-            await asyncio.to_thread(sink.transact_sync, lease, Position("9" * 57), broken)
+            failing = asyncio.to_thread(sink.transact_sync, lease, Position("9" * 57), broken)
+            await bounded(failing, "a call whose handler kills its session", 30)
     finally:
         await member.close()
         sink.close_sync()
@@ -343,3 +347,49 @@ async def test_a_claim_asked_again_and_a_close_during_a_call(
     assert await hook(older) is None and sink.refused == 1
     assert "holds lease 3 (owner " in lost[0] and "deleted" in lost[0]
     assert opened and all(conn.closed for conn in opened)
+
+
+async def test_a_cancelled_call_leaves_no_row_lock_behind(
+    group: dict[str, Any], postgres: PostgresServer
+) -> None:
+    """A call cancelled inside its transaction (a crashed member's task, a run cancelled) rolls
+    back or closes its session: the position row is free at once, never held by a session left
+    open (the next owner's claim fence would wait on it forever)."""
+    positions, app = group["positions"], group["config"].app
+    sink = PostgresPositions(postgres.conninfo, table=positions)
+    engine = engine_of(AsyncKinesumer(group["config"]))  # never started: only its hook is used
+    sink.attach(engine)
+    hook = engine.claim_hook
+    assert hook is not None
+    lease = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
+    assert await hook(lease) is None
+    inside = asyncio.Event()
+
+    async def in_python(conn: psycopg.AsyncConnection[Any]) -> None:
+        inside.set()
+        await asyncio.Event().wait()
+
+    async def in_a_statement(conn: psycopg.AsyncConnection[Any]) -> None:
+        inside.set()
+        await conn.execute("SELECT pg_sleep(60)")
+
+    for body in (in_python, in_a_statement):
+        inside.clear()
+        call = asyncio.create_task(sink.transact_async(lease, Position("1" * 56), body))
+        await bounded(inside.wait(), "the call inside its transaction", 30)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            lock_row(postgres, positions, app)  # the check can fail: the call holds the row
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await bounded(call, f"the call cancelled in {body.__name__} ending", 30)
+        lock_row(postgres, positions, app)
+    await bounded(sink.close_async(), "the sink closing", 30)
+
+
+def lock_row(postgres: PostgresServer, positions: str, app: str) -> None:
+    """Lock the app's position row at once (NOWAIT), or raise LockNotAvailable."""
+    with postgres.connect() as conn:
+        row = conn.execute(
+            f"SELECT 1 FROM {positions} WHERE app = %s FOR UPDATE NOWAIT", (app,)
+        ).fetchone()
+        assert row is not None, "the position row is missing"
