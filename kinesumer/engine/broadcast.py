@@ -38,7 +38,7 @@ from .engine import Engine
 from .fetcher import ShardFetcher
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
-from .supervisor import Supervisor
+from .supervisor import Supervisor, wait_done
 
 log = logging.getLogger("kinesumer")
 
@@ -153,8 +153,7 @@ class BroadcastEngine(Engine):
         engine stops; transient AWS errors wait for the next round."""
         stop, relist = self.supervisor.stop, self._relist
         while not stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(relist.wait(), self.config.shard_sync_interval)
+            await wait_done(relist.wait(), self.config.shard_sync_interval)
             relist.clear()
             if stop.is_set():
                 return

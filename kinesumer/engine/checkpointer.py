@@ -8,7 +8,6 @@ side drop its buffered records.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from ..metrics import Metrics
 from ..statestore.base import StateStore
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
+from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.checkpoint")
 
@@ -111,8 +111,7 @@ class Checkpointer:
         """Flush every ``interval`` seconds until ``stop`` is set; transient errors are logged
         and the next flush tries again."""
         while not stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_done(stop.wait(), interval)
             if stop.is_set():
                 return
             try:

@@ -20,7 +20,6 @@ Between ticks, pending claims are retried every ``CLAIM_RETRY`` seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -35,6 +34,7 @@ from .leases import Lease, LeaseStatus
 from .leasing import Leasing
 from .membership import Membership
 from .shard_sync import ShardSync
+from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.coordinator")
 
@@ -195,8 +195,7 @@ class Coordinator:
     async def _retry_claims_until(self, next_tick: float, stop: asyncio.Event) -> None:
         while not stop.is_set() and time.monotonic() < next_tick:
             pause = min(CLAIM_RETRY, max(0.0, next_tick - time.monotonic()))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), pause)
+            await wait_done(stop.wait(), pause)
             if self.leasing.has_pending and not stop.is_set():
                 try:
                     await self.leasing.claim_pending()

@@ -5,19 +5,38 @@ the engine (:meth:`Supervisor.fail`): the lifecycle moves to FAILED and keeps th
 ``on_failure`` callbacks stop the rest (heartbeats, fetchers, the buffer's waiters, which then
 raise the error to the application from its next step). The watchdog runs a check (the fence)
 every few tenths of a second, independent of any DynamoDB call that may hang.
+
+:func:`wait_done` is the one bounded wait of every loop in the engine and the handler runners.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .lifecycle import Lifecycle
 
 log = logging.getLogger("kinesumer")
+
+
+async def wait_done(waiting: Awaitable[object], timeout: float | None) -> bool:
+    """Await ``waiting`` for at most ``timeout`` seconds: True when it finished, False when the
+    time ran out (it is then cancelled).
+
+    Not ``asyncio.wait_for``: on Python 3.10 and 3.11 that returns normally when the caller is
+    cancelled at the moment ``waiting`` finishes (CPython gh-86296), and a loop around it, such
+    as a runner waiting for its wake-up event, then never sees its cancellation and runs for
+    ever. ``asyncio.wait`` raises the caller's cancellation in every case.
+    """
+    task = asyncio.ensure_future(waiting)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    finally:
+        if not task.done():
+            task.cancel()
+    return bool(done)
 
 
 class Supervisor:
@@ -61,8 +80,7 @@ class Supervisor:
         """The watchdog: run ``check`` every ``step`` seconds until the engine stops."""
         while not self.stop.is_set():
             check()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), step)
+            await wait_done(self.stop.wait(), step)
 
     async def cancel_all(self) -> None:
         """Cancel every background task still running and wait for them to end."""

@@ -13,13 +13,13 @@ one invocation waits on: the run's signal, or its shard handed off.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 
 from ..engine.engine import Engine
 from ..engine.leases import Lease, LeaseStatus
 from ..engine.lifecycle import EngineState
+from ..engine.supervisor import wait_done
 from ..models import Record
 
 #: How often a waiter looks at the engine's state: how late a close is seen.
@@ -63,8 +63,7 @@ class AsyncEngineStopping(asyncio.Event):
 
     async def wait(self) -> bool:  # type: ignore[override]  # Literal[True] in typeshed
         while not self.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(super().wait(), CHECK)
+            await wait_done(super().wait(), CHECK)
         return True
 
 
@@ -115,6 +114,5 @@ class AsyncCallEnds(CallEnds):
             left = deadline - loop.time()
             if left <= 0:
                 return False
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), min(left, CHECK))
+            await wait_done(stopping.wait(), min(left, CHECK))
         return True

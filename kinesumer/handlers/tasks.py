@@ -14,13 +14,13 @@ exception), or the engine failing (its error is raised). Cancelling ``run`` canc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..engine.engine import Engine
 from ..engine.leases import Lease
+from ..engine.supervisor import wait_done
 from ..errors import ConsumerClosedError
 from ..models import Record
 from .counters import HandlerCounters
@@ -176,8 +176,7 @@ class TaskRunner:
                 elif engine.lifecycle.closing_or_closed:
                     self.stopping.set()  # a blocked or backing-off call gives up
                 wait = dispatch.wait_time(now)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), _CHECK if wait is None else wait)
+                await wait_done(wake.wait(), _CHECK if wait is None else wait)
                 wake.clear()
                 dispatch.sweep()
                 while ended:
