@@ -80,7 +80,9 @@ def _totals(stats: ConsumerStats) -> tuple[int, float, float]:
 async def _measure(
     kurl: str, durl: str, size: int, legacy: bool, window: float, timing: dict[str, float]
 ) -> dict[str, Any]:
-    tag = f"{'old' if legacy else 'new'}-{size}-{os.getpid()}"
+    # Unique per timing too: the suite measures the defaults and the Go library's timing.
+    go = "go-" if timing else ""
+    tag = f"{go}{'old' if legacy else 'new'}-{size}-{os.getpid()}"
     stream = f"cost-{tag}"
     fill(kurl, stream, SHARDS, 0)
     real = min(size, 3)
