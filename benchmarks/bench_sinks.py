@@ -218,7 +218,7 @@ def transaction_cost(conninfo: str, rows: int = BATCH, calls: int = 300) -> dict
     lease = Lease(Checkpoint("cost", "shard", owner="bench", lease=1))
     # The claim hook, through the engine seam a consumer would give it: creates the table and
     # fences the row with lease 1.
-    engine = SimpleNamespace(config=SimpleNamespace(app="cost"), client_id="bench")
+    engine = SimpleNamespace(config=SimpleNamespace(app="cost", broadcast=False), client_id="bench")
     sink.attach(engine)  # type: ignore[arg-type]
     asyncio.run(engine.claim_hook(lease))
     out: dict[str, float] = {}
