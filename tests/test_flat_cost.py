@@ -231,4 +231,6 @@ async def test_a_followers_reads_do_not_grow_with_the_group(
     )
     assert large_calls <= small_calls + 0.25, (small_calls, large_calls)
     assert large_units <= small_units * 1.3 + 0.25, (small_units, large_units)
-    assert old_units > large_units * 2, (old_units, large_units)
+    # The old path reads every client item: at least twice the new one's head reads (a tick
+    # with the half-way head read costs the new path 1.0 unit, exactly half of the old 2.0).
+    assert old_units >= large_units * 2, (old_units, large_units)
