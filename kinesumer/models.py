@@ -65,6 +65,11 @@ class Checkpoint:
     ``lease`` is a counter bumped by every claim: checkpoint writes are conditional on
     ``owner`` *and* ``lease``, so a writer from an older claim can never overwrite the position
     written under a newer one, even if the same client id claimed the shard again.
+
+    ``started_at_ms``: a shard first read at ``LATEST`` keeps here (epoch ms, by the Kinesis
+    server's clock, minus a margin) the instant reading began, written before its first record
+    was handed out; while there is no ``sequence_number`` every later reader starts there
+    (AT_TIMESTAMP), so nothing that arrived after that instant is skipped.
     """
 
     stream: str
@@ -75,6 +80,7 @@ class Checkpoint:
     lease: int = 0
     finished: bool = False
     last_update_ms: int = 0
+    started_at_ms: int | None = None
 
 
 class Position(NamedTuple):

@@ -35,6 +35,7 @@ from kinesumer.errors import (
 from kinesumer.kinesis.efo.consumers import deregister_consumer, register_consumer, stream_arn
 from kinesumer.kinesis.efo.errors import (
     SubscribeRetryable,
+    SubscribeTargetNotFound,
     SubscribeThrottled,
     SubscriptionInUse,
     SubscriptionReset,
@@ -249,7 +250,8 @@ async def test_reset_mid_stream_and_refused_connection_are_retryable() -> None:
         (400, "LimitExceededException", SubscribeThrottled),
         (500, "InternalFailure", SubscriptionReset),
         (503, "ServiceUnavailable", SubscriptionReset),
-        (400, "ResourceNotFoundException", StreamNotFoundError),
+        # The consumer or the stream is gone: the fetcher finds out which (test_efo_deregistered).
+        (400, "ResourceNotFoundException", SubscribeTargetNotFound),
         (400, "AccessDeniedException", AccessDeniedError),
     ],
 )

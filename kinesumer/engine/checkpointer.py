@@ -78,6 +78,35 @@ class Checkpointer:
                 lease.mark_checkpointed(position)
             return True
 
+    async def record_start(self, lease: Lease, started_at_ms: int) -> bool:
+        """Fetcher, before the first record of a ``LATEST`` read is buffered: record where the
+        read began in the checkpoint item, so that every later owner starts there. Retried
+        while DynamoDB has trouble; False (the lease marked lost) when the write was refused,
+        or when the lease ended meanwhile."""
+        delay = 0.2
+        while lease.deliverable:
+            try:
+                async with self._lock(lease):
+                    ok = await self._store.record_start(lease.checkpoint, started_at_ms)
+            except TransientAWSError as exc:
+                log.warning(
+                    "[%s] recording where %s/%s starts failed, retrying in %.1fs: %s",
+                    self._client_id,
+                    *lease.key,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.writes += 1
+            self._metrics.checkpoint(lease.key[0], conflict=not ok)
+            if not ok:
+                self.conflicts += 1
+                self.lose(lease, "recording its start was refused: another client owns the shard")
+            return ok
+        return False
+
     async def _release(self, lease: Lease, finished: bool) -> bool:
         """The final write of a handoff or finish, retried until it lands or the lease is lost.
 

@@ -12,6 +12,12 @@ HTTP/2 stream only when asked for the next event, so flow control stops the serv
 subscription ends (every 5 minutes, or a reset), it subscribes again AFTER the continuation
 sequence number of the last event whose records were all buffered: no gap, no replay. An event
 without a continuation sequence number is SHARD_END.
+
+A ``LATEST`` start without a checkpoint is recorded first, as the polling fetcher does (where the
+read began, by Kinesis's clock, in the checkpoint item): a subscription that ends before its
+first event (refused with ResourceInUse during a takeover, reset) and the next owner subscribe
+from that instant, never later. A subscription that finds the consumer gone (deregistered) has
+the session look the stream and consumer up again, registering it, and goes on from where it was.
 """
 
 from __future__ import annotations
@@ -20,18 +26,18 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from ..aws import error_code, is_transient
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
 from ..kinesis.kpl import to_records
-from ..kinesis.reader import KinesisReader
+from ..kinesis.reader import KinesisReader, arrived_since
 from ..metrics import Metrics
 from ..models import Position, Record
 from .buffer import RecordBuffer
-from .fetcher import wait_for_parents
+from .fetcher import FAILURE_PAUSE, RecordStart, wait_for_parents
 from .leases import Lease
 
 log = logging.getLogger("kinesumer.fetcher")
@@ -150,9 +156,15 @@ class EfoShardFetcher:
         client_id: str,
         metrics: Metrics,
         ended: EndCheck | None = None,
+        reader: KinesisReader | None = None,
+        record_start: RecordStart | None = None,
+        forget_consumer: Callable[[str, str], None] | None = None,
     ) -> None:
         self._lease = lease
         self._ended = ended
+        self._reader = reader
+        self._record_start = record_start
+        self._forget_consumer = forget_consumer
         self._next_end_check = 0.0
         self._subscriber = subscriber
         self._consumer_arn = consumer_arn
@@ -163,10 +175,16 @@ class EfoShardFetcher:
         self._metrics = metrics
         self._stream, self._shard_id = lease.key
         self._where = f"[{client_id}] {self._stream}/{self._shard_id}"
-        #: Where the next subscription starts.
-        self._position = start_position(lease.checkpointed, initial)
+        #: Where the next subscription starts; None: from where a LATEST read began.
+        self._position: dict[str, Any] | None = start_position(lease.checkpointed, initial)
         # Records up to here were processed before (resuming AT the checkpoint): skip them.
         self._skip: Position | None = lease.checkpointed
+        #: Where a LATEST read of the shard began (epoch ms, Kinesis's clock), by this owner or
+        #: an earlier one; and leading records that arrived before that instant to skip.
+        self._since_ms = lease.checkpoint.started_at_ms if lease.checkpointed is None else None
+        if self._since_ms is not None:
+            self._position = None
+        self._skip_before: datetime | None = None
         self._failures = 0
         self._last_subscribe = float("-inf")
         #: Subscriptions opened (the first one included): tests and logs read it.
@@ -178,13 +196,19 @@ class EfoShardFetcher:
             lease, self._parents_finished, self._config.heartbeat_interval
         ):
             return
-        arn = await self._consumer_arn(self._stream)
-        log.info("%s subscribing from %s", self._where, self._position)
+        arn: str | None = await self._consumer_arn(self._stream)
+        if not await self._record_latest_start():
+            return
+        log.info("%s subscribing from %s", self._where, self._position or self._since_ms)
         self._buffer.fetchers += 1
         try:
             while lease.deliverable:
                 await self._pace()
                 try:
+                    if arn is None:  # the consumer was gone: registered again here
+                        arn = await self._consumer_arn(self._stream)
+                    if self._position is None and not await self._position_since():
+                        return
                     if not await self._subscription(arn):
                         return
                     self._failures = 0
@@ -195,11 +219,63 @@ class EfoShardFetcher:
                         # The transport's word for the 5-minute end: not a failure.
                         log.debug("%s subscription ended (%s)", self._where, exc)
                         continue
-                    if not retryable(exc):
+                    if self._consumer_gone(exc) and arn is not None:
+                        assert self._forget_consumer is not None
+                        self._forget_consumer(self._stream, arn)
+                        arn = None  # looked up again: StreamNotFoundError if the stream went
+                    elif not retryable(exc):
                         raise
                     await self._pause_after(exc)
         finally:
             self._buffer.fetchers -= 1
+
+    def _consumer_gone(self, exc: BaseException) -> bool:
+        code = getattr(exc, "code", None) or error_code(exc)
+        return code == "ResourceNotFoundException" and self._forget_consumer is not None
+
+    async def _record_latest_start(self) -> bool:
+        """A LATEST start with nothing recorded: record where reading begins (GetShardIterator
+        at LATEST, for Kinesis's clock) before subscribing. False: the lease ended."""
+        if self._position != {"Type": "LATEST"} or self._reader is None:
+            return True
+        reader = self._reader
+        while self._lease.deliverable:
+            try:
+                _, since = await reader.open_latest(self._stream, self._shard_id)
+            except TransientAWSError as exc:
+                log.warning("%s GetShardIterator failing (%s)", self._where, exc)
+                await asyncio.sleep(FAILURE_PAUSE)
+                continue
+            if self._record_start is not None and not await self._record_start(self._lease, since):
+                return False
+            self._since_ms = since
+            return True
+        return False
+
+    async def _position_since(self) -> bool:
+        """Subscribe from where the LATEST read began: AT_TIMESTAMP, or TRIM_HORIZON skipping
+        what arrived before when that costs no more (see KinesisReader.scan_since).
+        False: the lease ended."""
+        assert self._since_ms is not None
+        since = datetime.fromtimestamp(self._since_ms / 1000, timezone.utc)
+        while self._lease.deliverable:
+            try:
+                scan = self._reader is not None and (
+                    await self._reader.scan_since(self._stream, self._shard_id, since) is not None
+                )
+            except TransientAWSError as exc:
+                log.warning("%s probing the shard failing (%s)", self._where, exc)
+                await asyncio.sleep(FAILURE_PAUSE)
+                continue
+            if scan:
+                self._position, self._skip_before = {"Type": "TRIM_HORIZON"}, since
+            else:
+                self._position, self._skip_before = (
+                    {"Type": "AT_TIMESTAMP", "Timestamp": since},
+                    None,
+                )
+            return True
+        return False
 
     async def _pace(self) -> None:
         """At most one SubscribeToShard per second per shard."""
@@ -225,7 +301,10 @@ class EfoShardFetcher:
         """One subscription, read until it ends. False: stop reading (the lease ended, or the
         shard did); True: subscribe again from ``_position``."""
         self.subscriptions += 1
+        assert self._position is not None
         events = self._subscriber.subscribe(arn, self._shard_id, self._position)
+        if self._position == {"Type": "LATEST"} and self._since_ms is not None:
+            self._position = None  # until an event says where it is: from the recorded start
         try:
             async for event in events:
                 if not self._lease.deliverable:
@@ -247,6 +326,10 @@ class EfoShardFetcher:
         records = to_records(self._stream, self._shard_id, raw, self._skip)
         if raw:
             self._skip = None  # the resume point has been passed
+        if self._skip_before is not None and records:
+            records, reached = arrived_since(records, self._skip_before)
+            if reached:
+                self._skip_before = None
         lease.observe_read(event.millis_behind_latest, len(raw))
         self._metrics.behind(self._stream, self._shard_id, event.millis_behind_latest)
         if records and not await self._put(records):

@@ -3,9 +3,11 @@
 At the join (and for every stream added later) the member registers the app's stream consumer
 on each stream, idempotently (members of one app racing to register all end with the same
 consumer ARN), and waits until it is ACTIVE, before any shard is claimed. The consumer is never
-deregistered on close: ``kinesumer deregister-consumer`` does that. The subscriber (signed with
-credentials from the same session helpers as the engine's Kinesis client, cross-account role
-included) is opened here and closed with the member.
+deregistered on close: ``kinesumer deregister-consumer`` does that. A consumer deregistered while
+members read through it is forgotten (:meth:`EfoSession.forget`) when a subscription finds it
+gone, and the next look-up registers it again (or finds the stream gone). The subscriber
+(signed with credentials from the same session helpers as the engine's Kinesis client,
+cross-account role included) is opened here and closed with the member.
 
 The transport is :mod:`kinesumer.kinesis.efo` (the ``efo`` extra), imported when enhanced
 fan-out is enabled; tests may hand a stand-in transport to :class:`EfoSession` instead.
@@ -93,3 +95,11 @@ class EfoSession:
                 log.info("consumer %r on %s: %s", self._name, stream, arn)
                 self._arns[stream] = arn
             return arn
+
+    def forget(self, stream: str, arn: str) -> None:
+        """A subscription through ``arn`` found the consumer (or the stream) gone: the next
+        :meth:`consumer_arn` looks the stream up and registers the consumer again. Another
+        fetcher may have done so already: a newer ARN is kept."""
+        if self._arns.get(stream) == arn:
+            del self._arns[stream]
+            log.warning("consumer %r on %s not found: registering it again", self._name, stream)

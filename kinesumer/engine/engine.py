@@ -137,6 +137,9 @@ class Engine(GroupMember):
                 self.client_id,
                 self.metrics,
                 EndCheck(self.reader, lease.key[0], self._closed_in(lease.key[0])),
+                self.reader,
+                self.checkpointer.record_start,
+                self.efo.forget,
             )
         return ShardFetcher(
             lease,
@@ -148,6 +151,7 @@ class Engine(GroupMember):
             self._on_shard_end,
             self.client_id,
             self.metrics,
+            self.checkpointer.record_start,
         )
 
     def _closed_in(self, stream: str) -> Callable[[str], bool]:

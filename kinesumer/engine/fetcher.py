@@ -3,17 +3,26 @@
 :meth:`ShardFetcher.run` reads in named steps: wait until the shard's parents are finished, open
 an iterator after the checkpoint, then read (reserve room, GetRecords, buffer the records, pace)
 until the lease stops being deliverable or the shard ends.
+
+A shard with no checkpoint read from ``LATEST`` has no record to resume after until its first
+one is processed: where its reading began (Kinesis's clock, see
+:func:`~kinesumer.kinesis.reader.start_instant_ms`) is recorded in its checkpoint item before
+any record is buffered (``record_start``), and every reopening (an expired iterator here, the
+next owner after a handoff, a crash or a lost lease) starts from that instant, never later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TypeVar
 
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
-from ..kinesis.reader import IteratorExpired, KinesisReader, ShardBatch
+from ..kinesis.reader import IteratorExpired, KinesisReader, ShardBatch, arrived_since
 from ..metrics import Metrics
 from ..models import Position
 from .buffer import RecordBuffer
@@ -26,6 +35,12 @@ log = logging.getLogger("kinesumer.fetcher")
 MAX_IDLE_INTERVAL = 1.0
 #: Pause after GetRecords kept failing past its retries, before starting over.
 FAILURE_PAUSE = 2.0
+
+T = TypeVar("T")
+
+#: Records where a ``LATEST`` read of the lease's shard began (epoch ms), before its first
+#: record is handed out. False: the lease was lost (stop reading).
+RecordStart = Callable[[Lease, int], Awaitable[bool]]
 
 
 async def wait_for_parents(
@@ -53,8 +68,10 @@ class ShardFetcher:
         on_shard_end: Callable[[Lease], None],
         client_id: str,
         metrics: Metrics,
+        record_start: RecordStart | None = None,
     ) -> None:
         self._lease = lease
+        self._record_start = record_start
         self._reader = reader
         self._buffer = buffer
         self._config = config
@@ -65,6 +82,12 @@ class ShardFetcher:
         self._stream, self._shard_id = lease.key
         self._where = f"[{client_id}] {self._stream}/{self._shard_id}"
         self._start: Position | None = lease.checkpointed
+        #: Where a LATEST read of the shard began (epoch ms), by this owner or an earlier one:
+        #: while nothing was fetched, every reopening starts there.
+        self._since_ms = lease.checkpoint.started_at_ms if self._start is None else None
+        #: Leading records that arrived before this are skipped (a scan standing in for
+        #: AT_TIMESTAMP, see KinesisReader.scan_since).
+        self._skip_before: datetime | None = None
         self._iterator = ""
         # Records up to here were read before (a resumed iterator): GetRecords skips them.
         self._skip: Position | None = self._start
@@ -77,7 +100,7 @@ class ShardFetcher:
             lease, self._parents_finished, self._config.heartbeat_interval
         ):
             return
-        first = await self._iterator_at(self._start)
+        first = await self._open()
         if first is None:
             return
         self._iterator = first
@@ -85,7 +108,9 @@ class ShardFetcher:
         log.info(
             "%s reading from %s",
             self._where,
-            f"after {start.sequence_number}" if start else self._initial,
+            f"after {start.sequence_number}"
+            if start
+            else f"{self._initial} (recorded start {self._since_ms})",
         )
         loop = asyncio.get_running_loop()
         self._next_call = loop.time()
@@ -100,20 +125,54 @@ class ShardFetcher:
         finally:
             self._buffer.fetchers -= 1
 
+    async def _open(self) -> str | None:
+        """The first iterator: after the checkpoint; else from where an earlier LATEST read
+        began; else at LATEST, recorded before any record is read; else the initial position.
+        None when the lease ended meanwhile."""
+        if self._start is None and self._since_ms is not None:
+            return await self._reopen_since(self._since_ms)
+        if self._start is None and self._initial == "LATEST":
+            opened = await self._retrying(
+                "GetShardIterator",
+                lambda: self._reader.open_latest(self._stream, self._shard_id),
+            )
+            if opened is None:
+                return None
+            iterator, since = opened
+            if self._record_start is not None and not await self._record_start(self._lease, since):
+                return None
+            self._since_ms = since
+            return iterator
+        return await self._iterator_at(self._start)
+
+    async def _reopen_since(self, since_ms: int) -> str | None:
+        opened = await self._retrying(
+            "GetShardIterator",
+            lambda: self._reader.iterator_since(self._stream, self._shard_id, since_ms),
+        )
+        if opened is None:
+            return None
+        iterator, self._skip_before = opened
+        return iterator
+
     async def _iterator_at(self, position: Position | None) -> str | None:
         """A shard iterator, retried while AWS has trouble (5 GetShardIterator/s per shard is
         easy to hit in a big rebalance); None when the lease ended meanwhile."""
+        return await self._retrying(
+            "GetShardIterator",
+            lambda: self._reader.shard_iterator(
+                self._stream, self._shard_id, position, self._initial
+            ),
+        )
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        """``call()``, again after a pause while AWS has trouble; None when the lease ended."""
         while self._lease.deliverable:
             try:
-                return await self._reader.shard_iterator(
-                    self._stream, self._shard_id, position, self._initial
-                )
+                return await call()
             except TransientAWSError as exc:
                 log.warning(
-                    "%s GetShardIterator failing (%s); pausing %.1fs",
-                    self._where,
-                    exc,
-                    FAILURE_PAUSE,
+                    "%s %s failing (%s); pausing %.1fs", self._where, what, exc, FAILURE_PAUSE
                 )
                 await asyncio.sleep(FAILURE_PAUSE)
         return None
@@ -140,6 +199,11 @@ class ShardFetcher:
                 return True
             if batch.raw_count:
                 self._skip = None  # the resume point has been passed
+            if self._skip_before is not None and batch.records:
+                kept, reached = arrived_since(batch.records, self._skip_before)
+                if reached:
+                    self._skip_before = None
+                batch = dataclasses.replace(batch, records=kept)
             if not self._lease.deliverable:
                 return False  # revoked or lost while the call was in flight: drop what came
             self._observe(batch)
@@ -161,10 +225,17 @@ class ShardFetcher:
                 buffer.release(reserved)
 
     async def _renew_iterator(self) -> bool:
-        """Resume after the last record we buffered, not the checkpoint: nothing replays."""
+        """Resume after the last record we buffered, not the checkpoint: nothing replays. With
+        nothing buffered yet, from where the read began (a LATEST start: its recorded instant;
+        else the checkpoint or the initial position, which do not move)."""
         resume = self._lease.fetched or self._start
-        log.info("%s iterator expired; resuming at %s", self._where, resume)
-        renewed = await self._iterator_at(resume)
+        if resume is None and self._since_ms is not None:
+            log.info("%s iterator expired; reading again from %d", self._where, self._since_ms)
+            renewed = await self._reopen_since(self._since_ms)
+        else:
+            log.info("%s iterator expired; resuming at %s", self._where, resume)
+            renewed = await self._iterator_at(resume)
+            self._skip_before = None
         if renewed is None:
             return False
         self._iterator, self._skip = renewed, resume

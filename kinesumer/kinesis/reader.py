@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from functools import partial
 from typing import Any, TypeVar
 
@@ -19,6 +21,16 @@ from .kpl import to_records
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
+
+#: How far before the ``Date`` of the answer that opened a ``LATEST`` iterator its start is put:
+#: the header counts whole seconds, the position was fixed a little before the answer was
+#: written (a retried call's latency included), and Kinesis's hosts' clocks differ by far less.
+#: Earlier is safe: a reopening may deliver a few records from before the LATEST moment
+#: (at-least-once), never skip one after it.
+SERVER_CLOCK_MARGIN_MS = 5_000
+#: The same from this host's clock, for an endpoint whose answers carry no ``Date``: a host
+#: ahead of Kinesis by more than this could skip records on a reopening.
+LOCAL_CLOCK_MARGIN_MS = 60_000
 
 
 class IteratorExpired(Exception):
@@ -130,6 +142,45 @@ class KinesisReader:
         iterator: str = response["ShardIterator"]
         return iterator
 
+    async def open_latest(self, stream: str, shard_id: str) -> tuple[str, int]:
+        """An iterator at LATEST, and the instant (epoch ms) reading began by Kinesis's clock
+        (the answer's ``Date`` header minus :data:`SERVER_CLOCK_MARGIN_MS`): at or before the
+        iterator's position, so reading again from it (:meth:`iterator_since`) skips nothing."""
+        kwargs = {"StreamName": stream, "ShardId": shard_id, "ShardIteratorType": "LATEST"}
+        response = await self._call(
+            "GetShardIterator", stream, lambda: self._kinesis.get_shard_iterator(**kwargs)
+        )
+        iterator: str = response["ShardIterator"]
+        return iterator, start_instant_ms(response)
+
+    async def iterator_since(
+        self, stream: str, shard_id: str, since_ms: int
+    ) -> tuple[str, datetime | None]:
+        """An iterator at the first record that arrived at or after ``since_ms`` (what
+        AT_TIMESTAMP gives), and the instant before which the caller skips the leading records
+        (None: nothing to skip). See :meth:`scan_since`."""
+        since = datetime.fromtimestamp(since_ms / 1000, timezone.utc)
+        oldest = await self.scan_since(stream, shard_id, since)
+        if oldest is not None:
+            return oldest, since
+        return await self.shard_iterator(stream, shard_id, None, since), None
+
+    async def scan_since(self, stream: str, shard_id: str, since: datetime) -> str | None:
+        """A TRIM_HORIZON iterator when reading from it, skipping the leading records that
+        arrived before ``since``, is as cheap as AT_TIMESTAMP; None: use AT_TIMESTAMP.
+
+        One probe read at TRIM_HORIZON decides: at the tip after it (the shard holds nothing
+        past its oldest record, or nothing at all), or an oldest record recent enough, there is
+        nothing to scan. kinesalite always takes this path (its MillisBehindLatest is always
+        0), which is what it needs: its AT_TIMESTAMP never answers while no record arrived
+        after the instant. AWS answers AT_TIMESTAMP at once: every other case uses it."""
+        oldest = await self.shard_iterator(stream, shard_id, None, "TRIM_HORIZON")
+        probe = await self.get_records(stream, shard_id, oldest, 1, None)
+        first = probe.records[0].approximate_arrival_timestamp if probe.records else None
+        if not probe.millis_behind or (first is not None and first >= since):
+            return oldest
+        return None
+
     async def get_records(
         self,
         stream: str,
@@ -153,3 +204,29 @@ class KinesisReader:
             millis_behind=response.get("MillisBehindLatest"),
             raw_count=len(raw),
         )
+
+
+def start_instant_ms(response: dict[str, Any]) -> int:
+    """When a read opened by ``response`` began, by Kinesis's clock (see
+    :data:`SERVER_CLOCK_MARGIN_MS`), or by this host's (:data:`LOCAL_CLOCK_MARGIN_MS`)."""
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    date = headers.get("date") or headers.get("Date")
+    if date:
+        try:
+            served = parsedate_to_datetime(date)
+            if served.tzinfo is None:  # "-0000": UTC, with no zone said
+                served = served.replace(tzinfo=timezone.utc)
+            return int(served.timestamp() * 1000) - SERVER_CLOCK_MARGIN_MS
+        except (TypeError, ValueError):
+            log.debug("unreadable Date header %r: using this host's clock", date)
+    return int(time.time() * 1000) - LOCAL_CLOCK_MARGIN_MS
+
+
+def arrived_since(records: list[Record], since: datetime) -> tuple[list[Record], bool]:
+    """``records`` without the leading ones that arrived before ``since`` (what AT_TIMESTAMP
+    would not have returned), and whether one that did not was found (then stop skipping)."""
+    for i, record in enumerate(records):
+        arrival = record.approximate_arrival_timestamp
+        if arrival is None or arrival >= since:
+            return records[i:], True
+    return [], False

@@ -166,3 +166,9 @@ class StateStore(Protocol):
         is still owned by ``checkpoint.owner`` under ``checkpoint.lease`` (the fencing token).
         False: the lease was lost (taken over, or moved by an operator): stop reading the shard
         and drop what it buffered."""
+
+    async def record_start(self, checkpoint: Checkpoint, started_at_ms: int) -> bool:
+        """Record where a ``LATEST`` read of the shard began (epoch ms, by Kinesis's clock),
+        before its first record is handed out, fenced on ``checkpoint.owner`` and
+        ``checkpoint.lease`` as :meth:`write_checkpoint`; a start already recorded is kept.
+        False: the lease was lost."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ...aws import denied, error_code, is_denied, is_transient
-from ...errors import KinesisError, KinesumerError, StreamNotFoundError, TransientAWSError
+from ...errors import KinesisError, KinesumerError, TransientAWSError
 
 
 class SubscribeRetryable(TransientAWSError):
@@ -39,6 +39,18 @@ class SubscriptionReset(SubscribeRetryable):
     (InternalFailure, 5xx): subscribe again."""
 
 
+class SubscribeTargetNotFound(KinesisError):
+    """ResourceNotFoundException: the stream consumer is gone (``kinesumer deregister-consumer``,
+    or another app's operator), or the stream itself. The fetcher looks both up again: a stream
+    that still exists gets its consumer registered again and reading resumes where it was; a
+    stream that is gone raises :class:`~kinesumer.errors.StreamNotFoundError` from the look-up.
+    ``code``: the AWS error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
 def error_for(exc: ClientError, where: str) -> KinesumerError:
     """The library's error for a SubscribeToShard ClientError (HTTP response or exception
     event)."""
@@ -51,7 +63,7 @@ def error_for(exc: ClientError, where: str) -> KinesumerError:
     if is_transient(exc):
         return SubscriptionReset(code, message)
     if code == "ResourceNotFoundException":
-        return StreamNotFoundError(message)
+        return SubscribeTargetNotFound(code, message)
     if is_denied(exc):
         return denied(exc, "kinesis:SubscribeToShard", where)
     return KinesisError(message)

@@ -11,7 +11,8 @@ store, the heartbeat thread and the command line. Items, for app ``A`` (keys fro
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
   56 digits, beyond DynamoDB numbers), ``sub_sequence_number``, ``owner``, ``lease``,
-  ``finished``, ``last_update``.
+  ``finished``, ``last_update``, ``started_at`` (epoch ms, Kinesis's clock: where a ``LATEST``
+  read began, kept until a position replaces it; absent from older versions' items).
 
 Writes are returned as the keyword arguments of the DynamoDB call (``UpdateExpression``,
 ``ConditionExpression``, names and values), so their conditions are written once, here.
@@ -52,6 +53,7 @@ _NAMES = {
     "#seq": "sequence_number",
     "#sub": "sub_sequence_number",
     "#fin": "finished",
+    "#started": "started_at",
 }
 
 
@@ -178,6 +180,7 @@ def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoi
             lease=int(item.get("lease", {}).get("N", "0")),
             finished=bool(item.get("finished", {}).get("BOOL", False)),
             last_update_ms=int(item.get("last_update", {}).get("N", "0")),
+            started_at_ms=int(item["started_at"]["N"]) if "started_at" in item else None,
         )
     except (KeyError, ValueError) as exc:
         raise CorruptStateError(
@@ -240,6 +243,25 @@ def checkpoint_update(
     }
 
 
+def start_update(checkpoint: Checkpoint, started_at_ms: int) -> dict[str, Any]:
+    """The owner's record of where its ``LATEST`` read of the shard began, fenced like
+    :func:`checkpoint_update`. A start already recorded is kept (``if_not_exists``): the start
+    of a read never moves later."""
+    expression = "SET #started = if_not_exists(#started, :started), #lu = :now"
+    condition = "#owner = :me AND #lease = :lease"
+    return {
+        "UpdateExpression": expression,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": _names_in(expression + condition),
+        "ExpressionAttributeValues": {
+            ":me": {"S": checkpoint.owner or ""},
+            ":lease": {"N": str(checkpoint.lease)},
+            ":now": {"N": str(now_ms())},
+            ":started": {"N": str(started_at_ms)},
+        },
+    }
+
+
 def checkpoint_transact_update(
     table: str, app: str, checkpoint: Checkpoint, position: Position
 ) -> dict[str, Any]:
@@ -281,7 +303,9 @@ def move_update(seen: Checkpoint, position: Position | None) -> dict[str, Any]:
         ":next": {"N": str(seen.lease + 1)},
         ":now": {"N": str(now_ms())},
     }
-    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin"]
+    # A moved (or removed) position also forgets where a LATEST read began: a reset restarts
+    # the shard from the initial position, as the operator asked.
+    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin", "#started"]
     if position is not None:
         sets += ["#seq = :seq", "#sub = :sub"]
         values[":seq"] = {"S": position.sequence_number}

@@ -163,6 +163,13 @@ class DynamoDBStateStore:
         )
         return written is not None
 
+    async def record_start(self, checkpoint: Checkpoint, started_at_ms: int) -> bool:
+        written = await self._table.update_if(
+            codecs.checkpoint_key(self._app, checkpoint.stream, checkpoint.shard_id),
+            codecs.start_update(checkpoint, started_at_ms),
+        )
+        return written is not None
+
     async def move_checkpoint(
         self, stream: str, shard_id: str, seen: Checkpoint | None, position: Position | None
     ) -> bool:
