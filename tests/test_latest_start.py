@@ -1,0 +1,164 @@
+"""At the default ``initial_position="LATEST"``: once a member opened a shard, no reopening of
+that read starts later than that moment (issue 17, items 1 and 1b).
+
+A shard read from LATEST has no checkpoint until its first processed record. Where its reading
+began is recorded in its checkpoint item before any record is handed out, and every reopening
+starts there: an iterator that expires before the first record, the next owner after a
+handoff, after a crash, through polling or enhanced fan-out. kinesalite + dynalite (the fault
+proxy for the expiry; the stand-in EFO transport of ``_efo_fake.py`` for enhanced fan-out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _efo_fake import FakeEfo
+from _faultproxy import Fault, FaultKind, OpKey
+from _group import Member, create_stream, datas, make_config, put, state_store
+from _group import setup_table as create_table
+from _wait import eventually
+
+from kinesumer import AsyncKinesumer, Config, Record
+from kinesumer.consumer.base import engine_of
+from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
+
+Names = Callable[[str], str]
+GET_RECORDS = OpKey("kinesis", "GetRecords")
+
+
+async def caught_up(consumer: AsyncKinesumer, shards: int) -> None:
+    """Every shard claimed and read once at the tip: its LATEST iterator is open."""
+    await eventually(
+        lambda: sum(s.caught_up for s in consumer.stats().shards) == shards,
+        what=f"{shards} shards read at the tip",
+    )
+
+
+async def test_an_iterator_expiring_before_the_first_record_skips_nothing(
+    proxied: dict[str, Any],
+) -> None:
+    """r1 reaches an idle shard; the next GetRecords answers ExpiredIteratorException before the
+    fetcher saw r1. The renewed iterator must not open at LATEST again: r1 and r2 arrive."""
+    url, stream, proxy = proxied["url"], proxied["stream"], proxied["kinesis"]
+    create_stream(url, stream, 1)
+    consumer = AsyncKinesumer(proxied["config"].replace(initial_position="LATEST"))
+    sink: list[tuple[str, Record]] = []
+
+    async def run() -> None:
+        async for record in consumer.consume([stream]):
+            sink.append(("c", record))
+
+    task = asyncio.create_task(run())
+    await caught_up(consumer, 1)
+    # Hold the fetcher's next GetRecords (no answer) while r1 arrives and the expiry is armed
+    # behind the hold; removing the hold drops the held call, whose retry meets the expiry.
+    hold = proxy.add_rule(Fault.blackhole(), operation="GetRecords")
+    await eventually(
+        lambda: proxy.stats()[GET_RECORDS].faults[FaultKind.BLACKHOLE] >= 1, what="a held read"
+    )
+    produced = put(url, stream, 1, 1)
+    expiry = proxy.add_rule(Fault.expired_iterator(), operation="GetRecords", count=1)
+    hold.remove()
+    await eventually(
+        lambda: proxy.stats()[GET_RECORDS].faults[FaultKind.EXPIRED_ITERATOR] == 1,
+        what="the expiry",
+    )
+    expiry.remove()
+    produced += put(url, stream, 2, 1)
+    await eventually(lambda: b"2" in datas(sink), what="r2")
+    await asyncio.sleep(1.0)  # r1, if it comes at all, came first
+    await consumer.aclose()
+    await asyncio.wait_for(task, 10)
+    assert sorted(datas(sink)) == sorted(produced)
+
+
+@pytest.fixture
+def env(kinesalite: Any, dynalite: Any, unique_name: Names) -> dict[str, Any]:
+    config = make_config(
+        kinesalite.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        initial_position="LATEST",
+        commit_interval=600,  # no checkpoint unless a handoff writes one
+    )
+    create_table(config)
+    return {"url": kinesalite.url, "config": config, "stream": unique_name("s")}
+
+
+def member(
+    config: Config, name: str, stream: str, sink: list[tuple[str, Record]], efo: FakeEfo | None
+) -> Member:
+    if efo is not None:
+        config = config.replace(enhanced_fan_out=True)
+    joined = Member(config.replace(client_id=name), [stream], sink)
+    if efo is not None:
+        engine_of(joined.consumer).efo_transport = efo.transport()
+    return joined
+
+
+@pytest.mark.parametrize("fan_out", [False, True], ids=["polling", "efo"])
+async def test_a_handoff_before_the_first_checkpoint_loses_nothing(
+    env: dict[str, Any], fan_out: bool
+) -> None:
+    """Member A alone on 2 shards at LATEST; 80 records arrive while its application has not
+    polled yet (A fetched them; nothing is processed, nothing checkpointed). B joins and a shard
+    moves: B reads it from where A began, so every record is delivered (at least once)."""
+    url, stream, config = env["url"], env["stream"], env["config"]
+    create_stream(url, stream, 2)
+    efo = FakeEfo(url) if fan_out else None
+    sink: list[tuple[str, Record]] = []
+    first = member(config, "a", stream, sink, efo)
+    await first.consumer.subscribe([stream])  # joined, reading; the application polls later
+    if fan_out:
+        await eventually(lambda: len(first.owned()) == 2, what="A's shards")
+        await asyncio.sleep(1.0)  # the subscriptions are open at LATEST
+    else:
+        await caught_up(first.consumer, 2)
+    produced = put(url, stream, 0, 80)
+    await eventually(lambda: first.consumer.stats().buffered_records >= 40, what="A fetched")
+    second = member(config, "b", stream, sink, efo).start()
+    await eventually(lambda: len(second.owned()) == 1, what="a shard moved to B")
+    first.start()  # A's application polls at last
+    await eventually(lambda: set(datas(sink)) >= set(produced), timeout=60, what="every record")
+    await first.close()
+    await second.close()
+    assert set(datas(sink)) == set(produced)
+
+
+@pytest.mark.parametrize("fan_out", [False, True], ids=["polling", "efo"])
+async def test_a_crash_before_the_first_checkpoint_loses_nothing(
+    env: dict[str, Any], fan_out: bool
+) -> None:
+    """Member A reads 2 shards from LATEST and dies (kill -9) before its first checkpoint,
+    with records fetched and delivered; B takes both shards over and delivers every record
+    that arrived since A opened them, and none of those written well before (kinesalite takes
+    the scan that stands in for AT_TIMESTAMP: it must skip them)."""
+    url, stream, config = env["url"], env["stream"], env["config"]
+    create_stream(url, stream, 2)
+    old = put(url, stream, 1000, 20)
+    await asyncio.sleep(SERVER_CLOCK_MARGIN_MS / 1000 + 1.5)  # older than any start, margin in
+    efo = FakeEfo(url) if fan_out else None
+    sink: list[tuple[str, Record]] = []
+    first = member(config, "a", stream, sink, efo).start()
+    if fan_out:
+        await eventually(lambda: len(first.owned()) == 2, what="A's shards")
+        await asyncio.sleep(1.0)
+    else:
+        await caught_up(first.consumer, 2)
+    produced = put(url, stream, 0, 80)
+    await eventually(lambda: len(sink) >= 10, what="A delivered some")
+    await first.crash()
+    async with state_store(config) as store:
+        checkpoints = await store.get_checkpoints(stream)
+    assert all(c.sequence_number is None for c in checkpoints.values())  # before any checkpoint
+    assert all(c.started_at_ms is not None for c in checkpoints.values())
+    produced += put(url, stream, 80, 20)
+    second = member(config, "b", stream, sink, efo).start()
+    await eventually(lambda: set(datas(sink)) >= set(produced), timeout=60, what="every record")
+    await second.close()
+    assert set(datas(sink)) == set(produced)
+    assert not set(old) & set(datas(sink))
