@@ -11,7 +11,9 @@ The rules, for a shard seen for the first time (parents decided before children)
 1. A saved position (resume mode): finished, skip it; else resume after the saved record, or at
    the instant the member first began reading it (``started_at``: nothing processed yet).
 2. A parent this member reads, read, or saved (it is *tracked*): the shard was born from a
-   reshard the member follows, so it starts at TRIM_HORIZON once the parents are finished.
+   reshard the member follows, so it starts at TRIM_HORIZON once the parents are finished. A
+   parent no longer listed (aged out of retention while the member was away) with a saved
+   position counts too: the member followed that lineage, and the parent's records are gone.
 3. Otherwise it is a root for this member, read from ``initial_position``. From LATEST a closed
    root is skipped (nothing arrives in it any more) and counts as finished, so its open children
    start at LATEST too rather than replaying their history. With resume, the member's join
@@ -82,6 +84,9 @@ class ShardPlan:
             parents = tuple(p for p in shard.parents if p in listed)
             for parent in parents:
                 decide(listed[parent])
+            for parent in shard.parents:
+                if parent not in listed:
+                    self._aged_out((stream, parent))
             start = self._start_of(key, shard, parents)
             if start is not None:
                 starts.append(start)
@@ -102,7 +107,7 @@ class ShardPlan:
                 return ShardStart(key, saved.position, "TRIM_HORIZON", parents)
             if saved.started_at_ms is not None:
                 return ShardStart(key, None, _instant(saved.started_at_ms), parents)
-        elif any((stream, p) in self._tracked for p in parents):  # 2
+        elif any((stream, p) in self._tracked for p in shard.parents):  # 2
             self._tracked.add(key)
             return ShardStart(key, None, "TRIM_HORIZON", parents)
         # 3: a root for this member.
@@ -117,6 +122,14 @@ class ShardPlan:
         # a restart reading from it (AT_TIMESTAMP) misses nothing and replays nothing processed.
         started = self._joined_at_ms if self._resume else None
         return ShardStart(key, None, "LATEST", parents, started_at_ms=started)
+
+    def _aged_out(self, key: ShardKey) -> None:
+        """A parent no longer listed: with a saved position, this member followed it (rule 2);
+        its records are gone, so it counts as finished."""
+        if self._saved.pop(key, None) is not None:
+            self._decided.add(key)
+            self._tracked.add(key)
+            self.finished.add(key)
 
     def finish(self, key: ShardKey) -> None:
         """The shard was read to its end and every record of it processed."""
