@@ -11,19 +11,24 @@ proxy for the expiry; the stand-in EFO transport of ``_efo_fake.py`` for enhance
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from _efo_fake import FakeEfo
+from _efo_fake import FakeEfo, FakeSubscribeError
 from _faultproxy import Fault, FaultKind, OpKey
-from _group import Member, create_stream, datas, make_config, put, state_store
+from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
 from _group import setup_table as create_table
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record
+from kinesumer.aws import RequestStats
 from kinesumer.consumer.base import engine_of
 from kinesumer.engine.broadcast_plan import ShardPlan
+from kinesumer.engine.efo_session import EfoTransport
+from kinesumer.errors import StreamNotFoundError
+from kinesumer.kinesis.efo.consumers import stream_arn
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
 from kinesumer.models import Position, Shard
 from kinesumer.statestore.dynamodb.positions import SavedPosition
@@ -197,3 +202,89 @@ def test_broadcast_children_of_an_unknown_unlisted_parent_are_roots() -> None:
     plan = ShardPlan("LATEST", {}, 1_700_000_000_000, resume=True)
     (start,) = plan.new_shards("s", [Shard("c1", parent_shard_id="p")])
     assert (start.initial, start.started_at_ms) == ("LATEST", 1_700_000_000_000)
+
+
+class Deregistrable:
+    """The stand-in EFO transport with a consumer an operator can deregister: a subscription
+    through an ARN that is no longer the registered one answers ResourceNotFoundException (at
+    once, or in the middle of an open subscription, as AWS ends it); registering again makes a
+    new ARN. Stream ARNs come from DescribeStreamSummary, so a deleted stream is found gone."""
+
+    def __init__(self, url: str) -> None:
+        self.fake = FakeEfo(url)
+        self.current: str | None = None
+        self.registrations = 0
+
+    def transport(self) -> EfoTransport:
+        async def arn_of(client: Any, stream: str) -> str:
+            return await stream_arn(client, stream, stats=RequestStats())
+
+        async def register(client: Any, arn: str, name: str) -> str:
+            if self.current is None:
+                self.registrations += 1
+                self.current = f"{arn}/consumer/{name}:{self.registrations}"
+            return self.current
+
+        return EfoTransport(arn_of, register, lambda: self)
+
+    def subscribe(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        return self._checked(consumer_arn, shard_id, position)
+
+    async def _checked(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        if consumer_arn != self.current:
+            raise FakeSubscribeError("ResourceNotFoundException")
+        events = self.fake.subscribe(consumer_arn, shard_id, position)
+        try:
+            async for event in events:
+                if consumer_arn != self.current:  # deregistered: AWS ends the subscription
+                    raise FakeSubscribeError("ResourceNotFoundException")
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+
+
+async def test_efo_a_deregistered_consumer_is_registered_again_and_reading_resumes(
+    env: dict[str, Any],
+) -> None:
+    """Issue 17, item 5: ``kinesumer deregister-consumer`` while members read: the member
+    registers the consumer again and goes on where it was: nothing lost, nothing replayed."""
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 2)
+    efo = Deregistrable(url)
+    sink: list[tuple[str, Record]] = []
+    joined = Member(env["config"].replace(enhanced_fan_out=True), [stream], sink)
+    engine_of(joined.consumer).efo_transport = efo.transport()
+    joined.start()
+    await eventually(lambda: len(joined.owned()) == 2, what="the shards")
+    await asyncio.sleep(1.0)  # the subscriptions are open at LATEST
+    produced = put(url, stream, 0, 100)
+    await eventually(lambda: len(sink) >= 100, what="records before the deregistration")
+    efo.current = None  # the operator deregistered the consumer
+    produced += put(url, stream, 100, 100)
+    await eventually(lambda: len(sink) >= 200 or joined.error is not None, what="the rest")
+    assert joined.error is None
+    await joined.close()
+    assert sorted(datas(sink)) == sorted(produced)
+    assert duplicates(sink) == {}
+    assert efo.registrations == 2
+
+
+async def test_efo_a_deleted_stream_still_raises_stream_not_found(env: dict[str, Any]) -> None:
+    url, stream = env["url"], env["stream"]
+    create_stream(url, stream, 1)
+    efo = Deregistrable(url)
+    sink: list[tuple[str, Record]] = []
+    joined = Member(env["config"].replace(enhanced_fan_out=True), [stream], sink)
+    engine_of(joined.consumer).efo_transport = efo.transport()
+    joined.start()
+    await eventually(lambda: len(joined.owned()) == 1, what="the shard")
+    kinesis(url).delete_stream(StreamName=stream)
+    efo.current = None  # a deleted stream's consumers go with it
+    await eventually(lambda: joined.error is not None, what="the failure")
+    assert isinstance(joined.error, StreamNotFoundError)
+    with contextlib.suppress(StreamNotFoundError):  # the task ended with it
+        await joined.close()
