@@ -288,3 +288,28 @@ async def test_efo_a_deleted_stream_still_raises_stream_not_found(env: dict[str,
     assert isinstance(joined.error, StreamNotFoundError)
     with contextlib.suppress(StreamNotFoundError):  # the task ended with it
         await joined.close()
+
+
+async def test_the_recorded_start_is_fenced_kept_and_forgotten_by_a_reset(
+    env: dict[str, Any],
+) -> None:
+    """``started_at`` on the checkpoint item: written only under the claim's owner and lease,
+    never moved later, absent from older items (they still read), removed by an operator's
+    reset (which restarts the shard from the initial position)."""
+    config = env["config"]
+    async with state_store(config) as store:
+        assert await store.move_checkpoint("s", "shard-1", None, None)  # an older item's shape
+        (seen,) = (await store.get_checkpoints("s")).values()
+        assert seen.started_at_ms is None
+        claimed = await store.claim("s", "shard-1", "a", seen)
+        assert claimed is not None
+        assert await store.record_start(claimed, 2_000)
+        assert await store.record_start(claimed, 3_000)  # kept: a start never moves later
+        (read,) = (await store.get_checkpoints("s")).values()
+        assert (read.started_at_ms, read.sequence_number) == (2_000, None)
+        taken = await store.claim("s", "shard-1", "b", read)
+        assert taken is not None and taken.started_at_ms == 2_000  # the next owner sees it
+        assert not await store.record_start(claimed, 1_000)  # an older lease: refused
+        assert await store.move_checkpoint("s", "shard-1", taken, None)
+        (reset,) = (await store.get_checkpoints("s")).values()
+        assert reset.started_at_ms is None
