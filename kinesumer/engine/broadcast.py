@@ -190,15 +190,16 @@ class BroadcastEngine(Engine):
                 after.sequence_number if after else None,
                 after.sub_sequence_number if after else 0,
                 owner=self.client_id,
+                started_at_ms=start.since_ms,
             )
         )
         self.leases[start.key] = lease
         return lease
 
     async def _read(self, lease: Lease, start: ShardStart) -> None:
-        started = start.started_at_ms
-        if started is not None and not await self.checkpointer.save_start(lease, started):
-            return
+        # Resume mode, a LATEST read with nothing saved: the fetcher saves where it began (by
+        # Kinesis's clock) before any record is read.
+        record_start = self.checkpointer.save_start if start.started_at_ms is not None else None
         plan = self._plan
 
         async def parents_finished() -> bool:
@@ -214,6 +215,7 @@ class BroadcastEngine(Engine):
             self._shard_ended,
             self.client_id,
             self.metrics,
+            record_start,
         )
         await fetcher.run()
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from ..config import InitialPosition
 from ..models import Position, Shard
@@ -35,15 +34,17 @@ ShardKey = tuple[str, str]
 
 @dataclass(frozen=True)
 class ShardStart:
-    """How to read one shard: after ``after`` if set, else from ``initial``; only once every
-    shard in ``parents`` is finished. ``started_at_ms``: save this start before reading (resume
-    mode, a shard with nothing saved yet)."""
+    """How to read one shard: after ``after`` if set, else from the instant ``since_ms`` if
+    set, else from ``initial``; only once every shard in ``parents`` is finished.
+    ``started_at_ms``: save where a LATEST read begins before reading (resume mode, a shard with
+    nothing saved yet)."""
 
     key: ShardKey
     after: Position | None
     initial: InitialPosition
     parents: tuple[str, ...] = ()
     started_at_ms: int | None = None
+    since_ms: int | None = None
 
 
 class ShardPlan:
@@ -106,7 +107,7 @@ class ShardPlan:
             if saved.position is not None:
                 return ShardStart(key, saved.position, "TRIM_HORIZON", parents)
             if saved.started_at_ms is not None:
-                return ShardStart(key, None, _instant(saved.started_at_ms), parents)
+                return ShardStart(key, None, "LATEST", parents, since_ms=saved.started_at_ms)
         elif any((stream, p) in self._tracked for p in shard.parents):  # 2
             self._tracked.add(key)
             return ShardStart(key, None, "TRIM_HORIZON", parents)
@@ -118,8 +119,9 @@ class ShardPlan:
             self.finished.add(key)
             return None
         self._tracked.add(key)
-        # Resume mode saves the join instant first: it is at or before where LATEST starts, so
-        # a restart reading from it (AT_TIMESTAMP) misses nothing and replays nothing processed.
+        # Resume mode saves where the LATEST read began before reading (the fetcher, by Kinesis's
+        # clock; the join instant stands for it here): a restart reading from it (AT_TIMESTAMP)
+        # misses nothing and replays nothing processed.
         started = self._joined_at_ms if self._resume else None
         return ShardStart(key, None, "LATEST", parents, started_at_ms=started)
 
@@ -148,7 +150,3 @@ class ShardPlan:
     def parents_finished(self, start: ShardStart) -> bool:
         stream = start.key[0]
         return all((stream, p) in self.finished for p in start.parents)
-
-
-def _instant(epoch_ms: int) -> datetime:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
