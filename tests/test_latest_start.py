@@ -333,3 +333,47 @@ async def test_efo_a_subscription_refused_before_its_first_event_skips_nothing(
     finally:
         await joined.close()
     assert sorted(datas(sink)) == sorted(produced)
+
+
+async def test_efo_kinesis_local_deregistered_consumer_is_registered_again(
+    kinesis_local: Any, dynalite: Any, unique_name: Names
+) -> None:
+    """The same on kinesis-local, with the real transport. Its open subscriptions outlive a
+    deregistration, so the member meets the gone consumer when it next subscribes: after the
+    operator deregistered the consumer, B joins (registering a new one) and leaves, and A
+    subscribes to the shard B handed back through the ARN it knew."""
+    config = make_config(
+        kinesis_local.url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        enhanced_fan_out=True,
+    )
+    create_table(config)
+    url, stream = kinesis_local.url, unique_name("s")
+    create_stream(url, stream, 2)
+    sink: list[tuple[str, Record]] = []
+    first = Member(config.replace(client_id="a"), [stream], sink).start()
+    produced = put(url, stream, 0, 50)
+    await eventually(lambda: len(sink) >= 50, timeout=60, what="records before")
+    client = kinesis(url)
+    arn = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    client.deregister_stream_consumer(StreamARN=arn, ConsumerName=config.app)
+    await eventually(
+        lambda: not client.list_stream_consumers(StreamARN=arn)["Consumers"],
+        what="the consumer deleted",
+    )
+    second = Member(config.replace(client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(second.owned()) == 1, timeout=60, what="B's shard")
+    await second.close()
+    produced += put(url, stream, 50, 50)
+    try:
+        await eventually(
+            lambda: len(set(datas(sink))) >= 100 or first.error is not None,
+            timeout=60,
+            what="the rest",
+        )
+    finally:
+        await first.close()
+    assert first.error is None
+    assert set(datas(sink)) == set(produced)
