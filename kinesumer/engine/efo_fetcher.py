@@ -197,6 +197,7 @@ class EfoShardFetcher:
         ):
             return
         arn: str | None = await self._consumer_arn(self._stream)
+        gone: str | None = None  # the consumer ARN last found gone
         if not await self._record_latest_start():
             return
         log.info("%s subscribing from %s", self._where, self._position or self._since_ms)
@@ -219,10 +220,12 @@ class EfoShardFetcher:
                         # The transport's word for the 5-minute end: not a failure.
                         log.debug("%s subscription ended (%s)", self._where, exc)
                         continue
-                    if self._consumer_gone(exc) and arn is not None:
+                    if self._consumer_gone(exc) and arn is not None and arn != gone:
                         assert self._forget_consumer is not None
                         self._forget_consumer(self._stream, arn)
-                        arn = None  # looked up again: StreamNotFoundError if the stream went
+                        # Looked up again: StreamNotFoundError if the stream went. Found again
+                        # and still refused, the error is about something else: raised.
+                        arn, gone = None, arn
                     elif not retryable(exc):
                         raise
                     await self._pause_after(exc)
