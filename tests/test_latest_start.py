@@ -25,13 +25,10 @@ from _wait import eventually
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.aws import RequestStats
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.broadcast_plan import ShardPlan
 from kinesumer.engine.efo_session import EfoTransport
 from kinesumer.errors import StreamNotFoundError
 from kinesumer.kinesis.efo.consumers import stream_arn
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
-from kinesumer.models import Position, Shard
-from kinesumer.statestore.dynamodb.positions import SavedPosition
 
 Names = Callable[[str], str]
 GET_RECORDS = OpKey("kinesis", "GetRecords")
@@ -137,6 +134,25 @@ async def test_a_handoff_before_the_first_checkpoint_loses_nothing(
     assert set(datas(sink)) == set(produced)
 
 
+async def test_a_close_before_the_first_checkpoint_loses_nothing(env: dict[str, Any]) -> None:
+    """Member A reads from LATEST, fetches records its application never polled, and closes:
+    the handoff writes no position; B, started later, reads from where A began."""
+    url, stream, config = env["url"], env["stream"], env["config"]
+    create_stream(url, stream, 1)
+    sink: list[tuple[str, Record]] = []
+    first = member(config, "a", stream, sink, None)
+    await first.consumer.subscribe([stream])
+    await caught_up(first.consumer, 1)
+    produced = put(url, stream, 0, 30)
+    await eventually(lambda: first.consumer.stats().buffered_records >= 30, what="A fetched")
+    await first.consumer.aclose()
+    produced += put(url, stream, 30, 10)
+    second = member(config, "b", stream, sink, None).start()
+    await eventually(lambda: set(datas(sink)) >= set(produced), timeout=60, what="every record")
+    await second.close()
+    assert set(datas(sink)) == set(produced)
+
+
 @pytest.mark.parametrize("fan_out", [False, True], ids=["polling", "efo"])
 async def test_a_crash_before_the_first_checkpoint_loses_nothing(
     env: dict[str, Any], fan_out: bool
@@ -170,38 +186,6 @@ async def test_a_crash_before_the_first_checkpoint_loses_nothing(
     await second.close()
     assert set(datas(sink)) == set(produced)
     assert not set(old) & set(datas(sink))
-
-
-@pytest.mark.parametrize(
-    "saved",
-    [
-        SavedPosition(
-            "s", "p", Position("49590338271490256608559692538361571095921575989136588898")
-        ),
-        SavedPosition("s", "p", finished=True),
-        SavedPosition("s", "p", started_at_ms=1_700_000_000_000),
-    ],
-    ids=["position", "finished", "started"],
-)
-def test_broadcast_children_of_an_aged_out_parent_it_followed_start_at_trim_horizon(
-    saved: SavedPosition,
-) -> None:
-    """Issue 17, item 1c: the parent left ListShards (retention) while the member was down; a
-    position saved in it means the member followed this lineage: its children replay from
-    TRIM_HORIZON, they are not roots read from LATEST."""
-    plan = ShardPlan("LATEST", {("s", "p"): saved}, 1_700_000_000_000, resume=True)
-    children = [Shard("c1", parent_shard_id="p"), Shard("c2", parent_shard_id="p")]
-    starts = plan.new_shards("s", children)
-    assert [(s.key, s.after, s.initial, s.parents) for s in starts] == [
-        (("s", "c1"), None, "TRIM_HORIZON", ()),
-        (("s", "c2"), None, "TRIM_HORIZON", ()),
-    ]
-
-
-def test_broadcast_children_of_an_unknown_unlisted_parent_are_roots() -> None:
-    plan = ShardPlan("LATEST", {}, 1_700_000_000_000, resume=True)
-    (start,) = plan.new_shards("s", [Shard("c1", parent_shard_id="p")])
-    assert (start.initial, start.started_at_ms) == ("LATEST", 1_700_000_000_000)
 
 
 class Deregistrable:
