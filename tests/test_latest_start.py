@@ -1,11 +1,13 @@
 """At the default ``initial_position="LATEST"``: once a member opened a shard, no reopening of
-that read starts later than that moment (issue 17, items 1 and 1b).
+that read starts later than that moment (issue 17, items 1 and 1b); and enhanced fan-out's
+deregistered consumer (item 5).
 
 A shard read from LATEST has no checkpoint until its first processed record. Where its reading
 began is recorded in its checkpoint item before any record is handed out, and every reopening
 starts there: an iterator that expires before the first record, the next owner after a
-handoff, after a crash, through polling or enhanced fan-out. kinesalite + dynalite (the fault
-proxy for the expiry; the stand-in EFO transport of ``_efo_fake.py`` for enhanced fan-out).
+handoff, a crash or a close, through polling or enhanced fan-out. kinesalite + dynalite (the
+fault proxy for the expiry; the stand-in EFO transport of ``_efo_fake.py`` for enhanced
+fan-out), and kinesis-local with the real transport for the deregistered consumer.
 """
 
 from __future__ import annotations
