@@ -44,14 +44,16 @@ async def caught_up(consumer: AsyncKinesumer, shards: int) -> None:
     )
 
 
+@pytest.mark.parametrize("broadcast", [False, True], ids=["group", "broadcast"])
 async def test_an_iterator_expiring_before_the_first_record_skips_nothing(
-    proxied: dict[str, Any],
+    proxied: dict[str, Any], broadcast: bool
 ) -> None:
     """r1 reaches an idle shard; the next GetRecords answers ExpiredIteratorException before the
     fetcher saw r1. The renewed iterator must not open at LATEST again: r1 and r2 arrive."""
     url, stream, proxy = proxied["url"], proxied["stream"], proxied["kinesis"]
     create_stream(url, stream, 1)
-    consumer = AsyncKinesumer(proxied["config"].replace(initial_position="LATEST"))
+    config = proxied["config"].replace(initial_position="LATEST", broadcast=broadcast)
+    consumer = AsyncKinesumer(config)
     sink: list[tuple[str, Record]] = []
 
     async def run() -> None:
