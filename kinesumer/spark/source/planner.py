@@ -145,13 +145,13 @@ class Planner:
         member = self._join(start.query, start.owner)
         self._settle(start)
         ends = self._ledger(start)
-        starts = self._next_starts(start, ends, self._owned(member))
+        starts = self._next_starts(start, ends, self._owned(member, ends))
         reason = self._reason(start, ends, starts)
         if reason is None and self._target_ms is not None:
             # availableNow is about to end: first let pending claims settle (shards on their
             # way here from another member, children of a parent finished just now).
             self._await_claims(member)
-            starts = self._next_starts(start, ends, self._owned(member))
+            starts = self._next_starts(start, ends, self._owned(member, ends))
             reason = self._reason(start, ends, starts)
         if reason is None:
             if self._target_ms is not None:
@@ -237,9 +237,18 @@ class Planner:
         assert self._member is not None
         self.settlement.settle(self._member, offset, self._ledger(offset))
 
-    def _owned(self, member: Member) -> dict[Key, Owned]:
-        """The shards held now, after adopting an earlier run's ends (see :mod:`.settle`)."""
-        return self.settlement.adopt(member, {o.key: o for o in member.owned()})
+    def _owned(self, member: Member, ends: dict[Key, LedgerEntry]) -> dict[Key, Owned]:
+        """The shards held now, after adopting an earlier run's ends (see :mod:`.settle`).
+
+        A shard still held although the last batch (``ends``) read it to SHARD_END was never
+        finished in the group (its complete() was refused, or an earlier run died before its
+        finish landed): it is finished now, or its children would wait for ever."""
+        owned = {o.key: o for o in member.owned()}
+        for key in sorted(owned):
+            entry = ends.get(key)
+            if entry is not None and entry.shard_end:
+                self.settlement.keep(entry)
+        return self.settlement.adopt(member, owned)
 
     def _await_claims(self, member: Member) -> None:
         """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
@@ -259,7 +268,7 @@ class Planner:
         for key, holder in owned.items():
             entry = ends.get(key)
             if entry is not None and entry.shard_end:
-                continue  # read to its end; complete(finished=True) releases its children
+                continue  # read to its end: finished (or pending a finish, see _owned)
             previous = start.shards.get(key)
             if previous is None and key in self.rotation.carried:
                 previous = self.rotation.carried[key][0]  # left out of the last batch by the bound
