@@ -27,6 +27,7 @@ class FakeOwned:
     lease: int
     position: Position | None
     start: Any
+    started_at_ms: int | None = None  # where a plain member began reading at LATEST
 
     @property
     def key(self) -> tuple[str, str]:
@@ -54,6 +55,7 @@ class SoloMember:
     hidden: set[tuple[str, str]] = field(default_factory=set)
     lose: set[tuple[str, str]] = field(default_factory=set)
     leases: dict[tuple[str, str], int] = field(default_factory=dict)
+    started: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def start(self, streams: Sequence[str]) -> None:
         self.streams = tuple(streams)
@@ -83,7 +85,9 @@ class SoloMember:
             is_child = any(p and p in known for p in parents)
             start = "TRIM_HORIZON" if is_child else self.config.initial_position
             lease = self.leases.get(key, 1)
-            out.append(FakeOwned(*key, self.client_id, lease, self.positions.get(key), start))
+            position = self.positions.get(key)
+            started = self.started.get(key)
+            out.append(FakeOwned(*key, self.client_id, lease, position, start, started))
         return out
 
     def begin(self, key: tuple[str, str], lease: int | None = None) -> bool:

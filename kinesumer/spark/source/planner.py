@@ -43,6 +43,7 @@ from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
 from .partition import ShardPartition
+from .pins import initial_start, pinned
 from .rotation import Rotation, bound_of
 from .settle import Key, Member, Owned, Settlement
 
@@ -75,6 +76,7 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _open(self, query: str) -> DriverIO:
@@ -149,10 +151,15 @@ class Planner:
         reason = self._reason(start, ends, starts)
         if reason is None and self._target_ms is not None:
             # availableNow is about to end: first let pending claims settle (shards on their
-            # way here from another member, children of a parent finished just now).
-            self._await_claims(member)
-            starts = self._next_starts(start, ends, self._owned(member, ends))
-            reason = self._reason(start, ends, starts)
+            # way here from another member, children of a parent finished just now, also by
+            # this wait's own pass: an earlier run's SHARD_END adopted once its shard showed up).
+            for _ in range(3):
+                finished = self.settlement.finished
+                self._await_claims(member)
+                starts = self._next_starts(start, ends, self._owned(member, ends))
+                reason = self._reason(start, ends, starts)
+                if reason is not None or self.settlement.finished == finished:
+                    break
         if reason is None:
             if self._target_ms is not None:
                 # availableNow ends here, and Spark will kill this worker without calling
@@ -162,7 +169,7 @@ class Planner:
             return start_json
         client_id = str(member.stats().client_id)
         bound = bound_of(self.options.max_records_per_trigger, max_rows)
-        chosen = self.rotation.choose(start, ends, _pin(starts), bound)
+        chosen = self.rotation.choose(start, ends, self._pin(starts), bound)
         planned = self._plan(start, self._begin(member, chosen), max_rows, client_id)
         if planned is None:
             return start_json  # every shard moved away meanwhile
@@ -283,8 +290,22 @@ class Planner:
             elif holder.position is not None:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
-                starts[key] = _initial(holder.start, holder.lease)
+                starts[key] = initial_start(holder.start, holder.lease)
+                handed = getattr(holder, "started_at_ms", None)  # a plain member's LATEST start
+                if handed is not None:
+                    self._handed_over[key] = int(handed)
         return starts
+
+    def _pin(self, starts: dict[Key, Start]) -> dict[Key, Start]:
+        """LATEST starts as AT_TIMESTAMP of where reading of the shard began (:mod:`.pins`):
+        a replay reads the same records, and no later LATEST open starts after the first."""
+        now_ms = int(time.time() * 1000)
+        return {
+            k: pinned(s, self.io.latest_pin(k, now_ms), self._handed_over.get(k))
+            if s.at == "LATEST"
+            else s
+            for k, s in starts.items()
+        }
 
     def _reason(
         self, start: SourceOffset, ends: dict[Key, LedgerEntry], starts: dict[Key, Start]
@@ -373,21 +394,6 @@ class Planner:
         self.settlement.planned(planned.batch, set(starts))
         self._last_plan = time.monotonic()
         return planned
-
-
-def _pin(starts: dict[Key, Start]) -> dict[Key, Start]:
-    """LATEST pinned to the planning time, so that a replay reads the same records."""
-    now_ms = int(time.time() * 1000)
-    return {
-        k: Start(at_timestamp_ms=now_ms, lease=s.lease) if s.at == "LATEST" else s
-        for k, s in starts.items()
-    }
-
-
-def _initial(start: Any, lease: int) -> Start:
-    if isinstance(start, str):
-        return Start(at=start, lease=lease)
-    return Start(at_timestamp_ms=int(start.timestamp() * 1000), lease=lease)
 
 
 def _ticks(member: Member) -> int:

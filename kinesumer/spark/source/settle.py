@@ -75,6 +75,7 @@ class Settlement:
         self.planned_here: set[int] = set()  # batches this process planned (pruned on commit)
         self.settled: set[int] = set()
         self.pending: dict[Key, LedgerEntry] = {}  # an earlier run's ends, shard not held yet
+        self.finished = 0  # shards finished by adopt() (their children become claimable)
 
     def planned(self, batch: int, keys: set[Key]) -> None:
         """Batch ``batch`` was planned here over ``keys`` (each begun)."""
@@ -117,9 +118,9 @@ class Settlement:
         for key in sorted(set(self.pending) & set(owned)):
             entry, holder = self.pending.pop(key), owned[key]
             end = entry.end
-            if end is not None and holder.position is not None:
-                if not sequence_after(end, holder.position):
-                    end = None  # checkpointed as far or further since: the position stays
+            known = holder.position
+            if end is not None and known is not None and not sequence_after(end, known):
+                end = None  # checkpointed as far or further since: the position stays
             if end is None and not entry.shard_end:
                 continue
             if not member.begin(key, holder.lease):
@@ -134,6 +135,7 @@ class Settlement:
             log.info("%s/%s: batch %d adopted%s", *key, entry.batch,
                      " (SHARD_END: finished)" if entry.shard_end else "")  # fmt: skip
             if entry.shard_end:
+                self.finished += 1
                 del out[key]
             else:
                 out[key] = Held(key, holder.lease, end, holder.start)

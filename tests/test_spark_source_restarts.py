@@ -1,0 +1,117 @@
+"""A local-Spark query (kinesalite + dynalite) whose parent shard's last batch read nothing but
+SHARD_END, and then: its driver ended before the next trigger (``once`` runs), or the query was
+stopped between the batches; the next run of the query reads every record of the children.
+
+The scenario: a 1-shard stream with 20 records, split, 20 more on the children; the query reads
+with ``max_records_per_shard=20``, so the parent's 20 come in one batch and its SHARD_END in the
+next, which records ``end=None, shard_end=True`` in the ledger.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, put
+from _spark_source import Collector, checkpoints, local_spark, spark_group
+from _wait import wait_until
+
+from kinesumer import Config
+
+pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
+
+WAIT = 180.0
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_spark() as session:
+        yield session
+
+
+@pytest.fixture
+def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    group = spark_group(kinesalite, dynalite, unique_name)
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 1)
+    group["parent_records"] = put(url, stream, 0, 20)
+    client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+    (parent,) = client.list_shards(StreamName=stream)["Shards"]
+    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    client.split_shard(
+        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
+    )
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    group["parent"] = parent["ShardId"]
+    group["children_records"] = put(url, stream, 20, 20)
+    return group
+
+
+def run(spark: Any, config: Config, stream: str, path: str, trigger: str) -> Collector:
+    sink = Collector()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**_options(config, stream))
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", path)
+    )
+    query = frame.trigger(**{trigger: True}).start()
+    try:
+        query.awaitTermination(300)
+    finally:
+        if query.isActive:
+            query.stop()
+    return sink
+
+
+def _options(config: Config, stream: str) -> Any:
+    from kinesumer.spark.source import option_strings
+
+    return option_strings(config, [stream], max_records_per_shard=20)
+
+
+def assert_children_read(group: dict[str, Any], *sinks: Collector) -> None:
+    seen = [d for sink in sinks for d in sink.datas()]
+    assert Counter(seen) == Counter(group["parent_records"] + group["children_records"])
+    parent = checkpoints(group["config"], group["stream"])[group["parent"]]
+    assert parent.get("finished", {}).get("BOOL") is True
+
+
+def test_a_driver_ended_after_the_parents_empty_last_read_reads_the_children_next_run(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream, path = group["config"], group["stream"], str(tmp_path / "ck")
+    first = run(spark, config, stream, path, "once")  # the parent's 20 records
+    assert sorted(first.datas()) == sorted(group["parent_records"])
+    second = run(spark, config, stream, path, "once")  # its SHARD_END only; then the end
+    assert second.rows() == []
+    third = run(spark, config, stream, path, "availableNow")
+    assert_children_read(group, first, second, third)
+
+
+def test_a_query_stopped_after_the_parents_empty_last_read_reads_the_children_next_run(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    config, stream, path = group["config"], group["stream"], str(tmp_path / "ck")
+    sink = Collector()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**_options(config, stream))
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", path)
+        .trigger(processingTime="8 seconds")  # the stop comes before the next trigger settles
+    )
+    query = frame.start()
+    try:
+        # Batch 0: the parent's 20 records; batch 1 (a trigger later): its SHARD_END only.
+        wait_until(lambda: len(sink.batches) >= 2, WAIT, "two batches")
+    finally:
+        query.stop()
+    assert sorted(sink.datas()) == sorted(group["parent_records"])
+    again = run(spark, config, stream, path, "availableNow")
+    assert_children_read(group, sink, again)
