@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 from _group import create_stream, put
-from _spark_source import Collector, checkpoints, local_spark, spark_group
+from _spark_source import Collector, checkpoints, local_spark, spark_group, start_query
 from _wait import wait_until
 
 from kinesumer import Config
@@ -115,3 +115,47 @@ def test_a_query_stopped_after_the_parents_empty_last_read_reads_the_children_ne
     assert sorted(sink.datas()) == sorted(group["parent_records"])
     again = run(spark, config, stream, path, "availableNow")
     assert_children_read(group, sink, again)
+
+
+def test_at_latest_a_query_with_a_new_checkpoint_folder_reads_from_the_first_open(
+    spark: Any, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
+) -> None:
+    """At the default LATEST: a run whose batch opened the shard (and never read it: a sink
+    that ignores its input), then a run with a new checkpoint folder reads every record put in
+    between. (A thread keeps putting records during the second run: kinesalite answers
+    AT_TIMESTAMP only when some record arrived at or after the instant.)"""
+    import threading
+    import time
+
+    group = spark_group(kinesalite, dynalite, unique_name)
+    url, stream = group["url"], group["stream"]
+    config = group["config"].replace(initial_position="LATEST")
+    create_stream(url, stream, 1)
+    put(url, stream, 0, 5)  # before LATEST: never read
+    time.sleep(1.1)  # AT_TIMESTAMP travels in whole seconds
+
+    def ignore(df: Any, batch_id: int) -> None:
+        pass
+
+    query = start_query(spark, config, [stream], ignore, str(tmp_path / "a"), available_now=True)
+    query.awaitTermination(300)
+    time.sleep(0.05)
+    between = put(url, stream, 5, 20)  # after the first run opened the shard
+    stop = threading.Event()
+
+    def keep_putting() -> None:
+        n = 1000
+        while not stop.wait(0.3):
+            put(url, stream, n, 1)
+            n += 1
+
+    putter = threading.Thread(target=keep_putting, daemon=True)
+    time.sleep(1.1)
+    putter.start()
+    try:
+        sink = run(spark, config, stream, str(tmp_path / "b"), "availableNow")
+    finally:
+        stop.set()
+        putter.join(10)
+    assert set(between) <= set(sink.datas())
+    assert not {str(i).encode() for i in range(5)} & set(sink.datas())
