@@ -159,3 +159,44 @@ def test_at_latest_a_query_with_a_new_checkpoint_folder_reads_from_the_first_ope
         putter.join(10)
     assert set(between) <= set(sink.datas())
     assert not {str(i).encode() for i in range(5)} & set(sink.datas())
+
+
+def test_a_lease_lost_and_claimed_again_after_the_parents_last_read_still_finishes_it(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """Between the parent's SHARD_END batch and the next trigger (which settles it), another
+    client takes the parent over in the state table and goes away: the query's finish of the
+    parent is refused (lease lost), the query claims the parent again, and finishes it then."""
+    import time
+
+    config, stream, parent = group["config"], group["stream"], group["parent"]
+    sink = Collector()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**_options(config, stream))
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="8 seconds")  # the take-over lands before the next trigger
+    )
+    query = frame.start()
+    try:
+        wait_until(lambda: len(sink.batches) >= 2, WAIT, "the parent's batches")
+        db = boto3.client(
+            "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+        )
+        db.update_item(
+            TableName=config.dynamodb_table,
+            Key={"pk": {"S": f"check_point#{config.app}#{stream}"}, "sk": {"S": parent}},
+            UpdateExpression="SET #o = :ghost, #l = #l + :one, last_update = :now",
+            ExpressionAttributeNames={"#o": "owner", "#l": "lease"},
+            ExpressionAttributeValues={
+                ":ghost": {"S": "ghost-1"},
+                ":one": {"N": "1"},
+                ":now": {"N": str(int(time.time() * 1000))},
+            },
+        )
+        wait_until(lambda: len(set(sink.datas())) >= 40, 90, "the children's records")
+    finally:
+        query.stop()
+    assert_children_read(group, sink)
