@@ -9,10 +9,10 @@ call does:
 - ``latestOffset(start, limit)``: (1) *settle* batch ``start.batch`` (Spark committed it: it only
   asks for the next offset after the previous batch ran): per shard, ``complete()`` the member's
   fenced checkpoint at the ledger's end (a batch of an earlier run is adopted, :mod:`.settle`);
-  (2) form the next starts: a shard of ``start`` still
-  owned continues after its ledger end (or the group checkpoint, if that is later), a shard
-  newly owned starts from its checkpoint or start position, a shard no longer owned is dropped
-  (its handoff waited for the complete above), a shard at SHARD_END is never planned again;
+  (2) form the next starts: a shard of ``start`` still owned continues after its ledger end
+  (or the group checkpoint, if later), one newly owned from its checkpoint or start position
+  (LATEST pinned, :mod:`.pins`), one no longer owned is dropped (its handoff waited for the
+  complete above), one read to SHARD_END is finished if it was not yet, never planned again;
   (3) decide: plan batch ``start.batch + 1`` when a shard is new here, or some shard was not
   caught up (availableNow: and not yet past the run's start; or a closed shard not read to
   SHARD_END), or (idle, at most every ``idle_poll_interval``) a probe found new records; else
@@ -25,7 +25,8 @@ call does:
 - ``commit(end)``: settle ``end`` if not yet (and the member is here), delete ledger items of
   older batches, forget older batches.
 
-So the group's DynamoDB checkpoints trail Spark's own checkpoint by at most one micro-batch.
+So the group's checkpoints are at batch N-1 from Spark's commit of N until the next trigger's
+``latestOffset`` (Spark calls nothing sooner; a stop in between leaves them there).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from .options import SourceOptions
 from .partition import ShardPartition
 from .pins import initial_start, pinned
 from .rotation import Rotation, bound_of
-from .settle import Key, Member, Owned, Settlement
+from .settle import Key, Member, Owned, Settlement, await_claims
 
 log = logging.getLogger("kinesumer.spark.source")
 
@@ -155,7 +156,7 @@ class Planner:
             # this wait's own pass: an earlier run's SHARD_END adopted once its shard showed up).
             for _ in range(3):
                 finished = self.settlement.finished
-                self._await_claims(member)
+                await_claims(member, self.options.config)
                 starts = self._next_starts(start, ends, self._owned(member, ends))
                 reason = self._reason(start, ends, starts)
                 if reason is not None or self.settlement.finished == finished:
@@ -256,17 +257,6 @@ class Planner:
             if entry is not None and entry.shard_end:
                 self.settlement.keep(entry)
         return self.settlement.adopt(member, owned)
-
-    def _await_claims(self, member: Member) -> None:
-        """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
-        config = self.options.config
-        deadline = time.monotonic() + config.handoff_timeout + 2 * config.client_timeout
-        first = _ticks(member)
-        while time.monotonic() < deadline:
-            stats = member.stats()
-            if not getattr(stats, "claims_pending", False) and _ticks(member) >= first + 2:
-                return
-            time.sleep(min(0.1, config.heartbeat_interval))
 
     def _next_starts(
         self, start: SourceOffset, ends: dict[Key, LedgerEntry], owned: dict[Key, Owned]
@@ -394,7 +384,3 @@ class Planner:
         self.settlement.planned(planned.batch, set(starts))
         self._last_plan = time.monotonic()
         return planned
-
-
-def _ticks(member: Member) -> int:
-    return int(getattr(member.stats(), "coordinator_ticks", 0))

@@ -19,9 +19,11 @@ read it to SHARD_END, so nothing but this pending entry would ever finish it.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ...config import Config
 from ...models import Position
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, sequence_after
@@ -145,3 +147,18 @@ class Settlement:
         """Spark committed ``batch``: forget the batches before it."""
         self.planned_here = {b for b in self.planned_here if b >= batch}
         self.settled = {b for b in self.settled if b >= batch}
+
+
+def await_claims(member: Member, config: Config) -> None:
+    """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
+    deadline = time.monotonic() + config.handoff_timeout + 2 * config.client_timeout
+    first = _ticks(member)
+    while time.monotonic() < deadline:
+        stats = member.stats()
+        if not getattr(stats, "claims_pending", False) and _ticks(member) >= first + 2:
+            return
+        time.sleep(min(0.1, config.heartbeat_interval))
+
+
+def _ticks(member: Member) -> int:
+    return int(getattr(member.stats(), "coordinator_ticks", 0))
