@@ -120,3 +120,29 @@ def test_a_shard_a_plain_member_began_at_latest_is_read_from_there(
         assert read_all(planner, first) == sorted(new + late)
     finally:
         planner.close()
+
+
+def test_a_driver_clock_running_ahead_pins_latest_at_aws_time(
+    latest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's host clock runs 30 s ahead of AWS's: a LATEST pin taken from it would
+    skip every record of the next 30 s (kinesalite refuses a timestamp in its future)."""
+    from kinesumer.spark.source import planner as planner_module
+
+    class Ahead:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return time.time() + 30.0
+
+    monkeypatch.setattr(planner_module, "time", Ahead())
+    planner, _ = new_run(latest)
+    try:
+        first = first_batch(planner)
+        assert all(s["at_timestamp"] <= time.time() * 1000 for s in first["shards"].values())
+        time.sleep(0.05)
+        new = put(latest["url"], latest["stream"], 10, 20)
+        assert read_all(planner, first) == sorted(new)
+    finally:
+        planner.close()

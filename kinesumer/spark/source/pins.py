@@ -12,15 +12,21 @@ items; every later ``LATEST`` start of the shard, by any query of the app, reads
     pk = spark_latest#<app>      sk = <stream>#<shard id>
     started_at (N, epoch ms: the first pin), written_at (N, epoch ms)
 
-Written with ``attribute_not_exists``: the first pin wins and is never moved. Once the shard has a
-checkpoint (a batch read a record and was settled) the checkpoint is where reading resumes and the
-pin is no longer looked at. The item has no TTL: a query down for longer than any TTL must still
-resume from its pin (reading from the stream's trim horizon if retention dropped older records).
+The instant is AWS's, not the driver's: the ``Date`` header of the DynamoDB answer that found no
+pin (whole seconds, rounded down; botocore sends ``AT_TIMESTAMP`` in whole seconds anyway), so a
+driver whose clock runs ahead cannot pin after records that already arrived (the driver's clock
+only when an endpoint sends no ``Date``). It may read up to a second of earlier records, never
+fewer. Written with ``attribute_not_exists``: the first pin wins and is never moved. Once the
+shard has a checkpoint (a batch read a record and was settled) the checkpoint is where reading
+resumes and the pin is no longer looked at. The item has no TTL: a query down for longer than
+any TTL must still resume from its pin (from the trim horizon if retention dropped older records).
 """
 
 from __future__ import annotations
 
 import time
+from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any
 
 from ...aws import RequestStats
@@ -45,23 +51,51 @@ class LatestPins:
     def _key(self, key: Key) -> dict[str, Any]:
         return item_key(self._pk, f"{key[0]}#{key[1]}")
 
-    async def pin(self, key: Key, now_ms: int) -> int:
-        """The shard's pin: ``now_ms`` if it had none (written now), else the one it has."""
+    async def pin(self, key: Key, local_ms: int) -> int:
+        """The shard's pin: the one it has, or AWS's "now" (``local_ms``, this host's clock,
+        if the answer has no ``Date``), written now."""
+        table = self._table
+        found = await table.call(
+            "GetItem",
+            partial(
+                table.dynamodb.get_item, TableName=table.name, Key=self._key(key),
+                ConsistentRead=True,
+            ),
+        )  # fmt: skip
+        if "Item" in found:
+            return int(found["Item"]["started_at"]["N"])
+        now_ms = server_ms(found)
+        now_ms = local_ms if now_ms is None else now_ms
         item = self._key(key) | {
             "started_at": {"N": str(now_ms)},
-            "written_at": {"N": str(int(time.time() * 1000))},
+            "written_at": {"N": str(local_ms)},
         }
-        if await self._table.put_if(item, ABSENT) is not None:
+        if await table.put_if(item, ABSENT) is not None:
             return now_ms
-        held = await self._table.get(self._key(key))
-        if held is None:  # pragma: no cover - deleted between the two calls by an operator
-            return now_ms
-        return int(held["started_at"]["N"])
+        held = await table.get(self._key(key))  # another query pinned it meanwhile
+        return now_ms if held is None else int(held["started_at"]["N"])
 
     async def started_at(self, key: Key) -> int | None:
         """The shard's pin, or None."""
         held = await self._table.get(self._key(key))
         return None if held is None else int(held["started_at"]["N"])
+
+
+def server_ms(response: dict[str, Any]) -> int | None:
+    """The ``Date`` of an AWS answer (epoch ms, whole seconds), or None."""
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    date = headers.get("date")
+    if not date:
+        return None
+    try:
+        return int(parsedate_to_datetime(date).timestamp()) * 1000
+    except (TypeError, ValueError):
+        return None
+
+
+def local_now_ms() -> int:
+    """This host's clock (epoch ms)."""
+    return int(time.time() * 1000)
 
 
 def pinned(start: Start, pin_ms: int, handed_over_ms: int | None = None) -> Start:

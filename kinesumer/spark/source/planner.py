@@ -44,7 +44,7 @@ from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
 from .partition import ShardPartition
-from .pins import initial_start, pinned
+from .pins import initial_start, local_now_ms, pinned
 from .rotation import Rotation, bound_of
 from .settle import Key, Member, Owned, Settlement, await_claims
 
@@ -289,7 +289,7 @@ class Planner:
     def _pin(self, starts: dict[Key, Start]) -> dict[Key, Start]:
         """LATEST starts as AT_TIMESTAMP of where reading of the shard began (:mod:`.pins`):
         a replay reads the same records, and no later LATEST open starts after the first."""
-        now_ms = int(time.time() * 1000)
+        now_ms = local_now_ms()
         return {
             k: pinned(s, self.io.latest_pin(k, now_ms), self._handed_over.get(k))
             if s.at == "LATEST"
