@@ -200,3 +200,58 @@ def test_a_lease_lost_and_claimed_again_after_the_parents_last_read_still_finish
     finally:
         query.stop()
     assert_children_read(group, sink)
+
+
+def test_a_query_stopped_once_its_batch_settled_leaves_nothing_to_read_twice(
+    spark: Any, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
+) -> None:
+    """The group's checkpoints follow Spark's commit of a batch at the next trigger (README:
+    the exact window): a query stopped after that has them at the batch's ends, and a plain
+    member of the app then delivers only what came after."""
+    import threading
+
+    from kinesumer import Kinesumer
+
+    group = spark_group(kinesalite, dynalite, unique_name)
+    url, stream, config = group["url"], group["stream"], group["config"]
+    create_stream(url, stream, 2)
+    first = put(url, stream, 0, 30)
+    sink = Collector()
+    query = start_query(spark, config, [stream], sink, str(tmp_path / "ck"))  # 200 ms trigger
+    try:
+        wait_until(lambda: sorted(sink.datas()) == sorted(first), WAIT, "the first records")
+
+        def settled() -> bool:
+            last: dict[str, int] = {}
+            for row in sink.rows():
+                last[row[1]] = max(last.get(row[1], 0), int(row[2]))
+            stored = checkpoints(config, stream)
+            at = {
+                k: int(v["sequence_number"]["S"])
+                for k, v in stored.items()
+                if "sequence_number" in v
+            }
+            return at == last
+
+        wait_until(settled, WAIT, "the group's checkpoints at the committed batch's ends")
+    finally:
+        query.stop()
+    later = put(url, stream, 30, 10)
+    got: list[bytes] = []
+    consumer = Kinesumer(config)
+    done = threading.Event()
+
+    def consume() -> None:
+        consumer.subscribe([stream])
+        while not done.is_set():
+            got.extend(r.data for r in consumer.poll(100, 0.2))
+        consumer.close()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: set(later) <= set(got), WAIT, "the later records")
+    finally:
+        done.set()
+        thread.join(60)
+    assert sorted(got) == sorted(later)  # nothing the query's sink already had
