@@ -3,7 +3,8 @@
 :class:`SoloMember` owns every shard of its streams, parents before children (a child is listed
 only once every parent was completed with ``finished=True``), and records each call, so a test
 can check what the planner began, completed and abandoned. Shards in ``hidden`` are not listed
-by ``owned()`` (a claim that comes late).
+by ``owned()`` (a claim that comes late). A shard in ``lose`` has its lease lost at its next
+``complete()`` (refused, False) and re-claimed at once under the next lease number.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class FakeOwned:
     lease: int
     position: Position | None
     start: Any
+    started_at_ms: int | None = None  # where a plain member began reading at LATEST
 
     @property
     def key(self) -> tuple[str, str]:
@@ -51,6 +53,9 @@ class SoloMember:
     ticks: int = 0
     closed: bool = False
     hidden: set[tuple[str, str]] = field(default_factory=set)
+    lose: set[tuple[str, str]] = field(default_factory=set)
+    leases: dict[tuple[str, str], int] = field(default_factory=dict)
+    started: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def start(self, streams: Sequence[str]) -> None:
         self.streams = tuple(streams)
@@ -79,13 +84,16 @@ class SoloMember:
                 continue
             is_child = any(p and p in known for p in parents)
             start = "TRIM_HORIZON" if is_child else self.config.initial_position
-            out.append(FakeOwned(*key, self.client_id, 1, self.positions.get(key), start))
+            lease = self.leases.get(key, 1)
+            position = self.positions.get(key)
+            started = self.started.get(key)
+            out.append(FakeOwned(*key, self.client_id, lease, position, start, started))
         return out
 
     def begin(self, key: tuple[str, str], lease: int | None = None) -> bool:
         self.calls.append(("begin", key))
         self.begun[key] = self.begun.get(key, 0) + 1
-        return key not in self.finished
+        return key not in self.finished and lease in (None, self.leases.get(key, 1))
 
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False
@@ -93,6 +101,10 @@ class SoloMember:
         self.calls.append(("complete", key, position, finished))
         assert self.begun.get(key, 0) > 0, f"complete({key}) without begin"
         self.begun[key] -= 1
+        if key in self.lose:  # lost: nothing written; claimed again under the next lease
+            self.lose.discard(key)
+            self.leases[key] = self.leases.get(key, 1) + 1
+            return False
         if position is not None:
             self.positions[key] = position
         if finished:

@@ -26,6 +26,7 @@ from ...statestore.dynamodb.codecs import client_key, decode_client, prune_condi
 from ...statestore.dynamodb.table import StateTable
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
+from .pins import LatestPins
 
 T = TypeVar("T")
 
@@ -52,6 +53,9 @@ class DriverIO:
             ledger_ttl,
         )
         self._table = StateTable(self._clients.dynamodb, config.dynamodb_table, self._stats)
+        self._pins = LatestPins(
+            self._clients.dynamodb, config.dynamodb_table, config.app, self._stats
+        )
         self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
         self._closed = False
 
@@ -64,6 +68,10 @@ class DriverIO:
 
     def delete_before(self, batch: int) -> int:
         return self._run(self.ledger.delete_before(batch))
+
+    def latest_pin(self, key: tuple[str, str], now_ms: int) -> int:
+        """Where reading ``key`` at LATEST began (``now_ms`` if nowhere yet, :mod:`.pins`)."""
+        return self._run(self._pins.pin(key, now_ms))
 
     def remove_member(self, client_id: str) -> bool:
         """Delete ``client_id``'s client item (the member is believed dead), on condition that

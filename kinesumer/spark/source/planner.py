@@ -9,10 +9,10 @@ call does:
 - ``latestOffset(start, limit)``: (1) *settle* batch ``start.batch`` (Spark committed it: it only
   asks for the next offset after the previous batch ran): per shard, ``complete()`` the member's
   fenced checkpoint at the ledger's end (a batch of an earlier run is adopted, :mod:`.settle`);
-  (2) form the next starts: a shard of ``start`` still
-  owned continues after its ledger end (or the group checkpoint, if that is later), a shard
-  newly owned starts from its checkpoint or start position, a shard no longer owned is dropped
-  (its handoff waited for the complete above), a shard at SHARD_END is never planned again;
+  (2) form the next starts: a shard of ``start`` still owned continues after its ledger end
+  (or the group checkpoint, if later), one newly owned from its checkpoint or start position
+  (LATEST pinned, :mod:`.pins`), one no longer owned is dropped (its handoff waited for the
+  complete above), one read to SHARD_END is finished if it was not yet, never planned again;
   (3) decide: plan batch ``start.batch + 1`` when a shard is new here, or some shard was not
   caught up (availableNow: and not yet past the run's start; or a closed shard not read to
   SHARD_END), or (idle, at most every ``idle_poll_interval``) a probe found new records; else
@@ -25,7 +25,8 @@ call does:
 - ``commit(end)``: settle ``end`` if not yet (and the member is here), delete ledger items of
   older batches, forget older batches.
 
-So the group's DynamoDB checkpoints trail Spark's own checkpoint by at most one micro-batch.
+So the group's checkpoints are at batch N-1 from Spark's commit of N until the next trigger's
+``latestOffset`` (Spark calls nothing sooner; a stop in between leaves them there).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
 from .partition import ShardPartition
+from .pins import initial_start, local_now_ms, pinned
 from .rotation import Rotation, bound_of
-from .settle import Key, Member, Owned, Settlement
+from .settle import Key, Member, Owned, Settlement, await_claims
 
 log = logging.getLogger("kinesumer.spark.source")
 
@@ -75,6 +77,7 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _open(self, query: str) -> DriverIO:
@@ -145,14 +148,19 @@ class Planner:
         member = self._join(start.query, start.owner)
         self._settle(start)
         ends = self._ledger(start)
-        starts = self._next_starts(start, ends, self._owned(member))
+        starts = self._next_starts(start, ends, self._owned(member, ends))
         reason = self._reason(start, ends, starts)
         if reason is None and self._target_ms is not None:
             # availableNow is about to end: first let pending claims settle (shards on their
-            # way here from another member, children of a parent finished just now).
-            self._await_claims(member)
-            starts = self._next_starts(start, ends, self._owned(member))
-            reason = self._reason(start, ends, starts)
+            # way here from another member, children of a parent finished just now, also by
+            # this wait's own pass: an earlier run's SHARD_END adopted once its shard showed up).
+            for _ in range(3):
+                finished = self.settlement.finished
+                await_claims(member, self.options.config)
+                starts = self._next_starts(start, ends, self._owned(member, ends))
+                reason = self._reason(start, ends, starts)
+                if reason is not None or self.settlement.finished == finished:
+                    break
         if reason is None:
             if self._target_ms is not None:
                 # availableNow ends here, and Spark will kill this worker without calling
@@ -162,7 +170,7 @@ class Planner:
             return start_json
         client_id = str(member.stats().client_id)
         bound = bound_of(self.options.max_records_per_trigger, max_rows)
-        chosen = self.rotation.choose(start, ends, _pin(starts), bound)
+        chosen = self.rotation.choose(start, ends, self._pin(starts), bound)
         planned = self._plan(start, self._begin(member, chosen), max_rows, client_id)
         if planned is None:
             return start_json  # every shard moved away meanwhile
@@ -237,20 +245,18 @@ class Planner:
         assert self._member is not None
         self.settlement.settle(self._member, offset, self._ledger(offset))
 
-    def _owned(self, member: Member) -> dict[Key, Owned]:
-        """The shards held now, after adopting an earlier run's ends (see :mod:`.settle`)."""
-        return self.settlement.adopt(member, {o.key: o for o in member.owned()})
+    def _owned(self, member: Member, ends: dict[Key, LedgerEntry]) -> dict[Key, Owned]:
+        """The shards held now, after adopting an earlier run's ends (see :mod:`.settle`).
 
-    def _await_claims(self, member: Member) -> None:
-        """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
-        config = self.options.config
-        deadline = time.monotonic() + config.handoff_timeout + 2 * config.client_timeout
-        first = _ticks(member)
-        while time.monotonic() < deadline:
-            stats = member.stats()
-            if not getattr(stats, "claims_pending", False) and _ticks(member) >= first + 2:
-                return
-            time.sleep(min(0.1, config.heartbeat_interval))
+        A shard still held although the last batch (``ends``) read it to SHARD_END was never
+        finished in the group (its complete() was refused, or an earlier run died before its
+        finish landed): it is finished now, or its children would wait for ever."""
+        owned = {o.key: o for o in member.owned()}
+        for key in sorted(owned):
+            entry = ends.get(key)
+            if entry is not None and entry.shard_end:
+                self.settlement.keep(entry)
+        return self.settlement.adopt(member, owned)
 
     def _next_starts(
         self, start: SourceOffset, ends: dict[Key, LedgerEntry], owned: dict[Key, Owned]
@@ -259,7 +265,7 @@ class Planner:
         for key, holder in owned.items():
             entry = ends.get(key)
             if entry is not None and entry.shard_end:
-                continue  # read to its end; complete(finished=True) releases its children
+                continue  # read to its end: finished (or pending a finish, see _owned)
             previous = start.shards.get(key)
             if previous is None and key in self.rotation.carried:
                 previous = self.rotation.carried[key][0]  # left out of the last batch by the bound
@@ -274,8 +280,22 @@ class Planner:
             elif holder.position is not None:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
-                starts[key] = _initial(holder.start, holder.lease)
+                starts[key] = initial_start(holder.start, holder.lease)
+                handed = getattr(holder, "started_at_ms", None)  # a plain member's LATEST start
+                if handed is not None:
+                    self._handed_over[key] = int(handed)
         return starts
+
+    def _pin(self, starts: dict[Key, Start]) -> dict[Key, Start]:
+        """LATEST starts as AT_TIMESTAMP of where reading of the shard began (:mod:`.pins`):
+        a replay reads the same records, and no later LATEST open starts after the first."""
+        now_ms = local_now_ms()
+        return {
+            k: pinned(s, self.io.latest_pin(k, now_ms), self._handed_over.get(k))
+            if s.at == "LATEST"
+            else s
+            for k, s in starts.items()
+        }
 
     def _reason(
         self, start: SourceOffset, ends: dict[Key, LedgerEntry], starts: dict[Key, Start]
@@ -364,22 +384,3 @@ class Planner:
         self.settlement.planned(planned.batch, set(starts))
         self._last_plan = time.monotonic()
         return planned
-
-
-def _pin(starts: dict[Key, Start]) -> dict[Key, Start]:
-    """LATEST pinned to the planning time, so that a replay reads the same records."""
-    now_ms = int(time.time() * 1000)
-    return {
-        k: Start(at_timestamp_ms=now_ms, lease=s.lease) if s.at == "LATEST" else s
-        for k, s in starts.items()
-    }
-
-
-def _initial(start: Any, lease: int) -> Start:
-    if isinstance(start, str):
-        return Start(at=start, lease=lease)
-    return Start(at_timestamp_ms=int(start.timestamp() * 1000), lease=lease)
-
-
-def _ticks(member: Member) -> int:
-    return int(getattr(member.stats(), "coordinator_ticks", 0))

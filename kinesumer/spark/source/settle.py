@@ -7,14 +7,23 @@ for the shards the member holds. A shard the member does not hold yet (its claim
 later, or waits for its parents' finish to be seen) keeps its entry pending here, and is adopted
 when it shows up in ``owned()``: otherwise its last batch's end would be lost, and it would
 restart from the older group checkpoint (duplicates in an exactly-once sink).
+
+A shard whose read reached SHARD_END must be *finished* in the group (its children wait for
+that), also when its last read found no record (``end`` None), also when it was checkpointed as
+far already, and also when its ``complete()`` was refused because the lease was lost meanwhile:
+such an entry stays pending until the shard shows up in ``owned()`` again (re-claimed, or after
+a restart) and is finished then. The planner never plans a shard again once a committed batch
+read it to SHARD_END, so nothing but this pending entry would ever finish it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ...config import Config
 from ...models import Position
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, sequence_after
@@ -68,6 +77,7 @@ class Settlement:
         self.planned_here: set[int] = set()  # batches this process planned (pruned on commit)
         self.settled: set[int] = set()
         self.pending: dict[Key, LedgerEntry] = {}  # an earlier run's ends, shard not held yet
+        self.finished = 0  # shards finished by adopt() (their children become claimable)
 
     def planned(self, batch: int, keys: set[Key]) -> None:
         """Batch ``batch`` was planned here over ``keys`` (each begun)."""
@@ -83,11 +93,8 @@ class Settlement:
         if began is None:
             for key in sorted(offset.shards):
                 entry = ends.get(key)
-                if entry is None or entry.end is None:
-                    continue
-                known = self.pending.get(key)
-                if known is None or known.batch < entry.batch:
-                    self.pending[key] = entry
+                if entry is not None and (entry.end is not None or entry.shard_end):
+                    self.keep(entry)
         else:
             for key in sorted(began):
                 entry = ends.get(key)
@@ -96,7 +103,15 @@ class Settlement:
                 elif not member.complete(key, entry.end, finished=entry.shard_end):
                     log.warning("%s/%s moved to another member before batch %d settled", *key,
                                 offset.batch)  # fmt: skip
+                    if entry.shard_end:
+                        self.keep(entry)  # finished when (if) it is held here again
         self.settled.add(offset.batch)
+
+    def keep(self, entry: LedgerEntry) -> None:
+        """Keep ``entry`` to adopt (the latest batch's entry of a shard wins)."""
+        known = self.pending.get(entry.key)
+        if known is None or known.batch < entry.batch:
+            self.pending[entry.key] = entry
 
     def adopt(self, member: Member, owned: dict[Key, Owned]) -> dict[Key, Owned]:
         """Adopt the pending ends of shards in ``owned``; returns ``owned`` as it is now (an
@@ -104,22 +119,46 @@ class Settlement:
         out = dict(owned)
         for key in sorted(set(self.pending) & set(owned)):
             entry, holder = self.pending.pop(key), owned[key]
-            assert entry.end is not None
-            if holder.position is not None and not sequence_after(entry.end, holder.position):
-                continue  # checkpointed as far or further since
+            end = entry.end
+            known = holder.position
+            if end is not None and known is not None and not sequence_after(end, known):
+                end = None  # checkpointed as far or further since: the position stays
+            if end is None and not entry.shard_end:
+                continue
             if not member.begin(key, holder.lease):
                 member.abandon(key)  # moved meanwhile
+                if entry.shard_end:
+                    self.keep(entry)
                 continue
-            if not member.complete(key, entry.end, finished=entry.shard_end):
+            if not member.complete(key, end, finished=entry.shard_end):
+                if entry.shard_end:
+                    self.keep(entry)
                 continue
-            log.info("%s/%s: batch %d of an earlier run adopted", *key, entry.batch)
+            log.info("%s/%s: batch %d adopted%s", *key, entry.batch,
+                     " (SHARD_END: finished)" if entry.shard_end else "")  # fmt: skip
             if entry.shard_end:
+                self.finished += 1
                 del out[key]
             else:
-                out[key] = Held(key, holder.lease, entry.end, holder.start)
+                out[key] = Held(key, holder.lease, end, holder.start)
         return out
 
     def prune(self, batch: int) -> None:
         """Spark committed ``batch``: forget the batches before it."""
         self.planned_here = {b for b in self.planned_here if b >= batch}
         self.settled = {b for b in self.settled if b >= batch}
+
+
+def await_claims(member: Member, config: Config) -> None:
+    """No claim pending, and two coordinator ticks passed (bounded by a handoff)."""
+    deadline = time.monotonic() + config.handoff_timeout + 2 * config.client_timeout
+    first = _ticks(member)
+    while time.monotonic() < deadline:
+        stats = member.stats()
+        if not getattr(stats, "claims_pending", False) and _ticks(member) >= first + 2:
+            return
+        time.sleep(min(0.1, config.heartbeat_interval))
+
+
+def _ticks(member: Member) -> int:
+    return int(getattr(member.stats(), "coordinator_ticks", 0))

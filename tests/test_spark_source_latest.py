@@ -1,0 +1,148 @@
+"""The source at ``initial_position=LATEST`` (the default): once a shard was opened at LATEST, no
+later read of it starts later than that moment. The planner with its executor reads and ledger
+on kinesalite + dynalite, driven by the stand-in member of :mod:`_spark_fakes`.
+
+Kinesalite's AT_TIMESTAMP never answers when no record of the shard arrived at or after the
+instant (STANDINS.md), so every read here has records after its start. The records put before
+the query first opens the shards must not be read (they came before LATEST); botocore sends
+AT_TIMESTAMP in whole seconds (rounded down: a pin may read up to a second earlier, never later),
+hence the pauses of over a second between them and the pins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, make_config, put, setup_table
+from _spark_fakes import SoloMember
+
+from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.planner import Planner
+
+
+@pytest.fixture
+def latest(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    config = make_config(
+        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"),
+        initial_position="LATEST",
+    )  # fmt: skip
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 2)
+    put(kinesalite.url, stream, 0, 10)  # before LATEST: never read
+    time.sleep(1.1)
+    return {"config": config, "stream": stream, "url": kinesalite.url}
+
+
+def new_run(latest: dict[str, Any], **member: Any) -> tuple[Planner, list[SoloMember]]:
+    """A run of a new query (an empty checkpoint folder) with a member of its own."""
+    options = SourceOptions(config=latest["config"], streams=(latest["stream"],))
+    members: list[SoloMember] = []
+
+    def factory(config: Any) -> SoloMember:
+        members.append(SoloMember(config, **member))
+        return members[-1]
+
+    planner = Planner(options, factory)  # type: ignore[arg-type]
+    planner.initial_offset()
+    return planner, members
+
+
+def first_batch(planner: Planner) -> dict[str, Any]:
+    offset = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
+    assert offset["batch"] == 1 and len(offset["shards"]) == 2
+    assert all("at_timestamp" in s for s in offset["shards"].values())  # LATEST, pinned
+    return offset
+
+
+def read_all(planner: Planner, end: dict[str, Any]) -> list[bytes]:
+    out: list[bytes] = []
+    for partition in planner.partitions(end):
+        records = asyncio.run(read_records(pickle.loads(pickle.dumps(partition))))
+        out.extend(r.data for r in records)
+    return sorted(out)
+
+
+def test_records_put_between_the_plan_and_a_retried_read_are_all_read(
+    latest: dict[str, Any],
+) -> None:
+    planner, _ = new_run(latest)
+    try:
+        first = first_batch(planner)
+        time.sleep(0.05)
+        new = put(latest["url"], latest["stream"], 10, 20)  # after the plan, before the read
+        assert read_all(planner, first) == sorted(new)
+        assert read_all(planner, first) == sorted(new)  # a retried task: the same records
+    finally:
+        planner.close()
+
+
+def test_a_new_query_reads_from_where_the_first_opened_the_shards_at_latest(
+    latest: dict[str, Any],
+) -> None:
+    before, _ = new_run(latest)
+    first_batch(before)  # the shards opened at LATEST; the driver died before any read
+    before.close()
+    time.sleep(0.05)
+    new = put(latest["url"], latest["stream"], 10, 20)  # while no query runs
+    time.sleep(1.1)
+    after, members = new_run(latest)  # a new, empty checkpoint folder
+    try:
+        second = first_batch(after)
+        assert members[0].positions == {}  # the group has no checkpoint for them
+        late = put(latest["url"], latest["stream"], 30, 4)  # after the new run's own "now"
+        assert read_all(after, second) == sorted(new + late)
+    finally:
+        after.close()
+
+
+def test_a_shard_a_plain_member_began_at_latest_is_read_from_there(
+    latest: dict[str, Any],
+) -> None:
+    began = int(time.time() * 1000)  # a plain member opened the shards at LATEST here ...
+    time.sleep(0.05)
+    new = put(latest["url"], latest["stream"], 10, 20)  # ... and left before processing these
+    time.sleep(1.1)
+    client = boto3.client("kinesis", endpoint_url=latest["url"], region_name="us-east-1")
+    shards = client.list_shards(StreamName=latest["stream"])["Shards"]
+    planner, _ = new_run(latest, started={(latest["stream"], s["ShardId"]): began for s in shards})
+    try:
+        first = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
+        assert {s["at_timestamp"] for s in first["shards"].values()} == {began}
+        late = put(latest["url"], latest["stream"], 30, 4)  # after the planner's own "now"
+        assert read_all(planner, first) == sorted(new + late)
+    finally:
+        planner.close()
+
+
+def test_a_driver_clock_running_ahead_pins_latest_at_aws_time(
+    latest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's host clock runs 30 s ahead of AWS's: a LATEST pin taken from it would
+    skip every record of the next 30 s (kinesalite refuses a timestamp in its future)."""
+    from kinesumer.spark.source import planner as planner_module
+
+    class Ahead:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return time.time() + 30.0
+
+    monkeypatch.setattr(planner_module, "time", Ahead())
+    planner, _ = new_run(latest)
+    try:
+        first = first_batch(planner)
+        assert all(s["at_timestamp"] <= time.time() * 1000 for s in first["shards"].values())
+        time.sleep(0.05)
+        new = put(latest["url"], latest["stream"], 10, 20)
+        assert read_all(planner, first) == sorted(new)
+    finally:
+        planner.close()
