@@ -124,6 +124,12 @@ class LoadMeter(Metrics):
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self.inner.handled(handler, outcome, records)
 
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        self.inner.unaggregated(stream, shard_id)
+
+    def corrupt_state_item(self, kind: str) -> None:
+        self.inner.corrupt_state_item(kind)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from ..aws import error_code, is_transient
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
-from ..kinesis.kpl import to_records
+from ..kinesis.kpl import Unaggregated, to_records
 from ..kinesis.reader import KinesisReader
 from ..metrics import Metrics
 from ..models import Position, Record
@@ -150,8 +150,10 @@ class EfoShardFetcher:
         client_id: str,
         metrics: Metrics,
         ended: EndCheck | None = None,
+        unaggregated: Unaggregated | None = None,
     ) -> None:
         self._lease = lease
+        self._unaggregated = unaggregated  # counts records of invalid KPL aggregates
         self._ended = ended
         self._next_end_check = 0.0
         self._subscriber = subscriber
@@ -244,7 +246,7 @@ class EfoShardFetcher:
         or when the lease ended while waiting for room."""
         lease = self._lease
         raw = event.records
-        records = to_records(self._stream, self._shard_id, raw, self._skip)
+        records = to_records(self._stream, self._shard_id, raw, self._skip, self._unaggregated)
         if raw:
             self._skip = None  # the resume point has been passed
         lease.observe_read(event.millis_behind_latest, len(raw))

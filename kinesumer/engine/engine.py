@@ -137,6 +137,7 @@ class Engine(GroupMember):
                 self.client_id,
                 self.metrics,
                 EndCheck(self.reader, lease.key[0], self._closed_in(lease.key[0])),
+                self.requests,
             )
         return ShardFetcher(
             lease,
