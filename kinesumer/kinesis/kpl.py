@@ -52,8 +52,8 @@ _DIGEST: int = aws_kinesis_agg.DIGEST_SIZE
 #: records: ~30 MB of Python objects (RECORD_OVERHEAD each) from one record on the wire.
 MAX_AGGREGATED_RECORDS = 50_000
 
-#: Bytes a delivered record costs beyond its data and partition key: the Record tuple and its
-#: bytes object and its list slot (sys.getsizeof on CPython 3.11: 96 + 33 + 8, rounded up). The buffer
+#: Bytes a delivered record costs beyond its data and partition key: the Record tuple, its bytes
+#: object and its list slot (sys.getsizeof on CPython 3.11: 96 + 33 + 8, rounded up). The buffer
 #: counts it, so a flood of empty sub-records weighs what it costs in memory, not 0 bytes.
 RECORD_OVERHEAD = 160
 
