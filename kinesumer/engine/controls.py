@@ -44,7 +44,7 @@ from ..core.membership import stale_clients
 from ..core.weighted import Weights, quantize
 from ..metrics import Metrics
 from ..models import ClientInfo
-from ..statestore.dynamodb.codecs import decode_client
+from ..statestore.dynamodb.codecs import readable_clients
 from ..statestore.dynamodb.controls import ControlsTable, Publication
 from ..statestore.dynamodb.table import StateTable
 
@@ -254,8 +254,8 @@ class GroupControls:
         """Members past ``client_timeout``, from the client items (strongly consistent): for a
         leader by step-down, whose membership follows the view the lowest id publishes and so
         learns of no dead member to prune. Once per ``shard_sync_interval``."""
-        items = await self._table.client_items()
-        clients = [decode_client(item) for item in items]
+        # Unreadable client items are skipped (membership logs and counts them).
+        clients, _ = readable_clients(await self._table.client_items())
         return stale_clients(clients, int(time.time() * 1000), int(client_timeout * 1000))
 
     async def _report_load(self, owned: set[tuple[str, str]]) -> None:

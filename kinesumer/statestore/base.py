@@ -144,7 +144,12 @@ class StateStore(Protocol):
     async def get_checkpoints(
         self, stream: str, shard_ids: Iterable[str] | None = None
     ) -> dict[str, Checkpoint]:
-        """Checkpoints of a stream (strongly consistent), all or only ``shard_ids``."""
+        """Checkpoints of a stream (strongly consistent), all or only ``shard_ids``. One that
+        cannot be read back is left out and noted (see :meth:`checkpoint_unreadable`)."""
+
+    def checkpoint_unreadable(self, stream: str, shard_id: str) -> bool:
+        """Whether the shard's checkpoint could not be read back at its last read: do not read
+        the shard (nor overwrite its checkpoint) until it can."""
 
     async def claim(
         self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None

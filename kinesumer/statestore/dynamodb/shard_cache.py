@@ -14,7 +14,6 @@ import uuid
 import zlib
 from collections.abc import Sequence
 
-from ...errors import CorruptStateError
 from ..base import ShardCache
 from ..schema import SORT_KEY, shard_cache_pk
 from . import codecs
@@ -22,6 +21,16 @@ from .table import StateTable
 
 #: Bytes of compressed body per chunk item: under the 400 KB item limit with room for the keys.
 CHUNK_BYTES = 350_000
+
+#: Most bytes a cache body may decompress to. 20,000 shards, every one with two parents and
+#: half of them finished, make a 1.8 MB body (158 KB compressed): this is over four times that.
+#: Anyone who can write to the table can write a body; a 306 KB chunk that inflated to 300 MB
+#: raised a member's peak memory from 143 MB to 775 MB before the bound.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+#: Most chunks a head may name: enough for a body of MAX_BODY_BYTES that does not compress at
+#: all (zlib barely grows such input), so no valid body needs more; more is never read.
+MAX_CHUNKS = -(-MAX_BODY_BYTES // CHUNK_BYTES)
 
 
 class ShardCacheItems:
@@ -38,30 +47,42 @@ class ShardCacheItems:
         return sorted(i[SORT_KEY]["S"] for i in items if "#" not in i[SORT_KEY]["S"])
 
     async def digests(self, streams: Sequence[str]) -> dict[str, str]:
-        """The current digest of each stream's cache (streams without one are left out)."""
+        """The current digest of each stream's cache (streams without one are left out; a head
+        whose digest is unreadable gets :data:`UNREADABLE`, so that :meth:`load` reports it)."""
         keys = [codecs.shard_cache_key(self._app, s) for s in dict.fromkeys(streams)]
         items = await self._table.batch_get(keys, projection="sk, digest")
-        return {item[SORT_KEY]["S"]: item["digest"]["S"] for item in items}
+        found = {}
+        for item in items:
+            digest = item.get("digest", {}).get("S")
+            found[item[SORT_KEY]["S"]] = digest if isinstance(digest, str) else UNREADABLE
+        return found
 
     async def load(self, stream: str) -> ShardCache | None:
+        """The stream's cache, None when there is none (or it was replaced while being read);
+        :class:`CorruptStateError` naming the head when it cannot be read, before more than
+        :data:`MAX_CHUNKS` chunks are read or more than :data:`MAX_BODY_BYTES` inflated."""
         head = await self._table.get(codecs.shard_cache_key(self._app, stream))
         if head is None:
             return None
+        fix = "delete the item and the leader will write it again"
         body_key, chunks = codecs.decode_head(head)
-        body = b""
+        digest = codecs.attribute(head, "digest", "S")
+        if not 0 < chunks <= MAX_CHUNKS:
+            raise codecs.corrupt(head, f"{chunks} chunks (at most {MAX_CHUNKS}); {fix}")
+        parts = []
         for index in range(chunks):
             chunk = await self._table.get(codecs.shard_cache_key(self._app, f"{body_key}#{index}"))
             if chunk is None:  # replaced while we read: the caller reads again next tick
                 return None
-            body += chunk["data"]["B"]
+            parts.append(codecs.attribute(chunk, "data", "B"))
         try:
-            return ShardCache.from_json(stream, zlib.decompress(body))
-        except (zlib.error, ValueError, KeyError, TypeError) as exc:
-            pk = shard_cache_pk(self._app)
-            raise CorruptStateError(
-                f"shard cache of stream {stream!r} (item {pk}/{stream}) cannot be read: {exc}; "
-                f"delete the item and the leader will write it again"
-            ) from exc
+            cache = ShardCache.from_json(stream, inflate(b"".join(parts)))
+            checked(cache)
+        except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}") from exc
+        if cache.digest != digest:
+            raise codecs.corrupt(head, f"shard cache body does not match its digest; {fix}")
+        return cache
 
     async def save(self, cache: ShardCache, expected_digest: str | None) -> bool:
         """Write ``cache`` if the head still has ``expected_digest`` (None: no head yet); False
@@ -91,5 +112,32 @@ class ShardCacheItems:
         return True
 
     async def _delete_chunks(self, body_key: str, count: int) -> None:
-        for index in range(count):
+        for index in range(min(count, MAX_CHUNKS)):
             await self._table.delete(codecs.shard_cache_key(self._app, f"{body_key}#{index}"))
+
+
+#: The digest :meth:`ShardCacheItems.digests` gives a head whose own is unreadable: it matches
+#: no cache, so the stream's cache is loaded (and reported) instead of silently kept.
+UNREADABLE = "unreadable"
+
+
+def inflate(body: bytes) -> bytes:
+    """``body`` decompressed; ValueError once it would pass :data:`MAX_BODY_BYTES`, before it is
+    inflated further (a few hundred KB of zlib can inflate to hundreds of MB)."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(body, MAX_BODY_BYTES + 1)
+    if len(out) > MAX_BODY_BYTES or inflater.unconsumed_tail:
+        raise ValueError(f"the body inflates past {MAX_BODY_BYTES} bytes")
+    if not inflater.eof:
+        raise ValueError("the compressed body is truncated")
+    return out
+
+
+def checked(cache: ShardCache) -> None:
+    """TypeError when ``cache``'s ids are not all text: a cache of another app's making must
+    not put numbers where the assignment and Kinesis calls expect shard ids."""
+    for shard in cache.shards:
+        if not all(isinstance(i, str) for i in (shard.shard_id, *shard.parents)):
+            raise TypeError(f"shard {shard.shard_id!r} has an id or a parent that is not text")
+    if not all(isinstance(i, str) for i in cache.finished):
+        raise TypeError("a finished shard id is not text")
