@@ -14,6 +14,7 @@ import uuid
 import zlib
 from collections.abc import Sequence
 
+from ...errors import CorruptStateError
 from ..base import ShardCache
 from ..schema import SORT_KEY, shard_cache_pk
 from . import codecs
@@ -39,6 +40,9 @@ class ShardCacheItems:
     def __init__(self, table: StateTable, app: str) -> None:
         self._table = table
         self._app = app
+        #: stream -> (digest, error) of the last body refused: not read again while the head
+        #: still names it (a hostile body would otherwise be fetched again every tick).
+        self._refused: dict[str, tuple[str, CorruptStateError]] = {}
 
     async def streams(self) -> list[str]:
         """Streams that have a shard cache: the head items, whose ``sk`` is the bare stream name
@@ -69,6 +73,9 @@ class ShardCacheItems:
         digest = codecs.attribute(head, "digest", "S")
         if not 0 < chunks <= MAX_CHUNKS:
             raise codecs.corrupt(head, f"{chunks} chunks (at most {MAX_CHUNKS}); {fix}")
+        refused = self._refused.get(stream)
+        if refused is not None and refused[0] == digest:
+            raise refused[1]
         parts = []
         for index in range(chunks):
             chunk = await self._table.get(codecs.shard_cache_key(self._app, f"{body_key}#{index}"))
@@ -78,10 +85,13 @@ class ShardCacheItems:
         try:
             cache = ShardCache.from_json(stream, inflate(b"".join(parts)))
             checked(cache)
+            if cache.digest != digest:
+                raise ValueError("the body does not match the head's digest")
         except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}") from exc
-        if cache.digest != digest:
-            raise codecs.corrupt(head, f"shard cache body does not match its digest; {fix}")
+            error = codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}")
+            self._refused[stream] = (digest, error)
+            raise error from exc
+        self._refused.pop(stream, None)
         return cache
 
     async def save(self, cache: ShardCache, expected_digest: str | None) -> bool:
@@ -108,7 +118,11 @@ class ShardCacheItems:
             await self._delete_chunks(body_key, len(chunks))
             return False
         if "body" in old:
-            await self._delete_chunks(*codecs.decode_head(old))
+            try:
+                replaced = codecs.decode_head(old)
+            except CorruptStateError:
+                return True  # a head of another app's making: its chunks are not ours to find
+            await self._delete_chunks(*replaced)
         return True
 
     async def _delete_chunks(self, body_key: str, count: int) -> None:
