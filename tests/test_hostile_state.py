@@ -217,6 +217,14 @@ async def test_tampered_items_do_not_stop_a_running_group(
     item = intruder.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
     assert item["sequence_number"] == {"S": "not-a-number"} and "owner" not in item
 
+    # The leader's next shard sync writes a fresh shard cache over the refused one.
+    cache_key = codecs.shard_cache_key(app, stream)
+
+    def head_digest() -> str:
+        head = intruder.get_item(TableName=name, Key=cache_key, ConsistentRead=True)["Item"]
+        return str(head["digest"]["S"])
+
+    await eventually(lambda: head_digest() != "0" * 32, 30, "the shard cache rewritten")
     # Repaired (deleted): the shard is read again, from the initial position.
     intruder.delete_item(TableName=name, Key=key)
     await eventually(lambda: set(later) <= delivered(), 30, "the repaired shard's records")
@@ -226,3 +234,11 @@ async def test_tampered_items_do_not_stop_a_running_group(
     for member in (a, b, c):
         await member.close()
         assert member.error is None
+
+
+def test_a_checkpoint_attribute_of_another_type_is_corrupt() -> None:
+    """Read as lease 0 before: every claim of it was refused, retried five times a second."""
+    item = {"pk": {"S": "check_point#a#s"}, "sk": {"S": "shard-1"}, "lease": {"S": "7"}}
+    with pytest.raises(CorruptStateError, match="'lease' is not of type N") as caught:
+        codecs.decode_checkpoint("s", item, "t")
+    assert (caught.value.pk, caught.value.sk) == ("check_point#a#s", "shard-1")

@@ -220,20 +220,20 @@ def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoi
     cannot be."""
     shard_id = str(item.get(SORT_KEY, {}).get("S"))
     try:
-        sequence = item["sequence_number"]["S"] if "sequence_number" in item else None
+        sequence = attribute(item, "sequence_number", "S", None)
         if sequence is not None and (not sequence.isdigit() or len(sequence) > MAX_SEQUENCE_DIGITS):
             raise ValueError(f"sequence_number {sequence[:80]!r} is not a decimal number")
         return Checkpoint(
             stream=stream,
             shard_id=shard_id,
             sequence_number=sequence,
-            sub_sequence_number=int(item.get("sub_sequence_number", {}).get("N", "0")),
-            owner=item["owner"]["S"] if "owner" in item else None,
-            lease=int(item.get("lease", {}).get("N", "0")),
-            finished=bool(item.get("finished", {}).get("BOOL", False)),
-            last_update_ms=int(item.get("last_update", {}).get("N", "0")),
+            sub_sequence_number=attribute(item, "sub_sequence_number", "N", 0),
+            owner=attribute(item, "owner", "S", None),
+            lease=attribute(item, "lease", "N", 0),
+            finished=attribute(item, "finished", "BOOL", False),
+            last_update_ms=attribute(item, "last_update", "N", 0),
         )
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+    except (CorruptStateError, KeyError, ValueError, TypeError, AttributeError) as exc:
         raise corrupt(
             item,
             f"checkpoint of {stream}/{shard_id} in table {table!r} is corrupt ({exc!r}); the "

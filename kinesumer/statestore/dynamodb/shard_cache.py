@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from ...errors import CorruptStateError
 from ..base import ShardCache
@@ -42,7 +43,7 @@ class ShardCacheItems:
         self._app = app
         #: stream -> (digest, error) of the last body refused: not read again while the head
         #: still names it (a hostile body would otherwise be fetched again every tick).
-        self._refused: dict[str, tuple[str, CorruptStateError]] = {}
+        self._refused: dict[str, tuple[str | None, CorruptStateError]] = {}
 
     async def streams(self) -> list[str]:
         """Streams that have a shard cache: the head items, whose ``sk`` is the bare stream name
@@ -64,18 +65,40 @@ class ShardCacheItems:
     async def load(self, stream: str) -> ShardCache | None:
         """The stream's cache, None when there is none (or it was replaced while being read);
         :class:`CorruptStateError` naming the head when it cannot be read, before more than
-        :data:`MAX_CHUNKS` chunks are read or more than :data:`MAX_BODY_BYTES` inflated."""
+        :data:`MAX_CHUNKS` chunks are read or more than :data:`MAX_BODY_BYTES` inflated. A head
+        refused once is not read further while it stays the same (see :meth:`refused_digest`)."""
         head = await self._table.get(codecs.shard_cache_key(self._app, stream))
         if head is None:
             return None
+        digest = head.get("digest", {}).get("S")
+        refused = self._refused.get(stream)
+        if refused is not None and isinstance(digest, str) and refused[0] == digest:
+            raise refused[1]
+        try:
+            cache = await self._read(stream, head)
+        except CorruptStateError as error:
+            self._refused[stream] = (digest if isinstance(digest, str) else None, error)
+            raise
+        if cache is not None:
+            self._refused.pop(stream, None)
+        return cache
+
+    def refused_digest(self, stream: str) -> str | None:
+        """The digest of ``stream``'s head as last read, if it was refused as unreadable (None
+        otherwise, or when even its digest is unreadable): a writer replaces that head."""
+        refused = self._refused.get(stream)
+        return None if refused is None else refused[0]
+
+    def refused(self, stream: str) -> bool:
+        """Whether ``stream``'s head was refused as unreadable at its last read."""
+        return stream in self._refused
+
+    async def _read(self, stream: str, head: dict[str, Any]) -> ShardCache | None:
         fix = "delete the item and the leader will write it again"
         body_key, chunks = codecs.decode_head(head)
         digest = codecs.attribute(head, "digest", "S")
         if not 0 < chunks <= MAX_CHUNKS:
             raise codecs.corrupt(head, f"{chunks} chunks (at most {MAX_CHUNKS}); {fix}")
-        refused = self._refused.get(stream)
-        if refused is not None and refused[0] == digest:
-            raise refused[1]
         parts = []
         for index in range(chunks):
             chunk = await self._table.get(codecs.shard_cache_key(self._app, f"{body_key}#{index}"))
@@ -88,15 +111,15 @@ class ShardCacheItems:
             if cache.digest != digest:
                 raise ValueError("the body does not match the head's digest")
         except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
-            error = codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}")
-            self._refused[stream] = (digest, error)
-            raise error from exc
-        self._refused.pop(stream, None)
+            raise codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}") from exc
         return cache
 
     async def save(self, cache: ShardCache, expected_digest: str | None) -> bool:
-        """Write ``cache`` if the head still has ``expected_digest`` (None: no head yet); False
-        when another writer got there first (its chunks stay, ours are deleted)."""
+        """Write ``cache`` if the head still has ``expected_digest`` (None: no head yet), or,
+        when the head was refused as unreadable, if it is still that head (a fresh listing
+        replaces it); False when another writer got there first (its chunks stay, ours are
+        deleted)."""
+        expected_digest = self.refused_digest(cache.stream) or expected_digest
         digest = cache.digest
         body_key = f"{cache.stream}#{digest}.{uuid.uuid4().hex[:12]}"
         body = zlib.compress(cache.to_json(), 6)

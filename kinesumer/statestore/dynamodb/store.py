@@ -135,6 +135,9 @@ class DynamoDBStateStore:
             self.unreadable.skip("shard_cache", exc)
             return None
 
+    def shard_cache_unreadable(self, stream: str) -> bool:
+        return self._shard_caches.refused(stream)
+
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
         saved = await self._shard_caches.save(cache, expected_digest)
         if saved:
