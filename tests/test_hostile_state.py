@@ -28,7 +28,13 @@ from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.statestore import DynamoDBStateStore
 from kinesumer.statestore.dynamodb import codecs, view
 from kinesumer.statestore.dynamodb.controls import decode_controls
-from kinesumer.statestore.dynamodb.shard_cache import MAX_BODY_BYTES, MAX_CHUNKS, inflate
+from kinesumer.statestore.dynamodb.shard_cache import (
+    MAX_BODY_BYTES,
+    MAX_CHUNKS,
+    ShardCacheItems,
+    inflate,
+)
+from kinesumer.statestore.dynamodb.table import StateTable
 
 Names = Callable[[str], str]
 
@@ -69,11 +75,11 @@ async def test_a_decompression_bomb_is_refused_within_the_bound(table: dict[str,
     aws = AwsClients(table["config"], stats)
     await aws.open()
     try:
-        store = DynamoDBStateStore(aws.dynamodb, table["table"], table["app"], stats)
+        items = ShardCacheItems(StateTable(aws.dynamodb, table["table"], stats), table["app"])
         tracemalloc.start()
         try:
             with pytest.raises(CorruptStateError, match="inflates past") as caught:
-                await store._shard_caches.load("orders")
+                await items.load("orders")
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -81,16 +87,17 @@ async def test_a_decompression_bomb_is_refused_within_the_bound(table: dict[str,
         assert (caught.value.pk, caught.value.sk) == (f"shard_cache#{table['app']}", "orders")
         # The store's reader skips it (the caller keeps its cache), counted once; the refused
         # body is not fetched again while the head names it.
+        store = DynamoDBStateStore(aws.dynamodb, table["table"], table["app"], stats)
         gets = stats.counts()["requests"]["dynamodb:GetItem"]
         assert await store.load_shard_cache("orders") is None
         assert await store.load_shard_cache("orders") is None
-        assert stats.counts()["requests"]["dynamodb:GetItem"] == gets + 2  # the heads only
+        assert stats.counts()["requests"]["dynamodb:GetItem"] == gets + 3  # head, chunk, head
         assert stats.counts()["corrupt_state_items"] == {"shard_cache": 1}
         # A head naming more chunks than any valid body needs: refused before any chunk read.
         put_bomb(table["url"], table["table"], table["app"], "payments", chunks=MAX_CHUNKS + 1)
         with pytest.raises(CorruptStateError, match="chunks"):
-            await store._shard_caches.load("payments")
-        assert stats.counts()["requests"]["dynamodb:GetItem"] == gets + 3
+            await items.load("payments")
+        assert stats.counts()["requests"]["dynamodb:GetItem"] == gets + 4
     finally:
         await aws.close()
 
