@@ -75,7 +75,19 @@ class StateTableSchemaError(StateStoreError):
 
 
 class CorruptStateError(StateStoreError):
-    """An item in the state table holds a value kinesumer cannot read back."""
+    """An item in the state table holds a value kinesumer cannot read back.
+
+    ``pk`` and ``sk`` name the item when the error comes from decoding one (None otherwise).
+    A member skips what it cannot read rather than stopping: a corrupt client item is ignored,
+    a shard whose checkpoint is corrupt is not read (and its checkpoint never overwritten), a
+    corrupt shard cache leaves the member's last good one in place; each is logged once and
+    counted in ``consumer.stats()``. Where reading cannot go on, the member stops with it.
+    """
+
+    def __init__(self, message: str, *, pk: str | None = None, sk: str | None = None) -> None:
+        self.pk = pk
+        self.sk = sk
+        super().__init__(message)
 
 
 class KinesisError(KinesumerError):

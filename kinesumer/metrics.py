@@ -63,6 +63,13 @@ class Metrics:
         """``records`` records given to ``run()``'s ``handler`` had ``outcome`` (ok,
         retried, discarded, dead_lettered, retry_later, failed, decode_error)."""
 
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        """A record had the KPL magic and digest but was not a valid aggregate: delivered as
+        is."""
+
+    def corrupt_state_item(self, kind: str) -> None:
+        """A state item of ``kind`` could not be read back and was skipped."""
+
     def close(self) -> None:
         """The member left."""
 
@@ -143,6 +150,18 @@ class _Families:
             [*member, "handler", "outcome"],
             **kw,
         )
+        self.unaggregated = Counter(
+            "kinesumer_unaggregated_records",
+            "Records delivered unaggregated: KPL magic and digest, but not a valid aggregate.",
+            [*member, "stream"],
+            **kw,
+        )
+        self.corrupt = Counter(
+            "kinesumer_corrupt_state_items",
+            "State table items skipped because they cannot be read back, by kind.",
+            [*member, "kind"],
+            **kw,
+        )
 
 
 _families: dict[int, _Families] = {}
@@ -213,6 +232,12 @@ class PrometheusMetrics(Metrics):
 
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self._f.handled.labels(*self._member, handler, outcome).inc(records)
+
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        self._f.unaggregated.labels(*self._member, stream).inc()
+
+    def corrupt_state_item(self, kind: str) -> None:
+        self._f.corrupt.labels(*self._member, kind).inc()
 
     def close(self) -> None:
         """The member left: its gauges would otherwise report stale values forever."""

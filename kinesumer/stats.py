@@ -67,8 +67,18 @@ class ConsumerStats:
     coordinator_ticks: int = 0
     #: Records fetched and waiting in the buffer for delivery.
     buffered_records: int = 0
-    #: Bytes of record data fetched and waiting in the buffer for delivery.
+    #: Bytes fetched and waiting in the buffer for delivery, as counted against
+    #: ``max_buffered_bytes``: data, partition keys and a fixed overhead per record.
     buffered_bytes: int = 0
     #: ``run()`` handlers: handler name -> outcome -> records (outcomes: ``ok``, ``retried``,
     #: ``discarded``, ``dead_lettered``, ``retry_later``, ``failed``, ``decode_error``).
     handled: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Records delivered as they came (``data``: the whole record, its own partition key)
+    #: because they carried the KPL magic and digest but were not a valid aggregate.
+    unaggregated_records: int = 0
+    #: State table items skipped because they cannot be read back, by kind (``client``,
+    #: ``checkpoint``, ``shard_cache``, ``view``): each counted once per item and problem.
+    corrupt_state_items: dict[str, int] = field(default_factory=dict)
+    #: ``stream/shard_id`` -> what is wrong: shards this member does not read because their
+    #: checkpoint item is corrupt (never overwritten; repair it with ``kinesumer checkpoints``).
+    unreadable_shards: dict[str, str] = field(default_factory=dict)

@@ -33,6 +33,10 @@ class RequestStats:
         self.capacity: dict[str, float] = {}  # DynamoDB capacity units by operation
         self.metrics = metrics or Metrics()
         self._lock = threading.Lock()  # the heartbeat thread's client reports here too
+        # What the engine refused to trust (see the methods below): shown by consumer.stats().
+        self.unaggregated_records = 0
+        self.corrupt_items: Counter[str] = Counter()
+        self.unreadable_shards: dict[str, str] = {}
 
     def counts(self) -> dict[str, Any]:
         """Copies of the request, throttle and capacity counts (another thread adds to them)."""
@@ -41,6 +45,9 @@ class RequestStats:
                 "requests": dict(self.requests),
                 "throttles": dict(self.throttles),
                 "dynamodb_capacity": dict(self.capacity),
+                "unaggregated_records": self.unaggregated_records,
+                "corrupt_state_items": dict(self.corrupt_items),
+                "unreadable_shards": dict(sorted(self.unreadable_shards.items())),
             }
 
     def request(
@@ -56,6 +63,30 @@ class RequestStats:
         self.metrics.aws_call(service, operation, seconds, error, capacity)
         if error in THROTTLE_CODES:
             self.metrics.throttled(service, operation)
+
+    # -- hostile input ------------------------------------------------------------------------
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        """A record with the KPL magic and digest was not a valid aggregate: delivered as is
+        (:func:`kinesumer.kinesis.kpl.to_records`)."""
+        with self._lock:
+            self.unaggregated_records += 1
+        self.metrics.unaggregated(stream, shard_id)
+
+    def corrupt_item(self, kind: str) -> None:
+        """A state item of ``kind`` (client, checkpoint, shard_cache, view) could not be read
+        and was skipped: counted once per item and problem (the state store logs it once)."""
+        with self._lock:
+            self.corrupt_items[kind] += 1
+        self.metrics.corrupt_state_item(kind)
+
+    def shard_unreadable(self, shard: str, problem: str | None) -> None:
+        """``shard`` ("stream/shard id") is not read because its checkpoint is corrupt;
+        ``problem`` None: it reads back again (repaired or deleted)."""
+        with self._lock:
+            if problem is None:
+                self.unreadable_shards.pop(shard, None)
+            else:
+                self.unreadable_shards[shard] = problem
 
 
 #: DynamoDB operations that can report the capacity they consumed.

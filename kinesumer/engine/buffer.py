@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from ..kinesis.kpl import record_cost
 from ..models import Record
 from .leases import Lease
 
@@ -28,11 +29,16 @@ class RecordBuffer:
     so every shard can have a call in flight at once and none starves while another holds room
     for records its shard does not have. Bytes are checked before each call, not reserved
     (GetRecords cannot be limited by size): they may overshoot by one answer per owned shard.
-    KPL aggregates count as one record each in ``Limit``, so they can overshoot too.
+    KPL aggregates count as one record each in ``Limit``, so they can overshoot too. A record
+    weighs its data, its partition key and a fixed overhead
+    (:func:`~kinesumer.kinesis.kpl.record_cost`): an aggregate of many empty user records
+    fills the byte bound by what it costs in memory (it counted 0 bytes before), and
+    :data:`~kinesumer.kinesis.kpl.MAX_AGGREGATED_RECORDS` caps one aggregate's records.
     """
 
     def __init__(self, max_records: int, max_bytes: int) -> None:
-        self._batches: collections.deque[tuple[Lease, list[Record], int]] = collections.deque()
+        # (lease, records, bytes of data, bytes counted against the bound)
+        self._batches: collections.deque[tuple[Lease, list[Record], int, int]] = collections.deque()
         self._records = 0
         self._bytes = 0
         self._max_records = max_records
@@ -45,6 +51,7 @@ class RecordBuffer:
 
     @property
     def size(self) -> tuple[int, int]:
+        """Records buffered and the bytes they count against ``max_bytes``."""
         return self._records, self._bytes
 
     def _free(self) -> int:
@@ -85,11 +92,12 @@ class RecordBuffer:
     async def put(self, lease: Lease, records: list[Record], reserved: int = 0) -> None:
         """Buffer a fetched batch, turning its reservation into the records that came."""
         size = sum(len(r.data) for r in records)
+        cost = sum(map(record_cost, records))
         async with self._changed:
-            self._batches.append((lease, records, size))
+            self._batches.append((lease, records, size, cost))
             self._records += len(records)
             self._reserved -= reserved
-            self._bytes += size
+            self._bytes += cost
             self._changed.notify_all()
 
     async def get(self) -> tuple[Lease, list[Record], int]:
@@ -99,9 +107,9 @@ class RecordBuffer:
             await self._changed.wait_for(lambda: bool(self._batches) or self._failure is not None)
             if self._failure is not None:
                 raise EngineFailed() from self._failure
-            lease, records, size = self._batches.popleft()
+            lease, records, size, cost = self._batches.popleft()
             self._records -= len(records)
-            self._bytes -= size
+            self._bytes -= cost
             self._changed.notify_all()
             return lease, records, size
 

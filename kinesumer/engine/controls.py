@@ -44,7 +44,7 @@ from ..core.membership import stale_clients
 from ..core.weighted import Weights, quantize
 from ..metrics import Metrics
 from ..models import ClientInfo
-from ..statestore.dynamodb.codecs import decode_client
+from ..statestore.dynamodb.codecs import readable_clients
 from ..statestore.dynamodb.controls import ControlsTable, Publication
 from ..statestore.dynamodb.table import StateTable
 
@@ -123,6 +123,12 @@ class LoadMeter(Metrics):
 
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self.inner.handled(handler, outcome, records)
+
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        self.inner.unaggregated(stream, shard_id)
+
+    def corrupt_state_item(self, kind: str) -> None:
+        self.inner.corrupt_state_item(kind)
 
     def close(self) -> None:
         self.inner.close()
@@ -248,8 +254,8 @@ class GroupControls:
         """Members past ``client_timeout``, from the client items (strongly consistent): for a
         leader by step-down, whose membership follows the view the lowest id publishes and so
         learns of no dead member to prune. Once per ``shard_sync_interval``."""
-        items = await self._table.client_items()
-        clients = [decode_client(item) for item in items]
+        # Unreadable client items are skipped (membership logs and counts them).
+        clients, _ = readable_clients(await self._table.client_items())
         return stale_clients(clients, int(time.time() * 1000), int(client_timeout * 1000))
 
     async def _report_load(self, owned: set[tuple[str, str]]) -> None:

@@ -27,7 +27,7 @@ from ..config import Config
 from ..core import active_shards, group_mode, shards_of, sticky_shards_of
 from ..core.controls import merge
 from ..core.weighted import weighted_shards_of
-from ..errors import TransientAWSError
+from ..errors import CorruptStateError, TransientAWSError
 from ..metrics import Metrics
 from .controls import GroupControls
 from .leases import Lease, LeaseStatus
@@ -71,6 +71,7 @@ class Coordinator:
         self.controls: GroupControls | None = None
         self._raw_leader = False  # the leader by the design's rule, before step-downs
         self._controlled_leader = False
+        self._controls_unreadable = ""  # the last unreadable controls error, logged once
 
     async def tick(self) -> None:
         """Read the members, do the leader's duties, and move shards to match the assignment.
@@ -126,7 +127,15 @@ class Coordinator:
         self._raw_leader = membership.leader
         if controls is None:
             return False
-        forced = await controls.refresh(self.leasing.active_keys())
+        try:
+            forced = await controls.refresh(self.leasing.active_keys())
+        except CorruptStateError as exc:
+            # Unreadable controls (any app with access to the table can write them): keep
+            # the last good ones rather than stop the group; read them again next tick.
+            if str(exc) != self._controls_unreadable:
+                self._controls_unreadable = str(exc)
+                log.warning("[%s] keeping the last controls read: %s", self.client_id, exc)
+            forced = False
         if forced:
             self._sticky_inputs = None
         leader = membership.is_live and controls.leads(membership.live_ids)

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from ..aws import error_code, is_transient
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
-from ..kinesis.kpl import to_records
+from ..kinesis.kpl import Unaggregated, to_records
 from ..kinesis.reader import KinesisReader, arrived_since
 from ..metrics import Metrics
 from ..models import Position, Record
@@ -159,8 +159,10 @@ class EfoShardFetcher:
         reader: KinesisReader | None = None,
         record_start: RecordStart | None = None,
         forget_consumer: Callable[[str, str], None] | None = None,
+        unaggregated: Unaggregated | None = None,
     ) -> None:
         self._lease = lease
+        self._unaggregated = unaggregated  # counts records of invalid KPL aggregates
         self._ended = ended
         self._reader = reader
         self._record_start = record_start
@@ -326,7 +328,7 @@ class EfoShardFetcher:
         or when the lease ended while waiting for room."""
         lease = self._lease
         raw = event.records
-        records = to_records(self._stream, self._shard_id, raw, self._skip)
+        records = to_records(self._stream, self._shard_id, raw, self._skip, self._unaggregated)
         if raw:
             self._skip = None  # the resume point has been passed
         if self._skip_before is not None and records:

@@ -140,6 +140,7 @@ class Engine(GroupMember):
                 self.reader,
                 self.checkpointer.record_start,
                 self.efo.forget,
+                self.requests,
             )
         return ShardFetcher(
             lease,

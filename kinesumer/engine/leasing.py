@@ -156,6 +156,10 @@ class Leasing:
             return False  # our own handoff is still running; claim again once it is done
         if seen is not None and seen.finished:
             return True
+        if seen is None and self._store.checkpoint_unreadable(stream, shard_id):
+            # Corrupt (another app may write this table): not read, never overwritten; the
+            # next tick reads it again, so a repaired checkpoint is claimed then.
+            return True
         if (
             seen is not None
             and seen.owner is not None

@@ -95,7 +95,8 @@ class ShardSync:
         if current is None:
             digests = await self._store.shard_cache_digests([stream])
             current = digests.get(stream)
-        if cache.digest != current:
+        # An unreadable head (another app may write the table) is replaced by the fresh list.
+        if cache.digest != current or self._store.shard_cache_unreadable(stream):
             if await self._store.save_shard_cache(cache, current):
                 log.info(
                     "[%s] shard cache of %s: %d shards, %d finished",

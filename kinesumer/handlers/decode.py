@@ -51,16 +51,39 @@ class RecordDecoder:
         try:
             value = self._parse(record.data)
         except Exception as exc:
-            message = f"{self.description}: {type(exc).__name__}: {exc}"
+            report = _without_input(exc)
+            message = f"{self.description}: {type(exc).__name__}: {report or exc}"
             if len(message) > MAX_MESSAGE:
                 message = message[: MAX_MESSAGE - 3] + "..."
-            raise DecodeError(
-                record.stream, record.shard_id, record.sequence_number, message
-            ) from exc
+            error = DecodeError(record.stream, record.shard_id, record.sequence_number, message)
+            if report is None:
+                raise error from exc
+            # pydantic's own text quotes the payload (input_value): chained, it would reach
+            # every traceback logged. The report above keeps what failed and where.
+            raise error from None
         return Message(value, record)
 
     def __repr__(self) -> str:
         return f"RecordDecoder({self.description})"
+
+
+def _without_input(exc: Exception) -> str | None:
+    """A pydantic ``ValidationError``'s report without the payload it quotes
+    (``errors(include_input=False)``: where and what, never ``input_value``); None for any other
+    exception."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors) or not hasattr(exc, "error_count"):
+        return None
+    try:
+        found = errors(include_input=False, include_url=False, include_context=False)
+    except TypeError:
+        return None  # not pydantic v2's ValidationError after all
+    parts = [
+        f"{'.'.join(map(str, e.get('loc', ()))) or '(payload)'}: {e.get('msg')} "
+        f"[type={e.get('type')}]"
+        for e in found
+    ]
+    return f"{len(parts)} validation error(s) for {getattr(exc, 'title', '?')}: " + "; ".join(parts)
 
 
 def make_decoder(decode: object) -> RecordDecoder | None:

@@ -5,7 +5,10 @@ The KPL packs many user records into one Kinesis record: magic bytes, a protobuf
 package's own deaggregator rewrites every record into Lambda-style dicts with base64 data and
 prints parse failures to stderr; this module uses its schema but keeps the hot path to one prefix
 check per record, and treats anything that fails verification as a plain record (delivered as is,
-never dropped), as the KCL does.
+never dropped), as the KCL does. Anything that is not a valid aggregate (not protobuf, an index
+outside its table, a partition key that is not UTF-8, no user records or more than
+:data:`MAX_AGGREGATED_RECORDS`) is such a record too: whoever can write to the stream cannot stop
+a shard, hand the application a key that is not text, or turn one record into a flood.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import hashlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import aws_kinesis_agg
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
@@ -42,13 +45,44 @@ _MAGIC: bytes = aws_kinesis_agg.MAGIC
 _DIGEST: int = aws_kinesis_agg.DIGEST_SIZE
 
 
+#: Most user records one aggregate may unpack to; past it the aggregate is delivered as the plain
+#: record it is (counted). The KPL aggregates at most 1 MiB (its AggregationMaxSize ceiling; 50 KB
+#: by default), so this many fill one only with user records of under ~15 bytes each, which no
+#: producer we know of aggregates; a crafted 1 MiB record of empty sub-records unpacks to 174,762
+#: records: ~30 MB of Python objects (RECORD_OVERHEAD each) from one record on the wire.
+MAX_AGGREGATED_RECORDS = 50_000
+
+#: Bytes a delivered record costs beyond its data and partition key: the Record tuple, its bytes
+#: object and its list slot (sys.getsizeof on CPython 3.11: 96 + 33 + 8, rounded up). The buffer
+#: counts it, so a flood of empty sub-records weighs what it costs in memory, not 0 bytes.
+RECORD_OVERHEAD = 160
+
+
+class Unaggregated(Protocol):
+    """Told of each record delivered as is because its aggregate was invalid (the engine counts
+    them: ``ConsumerStats.unaggregated_records`` and a Prometheus counter)."""
+
+    def unaggregated(self, stream: str, shard_id: str) -> None: ...
+
+
+def record_cost(record: Record) -> int:
+    """What ``record`` weighs in the buffer's byte bound: data, key and :data:`RECORD_OVERHEAD`."""
+    return len(record.data) + len(record.partition_key) + RECORD_OVERHEAD
+
+
 def to_records(
-    stream: str, shard_id: str, raw: Sequence[dict[str, Any]], skip_through: Position | None
+    stream: str,
+    shard_id: str,
+    raw: Sequence[dict[str, Any]],
+    skip_through: Position | None,
+    counter: Unaggregated | None = None,
 ) -> list[Record]:
     """Records of one GetRecords response, aggregates unpacked.
 
     ``skip_through``: drop the leading records at or before this position (a reader resumes
     *at* a sequence number so that it can skip the already-delivered part of an aggregate).
+    ``counter`` hears of every record that carried the KPL magic and digest but was not a valid
+    aggregate (delivered as is). Never raises on a record's content.
     """
     out: list[Record] = []
     append = out.append
@@ -56,19 +90,15 @@ def to_records(
     for r in raw:
         data = r["Data"]
         if data[:4] == magic:
-            out.extend(_unpack(stream, shard_id, r))
+            unpacked = _unpack(stream, shard_id, r)
+            if unpacked is None:
+                append(_plain(stream, shard_id, r))
+                if counter is not None:
+                    counter.unaggregated(stream, shard_id)
+            else:
+                out.extend(unpacked)
         else:
-            append(
-                Record(
-                    stream,
-                    shard_id,
-                    r["SequenceNumber"],
-                    0,
-                    r["PartitionKey"],
-                    data,
-                    r.get("ApproximateArrivalTimestamp"),
-                )
-            )
+            append(_plain(stream, shard_id, r))
     if skip_through is not None:
         seq, sub = skip_through
         drop = 0
@@ -82,29 +112,77 @@ def to_records(
     return out
 
 
-def _unpack(stream: str, shard_id: str, r: dict[str, Any]) -> list[Record]:
+def _plain(stream: str, shard_id: str, r: dict[str, Any]) -> Record:
+    return Record(
+        stream,
+        shard_id,
+        r["SequenceNumber"],
+        0,
+        r["PartitionKey"],
+        r["Data"],
+        r.get("ApproximateArrivalTimestamp"),
+    )
+
+
+def _unpack(stream: str, shard_id: str, r: dict[str, Any]) -> list[Record] | None:
+    """The user records of an aggregate; None when ``r`` is not a valid one (it is then delivered
+    as the plain record it is). Magic bytes and a wrong digest are a plain record by chance and
+    are not reported; a right digest over something that is not a valid aggregate is logged."""
     data: bytes = r["Data"]
-    sequence = r["SequenceNumber"]
-    arrival = r.get("ApproximateArrivalTimestamp")
+    if len(data) <= len(_MAGIC) + _DIGEST:
+        return None
     body, digest = data[len(_MAGIC) : -_DIGEST], data[-_DIGEST:]
-    plain = [Record(stream, shard_id, sequence, 0, r["PartitionKey"], data, arrival)]
-    if len(data) <= len(_MAGIC) + _DIGEST or hashlib.md5(body).digest() != digest:
-        return plain  # magic bytes by chance: an ordinary record
-    aggregate = messages_pb2.AggregatedRecord()
+    if hashlib.md5(body).digest() != digest:
+        return None
+    sequence = r["SequenceNumber"]
     try:
-        aggregate.ParseFromString(body)
-        keys = list(aggregate.partition_key_table)
+        users = _parse(body)
+    except _Invalid as exc:
+        problem = str(exc)
+    except (DecodeError, RecursionError, UnicodeDecodeError, ValueError) as exc:
+        # Whatever the protobuf backend raises on a hostile body (upb: DecodeError; the pure
+        # Python one: UnicodeDecodeError, RecursionError below protobuf 5.29.5).
+        problem = f"{type(exc).__name__}: {exc}"
+    else:
+        arrival = r.get("ApproximateArrivalTimestamp")
         return [
-            Record(stream, shard_id, sequence, i, keys[m.partition_key_index], m.data, arrival)
-            for i, m in enumerate(aggregate.records)
+            Record(stream, shard_id, sequence, i, key, payload, arrival)
+            for i, (key, payload) in enumerate(users)
         ]
-    except (DecodeError, IndexError) as exc:
-        log.warning(
-            "%s/%s: record %s has KPL magic and a valid digest but does not parse (%s); "
-            "delivering it unaggregated",
-            stream,
-            shard_id,
-            sequence,
-            exc,
-        )
-        return plain
+    log.warning(
+        "%s/%s: record %s has KPL magic and a valid digest but is not a valid aggregate (%s); "
+        "delivering it unaggregated",
+        stream,
+        shard_id,
+        sequence,
+        problem[:200],
+    )
+    return None
+
+
+class _Invalid(Exception):
+    """An aggregate that parses but cannot be what a KPL wrote."""
+
+
+def _parse(body: bytes) -> list[tuple[str, bytes]]:
+    """(partition key, data) of each user record of an aggregate's body; :class:`_Invalid` when
+    an index points outside its table, a key is not text, there are no records or too many."""
+    aggregate = messages_pb2.AggregatedRecord()
+    aggregate.ParseFromString(body)
+    count = len(aggregate.records)
+    if not 0 < count <= MAX_AGGREGATED_RECORDS:
+        raise _Invalid(f"{count} user records (at most {MAX_AGGREGATED_RECORDS} are unpacked)")
+    keys = list(aggregate.partition_key_table)
+    hash_keys = len(aggregate.explicit_hash_key_table)
+    # The upb backend hands a string field that is not UTF-8 back as bytes: never a key.
+    if not all(type(k) is str for k in keys):
+        raise _Invalid("a partition key is not UTF-8 text")
+    users = []
+    for m in aggregate.records:
+        index = m.partition_key_index
+        if index >= len(keys):
+            raise _Invalid(f"partition key index {index} of a table of {len(keys)}")
+        if m.HasField("explicit_hash_key_index") and m.explicit_hash_key_index >= hash_keys:
+            raise _Invalid(f"explicit hash key index {m.explicit_hash_key_index} of {hash_keys}")
+        users.append((keys[index], m.data))
+    return users

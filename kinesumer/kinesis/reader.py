@@ -199,7 +199,7 @@ class KinesisReader:
         )
         raw = response.get("Records", [])
         return ShardBatch(
-            records=to_records(stream, shard_id, raw, skip_through),
+            records=to_records(stream, shard_id, raw, skip_through, self._stats),
             next_iterator=response.get("NextShardIterator"),
             millis_behind=response.get("MillisBehindLatest"),
             raw_count=len(raw),

@@ -135,6 +135,10 @@ class StateStore(Protocol):
     async def load_shard_cache(self, stream: str) -> ShardCache | None:
         """The whole shard cache of a stream, or None when there is none (or it moved on)."""
 
+    def shard_cache_unreadable(self, stream: str) -> bool:
+        """Whether the stream's cache was refused as unreadable at its last load: a leader's
+        sync then writes a fresh one over it (conditional on it being still that head)."""
+
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
         """Replace the cache, conditional on its digest being still ``expected_digest`` (None:
         no cache yet). False: another writer (a leader that overlapped) got there first; its
@@ -144,7 +148,12 @@ class StateStore(Protocol):
     async def get_checkpoints(
         self, stream: str, shard_ids: Iterable[str] | None = None
     ) -> dict[str, Checkpoint]:
-        """Checkpoints of a stream (strongly consistent), all or only ``shard_ids``."""
+        """Checkpoints of a stream (strongly consistent), all or only ``shard_ids``. One that
+        cannot be read back is left out and noted (see :meth:`checkpoint_unreadable`)."""
+
+    def checkpoint_unreadable(self, stream: str, shard_id: str) -> bool:
+        """Whether the shard's checkpoint could not be read back at its last read: do not read
+        the shard (nor overwrite its checkpoint) until it can."""
 
     async def claim(
         self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None

@@ -66,6 +66,42 @@ def item_key(pk: str, sk: str) -> dict[str, Any]:
     return {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
 
 
+# -- reading items back: any app with access to the table can write any item ---------------
+_REQUIRED: Any = object()
+
+
+def corrupt(item: dict[str, Any], problem: str) -> CorruptStateError:
+    """A :class:`CorruptStateError` naming ``item`` (its pk and sk) and what is wrong with it."""
+    pk, sk = (str(item.get(k, {}).get("S", "?"))[:200] for k in (PARTITION_KEY, SORT_KEY))
+    return CorruptStateError(f"state item pk={pk!r} sk={sk!r}: {problem}", pk=pk, sk=sk)
+
+
+def attribute(item: dict[str, Any], name: str, kind: str, default: Any = _REQUIRED) -> Any:
+    """Attribute ``name`` of ``item``, of DynamoDB type ``kind`` (``"N"`` read as an int);
+    ``default`` when it is absent (without one it is required). :class:`CorruptStateError`
+    naming the item when it is missing or of another type."""
+    value = item.get(name)
+    if value is None:
+        if default is _REQUIRED:
+            raise corrupt(item, f"attribute {name!r} is missing")
+        return default
+    return element(item, name, value, kind)
+
+
+def element(item: dict[str, Any], name: str, value: Any, kind: str) -> Any:
+    """A typed DynamoDB value (an attribute, or a member of a list or map attribute ``name``)
+    as ``kind``; :class:`CorruptStateError` naming the item when it is another type."""
+    python = {"S": str, "N": str, "BOOL": bool, "L": list, "M": dict, "B": bytes}[kind]
+    if not isinstance(value, dict) or not isinstance(value.get(kind), python):
+        raise corrupt(item, f"attribute {name!r} is not of type {kind}: {str(value)[:80]}")
+    if kind != "N":
+        return value[kind]
+    try:
+        return int(value["N"])
+    except ValueError:
+        raise corrupt(item, f"attribute {name!r} is not an integer: {value['N'][:80]!r}") from None
+
+
 # -- client items -----------------------------------------------------------------------------
 def client_key(app: str, client_id: str) -> dict[str, Any]:
     return item_key(client_pk(app), client_id)
@@ -100,17 +136,34 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
 
 
 def decode_client(item: dict[str, Any]) -> ClientInfo:
+    """A client item; :class:`CorruptStateError` naming it when an attribute is mistyped."""
+    streams = attribute(item, "streams", "L", [])
+    owned = attribute(item, "owned", "M", {})
     return ClientInfo(
-        client_id=item[SORT_KEY]["S"],
-        last_update_ms=int(item.get("last_update", {}).get("N", "0")),
-        streams=frozenset(s["S"] for s in item.get("streams", {}).get("L", [])),
-        host=item.get("host", {}).get("S", ""),
-        pid=int(item.get("pid", {}).get("N", "0")),
-        version=item.get("version", {}).get("S", ""),
-        owned={k: int(v["N"]) for k, v in item.get("owned", {}).get("M", {}).items()},
-        owned_count=int(item.get("owned_count", {}).get("N", "-1")),
-        assignment=item.get("assignment", {}).get("S", ""),
+        client_id=attribute(item, SORT_KEY, "S"),
+        last_update_ms=attribute(item, "last_update", "N", 0),
+        streams=frozenset(element(item, "streams", s, "S") for s in streams),
+        host=attribute(item, "host", "S", ""),
+        pid=attribute(item, "pid", "N", 0),
+        version=attribute(item, "version", "S", ""),
+        owned={k: element(item, "owned", v, "N") for k, v in owned.items()},
+        owned_count=attribute(item, "owned_count", "N", -1),
+        assignment=attribute(item, "assignment", "S", ""),
     )
+
+
+def readable_clients(
+    items: list[dict[str, Any]],
+) -> tuple[list[ClientInfo], list[CorruptStateError]]:
+    """The client items that decode, and the errors of those that do not (for the caller to
+    skip: another app sharing the table must not stop this one with a malformed item)."""
+    clients, errors = [], []
+    for item in items:
+        try:
+            clients.append(decode_client(item))
+        except CorruptStateError as exc:
+            errors.append(exc)
+    return clients, errors
 
 
 def prune_condition(client: ClientInfo) -> dict[str, Any]:
@@ -145,8 +198,8 @@ def shard_cache_head(
 
 
 def decode_head(item: dict[str, Any]) -> tuple[str, int]:
-    """(body key, chunk count) of a shard cache head."""
-    return item["body"]["S"], int(item["chunks"]["N"])
+    """(body key, chunk count) of a shard cache head; :class:`CorruptStateError` naming it."""
+    return attribute(item, "body", "S"), attribute(item, "chunks", "N")
 
 
 def head_condition(expected_digest: str | None) -> dict[str, Any]:
@@ -165,28 +218,30 @@ def checkpoint_key(app: str, stream: str, shard_id: str) -> dict[str, Any]:
 
 
 def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoint:
-    """A checkpoint item; :class:`CorruptStateError` (saying how to fix it) if it cannot be."""
-    shard_id = item[SORT_KEY]["S"]
+    """A checkpoint item; :class:`CorruptStateError` (naming it, saying how to fix it) if it
+    cannot be."""
+    shard_id = str(item.get(SORT_KEY, {}).get("S"))
     try:
-        sequence = item["sequence_number"]["S"] if "sequence_number" in item else None
+        sequence = attribute(item, "sequence_number", "S", None)
         if sequence is not None and (not sequence.isdigit() or len(sequence) > MAX_SEQUENCE_DIGITS):
             raise ValueError(f"sequence_number {sequence[:80]!r} is not a decimal number")
         return Checkpoint(
             stream=stream,
             shard_id=shard_id,
             sequence_number=sequence,
-            sub_sequence_number=int(item.get("sub_sequence_number", {}).get("N", "0")),
-            owner=item["owner"]["S"] if "owner" in item else None,
-            lease=int(item.get("lease", {}).get("N", "0")),
-            finished=bool(item.get("finished", {}).get("BOOL", False)),
-            last_update_ms=int(item.get("last_update", {}).get("N", "0")),
-            started_at_ms=int(item["started_at"]["N"]) if "started_at" in item else None,
+            sub_sequence_number=attribute(item, "sub_sequence_number", "N", 0),
+            owner=attribute(item, "owner", "S", None),
+            lease=attribute(item, "lease", "N", 0),
+            finished=attribute(item, "finished", "BOOL", False),
+            last_update_ms=attribute(item, "last_update", "N", 0),
+            started_at_ms=attribute(item, "started_at", "N", None),
         )
-    except (KeyError, ValueError) as exc:
-        raise CorruptStateError(
-            f"checkpoint of {stream}/{shard_id} in table {table!r} is corrupt ({exc}); "
-            f"fix it with `kinesumer checkpoints set` or delete it to restart the shard from "
-            f"the initial position"
+    except (CorruptStateError, KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise corrupt(
+            item,
+            f"checkpoint of {stream}/{shard_id} in table {table!r} is corrupt ({exc!r}); the "
+            f"shard is not read until it is fixed: delete the item to restart the shard from the "
+            f"initial position, or put a valid one",
         ) from exc
 
 

@@ -30,6 +30,7 @@ The codecs are pure (the command line's synchronous boto3 client uses them too);
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,8 +40,10 @@ from ...core.controls import Controls, StepDown
 from ...core.weighted import Weights
 from ...errors import CorruptStateError
 from ..schema import TTL_ATTRIBUTE, client_pk
-from .codecs import item_key, now_ms
+from .codecs import attribute, corrupt, item_key, now_ms
 from .table import StateTable
+
+log = logging.getLogger("kinesumer.statestore")
 
 CONTROLS_SK = "controls"
 WEIGHTS_SK = "weights"
@@ -88,8 +91,8 @@ def decode_controls(item: Mapping[str, Any] | None) -> Controls:
             rebalance=int(item.get("rebalance", {}).get("N", "0")),
             updated_ms=int(item.get("last_update", {}).get("N", "0")),
         )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise CorruptStateError(f"cannot decode the controls item: {exc!r}") from exc
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise corrupt(dict(item), f"cannot decode the controls item: {exc!r}") from exc
 
 
 def controls_item(app: str, controls: Controls) -> dict[str, Any]:
@@ -150,8 +153,8 @@ def decode_numbers(item: Mapping[str, Any] | None, attribute: str) -> dict[str, 
         for name, value in item.get(attribute, {}).get("M", {}).items():
             stream, shard_id = split_name(name)
             result.setdefault(stream, {})[shard_id] = float(value["N"])
-    except (KeyError, ValueError, TypeError) as exc:
-        raise CorruptStateError(f"cannot decode {attribute}: {exc!r}") from exc
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise corrupt(dict(item), f"cannot decode {attribute}: {exc!r}") from exc
     return result
 
 
@@ -180,8 +183,8 @@ def decode_publication(item: Mapping[str, Any] | None) -> Publication:
     try:
         legacy = frozenset(v["S"] for v in item.get("legacy", {}).get("L", []))
         updated = int(item["last_update"]["N"])
-    except (KeyError, ValueError, TypeError) as exc:
-        raise CorruptStateError(f"cannot decode the leader's publication: {exc!r}") from exc
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise corrupt(dict(item), f"cannot decode the leader's publication: {exc!r}") from exc
     return Publication(decode_numbers(item, "weights"), legacy, updated)
 
 
@@ -234,11 +237,14 @@ class ControlsTable:
 
     async def read_loads(self) -> dict[str, tuple[int, dict[str, dict[str, float]]]]:
         """Leader: every member's load report, client id -> (last_update ms, rates)."""
-        items = await self._table.query(load_pk(self._app))
-        return {
-            item["sk"]["S"]: (int(item["last_update"]["N"]), decode_numbers(item, "rates"))
-            for item in items
-        }
+        loads = {}
+        for item in await self._table.query(load_pk(self._app)):
+            try:
+                updated = attribute(item, "last_update", "N")
+                loads[attribute(item, "sk", "S")] = (updated, decode_numbers(item, "rates"))
+            except CorruptStateError as exc:  # another app's making: weigh without it
+                log.warning("skipping an unreadable load report: %s", exc)
+        return loads
 
     async def publish(self, publication: Publication) -> None:
         """Leader: publish the weights and the legacy members (two leaders overlapping for a

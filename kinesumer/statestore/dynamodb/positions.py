@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import CorruptStateError
 from ...models import Position
 from ..schema import SORT_KEY
-from .codecs import MAX_SEQUENCE_DIGITS, item_key, now_ms
+from .codecs import MAX_SEQUENCE_DIGITS, corrupt, item_key, now_ms
 
 #: The session item's sort key ('#' cannot start a stream name, so no position collides).
 SESSION_SK = "#session"
@@ -129,8 +128,9 @@ def decode_position(item: dict[str, Any], table: str) -> SavedPosition | None:
             started_at_ms=int(started) if started is not None else None,
             finished=bool(item.get("finished", {}).get("BOOL", False)),
         )
-    except (KeyError, ValueError) as exc:
-        raise CorruptStateError(
-            f"broadcast position {sk!r} under {item['pk']['S']!r} in table {table!r} is "
-            f"corrupt ({exc}); delete the item to read the shard from the initial position"
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise corrupt(
+            item,
+            f"broadcast position in table {table!r} is corrupt ({exc!r}); delete the item to "
+            f"read the shard from the initial position",
         ) from exc

@@ -16,12 +16,13 @@ from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
 from ..base import MembershipView, ShardCache
-from ..schema import checkpoint_pk, client_pk
+from ..schema import SORT_KEY, checkpoint_pk, client_pk
 from . import codecs, positions, view
 from .codecs import CLIENT_ITEM_BUDGET, client_item
 from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
 from .table import StateTable
+from .unreadable import Unreadable
 
 __all__ = ["CLIENT_ITEM_BUDGET", "DynamoDBStateStore", "client_item"]
 
@@ -33,6 +34,8 @@ class DynamoDBStateStore:
     def __init__(self, client: Any, table: str, app: str, stats: RequestStats) -> None:
         self._table = StateTable(client, table, stats)
         self._app = app
+        #: Items skipped because they cannot be read back (see :mod:`.unreadable`).
+        self.unreadable = Unreadable(stats)
         self._shard_caches = ShardCacheItems(self._table, app)
         self._known_digests: dict[str, str] = {}  # as last read or written: what a leader publishes
         self._followed_digests: dict[str, str] | None = (
@@ -51,7 +54,11 @@ class DynamoDBStateStore:
         await self.announce_change()  # followers of the view read the members directly now
 
     async def list_clients(self) -> list[ClientInfo]:
-        return [codecs.decode_client(i) for i in await self._table.query(client_pk(self._app))]
+        """Every client item that reads back; the others are skipped (logged and counted)."""
+        clients, errors = codecs.readable_clients(await self._table.query(client_pk(self._app)))
+        for error in errors:
+            self.unreadable.skip("client", error)
+        return clients
 
     async def prune_client(self, client: ClientInfo) -> bool:
         return await self._table.delete_if(
@@ -60,12 +67,22 @@ class DynamoDBStateStore:
 
     # -- the membership view (see :mod:`.view`) ------------------------------------------------
     async def read_view_head(self, *, consistent: bool) -> MembershipView | None:
+        """The view's head; None when there is none or it is unreadable (skipped: members then
+        read the client items themselves)."""
         item = await self._get(view.head_key(self._app), consistent=consistent)
-        return None if item is None else view.decode_head(item)
+        try:
+            return None if item is None else view.decode_head(item)
+        except CorruptStateError as exc:
+            self.unreadable.skip("view", exc)
+            return None
 
     async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
         item = await self._get(view.view_key(self._app, members_key), consistent=False)
-        return None if item is None else view.decode_members(item, self._table.name)
+        try:
+            return None if item is None else view.decode_members(item, self._table.name)
+        except CorruptStateError as exc:
+            self.unreadable.skip("view", exc)
+            return None
 
     async def publish_view(
         self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
@@ -110,7 +127,16 @@ class DynamoDBStateStore:
         return digests
 
     async def load_shard_cache(self, stream: str) -> ShardCache | None:
-        return await self._shard_caches.load(stream)
+        """The stream's cache; None also when it cannot be read (skipped, logged and counted:
+        the caller keeps the cache it has rather than take garbage for the shard list)."""
+        try:
+            return await self._shard_caches.load(stream)
+        except CorruptStateError as exc:
+            self.unreadable.skip("shard_cache", exc)
+            return None
+
+    def shard_cache_unreadable(self, stream: str) -> bool:
+        return self._shard_caches.refused(stream)
 
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
         saved = await self._shard_caches.save(cache, expected_digest)
@@ -131,11 +157,28 @@ class DynamoDBStateStore:
         else:
             keys = [codecs.checkpoint_key(self._app, stream, s) for s in sorted(set(shard_ids))]
             items = await self._table.batch_get(keys)
+        # An unreadable checkpoint is left out (as if there were none: a claim of it, being
+        # conditional on the item's absence, is refused, so it is never overwritten) and noted.
         result = {}
+        read = set()
         for item in items:
-            checkpoint = codecs.decode_checkpoint(stream, item, self._table.name)
+            shard_id = str(item.get(SORT_KEY, {}).get("S"))
+            read.add(shard_id)
+            try:
+                checkpoint = codecs.decode_checkpoint(stream, item, self._table.name)
+            except CorruptStateError as exc:
+                self.unreadable.checkpoint(stream, shard_id, exc)
+                continue
             result[checkpoint.shard_id] = checkpoint
+        asked = self.unreadable.shards_of(stream) if shard_ids is None else set(shard_ids)
+        for shard_id in (asked - read) | set(result):  # deleted or repaired: readable again
+            self.unreadable.checkpoint(stream, shard_id, None)
         return result
+
+    def checkpoint_unreadable(self, stream: str, shard_id: str) -> bool:
+        """Whether the shard's checkpoint could not be read back at its last read: the shard is
+        not read until it can (it is listed in ``consumer.stats().unreadable_shards``)."""
+        return self.unreadable.checkpoint_unreadable(stream, shard_id)
 
     async def claim(
         self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None
@@ -147,7 +190,11 @@ class DynamoDBStateStore:
         )
         if written is None:
             return None
-        return codecs.decode_checkpoint(stream, written, self._table.name)
+        try:
+            return codecs.decode_checkpoint(stream, written, self._table.name)
+        except CorruptStateError as exc:  # changed under us: ours, but not readable
+            self.unreadable.checkpoint(stream, shard_id, exc)
+            return None
 
     async def write_checkpoint(
         self,

@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...errors import CorruptStateError
 from ...models import ClientInfo
 from ..base import MembershipView
 from ..schema import PARTITION_KEY, SORT_KEY
+from .codecs import attribute, corrupt, element
 
 HEAD = "head"
 
@@ -49,18 +49,22 @@ def members_sk(leader: str, read_at_ms: int) -> str:
 
 
 def decode_head(item: dict[str, Any]) -> MembershipView:
-    def number(name: str) -> int:
-        return int(item.get(name, {}).get("N", "0"))
+    """The view's head; :class:`CorruptStateError` naming it when an attribute is mistyped."""
 
+    def number(name: str) -> int:
+        value: int = attribute(item, name, "N", 0)
+        return value
+
+    digests = attribute(item, "digests", "M", {})
     return MembershipView(
         version=number("version"),
-        members_key=item.get("members", {}).get("S", ""),
+        members_key=attribute(item, "members", "S", ""),
         read_at_ms=number("read_at"),
         published_at_ms=number("published_at"),
-        leader=item.get("leader", {}).get("S", ""),
+        leader=attribute(item, "leader", "S", ""),
         seen_changes=number("seen_changes"),
         changes=number("changes"),
-        digests=tuple(sorted((k, v["S"]) for k, v in item.get("digests", {}).get("M", {}).items())),
+        digests=tuple(sorted((k, element(item, "digests", v, "S")) for k, v in digests.items())),
     )
 
 
@@ -118,8 +122,7 @@ def decode_members(item: dict[str, Any], table: str) -> list[ClientInfo]:
             ClientInfo(str(cid), 0, streams=frozenset(map(str, streams)), assignment=str(mode))
             for cid, streams, mode in body
         ]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptStateError(
-            f"membership view item {item.get(SORT_KEY)!r} in table {table!r} is unreadable: {exc}"
-        ) from exc
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        problem = f"membership view list in table {table!r} is unreadable: {exc}"
+        raise corrupt(item, problem) from exc
     return sorted(members, key=lambda c: c.client_id)
