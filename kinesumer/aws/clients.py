@@ -280,9 +280,7 @@ class ClientFactory:
 class AwsClients:
     """The two low-level aiobotocore clients an engine uses, opened and closed together."""
 
-    def __init__(
-        self, config: Config, stats: RequestStats, client_id: str | None = None
-    ) -> None:
+    def __init__(self, config: Config, stats: RequestStats, client_id: str | None = None) -> None:
         self._config = config
         self._factory = ClientFactory(config, stats, client_id)
         self._stack = contextlib.AsyncExitStack()
