@@ -5,6 +5,7 @@ and partition keys kept out of log lines unless asked for."""
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -201,3 +203,67 @@ def test_partition_keys_stay_out_of_messages_unless_asked(keys_logger_level: Non
         logging.getLogger().setLevel(logging.WARNING)
     PARTITION_KEYS_LOGGER.setLevel(logging.DEBUG)
     assert describe(record).endswith("(key 'alice@example.com')")
+
+
+# --- nothing in the library evaluates, unpickles or shells out -----------------------------------
+
+FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
+FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "yaml", "cloudpickle"}
+FORBIDDEN_ATTRIBUTES = {("os", "system"), ("os", "popen"), ("os", "execv"), ("os", "execvp")}
+#: Where a subprocess is started, and why it is safe: the demo runs its own members
+#: (``sys.executable -m kinesumer ...``, an argument list, never a shell).
+SUBPROCESS_ALLOWED = ("kinesumer/cli/demo/",)
+
+
+def risky(source: str, where: str) -> list[str]:
+    """Calls of eval/exec, unpickling or YAML imports, shells and subprocesses in ``source``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in FORBIDDEN_CALLS
+        ):
+            found.append(f"{where}:{node.lineno} {node.func.id}()")
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                value = keyword.value
+                if keyword.arg == "shell" and not (
+                    isinstance(value, ast.Constant) and value.value is False
+                ):
+                    found.append(f"{where}:{node.lineno} shell=")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names.append(getattr(node, "module", None) or "")
+            for name in names:
+                top = name.split(".")[0]
+                if top in FORBIDDEN_MODULES:
+                    found.append(f"{where}:{node.lineno} import {name}")
+                if top == "subprocess" and not where.startswith(SUBPROCESS_ALLOWED):
+                    found.append(f"{where}:{node.lineno} import subprocess")
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and (node.value.id, node.attr) in FORBIDDEN_ATTRIBUTES
+        ):
+            found.append(f"{where}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_the_scan_sees_what_it_looks_for() -> None:
+    bad = (
+        "import pickle\nfrom yaml import load\nimport subprocess\n"
+        "eval('1')\nos.system('ls')\nrun(['x'], shell=True)\n"
+    )
+    assert len(risky(bad, "kinesumer/x.py")) == 6
+    assert risky("import subprocess\nPopen(['a'], shell=False)\n", "kinesumer/cli/demo/x.py") == []
+
+
+def test_no_eval_pickle_or_shell_in_the_library() -> None:
+    root = Path(__file__).resolve().parent.parent
+    found = [
+        problem
+        for path in sorted((root / "kinesumer").rglob("*.py"))
+        for problem in risky(path.read_text(encoding="utf-8"), path.relative_to(root).as_posix())
+    ]
+    assert not found, found
