@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Union
 from urllib.parse import urlsplit
@@ -47,7 +47,9 @@ class Config:
     sts_endpoint: str | None = None
     client_id: str | None = None
     role_arn: str | None = None
-    external_id: str | None = None
+    # Out of repr (logs, tracebacks, Spark partitions' descriptions): with the role, it is what
+    # a confused deputy needs.
+    external_id: str | None = field(default=None, repr=False)
     scan_limit: int = 10_000
     scan_interval: float = 0.2
     initial_position: InitialPosition = "LATEST"

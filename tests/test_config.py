@@ -168,3 +168,12 @@ def test_metrics_listen_on_loopback_by_default() -> None:
     given."""
     assert Config(**BASE).metrics_address == "127.0.0.1"
     assert Config(**BASE, metrics_address="0.0.0.0").metrics_address == "0.0.0.0"
+
+
+def test_external_id_stays_out_of_repr() -> None:
+    config = Config(
+        **BASE, role_arn="arn:aws:iam::123456789012:role/r", external_id="ext-do-not-show"
+    )
+    assert "ext-do-not-show" not in repr(config) and "role_arn=" in repr(config)
+    assert config.external_id == "ext-do-not-show"
+    assert config.replace(scan_limit=5).external_id == "ext-do-not-show"
