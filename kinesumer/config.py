@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Union
+from urllib.parse import urlsplit
 
 from .errors import ConfigError, EnhancedFanOutNotInstalledError
 
@@ -19,6 +21,9 @@ _ROLE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _CONSUMER = re.compile(r"^[a-zA-Z0-9_.\-]{1,128}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+
+#: Every field naming a URL the library sends signed requests to.
+ENDPOINT_FIELDS = ("kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint")
 
 #: The service allows 5 GetRecords per second per shard: never poll faster.
 MIN_SCAN_INTERVAL = 0.2
@@ -42,7 +47,9 @@ class Config:
     sts_endpoint: str | None = None
     client_id: str | None = None
     role_arn: str | None = None
-    external_id: str | None = None
+    # Out of repr (logs, tracebacks, Spark partitions' descriptions): with the role, it is what
+    # a confused deputy needs.
+    external_id: str | None = field(default=None, repr=False)
     scan_limit: int = 10_000
     scan_interval: float = 0.2
     initial_position: InitialPosition = "LATEST"
@@ -59,9 +66,10 @@ class Config:
     max_buffered_bytes: int = 64 * 1024 * 1024
     metrics: bool = False
     metrics_port: int | None = None
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = "127.0.0.1"
     enhanced_fan_out: bool = False
     consumer_name: str | None = None
+    allow_insecure_endpoints: bool = False
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -70,12 +78,13 @@ class Config:
             value = getattr(self, name)
             if value is not None:
                 _check_name(name, value, _REGION, "an AWS region such as 'eu-west-1'")
-        for name in ("kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, str) or not value.startswith(("http://", "https://"))
-            ):
-                raise ConfigError(name, f"must be an http:// or https:// URL, got {value!r}")
+        if not isinstance(self.allow_insecure_endpoints, bool):
+            raise ConfigError(
+                "allow_insecure_endpoints",
+                f"must be True or False, got {self.allow_insecure_endpoints!r}",
+            )
+        for name in ENDPOINT_FIELDS:
+            _check_endpoint(name, getattr(self, name), self.allow_insecure_endpoints)
         if self.client_id is not None:
             _check_name("client_id", self.client_id, _NAME, "letters, digits, '_', '.', '-'")
         if self.role_arn is not None:
@@ -161,6 +170,41 @@ def _check_name(field: str, value: Any, pattern: re.Pattern[str], what: str) -> 
         raise ConfigError(field, f"must be a non-empty string, got {value!r}")
     if not pattern.match(value):
         raise ConfigError(field, f"must be {what}, got {value!r}")
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` (and its subdomains, RFC 6761), or an address in 127.0.0.0/8 or ``::1``."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_endpoint(field: str, value: Any, allow_insecure: bool) -> None:
+    """An endpoint is an https:// URL, or an http:// URL on this machine (a local stand-in):
+    plain HTTP anywhere else exposes every request to the network, and an STS endpoint's
+    answers are the assumed role's keys."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ConfigError(field, f"must be an http:// or https:// URL, got {value!r}")
+    try:
+        host = urlsplit(value).hostname
+    except ValueError:
+        host = None
+    if not host:
+        raise ConfigError(field, f"must be a URL with a host, got {value!r}")
+    if value.startswith("http://") and not allow_insecure and not is_loopback_host(host):
+        raise ConfigError(
+            field,
+            f"{value!r} is plain HTTP to another machine: requests (and, for STS, the assumed "
+            "role's keys) would cross the network unencrypted. Use https://, or set "
+            "allow_insecure_endpoints=True if that network is trusted (e.g. a stand-in in a "
+            "container next to the tests)",
+        )
 
 
 def _check_int(field: str, value: Any, low: int, high: int) -> None:

@@ -111,3 +111,69 @@ def test_bad_stream_lists(streams: object) -> None:
 
 def test_stream_list_sorted_unique() -> None:
     assert check_streams(["b", "a", "b"]) == ("a", "b")
+
+
+# --- endpoints: https://, or http:// on this machine only -----------------------------------------
+
+LOOPBACK_URLS = [
+    "http://127.0.0.1:4567",
+    "http://127.0.0.53:8000/",
+    "http://localhost:4566",
+    "http://LOCALHOST.:4566",
+    "http://kinesis.localhost:4566",
+    "http://[::1]:4567",
+]
+REMOTE_HTTP_URLS = [
+    "http://kinesis.eu-west-1.amazonaws.com",
+    "http://10.0.0.7:4566",
+    "http://[fd00::2]:4566",
+    "http://0.0.0.0:4566",  # every interface: not a loopback host
+    "http://localhost.example.com:4566",
+    "http://127.0.0.1.nip.io:4566",
+]
+
+
+@pytest.mark.parametrize("field", ["kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint"])
+@pytest.mark.parametrize("url", REMOTE_HTTP_URLS)
+def test_plain_http_to_another_machine_is_refused(field: str, url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config(**BASE, **{field: url})  # type: ignore[arg-type]
+    assert info.value.field == field
+    message = str(info.value)
+    assert "https://" in message and "allow_insecure_endpoints=True" in message
+    # The escape hatch, for a trusted network (a stand-in in a container next to the tests).
+    config = Config(**BASE, **{field: url}, allow_insecure_endpoints=True)  # type: ignore[arg-type]
+    assert getattr(config, field) == url
+
+
+@pytest.mark.parametrize("field", ["kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint"])
+@pytest.mark.parametrize(
+    "url", [*LOOPBACK_URLS, "https://kinesis.eu-west-1.amazonaws.com", "https://10.0.0.7:4566"]
+)
+def test_https_and_loopback_http_endpoints_are_accepted(field: str, url: str) -> None:
+    assert getattr(Config(**BASE, **{field: url}), field) == url  # type: ignore[arg-type]
+
+
+def test_allow_insecure_endpoints_is_checked_and_off_by_default() -> None:
+    assert Config(**BASE).allow_insecure_endpoints is False
+    with pytest.raises(ConfigError) as info:
+        Config(**BASE, allow_insecure_endpoints="yes")  # type: ignore[arg-type]
+    assert info.value.field == "allow_insecure_endpoints"
+    with pytest.raises(ConfigError, match="host"):
+        Config(**BASE, kinesis_endpoint="http://:4567")
+
+
+def test_metrics_listen_on_loopback_by_default() -> None:
+    """The metrics endpoint has no authentication: only this machine, unless an address is
+    given."""
+    assert Config(**BASE).metrics_address == "127.0.0.1"
+    assert Config(**BASE, metrics_address="0.0.0.0").metrics_address == "0.0.0.0"
+
+
+def test_external_id_stays_out_of_repr() -> None:
+    config = Config(
+        **BASE, role_arn="arn:aws:iam::123456789012:role/r", external_id="ext-do-not-show"
+    )
+    assert "ext-do-not-show" not in repr(config) and "role_arn=" in repr(config)
+    assert config.external_id == "ext-do-not-show"
+    assert config.replace(scan_limit=5).external_id == "ext-do-not-show"

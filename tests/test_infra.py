@@ -58,9 +58,9 @@ KINESIS_READ_ACTIONS = {
     "kinesis:ListShards",
     "kinesis:GetShardIterator",
     "kinesis:GetRecords",
-    "kinesis:DescribeStream",
 }
-DYNAMODB_ACTIONS = {
+#: Item calls, granted only on the app's own keys (dynamodb:LeadingKeys), and the one table call.
+DYNAMODB_ITEM_ACTIONS = {
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
@@ -68,8 +68,8 @@ DYNAMODB_ACTIONS = {
     "dynamodb:Query",
     "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",
-    "dynamodb:DescribeTable",
 }
+DYNAMODB_ACTIONS = DYNAMODB_ITEM_ACTIONS | {"dynamodb:DescribeTable"}
 # Stream administration must never be granted, enhanced fan-out only with enhanced_fan_out =
 # true (EFO_REGISTER on the streams, EFO_SUBSCRIBE on the consumer ARNs); writes only on the
 # dead-letter streams (DEAD_LETTER_WRITE).
@@ -83,6 +83,7 @@ EFO_CONSUMER_RESOURCES = (
 #: Called by `kinesumer deregister-consumer` (an operator's command), never granted to members.
 OPERATOR_ONLY = {"kinesis:DeregisterStreamConsumer"}
 FORBIDDEN_KINESIS_ACTIONS = {
+    "kinesis:DescribeStream",  # never called (DescribeStreamSummary and ListShards instead)
     "kinesis:SubscribeToShard",
     "kinesis:RegisterStreamConsumer",
     "kinesis:DescribeStreamConsumer",
@@ -106,6 +107,16 @@ TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/kinesumer-state
 TABLE_KEY_ARN = f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 READER_ROLE_ARN = f"arn:aws:iam::{STREAM_ACCOUNT}:role/kinesumer-reader"
 EXTERNAL_ID = "orders-etl-7c1f"
+CONSUMER_ROLE_ARN = f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl"
+CONSUMER_ROLE_PATTERN = f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl-*"
+STREAM_KEY_ARN = f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/5678abcd-12ab-34cd-56ef-1234567890ab"
+DEAD_LETTER_KEY_ARN = (
+    f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/9999abcd-12ab-34cd-56ef-1234567890ab"
+)
+REMOTE_STREAM_KEY_ARN = (
+    f"arn:aws:kms:{REGION}:{STREAM_ACCOUNT}:key/aaaaabcd-12ab-34cd-56ef-1234567890ab"
+)
+APP = "orders-etl"
 
 
 def as_list(value: Any) -> list[Any]:
@@ -364,10 +375,18 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
     assert dead_letters["actions"] == sorted(DEAD_LETTER_WRITE)
     assert as_list(dead_letters["resources"]) == ["${sort(distinct(var.dead_letter_stream_arns))}"]
 
-    (dynamodb,) = by_service["dynamodb"]
-    assert set(dynamodb["actions"]) == DYNAMODB_ACTIONS
-    assert _service_of(dynamodb) == {"dynamodb"}
-    assert as_list(dynamodb["resources"]) == ["${var.table_arn}"]  # no index/* either
+    items, describe = sorted(by_service["dynamodb"], key=lambda st: st["sid"])
+    assert (items["sid"], describe["sid"]) == ("StateTable", "StateTableDescribe")
+    assert set(items["actions"]) == DYNAMODB_ITEM_ACTIONS
+    assert describe["actions"] == ["dynamodb:DescribeTable"] and not describe.get("condition")
+    for dynamodb in (items, describe):
+        assert as_list(dynamodb["resources"]) == ["${var.table_arn}"]  # no index/* either
+    # Item calls only on the apps' own keys, and only with keys (checked rendered below).
+    conditions = [(c["test"], c["variable"], c["values"]) for c in items["condition"]]
+    assert conditions == [
+        ("ForAllValues:StringLike", "dynamodb:LeadingKeys", "${local.state_table_leading_keys}"),
+        ("Null", "dynamodb:LeadingKeys", ["false"]),
+    ]
 
     (sts,) = by_service["sts"]
     assert sts["actions"] == ["sts:AssumeRole"]
@@ -378,21 +397,34 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
     assert kms_resources <= {
         "${var.table_kms_key_arn}",
         "${sort(distinct(var.stream_kms_key_arns))}",
+        "${sort(distinct(var.dead_letter_stream_kms_key_arns))}",
     }
+    for statement in by_service["kms"]:  # every key only through its service
+        variables = {c["variable"] for c in statement["condition"]}
+        assert "kms:ViaService" in variables, statement
 
 
 def test_cross_account_role_policies() -> None:
-    trust = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "trust"))
-    assert len(trust) == 1
-    (statement,) = trust
-    assert statement["actions"] == ["sts:AssumeRole"]
-    assert statement.get("effect", "Allow") == "Allow"
-    (principals,) = statement["principals"]
-    assert principals["type"] == "AWS"
-    # local.trusted_principals: var.consumer_principals with account ids turned into root ARNs.
-    assert principals["identifiers"] == "${local.trusted_principals}"
-    conditions = [(c["test"], c["variable"], c["values"]) for c in statement["condition"]]
-    assert ("StringEquals", "sts:ExternalId", ["${var.external_id}"]) in conditions
+    trust = {s["sid"]: s for s in policy_statements(CROSS_ACCOUNT_ROLE_DIR, "trust")}
+    assert set(trust) == {"KinesumerConsumers", "KinesumerConsumersByArn"}
+    for statement in trust.values():
+        assert statement["actions"] == ["sts:AssumeRole"]
+        assert statement.get("effect", "Allow") == "Allow"
+        (principals,) = statement["principals"]
+        assert principals["type"] == "AWS"
+        conditions = [(c["test"], c["variable"], c["values"]) for c in statement["condition"]]
+        assert ("StringEquals", "sts:ExternalId", ["${var.external_id}"]) in conditions
+    # Named roles as given (validated: role/user ARNs, never an account or :root) ...
+    assert trust["KinesumerConsumers"]["principals"][0]["identifiers"] == (
+        "${sort(distinct(var.consumer_principals))}"
+    )
+    # ... or their accounts, only for the principals an aws:PrincipalArn condition names.
+    by_arn = trust["KinesumerConsumersByArn"]
+    assert (
+        "ArnLike",
+        "aws:PrincipalArn",
+        "${sort(distinct(var.consumer_principal_arn_patterns))}",
+    ) in [(c["test"], c["variable"], c["values"]) for c in by_arn["condition"]]
 
     read = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "kinesis_read"))
     for s in read:
@@ -471,11 +503,16 @@ def test_policies_cover_every_call_the_library_makes() -> None:
     assert set(calls) - OPERATOR_ONLY <= parsed
 
 
-def test_external_id_is_required() -> None:
-    spec = module_variables(load_module(CROSS_ACCOUNT_ROLE_DIR))["external_id"]
+def test_external_id_is_required_and_sensitive() -> None:
+    module = load_module(CROSS_ACCOUNT_ROLE_DIR)
+    spec = module_variables(module)["external_id"]
     assert "default" not in spec, "external_id must have no default"
     assert spec.get("nullable") is False
     assert spec.get("validation"), "external_id must be validated"
+    assert spec.get("sensitive") is True, "external_id must be sensitive (kept out of plans)"
+    # The trust policy holds it: its output must be sensitive too (Terraform insists).
+    outputs = {name: o for block in module.get("output", []) for name, o in block.items()}
+    assert outputs["trust_policy_json"].get("sensitive") is True
 
 
 # --- terraform itself: fmt, validate, rendered plans ----------------------------------------------
@@ -637,6 +674,7 @@ module "table_custom" {{
 
 module "policy" {{
   source           = "../modules/consumer-policy"
+  apps             = ["{APP}"]
   stream_arns      = {json.dumps(STREAM_ARNS)}
   table_arn        = "{TABLE_ARN}"
   assume_role_arns = ["{READER_ROLE_ARN}"]
@@ -645,10 +683,13 @@ module "policy" {{
 
 module "policy_with_keys" {{
   source              = "../modules/consumer-policy"
+  apps                = ["{APP}", "billing"]
   stream_arns         = {json.dumps(STREAM_ARNS[:1])}
   table_arn           = "{TABLE_ARN}"
   table_kms_key_arn   = "{TABLE_KEY_ARN}"
-  stream_kms_key_arns = ["{TABLE_KEY_ARN}"]
+  stream_kms_key_arns = ["{STREAM_KEY_ARN}"]
+  dead_letter_stream_arns = ["{DEAD_LETTER_ARN}"]
+  dead_letter_stream_kms_key_arns = ["{DEAD_LETTER_KEY_ARN}"]
   create_policy       = false
 }}
 
@@ -656,14 +697,18 @@ module "role" {{
   source               = "../modules/cross-account-role"
   name                 = "kinesumer-reader"
   external_id          = "{EXTERNAL_ID}"
-  consumer_principals  = ["{CONSUMER_ACCOUNT}", "arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl"]
+  consumer_principals  = ["{CONSUMER_ROLE_ARN}"]
+  consumer_principal_arn_patterns = ["{CONSUMER_ROLE_PATTERN}"]
   stream_arns          = ["{REMOTE_STREAM_ARN}"]
+  stream_kms_key_arns  = ["{REMOTE_STREAM_KEY_ARN}"]
   max_session_duration = 7200
   dead_letter_stream_arns = ["{REMOTE_DEAD_LETTER_ARN}"]
+  dead_letter_stream_kms_key_arns = ["{REMOTE_STREAM_KEY_ARN}"]
 }}
 
 module "policy_efo" {{
   source           = "../modules/consumer-policy"
+  apps             = ["{APP}"]
   stream_arns      = {json.dumps(STREAM_ARNS)}
   table_arn        = "{TABLE_ARN}"
   enhanced_fan_out = true
@@ -675,7 +720,7 @@ module "role_efo" {{
   source              = "../modules/cross-account-role"
   name                = "kinesumer-reader-efo"
   external_id         = "{EXTERNAL_ID}"
-  consumer_principals = ["{CONSUMER_ACCOUNT}"]
+  consumer_principals = ["{CONSUMER_ROLE_ARN}"]
   stream_arns         = ["{REMOTE_STREAM_ARN}"]
   enhanced_fan_out    = true
   consumer_name       = "orders-etl"
@@ -686,7 +731,14 @@ output "policy_efo" {{ value = module.policy_efo.policy_json }}
 output "role_policy_efo" {{ value = module.role_efo.kinesis_policy_json }}
 output "policy_with_keys" {{ value = module.policy_with_keys.policy_json }}
 output "policy_with_keys_arn" {{ value = module.policy_with_keys.policy_arn }}
-output "trust" {{ value = module.role.trust_policy_json }}
+output "trust" {{
+  value     = module.role.trust_policy_json
+  sensitive = true
+}}
+output "trust_efo" {{
+  value     = module.role_efo.trust_policy_json
+  sensitive = true
+}}
 output "role_policy" {{ value = module.role.kinesis_policy_json }}
 """
 )
@@ -746,6 +798,7 @@ def test_rendered_consumer_policy(rendered: dict[str, Any]) -> None:
         "KinesisRead",
         "KinesisDeadLetterWrite",
         "StateTable",
+        "StateTableDescribe",
         "AssumeStreamRoles",
     }
     assert set(as_list(statements["KinesisRead"]["Action"])) == KINESIS_READ_ACTIONS
@@ -753,8 +806,12 @@ def test_rendered_consumer_policy(rendered: dict[str, Any]) -> None:
     dead_letters = statements.pop("KinesisDeadLetterWrite")
     assert set(as_list(dead_letters["Action"])) == DEAD_LETTER_WRITE
     assert as_list(dead_letters["Resource"]) == [DEAD_LETTER_ARN]
-    assert set(as_list(statements["StateTable"]["Action"])) == DYNAMODB_ACTIONS
+    assert set(as_list(statements["StateTable"]["Action"])) == DYNAMODB_ITEM_ACTIONS
     assert as_list(statements["StateTable"]["Resource"]) == [TABLE_ARN]
+    assert set(statements["StateTable"]["Condition"]) == {"ForAllValues:StringLike", "Null"}
+    assert as_list(statements["StateTableDescribe"]["Action"]) == ["dynamodb:DescribeTable"]
+    assert as_list(statements["StateTableDescribe"]["Resource"]) == [TABLE_ARN]
+    assert "Condition" not in statements["StateTableDescribe"]
     assert as_list(statements["AssumeStreamRoles"]["Action"]) == ["sts:AssumeRole"]
     assert as_list(statements["AssumeStreamRoles"]["Resource"]) == [READER_ROLE_ARN]
     all_actions = {a for s in statements.values() for a in as_list(s["Action"])}
@@ -788,39 +845,106 @@ def test_rendered_enhanced_fan_out(
     assert not actions & (EFO_REGISTER | EFO_SUBSCRIBE | OPERATOR_ONLY)
 
 
+def _conditions(statement: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """A rendered statement's conditions, every value as a sorted list."""
+    return {
+        test: {key: sorted(as_list(values)) for key, values in keys.items()}
+        for test, keys in statement.get("Condition", {}).items()
+    }
+
+
 def test_rendered_consumer_policy_with_keys(rendered: dict[str, Any]) -> None:
     statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy_with_keys"))}
     _assert_least_privilege(list(statements.values()))
-    assert set(statements) == {"KinesisRead", "StateTable", "StateTableKey", "StreamKeys"}
+    assert set(statements) == {
+        "KinesisRead",
+        "KinesisDeadLetterWrite",
+        "StateTable",
+        "StateTableDescribe",
+        "StateTableKey",
+        "StreamKeys",
+        "DeadLetterStreamKeys",
+    }
     table_key = statements["StateTableKey"]
     assert as_list(table_key["Resource"]) == [TABLE_KEY_ARN]
     assert table_key["Condition"] == {
         "StringEquals": {"kms:ViaService": f"dynamodb.{REGION}.amazonaws.com"}
     }
-    assert as_list(statements["StreamKeys"]["Action"]) == ["kms:Decrypt"]
+    # The streams' keys: only through Kinesis in their region, only for the streams named.
+    stream_keys = statements["StreamKeys"]
+    assert as_list(stream_keys["Action"]) == ["kms:Decrypt"]
+    assert as_list(stream_keys["Resource"]) == [STREAM_KEY_ARN]
+    assert _conditions(stream_keys) == {
+        "StringEquals": {
+            "kms:ViaService": [f"kinesis.{REGION}.amazonaws.com"],
+            "kms:EncryptionContext:aws:kinesis:arn": STREAM_ARNS[:1],
+        }
+    }
+    dead_letter_keys = statements["DeadLetterStreamKeys"]
+    assert as_list(dead_letter_keys["Action"]) == ["kms:GenerateDataKey"]
+    assert as_list(dead_letter_keys["Resource"]) == [DEAD_LETTER_KEY_ARN]
+    assert _conditions(dead_letter_keys) == {
+        "StringEquals": {
+            "kms:ViaService": [f"kinesis.{REGION}.amazonaws.com"],
+            "kms:EncryptionContext:aws:kinesis:arn": [DEAD_LETTER_ARN],
+        }
+    }
+    # Both apps' keys, nobody else's.
+    patterns = _conditions(statements["StateTable"])["ForAllValues:StringLike"]
+    assert {p.split("#")[1] for p in patterns["dynamodb:LeadingKeys"]} == {APP, "billing"}
     # create_policy = false: only the document.
     assert _output(rendered, "policy_with_keys_arn") is None
     assert _resources(rendered, "policy_with_keys") == {}
 
 
 def test_rendered_cross_account_role(rendered: dict[str, Any]) -> None:
-    (trust,) = _statements(_output(rendered, "trust"))
-    assert trust["Effect"] == "Allow"
-    assert as_list(trust["Action"]) == ["sts:AssumeRole"]
-    assert sorted(as_list(trust["Principal"]["AWS"])) == sorted(
-        [
-            f"arn:aws:iam::{CONSUMER_ACCOUNT}:root",
-            f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/orders-etl",
-        ]
-    )
-    assert trust["Condition"] == {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}}
+    trust = {s["Sid"]: s for s in _statements(_output(rendered, "trust"))}
+    assert set(trust) == {"KinesumerConsumers", "KinesumerConsumersByArn"}
+    for statement in trust.values():
+        assert statement["Effect"] == "Allow"
+        assert as_list(statement["Action"]) == ["sts:AssumeRole"]
+    named = trust["KinesumerConsumers"]
+    assert as_list(named["Principal"]["AWS"]) == [CONSUMER_ROLE_ARN]
+    assert named["Condition"] == {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}}
+    by_arn = trust["KinesumerConsumersByArn"]
+    assert as_list(by_arn["Principal"]["AWS"]) == [f"arn:aws:iam::{CONSUMER_ACCOUNT}:root"]
+    assert by_arn["Condition"] == {
+        "ArnLike": {"aws:PrincipalArn": CONSUMER_ROLE_PATTERN},
+        "StringEquals": {"sts:ExternalId": EXTERNAL_ID},
+    }
+    # Never a bare account: every account principal is narrowed by aws:PrincipalArn.
+    (only_roles,) = _statements(_output(rendered, "trust_efo"))
+    assert as_list(only_roles["Principal"]["AWS"]) == [CONSUMER_ROLE_ARN]
+    for statement in [*trust.values(), only_roles]:
+        for principal in as_list(statement["Principal"]["AWS"]):
+            if principal.endswith(":root"):
+                assert "aws:PrincipalArn" in statement["Condition"].get("ArnLike", {}), statement
 
     read = _statements(_output(rendered, "role_policy"))
     _assert_least_privilege(read)
-    (dead_letters,) = [s for s in read if s["Sid"] == "KinesisDeadLetterWrite"]
+    by_sid = {s["Sid"]: s for s in read}
+    assert set(by_sid) == {
+        "KinesisRead",
+        "KinesisDeadLetterWrite",
+        "StreamKeys",
+        "DeadLetterStreamKeys",
+    }
+    dead_letters = by_sid["KinesisDeadLetterWrite"]
     assert set(as_list(dead_letters["Action"])) == DEAD_LETTER_WRITE
     assert as_list(dead_letters["Resource"]) == [REMOTE_DEAD_LETTER_ARN]
-    (kinesis,) = [s for s in read if s["Sid"] != "KinesisDeadLetterWrite"]
+    for sid, action, streams in [
+        ("StreamKeys", "kms:Decrypt", [REMOTE_STREAM_ARN]),
+        ("DeadLetterStreamKeys", "kms:GenerateDataKey", [REMOTE_DEAD_LETTER_ARN]),
+    ]:
+        assert as_list(by_sid[sid]["Action"]) == [action]
+        assert as_list(by_sid[sid]["Resource"]) == [REMOTE_STREAM_KEY_ARN]
+        assert _conditions(by_sid[sid]) == {
+            "StringEquals": {
+                "kms:ViaService": [f"kinesis.{REGION}.amazonaws.com"],
+                "kms:EncryptionContext:aws:kinesis:arn": streams,
+            }
+        }
+    kinesis = by_sid["KinesisRead"]
     assert not set(as_list(kinesis["Action"])) & FORBIDDEN_KINESIS_ACTIONS
     assert set(as_list(kinesis["Action"])) == KINESIS_READ_ACTIONS
     assert as_list(kinesis["Resource"]) == [REMOTE_STREAM_ARN]
@@ -955,6 +1079,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         "wild_stream",
         "consumer-policy",
         {
+            "apps": [APP],
             "table_arn": TABLE_ARN,
             "stream_arns": [f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/*"],
         },
@@ -965,6 +1090,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         "wild_table",
         "consumer-policy",
         {
+            "apps": [APP],
             "table_arn": f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/*",
             "stream_arns": STREAM_ARNS,
         },
@@ -974,16 +1100,66 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
     (
         "nothing_to_read",
         "consumer-policy",
-        {"table_arn": TABLE_ARN},
+        {"apps": [APP], "table_arn": TABLE_ARN},
         "assume_role_arns",
         "Give at least one of stream_arns",
     ),
     (
         "efo_without_consumer_name",
         "consumer-policy",
-        {"table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS, "enhanced_fan_out": True},
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "stream_arns": STREAM_ARNS,
+            "enhanced_fan_out": True,
+        },
         "consumer_name",
         "enhanced_fan_out = true needs consumer_name",
+    ),
+    (
+        "no_apps",
+        "consumer-policy",
+        {"apps": [], "table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS},
+        "apps",
+        "apps must name at least one kinesumer app",
+    ),
+    (
+        "wild_app",
+        "consumer-policy",
+        {"apps": ["orders*"], "table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS},
+        "apps",
+        "Each apps entry must be an app name as Config accepts it",
+    ),
+    (
+        "app_with_separator",
+        "consumer-policy",
+        {"apps": ["orders#x"], "table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS},
+        "apps",
+        "Each apps entry must be an app name as Config accepts it",
+    ),
+    (
+        "stream_keys_without_streams",
+        "consumer-policy",
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "assume_role_arns": [READER_ROLE_ARN],
+            "stream_kms_key_arns": [STREAM_KEY_ARN],
+        },
+        "stream_kms_key_arns",
+        "stream_kms_key_arns needs stream_arns",
+    ),
+    (
+        "dead_letter_keys_without_streams",
+        "consumer-policy",
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "stream_arns": STREAM_ARNS,
+            "dead_letter_stream_kms_key_arns": [DEAD_LETTER_KEY_ARN],
+        },
+        "dead_letter_stream_kms_key_arns",
+        "dead_letter_stream_kms_key_arns needs dead_letter_stream_arns",
     ),
     (
         "empty_external_id",
@@ -991,7 +1167,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         {
             "name": "r1",
             "external_id": "",
-            "consumer_principals": [CONSUMER_ACCOUNT],
+            "consumer_principals": [CONSUMER_ROLE_ARN],
             "stream_arns": [REMOTE_STREAM_ARN],
         },
         "external_id",
@@ -1007,7 +1183,62 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
             "stream_arns": [REMOTE_STREAM_ARN],
         },
         "consumer_principals",
-        "Each consumer_principals entry must be a 12-digit account id",
+        "Each consumer_principals entry must be an IAM role or user ARN",
+    ),
+    (
+        "bare_account",
+        "cross-account-role",
+        {
+            "name": "r4",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [CONSUMER_ACCOUNT],
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_principals",
+        "Each consumer_principals entry must be an IAM role or user ARN",
+    ),
+    (
+        "root_principal",
+        "cross-account-role",
+        {
+            "name": "r5",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [f"arn:aws:iam::{CONSUMER_ACCOUNT}:root"],
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_principals",
+        "Each consumer_principals entry must be an IAM role or user ARN",
+    ),
+    (
+        "pattern_any_account",
+        "cross-account-role",
+        {
+            "name": "r6",
+            "external_id": EXTERNAL_ID,
+            "consumer_principal_arn_patterns": ["arn:aws:iam::*:role/orders-etl"],
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_principal_arn_patterns",
+        "Each consumer_principal_arn_patterns entry must be an IAM role ARN pattern",
+    ),
+    (
+        "pattern_any_role",
+        "cross-account-role",
+        {
+            "name": "r7",
+            "external_id": EXTERNAL_ID,
+            "consumer_principal_arn_patterns": [f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/*"],
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_principal_arn_patterns",
+        "Each consumer_principal_arn_patterns entry must be an IAM role ARN pattern",
+    ),
+    (
+        "nobody_trusted",
+        "cross-account-role",
+        {"name": "r8", "external_id": EXTERNAL_ID, "stream_arns": [REMOTE_STREAM_ARN]},
+        "consumer_principal_arn_patterns",
+        "Give at least one of consumer_principals",
     ),
     (
         "long_session",
@@ -1015,7 +1246,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         {
             "name": "r3",
             "external_id": EXTERNAL_ID,
-            "consumer_principals": [CONSUMER_ACCOUNT],
+            "consumer_principals": [CONSUMER_ROLE_ARN],
             "stream_arns": [REMOTE_STREAM_ARN],
             "max_session_duration": 86400,
         },
@@ -1121,3 +1352,100 @@ def test_consumer_runs_on_the_table_terraform_declares(
     assert sorted(got) == sorted(produced)
     items = dynamodb.scan(TableName=table)["Items"]
     assert {i["pk"]["S"].split("#")[0] for i in items} >= {"check_point", "shard_cache"}
+
+
+# --- the state table: each app's own keys only (dynamodb:LeadingKeys) --------------------------
+
+
+def _iam_string_like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: ``*`` any run of characters, ``?`` one, case-sensitive."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None
+
+
+def _partition_key_forms() -> dict[str, bool]:
+    """Every partition key form the library writes for an app, found by reading kinesumer/:
+    ``{prefix: has more after the app}`` for each f-string ``"<prefix>#{app}..."``."""
+    forms: dict[str, bool] = {}
+    for path in sorted((REPO_ROOT / "kinesumer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.JoinedStr) or len(node.values) < 2:
+                continue
+            head, second = node.values[0], node.values[1]
+            if (
+                isinstance(head, ast.Constant)
+                and isinstance(head.value, str)
+                and re.fullmatch(r"[a-z_]+#", head.value)
+                and isinstance(second, ast.FormattedValue)
+                and isinstance(second.value, ast.Name)
+                and second.value.id == "app"
+            ):
+                forms[head.value[:-1]] = len(node.values) > 2
+    return forms
+
+
+def _library_partition_keys(app: str) -> list[str]:
+    """The partition keys of app ``app``'s items, made by the library's own functions."""
+    from kinesumer.spark.source.ledger import ledger_pk
+    from kinesumer.statestore.dynamodb.controls import controls_key, load_pk, weights_key
+    from kinesumer.statestore.dynamodb.positions import broadcast_pk
+    from kinesumer.statestore.dynamodb.view import view_pk
+    from kinesumer.statestore.schema import checkpoint_pk, client_pk, shard_cache_pk
+
+    return [
+        client_pk(app),
+        shard_cache_pk(app),
+        checkpoint_pk(app, "orders"),
+        checkpoint_pk(app, "a.b-c_d"),
+        view_pk(app),
+        controls_key(app)[PARTITION_KEY]["S"],
+        weights_key(app)[PARTITION_KEY]["S"],
+        load_pk(app),
+        broadcast_pk(app, "host-1-abc123"),
+        ledger_pk(app, "q1"),
+    ]
+
+
+def test_every_partition_key_form_is_known() -> None:
+    """The scan finds the forms the library functions make, and no other (a new item kind fails
+    here until the consumer policy's app_partitions lists it)."""
+    forms = _partition_key_forms()
+    made = {pk.split("#")[0] for pk in _library_partition_keys(APP)}
+    assert set(forms) == made, (sorted(forms), sorted(made))
+    assert {name for name, more in forms.items() if more} == {
+        "check_point",
+        "broadcast",
+        "spark_ledger",
+    }
+
+
+def test_rendered_state_table_access_is_limited_to_the_apps_keys(rendered: dict[str, Any]) -> None:
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy"))}
+    table = statements["StateTable"]
+    assert table["Condition"]["Null"] == {"dynamodb:LeadingKeys": "false"}
+    patterns = as_list(table["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+    # Exactly one pattern per item kind: "<kind>#<app>", or "<kind>#<app>#*" for kinds keyed
+    # further (by stream, client id or query).
+    forms = _partition_key_forms()
+    assert sorted(patterns) == sorted(
+        f"{kind}#{APP}#*" if more else f"{kind}#{APP}" for kind, more in forms.items()
+    )
+    # Every key the library makes for the app is admitted ...
+    for pk in _library_partition_keys(APP):
+        assert any(_iam_string_like(p, pk) for p in patterns), pk
+    # ... and none of another app's, not even one whose name starts with this app's.
+    for other in (f"{APP}2", f"{APP}-v2", APP[:-1], APP.upper(), "billing"):
+        for pk in _library_partition_keys(other):
+            assert not any(_iam_string_like(p, pk) for p in patterns), (other, pk)
+    # The table call names no item: it has a statement of its own, without keys.
+    describe = statements["StateTableDescribe"]
+    assert as_list(describe["Action"]) == ["dynamodb:DescribeTable"]
+    assert "Condition" not in describe
+
+
+def test_iam_string_like() -> None:
+    assert _iam_string_like("check_point#a#*", "check_point#a#orders")
+    assert _iam_string_like("check_point#a#*", "check_point#a#")
+    assert not _iam_string_like("check_point#a#*", "check_point#ab#orders")
+    assert not _iam_string_like("client#a", "client#a2")
+    assert _iam_string_like("client#?", "client#a") and not _iam_string_like("client#?", "client#")

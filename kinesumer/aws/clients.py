@@ -11,7 +11,11 @@ in the caller's account even when Kinesis is read in another.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
+import re
+import socket
 import threading
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -84,21 +88,44 @@ def blocking_client(service: str, **options: Any) -> Any:
         return _blocking_session.client(service, **options)
 
 
+#: What STS accepts in a RoleSessionName: 2-64 of these.
+_SESSION_NAME_CHARS = re.compile(r"[^\w+=,.@-]", re.ASCII)
+
+
+def role_session_name(config: Config, client_id: str | None = None) -> str:
+    """The RoleSessionName of this process's ``sts:AssumeRole`` calls: the member's client id,
+    so CloudTrail's ``assumed-role/<role>/<session>`` names which member made each Kinesis call.
+
+    Without a member (the command line, a Spark executor): ``config.client_id``, else the app,
+    host and process id. Characters STS refuses become ``-``; a name over 64 characters keeps
+    its first 55 and a digest of the whole (two long ids that share a prefix stay apart).
+    """
+    name = client_id or config.client_id or f"{config.app}-{socket.gethostname()}-{os.getpid()}"
+    name = _SESSION_NAME_CHARS.sub("-", name)
+    if len(name) > 64:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[:55]}-{digest}"
+    return name if len(name) >= 2 else f"kinesumer-{name}"
+
+
 def session_for(config: Config) -> aioboto3.Session:
     """A session with the caller's own credentials (boto3's default chain)."""
     return aioboto3.Session(botocore_session=botocore_session(), region_name=config.region)
 
 
-def assumed_role_session(config: Config, stats: RequestStats) -> aioboto3.Session:
+def assumed_role_session(
+    config: Config, stats: RequestStats, client_id: str | None = None
+) -> aioboto3.Session:
     """A session whose credentials come from ``sts:AssumeRole`` on ``config.role_arn`` and are
     renewed by botocore before they expire (it refreshes 15 minutes ahead, and insists at 10).
 
     The STS call itself uses the caller's own credentials (the default chain), the same ones
-    DynamoDB uses: the state table stays in the caller's account.
+    DynamoDB uses: the state table stays in the caller's account. The session is named after
+    the member (:func:`role_session_name`).
     """
     assert config.role_arn is not None
     base = session_for(config)
-    session_name = f"kinesumer-{config.app}"[:64]
+    session_name = role_session_name(config, client_id)
 
     async def fetch() -> dict[str, Any]:
         kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
@@ -130,12 +157,12 @@ def assumed_role_session(config: Config, stats: RequestStats) -> aioboto3.Sessio
     return aioboto3.Session(botocore_session=role_session, region_name=config.region)
 
 
-def blocking_role_session(config: Config) -> boto3.session.Session:
+def blocking_role_session(config: Config, client_id: str | None = None) -> boto3.session.Session:
     """The blocking twin of :func:`assumed_role_session`: a boto3 session whose credentials come
     from ``sts:AssumeRole`` on ``config.role_arn``, fetched when first needed and renewed by
     botocore before they expire. The STS call uses the caller's own credentials."""
     assert config.role_arn is not None
-    session_name = f"kinesumer-{config.app}"[:64]
+    session_name = role_session_name(config, client_id)
     sts = blocking_client(
         "sts", region_name=config.effective_kinesis_region, endpoint_url=config.sts_endpoint
     )
@@ -167,12 +194,16 @@ class ClientFactory:
 
     With ``stats``, each client is instrumented (:func:`~.accounting.instrument`): its requests
     are counted there. The async clients are async context managers (closed on exit); the
-    blocking ones are plain boto3 clients (nothing to close).
+    blocking ones are plain boto3 clients (nothing to close). ``client_id``: the member the
+    clients work for, which names the role session (:func:`role_session_name`).
     """
 
-    def __init__(self, config: Config, stats: RequestStats | None = None) -> None:
+    def __init__(
+        self, config: Config, stats: RequestStats | None = None, client_id: str | None = None
+    ) -> None:
         self.config = config
         self.stats = stats
+        self.client_id = client_id
 
     @contextlib.asynccontextmanager
     async def dynamodb(self, *, read_timeout: float = 10.0) -> AsyncIterator[Any]:
@@ -193,7 +224,7 @@ class ClientFactory:
         config = self.config
         if config.role_arn:
             session = assumed_role_session(
-                config, self.stats if self.stats is not None else RequestStats()
+                config, self.stats if self.stats is not None else RequestStats(), self.client_id
             )
         else:
             session = session_for(config)
@@ -237,7 +268,7 @@ class ClientFactory:
             "config": BotoConfig(retries=retries) if retries else None,
         }
         if config.role_arn:
-            client = blocking_role_session(config).client("kinesis", **options)
+            client = blocking_role_session(config, self.client_id).client("kinesis", **options)
         else:
             client = blocking_client("kinesis", **options)
         return self._instrumented(client)
@@ -249,9 +280,9 @@ class ClientFactory:
 class AwsClients:
     """The two low-level aiobotocore clients an engine uses, opened and closed together."""
 
-    def __init__(self, config: Config, stats: RequestStats) -> None:
+    def __init__(self, config: Config, stats: RequestStats, client_id: str | None = None) -> None:
         self._config = config
-        self._factory = ClientFactory(config, stats)
+        self._factory = ClientFactory(config, stats, client_id)
         self._stack = contextlib.AsyncExitStack()
         self.dynamodb: Any = None
         self.kinesis: Any = None

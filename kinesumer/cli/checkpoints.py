@@ -21,7 +21,7 @@ from ..statestore.dynamodb.store import DynamoDBStateStore
 from . import view
 from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
 from .options import group_config
-from .render import shard_table
+from .render import printable_lines, shard_table
 
 
 def checkpoints_command(args: argparse.Namespace) -> int:
@@ -59,8 +59,7 @@ async def _list(
     for stream in streams:
         rows = [s for s in shards if s.stream == stream]
         if rows:
-            print(f"stream {stream}")
-            print("\n".join(shard_table(rows, now_ms, lease=True)))
+            print(printable_lines([f"stream {stream}", *shard_table(rows, now_ms, lease=True)]))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from ..admin import force_rebalance, list_pins, pin_shard, read_controls, step_d
 from ..core.controls import Controls
 from .errors import EXIT_OK
 from .options import group_config
+from .render import printable
 from .view import iso_time
 
 #: Said after every change: members read the controls on a bounded schedule.
@@ -41,7 +42,7 @@ def pins_command(args: argparse.Namespace) -> int:
         print("no pins")
     else:
         for (stream, shard_id), client in pins.items():
-            print(f"{stream}/{shard_id} -> {client}")
+            print(printable(f"{stream}/{shard_id} -> {client}"))
     return EXIT_OK
 
 

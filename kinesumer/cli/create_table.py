@@ -15,6 +15,7 @@ def create_table_command(args: argparse.Namespace) -> int:
         dynamodb_table=args.table,
         region=args.region,
         dynamodb_endpoint=args.dynamodb_endpoint,
+        allow_insecure_endpoints=getattr(args, "allow_insecure_endpoints", False),
     )
     if create_state_table(config):
         print(f"created table {args.table!r} (keys pk/sk, on-demand, TTL on expires_at)")

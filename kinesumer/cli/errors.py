@@ -39,6 +39,7 @@ _OPTION_OF_FIELD = {
     "region": "--region",
     "kinesis_endpoint": "--kinesis-endpoint",
     "dynamodb_endpoint": "--dynamodb-endpoint",
+    "allow_insecure_endpoints": "--allow-insecure-endpoints",
     "client_id": "--client-id",
     "initial_position": "--initial-position",
     "broadcast": "--broadcast",

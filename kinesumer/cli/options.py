@@ -80,5 +80,6 @@ def group_config(args: argparse.Namespace, **extra: Any) -> Config:
         region=args.region,
         dynamodb_endpoint=args.dynamodb_endpoint,
         kinesis_endpoint=getattr(args, "kinesis_endpoint", None),
+        allow_insecure_endpoints=getattr(args, "allow_insecure_endpoints", False),
         **extra,
     )

@@ -43,6 +43,12 @@ class Shared:
         self.aws.add_argument(
             "--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (local work)"
         )
+        self.aws.add_argument(
+            "--allow-insecure-endpoints",
+            action="store_true",
+            help="allow http:// endpoints on other machines (default: https://, or http:// on "
+            "this machine only)",
+        )
         self.aws.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
         self.kinesis = argparse.ArgumentParser(add_help=False)
         self.kinesis.add_argument(

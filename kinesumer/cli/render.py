@@ -1,8 +1,15 @@
 """The text ``kinesumer status`` and ``checkpoints list`` print: plain aligned columns that
-survive pipes, ``grep`` and CI logs."""
+survive pipes, ``grep`` and CI logs.
+
+Every string read from the state table (client ids, hosts, stream names, owners) may have been
+written by anyone with write access to the table: :func:`printable` escapes the characters a
+terminal would act on (ANSI escapes that move the cursor, rewrite the title or clear the screen;
+bidirectional overrides that reorder what is shown) before anything reaches the screen.
+"""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 from .view import GroupStatus, ShardView, iso_time
@@ -68,12 +75,36 @@ def shard_table(shards: Iterable[ShardView], now_ms: int, *, lease: bool = False
     return table(headers, rows) if rows else ["  (no shards known yet)"]
 
 
+def printable(text: str) -> str:
+    """``text`` with control and format characters (categories Cc, Cf, Zl, Zp: ESC, CR, BEL,
+    DEL, C1 controls, bidirectional overrides, zero-width characters, line separators) written
+    as Python escapes (``\\x1b``, ``\\u202e``); newlines too: one item, one line."""
+    if text.isprintable():
+        return text
+    return "".join(_escape(ch) if unicodedata.category(ch) in _UNSAFE else ch for ch in text)
+
+
+def printable_lines(lines: Iterable[str]) -> str:
+    """Lines joined by newlines, each made :func:`printable`."""
+    return "\n".join(printable(line) for line in lines)
+
+
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns, two spaces apart, indented by two."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    """Left-aligned columns, two spaces apart, indented by two; cells made :func:`printable`
+    (before measuring: an escape is as wide as it is shown)."""
+    cells = [list(headers), *([printable(str(cell)) for cell in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return [
-        "  " + "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [headers, *rows]
+        "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
     ]
 
 

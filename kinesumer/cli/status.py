@@ -11,7 +11,7 @@ import sys
 from .controls import controls_json, controls_lines, status_controls
 from .errors import EXIT_OK
 from .options import group_config
-from .render import render
+from .render import printable_lines, render
 from .view import collect, open_table
 
 __all__ = ["open_table", "status_command"]
@@ -44,7 +44,7 @@ async def _status(args: argparse.Namespace) -> int:
                 document = {**status.to_json(), "controls": controls_json(controls)}
                 text = json.dumps(document, indent=None if args.watch else 2)
             else:
-                text = "\n".join(render(status) + controls_lines(controls))
+                text = printable_lines(render(status) + controls_lines(controls))
                 if args.watch is not None:
                     text += f"\n\n(refreshing every {args.watch:g}s; Ctrl-C to stop)"
                     if tty:

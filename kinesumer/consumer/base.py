@@ -199,7 +199,7 @@ class BaseKinesumer:
         invocation = Invocation(
             handler,
             options,
-            ClientFactory(engine.config, engine.requests),
+            ClientFactory(engine.config, engine.requests, self.client_id),
             counters,
             is_async,
             client_id=self.client_id,

@@ -58,7 +58,7 @@ class GroupMember:
         #: The shared state: this member's leases by (stream, shard id).
         self.leases: dict[tuple[str, str], Lease] = {}
         self.lifecycle = Lifecycle()
-        self.aws = AwsClients(config, self.requests)
+        self.aws = AwsClients(config, self.requests, self.client_id)
         # Built by the join:
         self.store: DynamoDBStateStore
         self.reader: KinesisReader

@@ -13,6 +13,7 @@ waited: its records are not done).
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 from collections.abc import Callable
@@ -157,13 +158,23 @@ class AbandonedError(KinesumerError):
     owner re-delivers them."""
 
 
+#: Partition keys are often customer ids or e-mail addresses, and log lines and error messages
+#: travel further than the stream (log shippers, tickets, chat): a record is named by its
+#: position only, unless the application sets this logger's own level to DEBUG
+#: (``logging.getLogger("kinesumer.partition_keys").setLevel(logging.DEBUG)``). A DEBUG root
+#: logger alone does not: the switch is explicit.
+PARTITION_KEYS_LOGGER = logging.getLogger("kinesumer.partition_keys")
+
+
 def describe(record: Record) -> str:
-    """``stream/shard/sequence`` (and ``#sub`` for a KPL user record) with the partition key."""
+    """``stream/shard/sequence`` (and ``#sub`` for a KPL user record), and the partition key
+    when :data:`PARTITION_KEYS_LOGGER` is set to DEBUG."""
     sub = f"#{record.sub_sequence_number}" if record.sub_sequence_number else ""
-    return (
-        f"{record.stream}/{record.shard_id}/{record.sequence_number}{sub} "
-        f"(key {record.partition_key!r})"
-    )
+    where = f"{record.stream}/{record.shard_id}/{record.sequence_number}{sub}"
+    level = PARTITION_KEYS_LOGGER.level
+    if level == logging.NOTSET or level > logging.DEBUG:
+        return where
+    return f"{where} (key {record.partition_key!r})"
 
 
 def check_policy(policy: object, argument: str = "on_failure") -> FailurePolicy:

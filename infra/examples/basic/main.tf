@@ -43,6 +43,7 @@ module "consumer_policy" {
   # consumer's own policy needs only sts:AssumeRole for it.
   stream_arns      = var.cross_account == null ? var.stream_arns : []
   assume_role_arns = module.reader_role[*].role_arn
+  apps             = [var.app] # item access to this app's keys only
   table_arn        = module.state_table.table_arn
   policy_name      = "kinesumer-${var.app}"
   tags             = local.tags

@@ -48,7 +48,7 @@ variable "cross_account" {
       profile             - AWS CLI profile with admin rights in the stream account (null: default credentials)
       role_name           - name of the role created in the stream account
       external_id         - the external id the consumer presents (Config(external_id=...))
-      consumer_principals - account ids or role ARNs allowed to assume the role
+      consumer_principals - role ARNs allowed to assume the role (no bare accounts)
   EOT
   type = object({
     profile             = optional(string)

@@ -5,32 +5,69 @@ locals {
   # config. Enhanced fan-out (RegisterStreamConsumer on the stream,
   # DescribeStreamConsumer and SubscribeToShard on the consumer ARN) is granted
   # only with var.enhanced_fan_out, in statements of its own below.
-  # Keep in sync with the cross-account-role module; tests/test_infra.py checks.
+  # DescribeStream is not listed: the library never calls it (DescribeStreamSummary
+  # and ListShards give what it needs; tests/test_infra.py scans kinesumer/ for
+  # every call). Keep in sync with the cross-account-role module; the tests check.
   kinesis_read_actions = [
-    "kinesis:DescribeStream", # fallback when DescribeStreamSummary/ListShards are unavailable
     "kinesis:DescribeStreamSummary",
     "kinesis:GetRecords",
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
   ]
 
-  # Item calls on the state table, plus DescribeTable, which the library calls
-  # once at start to check the key schema. No CreateTable/UpdateTimeToLive:
+  # Item calls on the state table. No Scan, no CreateTable/UpdateTimeToLive:
   # `kinesumer create-table` is for local work only. No index ARNs: the table
-  # has no secondary indexes.
-  dynamodb_actions = [
+  # has no secondary indexes. DescribeTable (the start-up schema check) has a
+  # statement of its own: it names no item, so it has no leading keys.
+  dynamodb_item_actions = [
     "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",
     "dynamodb:DeleteItem",
-    "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:Query",
     "dynamodb:UpdateItem",
   ]
 
+  # The partition keys (pk) the library reads and writes for an app A. One
+  # table serves many apps: the policy admits only its own apps' items, so one
+  # app cannot rewrite (or read) another's membership, checkpoints or shard
+  # caches. App names are [A-Za-z0-9_.-] (no '#', '*' or '?'), so "X#A" and
+  # "X#A#*" match app A's keys only, never those of an app whose name merely
+  # starts with A. tests/test_infra.py checks this list against every pk form
+  # in kinesumer/.
+  app_partitions = [
+    "client",      # client#A: members (statestore/schema.py)
+    "controls",    # controls#A: pins, step-downs (statestore/dynamodb/controls.py)
+    "load",        # load#A: members' reported load
+    "shard_cache", # shard_cache#A: shard lists (and their chunks)
+    "view",        # view#A: the membership view (statestore/dynamodb/view.py)
+    "weights",     # weights#A: weighted assignment
+  ]
+  app_partition_families = [
+    "broadcast",    # broadcast#A#<client id>: broadcast positions
+    "check_point",  # check_point#A#<stream>: checkpoints
+    "spark_ledger", # spark_ledger#A#<query>: the Spark source's batch ledger
+  ]
+  state_table_leading_keys = sort(flatten([
+    for app in distinct(var.apps) : concat(
+      [for p in local.app_partitions : "${p}#${app}"],
+      [for p in local.app_partition_families : "${p}#${app}#*"],
+    )
+  ]))
+
   # Region of the table's key, for the kms:ViaService condition.
   table_kms_region = var.table_kms_key_arn == null ? null : split(":", var.table_kms_key_arn)[3]
+
+  # Kinesis uses a stream's key in the stream's region (a KMS key is regional):
+  # each key is usable only through Kinesis there, and only for the streams
+  # named here (Kinesis puts the stream ARN in the encryption context).
+  stream_kms_services = sort(distinct([
+    for arn in var.stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
+  ]))
+  dead_letter_kms_services = sort(distinct([
+    for arn in var.dead_letter_stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
+  ]))
 }
 
 data "aws_iam_policy_document" "this" {
@@ -47,7 +84,30 @@ data "aws_iam_policy_document" "this" {
   statement {
     sid       = "StateTable"
     effect    = "Allow"
-    actions   = local.dynamodb_actions
+    actions   = local.dynamodb_item_actions
+    resources = [var.table_arn]
+
+    # Every key of the request (a batch has several) must be one of the apps'.
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = local.state_table_leading_keys
+    }
+
+    # ForAllValues holds for a request without keys: require them, so that an
+    # action added to this statement later without keys (Scan) is not allowed
+    # on the whole table by accident.
+    condition {
+      test     = "Null"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["false"]
+    }
+  }
+
+  statement {
+    sid       = "StateTableDescribe"
+    effect    = "Allow"
+    actions   = ["dynamodb:DescribeTable"]
     resources = [var.table_arn]
   }
 
@@ -113,7 +173,7 @@ data "aws_iam_policy_document" "this" {
     content {
       # Handlers' dead letters (and retry-later records): PutRecord only, only
       # on the streams named for it. A stream encrypted with a customer-managed
-      # key also needs kms:GenerateDataKey on that key (not granted here).
+      # key also needs kms:GenerateDataKey on that key: dead_letter_stream_kms_key_arns.
       sid       = "KinesisDeadLetterWrite"
       effect    = "Allow"
       actions   = ["kinesis:PutRecord"]
@@ -124,11 +184,48 @@ data "aws_iam_policy_document" "this" {
   dynamic "statement" {
     for_each = length(var.stream_kms_key_arns) > 0 ? [1] : []
     content {
-      # GetRecords on a stream encrypted with a customer-managed key.
+      # GetRecords on a stream encrypted with a customer-managed key: through
+      # Kinesis only, for the streams read only.
       sid       = "StreamKeys"
       effect    = "Allow"
       actions   = ["kms:Decrypt"]
       resources = sort(distinct(var.stream_kms_key_arns))
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = local.stream_kms_services
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:EncryptionContext:aws:kinesis:arn"
+        values   = sort(distinct(var.stream_arns))
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.dead_letter_stream_kms_key_arns) > 0 ? [1] : []
+    content {
+      # PutRecord on a dead-letter or retry-later stream encrypted with a
+      # customer-managed key: through Kinesis only, for those streams only.
+      sid       = "DeadLetterStreamKeys"
+      effect    = "Allow"
+      actions   = ["kms:GenerateDataKey"]
+      resources = sort(distinct(var.dead_letter_stream_kms_key_arns))
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = local.dead_letter_kms_services
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:EncryptionContext:aws:kinesis:arn"
+        values   = sort(distinct(var.dead_letter_stream_arns))
+      }
     }
   }
 

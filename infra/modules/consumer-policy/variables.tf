@@ -15,6 +15,23 @@ variable "stream_arns" {
   }
 }
 
+variable "apps" {
+  description = "The kinesumer apps (Config(app=...)) that run with this policy. Item access to the state table is limited to these apps' own keys (dynamodb:LeadingKeys), so an app cannot read or rewrite another app's members, checkpoints or shard caches in a shared table."
+  type        = list(string)
+  nullable    = false
+
+  validation {
+    condition     = length(var.apps) > 0
+    error_message = "apps must name at least one kinesumer app (Config(app=...))."
+  }
+
+  validation {
+    # Config's own rule: no '#' (the key separator), no IAM wildcard.
+    condition     = alltrue([for app in var.apps : can(regex("^[A-Za-z0-9_.-]+$", app))])
+    error_message = "Each apps entry must be an app name as Config accepts it: letters, digits, '_', '.', '-'."
+  }
+}
+
 variable "table_arn" {
   description = "ARN of the kinesumer state table (output table_arn of the state-table module)."
   type        = string
@@ -37,7 +54,7 @@ variable "table_kms_key_arn" {
 }
 
 variable "stream_kms_key_arns" {
-  description = "Customer-managed KMS keys of the streams in stream_arns that use server-side encryption with such a key (GetRecords then needs kms:Decrypt). Streams encrypted with the AWS-managed aws/kinesis key need nothing here."
+  description = "Customer-managed KMS keys of the streams in stream_arns that use server-side encryption with such a key (GetRecords then needs kms:Decrypt, granted only through Kinesis in the key's region and only for the streams in stream_arns). Streams encrypted with the AWS-managed aws/kinesis key need nothing here."
   type        = list(string)
   default     = []
   nullable    = false
@@ -48,6 +65,32 @@ variable "stream_kms_key_arns" {
       can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
     ])
     error_message = "Each stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+
+  validation {
+    # The grant is conditioned on the streams' ARNs (the encryption context).
+    condition     = length(var.stream_kms_key_arns) == 0 || length(var.stream_arns) > 0
+    error_message = "stream_kms_key_arns needs stream_arns: the keys are granted for those streams only (streams read through a cross-account role get their keys from that role)."
+  }
+}
+
+variable "dead_letter_stream_kms_key_arns" {
+  description = "Customer-managed KMS keys of the streams in dead_letter_stream_arns that use server-side encryption with such a key (PutRecord then needs kms:GenerateDataKey, granted only through Kinesis in the key's region and only for those streams)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.dead_letter_stream_kms_key_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
+    ])
+    error_message = "Each dead_letter_stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+
+  validation {
+    condition     = length(var.dead_letter_stream_kms_key_arns) == 0 || length(var.dead_letter_stream_arns) > 0
+    error_message = "dead_letter_stream_kms_key_arns needs dead_letter_stream_arns: the keys are granted for those streams only."
   }
 }
 

@@ -5,41 +5,83 @@
 data "aws_partition" "current" {}
 
 locals {
-  # A bare account id becomes that account's root principal, which delegates
-  # to the account's IAM policies; role/user ARNs are used as given.
-  trusted_principals = sort(distinct([
-    for p in var.consumer_principals :
-    can(regex("^[0-9]{12}$", p)) ? "arn:${data.aws_partition.current.partition}:iam::${p}:root" : p
+  # Who may assume the role is named, never a whole account: a bare account
+  # (its root principal) would let any role or user there that its own account
+  # allows use this one. Role/user ARNs in consumer_principals are trusted as
+  # given; consumer_principal_arn_patterns (roles whose names vary, e.g. with
+  # a deployment suffix) trust their accounts' root principals only under an
+  # aws:PrincipalArn condition that names them.
+  pattern_accounts = sort(distinct([
+    for p in var.consumer_principal_arn_patterns :
+    "arn:${data.aws_partition.current.partition}:iam::${split(":", p)[4]}:root"
   ]))
 
   # Same list as the consumer-policy module (tests/test_infra.py checks that
-  # they agree); every one is authorized against the stream ARN.
+  # they agree); every one is authorized against the stream ARN. DescribeStream
+  # is not listed: the library never calls it.
   kinesis_read_actions = [
-    "kinesis:DescribeStream", # fallback when DescribeStreamSummary/ListShards are unavailable
     "kinesis:DescribeStreamSummary",
     "kinesis:GetRecords",
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
   ]
+
+  # As in the consumer-policy module: each key through Kinesis in its region.
+  stream_kms_services = sort(distinct([
+    for arn in var.stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
+  ]))
+  dead_letter_kms_services = sort(distinct([
+    for arn in var.dead_letter_stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
+  ]))
 }
 
 data "aws_iam_policy_document" "trust" {
-  statement {
-    sid     = "KinesumerConsumers"
-    effect  = "Allow"
-    actions = ["sts:AssumeRole"]
+  dynamic "statement" {
+    for_each = length(var.consumer_principals) > 0 ? [1] : []
+    content {
+      sid     = "KinesumerConsumers"
+      effect  = "Allow"
+      actions = ["sts:AssumeRole"]
 
-    principals {
-      type        = "AWS"
-      identifiers = local.trusted_principals
+      principals {
+        type        = "AWS"
+        identifiers = sort(distinct(var.consumer_principals))
+      }
+
+      # Without the external id the call fails: this stops a third party that
+      # also trusts the consumer account from steering it at this role.
+      condition {
+        test     = "StringEquals"
+        variable = "sts:ExternalId"
+        values   = [var.external_id]
+      }
     }
+  }
 
-    # Without the external id the call fails: this stops a third party that
-    # also trusts the consumer account from steering it at this role.
-    condition {
-      test     = "StringEquals"
-      variable = "sts:ExternalId"
-      values   = [var.external_id]
+  dynamic "statement" {
+    for_each = length(var.consumer_principal_arn_patterns) > 0 ? [1] : []
+    content {
+      sid     = "KinesumerConsumersByArn"
+      effect  = "Allow"
+      actions = ["sts:AssumeRole"]
+
+      principals {
+        type        = "AWS"
+        identifiers = local.pattern_accounts
+      }
+
+      # The accounts are trusted only for the principals these patterns name.
+      condition {
+        test     = "ArnLike"
+        variable = "aws:PrincipalArn"
+        values   = sort(distinct(var.consumer_principal_arn_patterns))
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "sts:ExternalId"
+        values   = [var.external_id]
+      }
     }
   }
 }
@@ -86,7 +128,7 @@ data "aws_iam_policy_document" "kinesis_read" {
     content {
       # Handlers' dead letters (and retry-later records): PutRecord only, only
       # on the streams named for it. A stream encrypted with a customer-managed
-      # key also needs kms:GenerateDataKey on that key (not granted here).
+      # key also needs kms:GenerateDataKey on that key: dead_letter_stream_kms_key_arns.
       sid       = "KinesisDeadLetterWrite"
       effect    = "Allow"
       actions   = ["kinesis:PutRecord"]
@@ -97,10 +139,48 @@ data "aws_iam_policy_document" "kinesis_read" {
   dynamic "statement" {
     for_each = length(var.stream_kms_key_arns) > 0 ? [1] : []
     content {
+      # GetRecords on a stream encrypted with a customer-managed key: through
+      # Kinesis only, for the streams read only.
       sid       = "StreamKeys"
       effect    = "Allow"
       actions   = ["kms:Decrypt"]
       resources = sort(distinct(var.stream_kms_key_arns))
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = local.stream_kms_services
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:EncryptionContext:aws:kinesis:arn"
+        values   = sort(distinct(var.stream_arns))
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.dead_letter_stream_kms_key_arns) > 0 ? [1] : []
+    content {
+      # PutRecord on a dead-letter or retry-later stream encrypted with a
+      # customer-managed key: through Kinesis only, for those streams only.
+      sid       = "DeadLetterStreamKeys"
+      effect    = "Allow"
+      actions   = ["kms:GenerateDataKey"]
+      resources = sort(distinct(var.dead_letter_stream_kms_key_arns))
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = local.dead_letter_kms_services
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:EncryptionContext:aws:kinesis:arn"
+        values   = sort(distinct(var.dead_letter_stream_arns))
+      }
     }
   }
 }

@@ -9,8 +9,9 @@ output "role_name" {
 }
 
 output "trust_policy_json" {
-  description = "The rendered trust (assume-role) policy."
+  description = "The rendered trust (assume-role) policy. Sensitive: it holds the external id."
   value       = data.aws_iam_policy_document.trust.json
+  sensitive   = true
 }
 
 output "kinesis_policy_json" {

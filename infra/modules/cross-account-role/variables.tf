@@ -23,28 +23,45 @@ variable "description" {
 }
 
 variable "consumer_principals" {
-  description = "Who may assume the role: 12-digit account ids (any principal of that account whose own IAM policy allows sts:AssumeRole on this role) and/or IAM role or user ARNs of the consumers (narrower; preferred)."
+  description = "Who may assume the role: IAM role (or user) ARNs of the consumers. Whole accounts (12-digit ids, :root ARNs) are refused: they would trust every principal the account allows. For roles whose names vary use consumer_principal_arn_patterns."
   type        = list(string)
+  default     = []
   nullable    = false
-
-  validation {
-    condition     = length(var.consumer_principals) > 0
-    error_message = "consumer_principals must name at least one account id or principal ARN."
-  }
 
   validation {
     condition = alltrue([
       for p in var.consumer_principals :
-      can(regex("^[0-9]{12}$", p)) || can(regex("^arn:aws[a-zA-Z-]*:iam::[0-9]{12}:(root|role/[a-zA-Z0-9+=,.@_/-]+|user/[a-zA-Z0-9+=,.@_/-]+)$", p))
+      can(regex("^arn:aws[a-zA-Z-]*:iam::[0-9]{12}:(role|user)/[a-zA-Z0-9+=,.@_/-]+$", p))
     ])
-    error_message = "Each consumer_principals entry must be a 12-digit account id or an IAM ARN (arn:<partition>:iam::<account>:root|role/<name>|user/<name>), without wildcards."
+    error_message = "Each consumer_principals entry must be an IAM role or user ARN (arn:<partition>:iam::<account>:role/<name> or user/<name>), without wildcards; not an account id or :root."
+  }
+}
+
+variable "consumer_principal_arn_patterns" {
+  description = "IAM role ARN patterns (ArnLike: '*' and '?' in the role name only) of consumers whose role names vary, e.g. arn:aws:iam::111111111111:role/orders-etl-*. The trust policy names their accounts as principals with an aws:PrincipalArn condition on these patterns."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for p in var.consumer_principal_arn_patterns :
+      can(regex("^arn:aws[a-zA-Z-]*:iam::[0-9]{12}:role/[a-zA-Z0-9+=,.@_/*?-]+$", p)) && !can(regex("^arn:[^:]+:iam::[0-9]{12}:role/[*?/]*$", p))
+    ])
+    error_message = "Each consumer_principal_arn_patterns entry must be an IAM role ARN pattern with a 12-digit account and a role name that is not only wildcards (arn:<partition>:iam::<account>:role/<name with * or ?>)."
+  }
+
+  validation {
+    condition     = length(var.consumer_principal_arn_patterns) + length(var.consumer_principals) > 0
+    error_message = "Give at least one of consumer_principals (role ARNs) or consumer_principal_arn_patterns."
   }
 }
 
 variable "external_id" {
-  description = "External id the consumer must present (Config(external_id=...)). Required: without it any principal of a trusted account could use the role on another party's behalf (the confused-deputy problem)."
+  description = "External id the consumer must present (Config(external_id=...)). Required: without it any principal of a trusted account could use the role on another party's behalf (the confused-deputy problem). Sensitive: kept out of plan output and logs (the trust_policy_json output is sensitive too)."
   type        = string
   nullable    = false
+  sensitive   = true
 
   validation {
     # STS limits: 2-1224 characters of [\w+=,.@:/-]. The length is checked
@@ -77,7 +94,7 @@ variable "stream_arns" {
 }
 
 variable "stream_kms_key_arns" {
-  description = "Customer-managed KMS keys of streams that use one for server-side encryption (GetRecords needs kms:Decrypt). The key policy must also allow this role."
+  description = "Customer-managed KMS keys of streams that use one for server-side encryption (GetRecords needs kms:Decrypt, granted only through Kinesis in the key's region and only for the streams in stream_arns). The key policy must also allow this role."
   type        = list(string)
   default     = []
   nullable    = false
@@ -88,6 +105,26 @@ variable "stream_kms_key_arns" {
       can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
     ])
     error_message = "Each stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+}
+
+variable "dead_letter_stream_kms_key_arns" {
+  description = "Customer-managed KMS keys of the streams in dead_letter_stream_arns that use server-side encryption with such a key (PutRecord then needs kms:GenerateDataKey, granted only through Kinesis in the key's region and only for those streams)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.dead_letter_stream_kms_key_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", arn))
+    ])
+    error_message = "Each dead_letter_stream_kms_key_arns entry must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)."
+  }
+
+  validation {
+    condition     = length(var.dead_letter_stream_kms_key_arns) == 0 || length(var.dead_letter_stream_arns) > 0
+    error_message = "dead_letter_stream_kms_key_arns needs dead_letter_stream_arns: the keys are granted for those streams only."
   }
 }
 

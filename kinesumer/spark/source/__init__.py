@@ -16,12 +16,19 @@ from .datasource import (
     read_stream,
 )
 from .executor import ReplayMismatchError
-from .options import SOURCE_DEFAULTS, SourceOptions, parse_options
+from .options import (
+    SENSITIVE_OPTIONS,
+    SOURCE_DEFAULTS,
+    SourceOptions,
+    parse_options,
+    redact_sensitive_options,
+)
 
 __all__ = [
     "HAVE_SOURCE_API",
     "REQUIRED_PYSPARK",
     "SCHEMA",
+    "SENSITIVE_OPTIONS",
     "SOURCE_DEFAULTS",
     "KinesumerDataSource",
     "KinesumerStreamReader",
@@ -30,4 +37,5 @@ __all__ = [
     "option_strings",
     "parse_options",
     "read_stream",
+    "redact_sensitive_options",
 ]

@@ -37,7 +37,13 @@ from .compat import (
     require_source_api,
 )
 from .executor import read_partition
-from .options import SourceOptions, parse_options, to_options
+from .options import (
+    SourceOptions,
+    parse_options,
+    redact_in_active_session,
+    redact_sensitive_options,
+    to_options,
+)
 from .partition import ShardPartition
 from .planner import Planner
 
@@ -53,6 +59,9 @@ class KinesumerDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        # Spark asks for the name when the application registers the source, in its own
+        # process: the moment to keep role_arn / external_id out of the session's plans.
+        redact_in_active_session()
         return "kinesumer"
 
     def schema(self) -> str:
@@ -150,6 +159,7 @@ def read_stream(
     require_source_api()
     strings = to_options(config, tuple(streams), **options)
     check_resources(parse_options(strings))
+    redact_sensitive_options(spark)
     spark.dataSource.register(KinesumerDataSource)
     reader = spark.readStream.format("kinesumer").options(**strings)
     frame: DataFrame = reader.load()

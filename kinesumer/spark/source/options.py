@@ -6,6 +6,11 @@ Spark hands a data source its options as a case-insensitive mapping of strings. 
 the source adds the options of :data:`SOURCE_DEFAULTS`. A missing, unknown or malformed option
 raises :class:`~kinesumer.ConfigError` naming it, from ``load()`` / ``start()``, before any
 worker connects anywhere.
+
+Spark prints a source's options in its plans (``explain()``, the UI's SQL tab, event logs),
+hiding only those whose name matches ``spark.sql.redaction.options.regex`` (default
+``(?i)url``) or whose name or value matches ``spark.redaction.regex``: neither covers
+:data:`SENSITIVE_OPTIONS`, so :func:`redact_sensitive_options` adds them to the session's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,41 @@ SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
+
+#: Options whose values stay out of Spark's plans and UI: the role the source assumes and the
+#: external id that guards it (which, with the role, is what a confused deputy needs).
+SENSITIVE_OPTIONS = ("role_arn", "external_id")
+
+#: Spark's setting: option names (a Java regular expression) whose values plans print redacted.
+REDACTION_CONF = "spark.sql.redaction.options.regex"
+_SENSITIVE_PATTERN = "(?i:" + "|".join(SENSITIVE_OPTIONS) + ")"
+
+
+def redact_sensitive_options(spark: Any) -> None:
+    """Add :data:`SENSITIVE_OPTIONS` to ``spark``'s :data:`REDACTION_CONF` (kept as given,
+    extended by an alternative), so plans show ``role_arn=*********(redacted)``. Idempotent;
+    :func:`~.datasource.read_stream` and registering the source call it."""
+    current = str(spark.conf.get(REDACTION_CONF) or "")
+    if _SENSITIVE_PATTERN in current:
+        return
+    spark.conf.set(
+        REDACTION_CONF, f"{current}|{_SENSITIVE_PATTERN}" if current else _SENSITIVE_PATTERN
+    )
+
+
+def redact_in_active_session() -> None:
+    """:func:`redact_sensitive_options` on the process's active Spark session, if it has one
+    (``spark.dataSource.register`` runs in the application's process, which has; Spark's Python
+    workers have none, and nothing happens there)."""
+    try:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+    except ImportError:
+        return
+    if session is not None:
+        redact_sensitive_options(session)
+
 
 #: ``handoff_timeout`` when the option is not given: a shard moving away waits for its batches in
 #: flight, and a batch is in hand for its read (``max_read_seconds``), the sink, and up to one
