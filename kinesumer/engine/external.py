@@ -49,6 +49,9 @@ class OwnedShard:
     #: Where to start when ``position`` is None: "TRIM_HORIZON" for a child of a reshard, else
     #: ``Config.initial_position``.
     start: InitialPosition
+    #: Where a plain member's ``LATEST`` read of the shard began (epoch ms, Kinesis's clock:
+    #: the checkpoint item's ``started_at``), when it began one before any checkpoint.
+    started_at_ms: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -103,6 +106,7 @@ class ReadElsewhereMember(GroupMember):
                 lease=lease.checkpoint.lease,
                 position=lease.checkpointed,
                 start=initial,
+                started_at_ms=lease.checkpoint.started_at_ms,
             )
             for lease, initial in sorted(self._readable.items(), key=lambda item: item[0].key)
             if not lease.reached_end

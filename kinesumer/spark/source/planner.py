@@ -281,9 +281,8 @@ class Planner:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
                 starts[key] = initial_start(holder.start, holder.lease)
-                handed = getattr(holder, "started_at_ms", None)  # a plain member's LATEST start
-                if handed is not None:
-                    self._handed_over[key] = int(handed)
+                if holder.started_at_ms is not None:  # a plain member's LATEST start
+                    self._handed_over[key] = holder.started_at_ms
         return starts
 
     def _pin(self, starts: dict[Key, Start]) -> dict[Key, Start]:
