@@ -44,6 +44,8 @@ class Owned(Protocol):
     def position(self) -> Position | None: ...
     @property
     def start(self) -> Any: ...
+    @property
+    def started_at_ms(self) -> int | None: ...
 
 
 class Member(Protocol):
@@ -67,6 +69,7 @@ class Held:
     lease: int
     position: Position | None
     start: Any
+    started_at_ms: int | None = None
 
 
 class Settlement:
@@ -140,7 +143,7 @@ class Settlement:
                 self.finished += 1
                 del out[key]
             else:
-                out[key] = Held(key, holder.lease, end, holder.start)
+                out[key] = Held(key, holder.lease, end, holder.start, holder.started_at_ms)
         return out
 
     def prune(self, batch: int) -> None:
