@@ -75,6 +75,9 @@ class Checkpoint:
     lease: int = 0
     finished: bool = False
     last_update_ms: int = 0
+    #: Records done above ``sequence_number`` (a handler run finished them out of order), as
+    #: encoded by :mod:`kinesumer.core.done_ranges`; b"" when none. The next owner skips them.
+    done: bytes = b""
 
 
 class Position(NamedTuple):

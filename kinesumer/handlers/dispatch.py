@@ -21,9 +21,11 @@ How a call can end, and what the run does:
 A lease being handed off (REVOKING) gives up only its records at the end that no call started:
 nothing after them is done, so the checkpoint stays exact and the next owner reads them again
 from it, and the handoff waits only for the calls in flight. A queued record with a started or
-done record after it (another key's) runs: dropping it would leave a gap below done records, and
-the next owner would deliver those again (duplicates). Queued records of a LOST or RELEASED
-lease are dropped: the checkpoint can no longer move for them.
+done record after it (another key's) runs: dropping it would leave a gap below done records.
+(Gaps left by abandoned calls are covered by the done runs written with the checkpoint: the next
+owner skips the done records above the gap, see :mod:`kinesumer.core.done_ranges`; a record
+the previous owner finished is admitted here as done at once, with no call.) Queued records of
+a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them.
 """
 
 from __future__ import annotations
@@ -114,7 +116,12 @@ class Dispatch:
                 # Revoked or lost: the rest of the batch is the next owner's.
                 self._lease, self._records = None, []
                 return
-            scheduler.add(tracker.admit(record), key(record))
+            if lease.skipping and lease.already_done(record):
+                # The previous owner finished it (a done run of the checkpoint): done here too,
+                # so the mark moves past it, but no call.
+                tracker.finish(tracker.admit(record))
+            else:
+                scheduler.add(tracker.admit(record), key(record))
             index += 1
         self._index = index
         if index >= len(records):

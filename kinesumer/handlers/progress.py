@@ -11,8 +11,11 @@ and moves ``lease.mark_processed`` to the last record of the done prefix::
 Admission happens in sequence order per lease (one GetRecords batch after the other), so the
 order of :meth:`LowWater.admit` calls is the shard's order. A record that is never finished
 (its call was abandoned, its lease lost) holds the mark where it is: the next owner delivers it
-and everything after it again. Cheap: one small object per record, O(1) amortised per finish.
-Thread-safe: admit and finish may come from different threads.
+again. The records done after it are not: at every checkpoint write the tracker reports them
+(:meth:`LowWater.done_marks`, runs of consecutive done records) and they are written with the
+mark, so the next owner skips them (:mod:`kinesumer.core.done_ranges`). Cheap: one small object
+per record, O(1) amortised per finish. Thread-safe: admit and finish may come from different
+threads.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from ..core.done_ranges import Run, runs_of
 from ..engine.leases import Lease
 from ..models import Position, Record
 
@@ -56,6 +60,15 @@ class LowWater:
         # Records at the end were given up (the lease is being handed off): once the rest are
         # done, ``delivered`` goes back to ``processed`` so the handoff stops waiting.
         self._cut = False
+        lease.set_done_source(self.done_marks)
+
+    def done_marks(self) -> tuple[Position | None, list[Run]]:
+        """The checkpointer's question: the mark, and the runs of done records above it, read
+        together (under the lock, so no finish moves the mark in between)."""
+        with self._lock:
+            entries = self._entries
+            runs = runs_of((e.position, e.done) for e in entries) if entries else []
+            return self.lease.processed, runs
 
     def admit(self, record: Record) -> Entry:
         """``record`` was admitted (``Cursor.admit`` said yes): track it until it is done."""

@@ -11,7 +11,8 @@ store, the heartbeat thread and the command line. Items, for app ``A`` (keys fro
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
   56 digits, beyond DynamoDB numbers), ``sub_sequence_number``, ``owner``, ``lease``,
-  ``finished``, ``last_update``.
+  ``finished``, ``last_update``, ``done`` (binary: the records done above the position, see
+  :mod:`kinesumer.core.done_ranges`; absent from older versions, which ignore it).
 
 Writes are returned as the keyword arguments of the DynamoDB call (``UpdateExpression``,
 ``ConditionExpression``, names and values), so their conditions are written once, here.
@@ -52,6 +53,7 @@ _NAMES = {
     "#seq": "sequence_number",
     "#sub": "sub_sequence_number",
     "#fin": "finished",
+    "#done": "done",
 }
 
 
@@ -178,6 +180,7 @@ def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoi
             lease=int(item.get("lease", {}).get("N", "0")),
             finished=bool(item.get("finished", {}).get("BOOL", False)),
             last_update_ms=int(item.get("last_update", {}).get("N", "0")),
+            done=bytes(item.get("done", {}).get("B", b"")),
         )
     except (KeyError, ValueError) as exc:
         raise CorruptStateError(
@@ -213,10 +216,17 @@ def claim_update(client_id: str, seen: Checkpoint | None) -> dict[str, Any]:
 
 
 def checkpoint_update(
-    checkpoint: Checkpoint, position: Position | None, *, finished: bool, release: bool
+    checkpoint: Checkpoint,
+    position: Position | None,
+    *,
+    finished: bool,
+    release: bool,
+    done: bytes | None = None,
 ) -> dict[str, Any]:
     """The owner's checkpoint write, fenced: only while it still holds ``checkpoint``'s owner
-    and lease. ``release`` also gives the shard up (owner removed, lease kept)."""
+    and lease. ``release`` also gives the shard up (owner removed, lease kept). ``done``: the
+    records done above the position the item holds after this write (b"": none, removed;
+    None: left as they are)."""
     sets = ["#lu = :now"]
     values: dict[str, Any] = {
         ":me": {"S": checkpoint.owner or ""},
@@ -230,7 +240,13 @@ def checkpoint_update(
     if finished:
         sets.append("#fin = :fin")
         values[":fin"] = {"BOOL": True}
-    expression = "SET " + ", ".join(sets) + (" REMOVE #owner" if release else "")
+    removes = ["#owner"] if release else []
+    if done:
+        sets.append("#done = :done")
+        values[":done"] = {"B": done}
+    elif done is not None:
+        removes.append("#done")
+    expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
     condition = "#owner = :me AND #lease = :lease"
     return {
         "UpdateExpression": expression,
@@ -281,7 +297,8 @@ def move_update(seen: Checkpoint, position: Position | None) -> dict[str, Any]:
         ":next": {"N": str(seen.lease + 1)},
         ":now": {"N": str(now_ms())},
     }
-    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin"]
+    # The done runs belong to the old position: a moved checkpoint starts without them.
+    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin", "#done"]
     if position is not None:
         sets += ["#seq = :seq", "#sub = :sub"]
         values[":seq"] = {"S": position.sequence_number}
