@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -56,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--ordering", default="key")
     parser.add_argument("--delay", type=float, default=0.005, help="seconds of work per record")
+    parser.add_argument(
+        "--jitter", action="store_true", help="work 0..2x --delay seconds, drawn per record"
+    )
     parser.add_argument("streams", nargs="+")
     return parser.parse_args(argv)
 
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def handle(record: Record) -> None:
         out.write("start", record)
-        time.sleep(args.delay)
+        time.sleep(args.delay * (2 * random.random() if args.jitter else 1.0))
         out.write("done", record)
 
     consumer = Kinesumer(config)

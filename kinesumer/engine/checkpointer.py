@@ -231,6 +231,13 @@ class Checkpointer:
             )
         return released
 
+    async def give_back(self, lease: Lease) -> None:
+        """Release a lease nothing was read under (the on_assigned hook failed): no wait, no
+        on_revoked (the application never heard of it), the checkpoint as it was."""
+        if lease.begin_handoff() and await self._release(lease, finished=False):
+            lease.release()
+            log.info("[%s] gave %s/%s back unread", self._client_id, *lease.key)
+
     async def finish(self, lease: Lease, on_finished: Callable[[Lease], None]) -> None:
         """After SHARD_END: once every record of the shard was processed, checkpoint it finished
         and release it, so children (whose owners wait for this flag) can start."""

@@ -131,7 +131,15 @@ class Leasing:
             *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
         )
         gained = sorted(self.active_keys() - owned_before)
-        await self._hooks.assigned(gained)
+        try:
+            await self._hooks.assigned(gained)
+        except Exception as exc:
+            # The application never heard of these shards: give them back before the error
+            # stops the member (FAILED), so the others take them at once, not after
+            # client_timeout. The caller raises the error to the application.
+            await asyncio.gather(*(self._give_back(self._leases[key]) for key in gained))
+            self._report(exc, "on_assigned hook")
+            raise
         for key in gained:  # read only once the application has heard about the shard
             self._on_claimed(self._leases[key], self._shard_sync.start_of(key))
         for key, result in zip(keys, results, strict=True):
@@ -141,6 +149,12 @@ class Leasing:
                 log.warning("[%s] claim of %s/%s: %s", self.client_id, *key, result)
             elif isinstance(result, BaseException):
                 raise result
+
+    async def _give_back(self, lease: Lease) -> None:
+        """Release a lease whose shard was never read (its checkpoint is unchanged)."""
+        await self._checkpointer.give_back(lease)
+        if self._leases.get(lease.key) is lease:
+            del self._leases[lease.key]
 
     async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
         """True when the shard needs nothing more from us (claimed, or already finished).

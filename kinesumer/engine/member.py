@@ -150,6 +150,8 @@ class GroupMember:
             await self.coordinator.membership.announce()
             await self.coordinator.tick()
         except BaseException:
+            if self.lifecycle.failure is not None:  # a hook failed: FAILED, shards given back
+                await self._leave_quietly()
             await self.aws.close()
             raise
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
@@ -262,6 +264,14 @@ class GroupMember:
         finally:
             await self._shut_down()
         log.info("[%s] left app %r", self.client_id, self.config.app)
+
+    async def _leave_quietly(self) -> None:
+        """The join failed after announcing this member: remove its item, so the others
+        rebalance now rather than once it is ``client_timeout`` old (best effort)."""
+        try:
+            await self.store.deregister(self.client_id)
+        except (KinesumerError, TransientAWSError) as exc:
+            log.warning("[%s] could not leave the group: %s", self.client_id, exc)
 
     async def _shut_down(self) -> None:
         await self.on_closed()
