@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--ordering", default="key")
+    parser.add_argument("--initial-position", default="TRIM_HORIZON")
     parser.add_argument("--delay", type=float, default=0.005, help="seconds of work per record")
     parser.add_argument(
         "--jitter", action="store_true", help="work 0..2x --delay seconds, drawn per record"
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         kinesis_endpoint=args.kinesis,
         dynamodb_endpoint=args.dynamodb,
         client_id=args.client_id,
-        initial_position="TRIM_HORIZON",
+        initial_position=args.initial_position,
         **TIMINGS,
     )
     out = Lines(args.out, args.client_id)
