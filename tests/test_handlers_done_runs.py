@@ -178,3 +178,27 @@ def test_runs_apply_only_to_the_position_they_were_written_with() -> None:
     assert moved_on.done_marks() == (Position(str(seq + 6)), runs)
     moved_on.mark_processed(Position(str(seq + 9)))
     assert moved_on.done_marks() == (Position(str(seq + 9)), [])
+
+
+def test_checkpoint_item_codec_carries_the_done_runs() -> None:
+    """Set with the position, removed when none are left, untouched when not given; an item
+    without them (an older version's) reads as none; an operator's move removes them."""
+    from kinesumer.statestore.dynamodb import codecs
+
+    checkpoint = Checkpoint("s", "shard", "5", owner="me", lease=3)
+    position = Position("9")
+    written = codecs.checkpoint_update(
+        checkpoint, position, finished=False, release=False, done=b"\x01runs"
+    )
+    assert "#done = :done" in written["UpdateExpression"]
+    assert written["ExpressionAttributeValues"][":done"] == {"B": b"\x01runs"}
+    removed = codecs.checkpoint_update(checkpoint, position, finished=False, release=True, done=b"")
+    assert removed["UpdateExpression"].endswith("REMOVE #owner, #done")
+    untouched = codecs.checkpoint_update(checkpoint, position, finished=False, release=False)
+    assert "#done" not in untouched["UpdateExpression"]
+    assert "#done" not in untouched["ExpressionAttributeNames"]
+    item = {"pk": {"S": "check_point#a#s"}, "sk": {"S": "shard"}, "owner": {"S": "me"}}
+    assert codecs.decode_checkpoint("s", item, "t").done == b""
+    item["done"] = {"B": b"\x01runs"}
+    assert codecs.decode_checkpoint("s", item, "t").done == b"\x01runs"
+    assert "#done" in codecs.move_update(checkpoint, None)["UpdateExpression"]
