@@ -6,7 +6,8 @@ done runs cost in the checkpoint item.
 On kinesalite + dynalite (started here on free loopback ports, stopped by pid). Each round: a
 fresh 2-shard stream holding ``--records`` records over 200 keys; a member process
 (``tests/_handler_member.py``, concurrency 32, ordering "key", 20 ms of work per record drawn
-from 0..40 ms, commit_interval 0.5 s) handles them until 1,500 are done, is killed with SIGKILL,
+from 0..40 ms, except ``--slow-share`` of them (default 1%) taking 1 s, as a slow call to a
+database does; commit_interval 0.5 s) handles them until 1,500 are done, is killed with SIGKILL,
 and a second member handles the rest. Counted:
 
 - ``in flight``: started by the first member, not done at the kill (must be delivered again);
@@ -52,9 +53,12 @@ import boto3  # noqa: E402
 from kinesumer.statestore.schema import item_size  # noqa: E402
 
 KILL_AFTER = 1500
+SLOW_SHARE = 0.01
 
 
-def member(root: Path, config: Any, stream: str, client_id: str, workdir: Path) -> Any:
+def member(
+    root: Path, config: Any, stream: str, client_id: str, workdir: Path, slow_share: float
+) -> Any:
     out = workdir / f"{client_id}.jsonl"
     command = [
         sys.executable,
@@ -62,7 +66,8 @@ def member(root: Path, config: Any, stream: str, client_id: str, workdir: Path) 
         *("--app", config.app, "--table", config.dynamodb_table),
         *("--kinesis", str(config.kinesis_endpoint), "--dynamodb", str(config.dynamodb_endpoint)),
         *("--client-id", client_id, "--out", str(out)),
-        *("--concurrency", "32", "--ordering", "key", "--delay", "0.02", "--jitter", stream),
+        *("--concurrency", "32", "--ordering", "key", "--delay", "0.02", "--jitter"),
+        *("--slow-share", str(slow_share), stream),
     ]
     log = (workdir / f"{client_id}.log").open("w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -91,7 +96,9 @@ def wait(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def one_round(kurl: str, durl: str, root: Path, number: int, records: int) -> dict[str, Any]:
+def one_round(
+    kurl: str, durl: str, root: Path, number: int, records: int, slow_share: float
+) -> dict[str, Any]:
     tag = f"{number}-{os.getpid()}"
     config = make_config(kurl, durl, f"bench-done-{tag}", f"bench-done-{tag}")
     setup_table(config)
@@ -100,7 +107,7 @@ def one_round(kurl: str, durl: str, root: Path, number: int, records: int) -> di
     put(kurl, stream, 0, records, key=lambda i: f"k{i % 200}")
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
-        first, first_out = member(root, config, stream, "first", workdir)
+        first, first_out = member(root, config, stream, "first", workdir, slow_share)
         try:
             wait(lambda: len(events(first_out, "done")) >= KILL_AFTER, 120, "first handling")
         finally:
@@ -109,7 +116,7 @@ def one_round(kurl: str, durl: str, root: Path, number: int, records: int) -> di
         items = checkpoint_items(config, stream)
         done_first = events(first_out, "done")
         in_flight = events(first_out, "start") - done_first
-        second, second_out = member(root, config, stream, "second", workdir)
+        second, second_out = member(root, config, stream, "second", workdir, slow_share)
         try:
             wait(
                 lambda: done_first | events(second_out, "done") >= set(range(records)),
@@ -149,6 +156,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--records", type=int, default=4000)
     parser.add_argument("--root", type=Path, default=ROOT)
+    parser.add_argument("--slow-share", type=float, default=SLOW_SHARE)
     args = parser.parse_args()
     root = args.root.resolve()
     if root != ROOT:  # the member script of this checkout, the library of that one
@@ -157,13 +165,13 @@ def main() -> None:
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
         rounds = [
-            one_round(kinesalite.url, dynalite.url, root, n, args.records)
+            one_round(kinesalite.url, dynalite.url, root, n, args.records, args.slow_share)
             for n in range(args.rounds)
         ]
     finally:
         kinesalite.stop()
         dynalite.stop()
-    print(f"code: {root}")
+    print(f"code: {root}, slow share {args.slow_share}")
     print("round  done-at-kill  in-flight  handled-again  item-bytes  done-bytes  write-units")
     for n, r in enumerate(rounds):
         print(

@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--jitter", action="store_true", help="work 0..2x --delay seconds, drawn per record"
     )
+    parser.add_argument(
+        "--slow-share", type=float, default=0.0, help="share of records taking 50x --delay"
+    )
     parser.add_argument("streams", nargs="+")
     return parser.parse_args(argv)
 
@@ -105,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def handle(record: Record) -> None:
         out.write("start", record)
-        time.sleep(args.delay * (2 * random.random() if args.jitter else 1.0))
+        work = args.delay * (2 * random.random() if args.jitter else 1.0)
+        if args.slow_share and random.random() < args.slow_share:
+            work = args.delay * 50
+        time.sleep(work)
         out.write("done", record)
 
     consumer = Kinesumer(config)
