@@ -202,3 +202,39 @@ def test_checkpoint_item_codec_carries_the_done_runs() -> None:
     item["done"] = {"B": b"\x01runs"}
     assert codecs.decode_checkpoint("s", item, "t").done == b"\x01runs"
     assert "#done" in codecs.move_update(checkpoint, None)["UpdateExpression"]
+
+
+async def test_runs_beyond_the_budget_are_left_out_and_counted() -> None:
+    """A flush whose done runs would not fit writes those nearest the mark (the rest is
+    delivered again, at-least-once) and counts it; the mark itself is always written."""
+    from kinesumer.engine.checkpointer import Checkpointer
+
+    written: list[tuple[Position | None, bytes | None]] = []
+
+    class Store:
+        async def write_checkpoint(
+            self, checkpoint: Any, position: Any, *, finished: bool, release: bool, **kw: Any
+        ) -> bool:
+            written.append((position, kw.get("done")))
+            return True
+
+    seq = 10**50
+    draw = random.Random(3).randrange
+    runs, at = [], seq
+    for _ in range(3000):
+        first = at + draw(2, 10**9)
+        at = first + draw(0, 10**9)
+        runs.append(((first, 0), (at, 0)))
+    lease = Lease(Checkpoint("s", "shard", str(seq - 5), owner="me", lease=2))
+    lease.set_done_source(lambda: (Position(str(seq)), runs))
+    checkpointer = Checkpointer(Store(), "me")  # type: ignore[arg-type]
+    assert await checkpointer.write(lease)
+    [(position, blob)] = written
+    assert position == Position(str(seq)) and blob is not None
+    assert len(blob) <= done_ranges.DONE_BUDGET
+    base, kept = done_ranges.decode(blob)
+    assert base == position and 0 < len(kept) < len(runs) and kept == runs[: len(kept)]
+    assert checkpointer.done_truncated == 1
+    assert lease.done_written == blob
+    assert await checkpointer.write(lease)  # nothing changed: no write
+    assert len(written) == 1

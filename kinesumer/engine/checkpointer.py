@@ -107,7 +107,10 @@ class Checkpointer:
         blob, kept = done_ranges.encode(position, runs)
         if kept < len(runs):
             self.done_truncated += 1
-            log.debug(
+            # A WARNING the first time (it says the budget is too small for this load), then
+            # only counted.
+            log.log(
+                logging.WARNING if self.done_truncated == 1 else logging.DEBUG,
                 "[%s] %s/%s: %d of %d done runs fit in the checkpoint; the rest will be "
                 "delivered again after a handoff or crash",
                 self._client_id,
