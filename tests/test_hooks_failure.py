@@ -72,3 +72,27 @@ def test_failing_on_assigned_releases_the_shards_and_fails(group: dict[str, Any]
         wait_until(
             lambda: set(owners(config, stream).values()) == {"b"}, 20, "b owning both shards"
         )
+
+
+def test_failing_on_assigned_after_the_join_gives_the_shard_back(group: dict[str, Any]) -> None:
+    """The hook fails on a shard gained by a rebalance after the join (the member that held it
+    handed it off): raised from consume(), state failed, and the member that handed it off
+    takes it back at once (the failed member left the group)."""
+    config, stream = group["config"], group["stream"]
+
+    def assigned(shards: list[tuple[str, str]]) -> None:
+        raise HookFailed("the application could not load its state")
+
+    with Kinesumer(config.replace(client_id="b")) as holder:
+        holder.subscribe([stream])
+        wait_until(lambda: set(owners(config, stream).values()) == {"b"}, 20, "b owning both")
+        joining = Kinesumer(config.replace(client_id="a"), on_assigned=assigned)
+        try:
+            with pytest.raises(HookFailed):
+                for _ in joining.consume([stream]):
+                    pass
+            assert joining.stats().state == "failed"
+            assert "a" not in set(owners(config, stream).values())
+        finally:
+            joining.close()
+        wait_until(lambda: set(owners(config, stream).values()) == {"b"}, 20, "b owning both again")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ..errors import TransientAWSError
 from ..metrics import Metrics
@@ -58,6 +58,9 @@ class Leasing:
         self._wanted: set[tuple[str, str]] = set()
         self._handoffs: set[asyncio.Task[bool]] = set()
         self.rebalances = 0
+        #: Awaited after an on_assigned hook failed and the member was failed (it leaves the
+        #: group, so the others take the shards at once).
+        self.on_hook_failed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def has_pending(self) -> bool:
@@ -139,6 +142,8 @@ class Leasing:
             # client_timeout. The caller raises the error to the application.
             await asyncio.gather(*(self._give_back(self._leases[key]) for key in gained))
             self._report(exc, "on_assigned hook")
+            if self.on_hook_failed is not None:
+                await self.on_hook_failed()
             raise
         for key in gained:  # read only once the application has heard about the shard
             self._on_claimed(self._leases[key], self._shard_sync.start_of(key))

@@ -150,8 +150,6 @@ class GroupMember:
             await self.coordinator.membership.announce()
             await self.coordinator.tick()
         except BaseException:
-            if self.lifecycle.failure is not None:  # a hook failed: FAILED, shards given back
-                await self._leave_quietly()
             await self.aws.close()
             raise
         log.info("[%s] joined app %r on %s", self.client_id, config.app, ", ".join(streams))
@@ -204,6 +202,7 @@ class GroupMember:
             self.hooks,
             metrics,
         )
+        self.leasing.on_hook_failed = self._leave_quietly
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
         )
@@ -266,8 +265,10 @@ class GroupMember:
         log.info("[%s] left app %r", self.client_id, self.config.app)
 
     async def _leave_quietly(self) -> None:
-        """The join failed after announcing this member: remove its item, so the others
-        rebalance now rather than once it is ``client_timeout`` old (best effort)."""
+        """The on_assigned hook failed (the member is FAILED, the shards it had just claimed
+        given back): remove its item, so the others rebalance now rather than once it is
+        ``client_timeout`` old (best effort). No heartbeat may land after the deletion."""
+        await asyncio.get_running_loop().run_in_executor(None, self.heartbeat.stop)
         try:
             await self.store.deregister(self.client_id)
         except (KinesumerError, TransientAWSError) as exc:
