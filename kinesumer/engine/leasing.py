@@ -21,6 +21,7 @@ from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
+from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.coordinator")
 
@@ -140,7 +141,12 @@ class Leasing:
             # The application never heard of these shards: give them back before the error
             # stops the member (FAILED), so the others take them at once, not after
             # client_timeout. The caller raises the error to the application.
-            await asyncio.gather(*(self._give_back(self._leases[key]) for key in gained))
+            # Bounded: the release retries while DynamoDB fails (then the shards free up once
+            # this member's heartbeat is client_timeout old, as after a crash).
+            giving_back = asyncio.gather(
+                *(self._give_back(self._leases[key]) for key in gained), return_exceptions=True
+            )
+            await wait_done(giving_back, self._handoff_timeout)
             self._report(exc, "on_assigned hook")
             if self.on_hook_failed is not None:
                 await self.on_hook_failed()
