@@ -83,7 +83,7 @@ class Lease:
     #: (:meth:`already_done`); False once the shard's records passed them (the hot path's test).
     skipping: bool = field(default=False, init=False)
     #: The ``done`` attribute the checkpoint item holds (as claimed, then as last written).
-    done_written: bytes = field(default=b"", init=False)
+    done_written: bytes = field(default=b"", init=False, repr=False)
     _inherited: tuple[Run, ...] = field(default=(), init=False, repr=False)
     _skip: DoneRuns | None = field(default=None, init=False, repr=False)
     _done_source: DoneSource | None = field(default=None, init=False, repr=False)
