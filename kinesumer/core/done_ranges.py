@@ -38,6 +38,7 @@ from ..models import Position
 DONE_BUDGET = 4096
 
 _VERSION = b"\x01"
+_SAMPLE = 256
 
 Key = tuple[int, int]
 Run = tuple[Key, Key]
@@ -92,12 +93,18 @@ def encode(
     """The ``done`` attribute for ``runs`` above ``base`` (b"" when there are none), and how
     many runs it holds: runs that do not fit in ``budget`` bytes are left out from the end."""
     count = len(runs)
+    if count > _SAMPLE:
+        # Many runs: judge from the first few how many can fit before compressing them all
+        # (each try compresses again; a flush of a badly gapped shard must stay cheap).
+        sample = len(_encode(base, runs[:_SAMPLE]))
+        count = min(count, max(_SAMPLE * budget // sample, 1) * 17 // 16)
     while count:
         blob = _encode(base, runs[:count])
         if len(blob) <= budget:
             return blob, count
-        # Shrink in proportion to the excess (at least one run), then check again.
-        count = min(count - 1, count * budget // len(blob))
+        # Shrink in proportion to the excess, aiming a little below the budget so that a
+        # second try nearly always fits (each try compresses again).
+        count = min(count - 1, count * budget * 15 // (len(blob) * 16))
     return b"", 0
 
 
