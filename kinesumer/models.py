@@ -81,6 +81,9 @@ class Checkpoint:
     finished: bool = False
     last_update_ms: int = 0
     started_at_ms: int | None = None
+    #: Records done above ``sequence_number`` (a handler run finished them out of order), as
+    #: encoded by :mod:`kinesumer.core.done_ranges`; b"" when none. The next owner skips them.
+    done: bytes = b""
 
 
 class Position(NamedTuple):

@@ -101,6 +101,9 @@ class FaultKind(enum.Enum):
     """Never answer; close once the client gives up, the rule is removed or the proxy stops."""
     EXPIRED_ITERATOR = "expired_iterator"
     """400 ``ExpiredIteratorException`` (Kinesis GetRecords)."""
+    LOST_RESPONSE = "lost_response"
+    """Forward the request (it takes effect upstream), then close the client connection with a
+    TCP RST instead of relaying the answer: a write that landed but whose answer was lost."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,11 @@ class Fault:
     def blackhole(cls) -> Fault:
         """Hold the request unanswered until the client times out or the rule is removed."""
         return cls(FaultKind.BLACKHOLE)
+
+    @classmethod
+    def lost_response(cls) -> Fault:
+        """Forward, then drop the answer (TCP RST): the request took effect upstream."""
+        return cls(FaultKind.LOST_RESPONSE)
 
     @classmethod
     def expired_iterator(cls) -> Fault:
@@ -489,6 +497,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._forward(key, body)
         elif kind is FaultKind.RESET:
             self._reset()
+        elif kind is FaultKind.LOST_RESPONSE:
+            self._forward(key, body, lose_answer=True)
         elif kind is FaultKind.BLACKHOLE:
             self._hold(rule)
             self._abandon()
@@ -496,7 +506,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             status, headers, payload = error_response(kind, key, self.headers)
             self._respond(status, http.client.responses.get(status, ""), headers, payload)
 
-    def _forward(self, key: OpKey, body: bytes) -> None:
+    def _forward(self, key: OpKey, body: bytes, lose_answer: bool = False) -> None:
         proxy = self.server.proxy
         headers = [
             (name, value)
@@ -513,6 +523,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._respond(502, "Bad Gateway", [("Content-Type", "text/plain")], message)
             return
         proxy._count(key, forwarded=1)
+        if lose_answer:
+            self._reset()
+            return
         relayed = [
             (name, value)
             for name, value in response.getheaders()

@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -55,7 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--ordering", default="key")
+    parser.add_argument("--initial-position", default="TRIM_HORIZON")
     parser.add_argument("--delay", type=float, default=0.005, help="seconds of work per record")
+    parser.add_argument(
+        "--jitter", action="store_true", help="work 0..2x --delay seconds, drawn per record"
+    )
+    parser.add_argument(
+        "--slow-share", type=float, default=0.0, help="share of records taking 50x --delay"
+    )
     parser.add_argument("streams", nargs="+")
     return parser.parse_args(argv)
 
@@ -93,14 +101,17 @@ def main(argv: list[str] | None = None) -> int:
         kinesis_endpoint=args.kinesis,
         dynamodb_endpoint=args.dynamodb,
         client_id=args.client_id,
-        initial_position="TRIM_HORIZON",
+        initial_position=args.initial_position,
         **TIMINGS,
     )
     out = Lines(args.out, args.client_id)
 
     def handle(record: Record) -> None:
         out.write("start", record)
-        time.sleep(args.delay)
+        work = args.delay * (2 * random.random() if args.jitter else 1.0)
+        if args.slow_share and random.random() < args.slow_share:
+            work = args.delay * 50
+        time.sleep(work)
         out.write("done", record)
 
     consumer = Kinesumer(config)

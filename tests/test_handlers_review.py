@@ -101,8 +101,9 @@ def test_records_a_policy_disposed_of_move_the_sinks_position(policy: Any) -> No
 
 
 def test_a_batch_under_a_sink_commits_its_end_only_once_every_record_is_done() -> None:
-    """A bad payload in a batch is disposed of first; the batch's own transaction carries the
-    end. When the batch fails too, the end is committed alone after the policy acted."""
+    """A bad payload in a batch is disposed of in its place: the records before it commit
+    their own end first, the ones after it the batch's end. When the batch fails too, the end
+    is committed alone after the policy acted."""
     sink = Sink()
     batch = [record(seq="1"), record(b"not json", seq="2"), record(seq="3")]
     call, _ = invocation(
@@ -113,7 +114,7 @@ def test_a_batch_under_a_sink_commits_its_end_only_once_every_record_is_done() -
         on_failure=Discard(retry=FAST),
     )
     call.call_sync(batch, lease(), threading.Event())
-    assert [end for end, _ in sink.commits] == [("3", 0)]
+    assert [end for end, _ in sink.commits] == [("1", 0), ("3", 0)]
     sink = Sink()
     call, _ = invocation(Failing(), sink=sink, batch=object(), on_failure=Discard(retry=FAST))
     call.call_sync(batch, lease(), threading.Event())

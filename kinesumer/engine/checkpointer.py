@@ -2,7 +2,13 @@
 
 Every write is conditional on the lease (owner and lease number). A refused write means the shard
 was taken over: the lease is marked lost at once, which stops its fetcher and makes the delivery
-side drop its buffered records.
+side drop its buffered records. One exception: a release (handoff or finish) whose first attempt
+landed but whose answer was lost is refused when retried (the owner is gone already); the item
+is read back, and when it shows exactly what this release wrote, the release counts as done.
+
+With the position goes the ``done`` attribute: the runs of records done above it
+(:mod:`kinesumer.core.done_ranges`), so the next owner skips them. It is bounded; runs that do
+not fit are left out (delivered again, at-least-once) and counted in :attr:`done_truncated`.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..core import done_ranges
 from ..errors import TransientAWSError
 from ..metrics import Metrics
+from ..models import Position
 from ..statestore.base import StateStore
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
@@ -49,6 +57,8 @@ class Checkpointer:
         self.positions_by_sink = False
         self.writes = 0
         self.conflicts = 0
+        #: Writes whose done runs did not all fit in the budget (the rest is delivered again).
+        self.done_truncated = 0
 
     def _lock(self, lease: Lease) -> asyncio.Lock:
         # Writes of one lease are serialized, so an older position can never land after a newer.
@@ -61,14 +71,23 @@ class Checkpointer:
         async with self._lock(lease):
             if lease.status is LeaseStatus.LOST:
                 return False
-            position = lease.processed
+            if self.positions_by_sink:
+                position, done = lease.processed, None
+            else:
+                position, runs = lease.done_marks()
+                done = self._encode(lease, position, runs)
             moved = position != lease.checkpointed and not self.positions_by_sink
-            if not (moved or finished or release):
+            changed = done is not None and done != lease.done_written
+            if not (moved or changed or finished or release):
                 return True
+            written = position if moved else None
+            extra = {"done": done} if changed else {}
             ok = await self._store.write_checkpoint(
-                lease.checkpoint, position if moved else None, finished=finished, release=release
+                lease.checkpoint, written, finished=finished, release=release, **extra
             )
             self.writes += 1
+            if not ok and release:
+                ok = await self._landed(lease, written, finished, done if changed else None)
             self._metrics.checkpoint(lease.key[0], conflict=not ok)
             if not ok:
                 self.conflicts += 1
@@ -76,6 +95,8 @@ class Checkpointer:
                 return False
             if moved:
                 lease.mark_checkpointed(position)
+            if changed:
+                lease.mark_done_written(done)  # type: ignore[arg-type]
             return True
 
     async def record_start(self, lease: Lease, started_at_ms: int) -> bool:
@@ -106,6 +127,48 @@ class Checkpointer:
                 self.lose(lease, "recording its start was refused: another client owns the shard")
             return ok
         return False
+
+    def _encode(
+        self, lease: Lease, position: Position | None, runs: list[done_ranges.Run]
+    ) -> bytes:
+        if not runs:
+            return b""
+        blob, kept = done_ranges.encode(position, runs)
+        if kept < len(runs):
+            self.done_truncated += 1
+            # A WARNING the first time (it says the budget is too small for this load), then
+            # only counted.
+            log.log(
+                logging.WARNING if self.done_truncated == 1 else logging.DEBUG,
+                "[%s] %s/%s: %d of %d done runs fit in the checkpoint; the rest will be "
+                "delivered again after a handoff or crash",
+                self._client_id,
+                *lease.key,
+                kept,
+                len(runs),
+            )
+        return blob
+
+    async def _landed(
+        self, lease: Lease, position: Position | None, finished: bool, done: bytes | None
+    ) -> bool:
+        """A release was refused: did an earlier attempt of it land (its answer lost)? Only
+        this lease's release removes the owner and keeps the lease number (a claim or an
+        operator's move bumps it), so the item shows exactly what it wrote if it did."""
+        stream, shard_id = lease.key
+        item = (await self._store.get_checkpoints(stream, [shard_id])).get(shard_id)
+        if item is None or item.owner is not None or item.lease != lease.checkpoint.lease:
+            return False
+        if finished and not item.finished:
+            return False
+        if position is not None and (item.sequence_number, item.sub_sequence_number) != position:
+            return False
+        if done is not None and item.done != done:
+            return False
+        log.info(
+            "[%s] %s/%s: the release had landed (its answer was lost)", self._client_id, *lease.key
+        )
+        return True
 
     async def _release(self, lease: Lease, finished: bool) -> bool:
         """The final write of a handoff or finish, retried until it lands or the lease is lost.
@@ -199,6 +262,13 @@ class Checkpointer:
                 time.monotonic() - started,
             )
         return released
+
+    async def give_back(self, lease: Lease) -> None:
+        """Release a lease nothing was read under (the on_assigned hook failed): no wait, no
+        on_revoked (the application never heard of it), the checkpoint as it was."""
+        if lease.begin_handoff() and await self._release(lease, finished=False):
+            lease.release()
+            log.info("[%s] gave %s/%s back unread", self._client_id, *lease.key)
 
     async def finish(self, lease: Lease, on_finished: Callable[[Lease], None]) -> None:
         """After SHARD_END: once every record of the shard was processed, checkpoint it finished

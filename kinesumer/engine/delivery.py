@@ -82,14 +82,26 @@ class Cursor:
         """The next deliverable record of the current batch, or None when a new batch is needed."""
         self.finish_in_hand()
         lease = self._lease
-        if lease is not None and self._index < len(self._records):
+        while lease is not None and self._index < len(self._records):
             record = self._records[self._index]
             self._index += 1
-            if self.admit(lease, record):
+            if lease.skipping and lease.already_done(record):
+                if self.skip(lease, record):
+                    continue
+            elif self.admit(lease, record):
                 self._in_hand = (lease, lease.delivered)  # type: ignore[assignment]
                 return record
+            break
         self._lease = None
         return None
+
+    def skip(self, lease: Lease, record: Record) -> bool:
+        """Pass over a record the previous owner finished (a done run of the checkpoint), under
+        the same check as :meth:`admit`. False: drop the rest of the batch."""
+        if time.monotonic() >= self.fence.deadline:
+            self._fenced(lease)
+            return False
+        return lease.skip_done(record)
 
     def take(self, limit: int, out: list[Record]) -> None:
         """Deliver records of the current batch into ``out`` until it holds ``limit``."""
@@ -100,10 +112,15 @@ class Cursor:
         while self._index < len(records) and len(out) < limit:
             record = records[self._index]
             self._index += 1
-            if not self.admit(lease, record):
+            if lease.skipping and lease.already_done(record):
+                if not self.skip(lease, record):
+                    self._lease = None
+                    return
+            elif self.admit(lease, record):
+                out.append(record)
+            else:
                 self._lease = None
                 return
-            out.append(record)
             self._polled[lease] = lease.delivered  # type: ignore[assignment]
         if self._index >= len(records):
             self._lease = None

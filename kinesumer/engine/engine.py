@@ -121,6 +121,7 @@ class Engine(GroupMember):
         if position is not None:  # the sink's record of what it holds is the truth
             lease.mark_processed(position)
             lease.mark_checkpointed(position)
+            lease.forget_done()
         await self._fetcher(lease, start).run()
 
     def _fetcher(self, lease: Lease, start: ShardStart) -> ShardFetcher | EfoShardFetcher:

@@ -7,8 +7,10 @@ flush its own per-shard state first. For a shard lost without a handoff (taken o
 member was cut off) ``on_revoked`` runs after the fact. Each gets a list of ``(stream,
 shard_id)``. A hook may be a plain function or a coroutine function; it runs on the engine's
 event loop (for :class:`~kinesumer.Kinesumer`, the engine's background thread), so keep it short
-and thread-safe. An exception in a hook stops the consumer and is raised to the application
-(after the handoff's release, so a failing hook never strands a shard).
+and thread-safe. An exception in a hook stops the consumer (FAILED) and is raised to the
+application, never stranding a shard: ``on_revoked``'s after the handoff's release;
+``on_assigned``'s after the shards just claimed were released unread and the member left the
+group (:meth:`~.leasing.Leasing.claim_pending`), so the others take its shards at once.
 """
 
 from __future__ import annotations

@@ -13,10 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..core import done_ranges
+from ..core.done_ranges import DoneRuns, Run
 from ..models import Checkpoint, Position, Record
+
+log = logging.getLogger("kinesumer.checkpoint")
+
+#: What a handler run reports for the done runs: (processed, runs of done records above it),
+#: read together (see :meth:`Lease.set_done_source`).
+DoneSource = Callable[[], tuple[Position | None, list[Run]]]
 
 
 class LeaseStatus(enum.Enum):
@@ -69,6 +79,14 @@ class Lease:
     caught_up: bool = False
     #: Batches read elsewhere (external members) begun and not yet completed or abandoned.
     open_batches: int = 0
+    #: Records are being checked against the done runs inherited from the previous owner
+    #: (:meth:`already_done`); False once the shard's records passed them (the hot path's test).
+    skipping: bool = field(default=False, init=False)
+    #: The ``done`` attribute the checkpoint item holds (as claimed, then as last written).
+    done_written: bytes = field(default=b"", init=False, repr=False)
+    _inherited: tuple[Run, ...] = field(default=(), init=False, repr=False)
+    _skip: DoneRuns | None = field(default=None, init=False, repr=False)
+    _done_source: DoneSource | None = field(default=None, init=False, repr=False)
     _loss_handled: bool = field(default=False, init=False, repr=False)
     _fetcher: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -78,6 +96,23 @@ class Lease:
         if start is not None:
             resumed = Position(start, self.checkpoint.sub_sequence_number)
             self.processed = self.checkpointed = resumed
+        self.done_written = self.checkpoint.done
+        if self.checkpoint.done:
+            self._inherit(self.checkpoint.done)
+
+    def _inherit(self, blob: bytes) -> None:
+        """The previous owner's done runs, if they were written with the position the
+        checkpoint holds now (else a writer that knows nothing of them moved it: ignored)."""
+        try:
+            base, runs = done_ranges.decode(blob)
+        except ValueError as exc:
+            log.warning("%s/%s: done runs ignored (%s)", *self.key, exc)
+            return
+        if base != self.processed or not runs:
+            return
+        self._inherited = tuple(runs)
+        self._skip = DoneRuns(runs)
+        self.skipping = True
 
     @property
     def key(self) -> tuple[str, str]:
@@ -118,6 +153,52 @@ class Lease:
         """Cursor (auto mode: the application asked for more) and external members (a batch
         completed): everything up to ``position`` is done. Sets ``processed``."""
         self.processed = position
+
+    def already_done(self, record: Record) -> bool:
+        """Delivery side, records in shard order: whether the previous owner finished
+        ``record`` already (inside an inherited done run): skip it. Stops checking (clears
+        ``skipping``) once the records passed the last run."""
+        skip = self._skip
+        if skip is None:
+            return False
+        done = skip.contains(Position(record.sequence_number, record.sub_sequence_number))
+        if not done and skip.exhausted:
+            self._skip, self.skipping = None, False
+        return done
+
+    def skip_done(self, record: Record) -> bool:
+        """Cursor: pass over ``record``, done by the previous owner, as if it was delivered and
+        (when nothing else is in hand) processed. False: the lease may no longer deliver."""
+        with self._lock:
+            if self.status is not LeaseStatus.ACTIVE:
+                return False
+            nothing_in_hand = self.delivered == self.processed
+            self.delivered = Position(record.sequence_number, record.sub_sequence_number)
+            if nothing_in_hand:
+                self.processed = self.delivered
+            return True
+
+    def set_done_source(self, source: DoneSource) -> None:
+        """A handler run's low-water tracker (handlers.progress): it knows which records above
+        ``processed`` are done; the checkpointer asks it at every write."""
+        self._done_source = source
+
+    def forget_done(self) -> None:
+        """Engine (a sink said where reading resumes): the inherited runs do not apply."""
+        self._inherited, self._skip, self.skipping = (), None, False
+
+    def done_marks(self) -> tuple[Position | None, list[Run]]:
+        """Checkpointer: the position to write and the runs of done records above it (own and
+        inherited, merged), read together."""
+        source = self._done_source
+        position, own = source() if source is not None else (self.processed, [])
+        if not own and not self._inherited:
+            return position, []
+        return position, done_ranges.above([*self._inherited, *own], position)
+
+    def mark_done_written(self, blob: bytes) -> None:
+        """Checkpointer: a write landed with this ``done`` attribute."""
+        self.done_written = blob
 
     def commit_delivered(self) -> None:
         """Engine.commit: everything delivered so far is processed."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ..errors import TransientAWSError
 from ..metrics import Metrics
@@ -21,6 +21,7 @@ from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
+from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.coordinator")
 
@@ -58,6 +59,9 @@ class Leasing:
         self._wanted: set[tuple[str, str]] = set()
         self._handoffs: set[asyncio.Task[bool]] = set()
         self.rebalances = 0
+        #: Awaited after an on_assigned hook failed and the member was failed (it leaves the
+        #: group, so the others take the shards at once).
+        self.on_hook_failed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def has_pending(self) -> bool:
@@ -131,7 +135,22 @@ class Leasing:
             *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
         )
         gained = sorted(self.active_keys() - owned_before)
-        await self._hooks.assigned(gained)
+        try:
+            await self._hooks.assigned(gained)
+        except Exception as exc:
+            # The application never heard of these shards: give them back before the error
+            # stops the member (FAILED), so the others take them at once, not after
+            # client_timeout. The caller raises the error to the application.
+            # Bounded: the release retries while DynamoDB fails (then the shards free up once
+            # this member's heartbeat is client_timeout old, as after a crash).
+            giving_back = asyncio.gather(
+                *(self._give_back(self._leases[key]) for key in gained), return_exceptions=True
+            )
+            await wait_done(giving_back, self._handoff_timeout)
+            self._report(exc, "on_assigned hook")
+            if self.on_hook_failed is not None:
+                await self.on_hook_failed()
+            raise
         for key in gained:  # read only once the application has heard about the shard
             self._on_claimed(self._leases[key], self._shard_sync.start_of(key))
         for key, result in zip(keys, results, strict=True):
@@ -141,6 +160,12 @@ class Leasing:
                 log.warning("[%s] claim of %s/%s: %s", self.client_id, *key, result)
             elif isinstance(result, BaseException):
                 raise result
+
+    async def _give_back(self, lease: Lease) -> None:
+        """Release a lease whose shard was never read (its checkpoint is unchanged)."""
+        await self._checkpointer.give_back(lease)
+        if self._leases.get(lease.key) is lease:
+            del self._leases[lease.key]
 
     async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
         """True when the shard needs nothing more from us (claimed, or already finished).

@@ -202,6 +202,7 @@ class GroupMember:
             self.hooks,
             metrics,
         )
+        self.leasing.on_hook_failed = self._leave_quietly
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
         )
@@ -262,6 +263,16 @@ class GroupMember:
         finally:
             await self._shut_down()
         log.info("[%s] left app %r", self.client_id, self.config.app)
+
+    async def _leave_quietly(self) -> None:
+        """The on_assigned hook failed (the member is FAILED, the shards it had just claimed
+        given back): remove its item, so the others rebalance now rather than once it is
+        ``client_timeout`` old (best effort). No heartbeat may land after the deletion."""
+        await asyncio.get_running_loop().run_in_executor(None, self.heartbeat.stop)
+        try:
+            await self.store.deregister(self.client_id)
+        except (KinesumerError, TransientAWSError) as exc:
+            log.warning("[%s] could not leave the group: %s", self.client_id, exc)
 
     async def _shut_down(self) -> None:
         await self.on_closed()

@@ -18,12 +18,14 @@ How a call can end, and what the run does:
   dropped and the engine is told (:attr:`Dispatch.lost`), the run goes on;
 - anything else is a bug in the layers below: it stops the run like a handler failure.
 
-A lease being handed off (REVOKING) gives up only its records at the end that no call started:
-nothing after them is done, so the checkpoint stays exact and the next owner reads them again
-from it, and the handoff waits only for the calls in flight. A queued record with a started or
-done record after it (another key's) runs: dropping it would leave a gap below done records, and
-the next owner would deliver those again (duplicates). Queued records of a LOST or RELEASED
-lease are dropped: the checkpoint can no longer move for them.
+A lease being handed off (REVOKING) gives up every record no call started, and the handoff
+waits only for the calls in flight: the records done after such a gap (or after an abandoned
+call) are written with the checkpoint as done runs, and the next owner skips them (see
+:mod:`kinesumer.core.done_ranges`; a record the previous owner finished is admitted here as done
+at once, with no call). With an exactly-once sink, whose positions carry no done runs, only the
+records at the end that no call started are given up (nothing after them is done, so the mark
+alone is exact); a queued record with a started or done record after it runs. Queued records of
+a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them.
 """
 
 from __future__ import annotations
@@ -114,7 +116,12 @@ class Dispatch:
                 # Revoked or lost: the rest of the batch is the next owner's.
                 self._lease, self._records = None, []
                 return
-            scheduler.add(tracker.admit(record), key(record))
+            if lease.skipping and lease.already_done(record):
+                # The previous owner finished it (a done run of the checkpoint): done here too,
+                # so the mark moves past it, but no call.
+                tracker.finish(tracker.admit(record))
+            else:
+                scheduler.add(tracker.admit(record), key(record))
             index += 1
         self._index = index
         if index >= len(records):
@@ -166,11 +173,16 @@ class Dispatch:
             # keys' later records must not start before them: they are the next owner's.
             for entry in call.items:
                 entry.started = False
+                entry.dropped = True
             if call.keys:  # (of the same leases: another shard's must not be stranded)
                 keys, key = set(call.keys), self._key
                 trackers = {entry.tracker for entry in call.items}
                 self.scheduler.drop(
-                    lambda entry: entry.tracker in trackers and key(entry.record) in keys
+                    lambda entry: (
+                        _dropping(entry)
+                        if entry.tracker in trackers and key(entry.record) in keys
+                        else False
+                    )
                 )
             return
         if isinstance(error, LeaseLostError):
@@ -197,7 +209,9 @@ class Dispatch:
             if status is LeaseStatus.LOST or status is LeaseStatus.RELEASED:
                 self.drop(lease)
             elif status is LeaseStatus.REVOKING:
-                cut = tracker.give_up_unstarted()
+                # Without a sink the done runs go with the checkpoint: every queued record may
+                # be given up (a sink's positions carry no runs: only those at the end).
+                cut = tracker.give_up_unstarted(anywhere=self.options.sink is None)
                 if cut:
                     self._forget(cut)
 
@@ -214,3 +228,9 @@ class Dispatch:
             error.add_note(f"kinesumer: {failure}")
             return error
         return failure
+
+
+def _dropping(entry: Entry) -> bool:
+    """A scheduler predicate that marks what it drops (the abandoned key's queued records)."""
+    entry.dropped = True
+    return True

@@ -59,6 +59,7 @@ from .retry_later import (
     end_of,
     plan,
     prepare,
+    unit_end,
     units,
     worth_a_warning,
 )
@@ -150,12 +151,13 @@ class Invocation:
         end = end_of(records)
         committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            committed = self._run_sync(unit, lease, end, ends)
+            committed = self._run_sync(unit, lease, unit_end(unit), ends)
         if self.sink is not None and not committed:
             # The call's last unit was disposed of by the policy: no handler transaction
             # carried ``end``. Commit it alone (fenced), or the next owner would deliver these
-            # records again (and write their dead letters again). Units that failed come first
-            # (see units()), so a unit that succeeded last carried ``end`` already.
+            # records again (and write their dead letters again). Each unit that succeeded
+            # committed its own last record (units come in the records' order, see units()),
+            # so one that succeeded last carried ``end`` already.
             self.sink.transact_sync(lease, end, _no_writes)
 
     def _run_sync(
@@ -252,7 +254,7 @@ class Invocation:
         end = end_of(records)
         committed = False
         for unit in units(items, self.decoder, self.batched, self._decode_failed):
-            committed = await self._run_async(unit, lease, end, ends)
+            committed = await self._run_async(unit, lease, unit_end(unit), ends)
         if self.sink is not None and not committed:  # as in call_sync
             await self.sink.transact_async(lease, end, _no_writes_async)
 

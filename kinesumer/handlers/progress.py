@@ -11,8 +11,11 @@ and moves ``lease.mark_processed`` to the last record of the done prefix::
 Admission happens in sequence order per lease (one GetRecords batch after the other), so the
 order of :meth:`LowWater.admit` calls is the shard's order. A record that is never finished
 (its call was abandoned, its lease lost) holds the mark where it is: the next owner delivers it
-and everything after it again. Cheap: one small object per record, O(1) amortised per finish.
-Thread-safe: admit and finish may come from different threads.
+again. The records done after it are not: at every checkpoint write the tracker reports them
+(:meth:`LowWater.done_marks`, runs of consecutive done records) and they are written with the
+mark, so the next owner skips them (:mod:`kinesumer.core.done_ranges`). Cheap: one small object
+per record, O(1) amortised per finish. Thread-safe: admit and finish may come from different
+threads.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from ..core.done_ranges import Run, runs_of
 from ..engine.leases import Lease
 from ..models import Position, Record
 
@@ -27,7 +31,7 @@ from ..models import Position, Record
 class Entry:
     """One admitted record: what the scheduler queues and the handler call gets."""
 
-    __slots__ = ("done", "position", "record", "started", "tracker")
+    __slots__ = ("done", "dropped", "position", "record", "started", "tracker")
 
     def __init__(self, record: Record, position: Position, tracker: LowWater) -> None:
         self.record = record
@@ -36,6 +40,9 @@ class Entry:
         #: A handler call took it (set by the dispatcher); done: that call finished it.
         self.started = False
         self.done = False
+        #: Out of the scheduler for good (abandoned, or given up by a handoff): no call will
+        #: take it here; the next owner delivers it.
+        self.dropped = False
 
     @property
     def lease(self) -> Lease:
@@ -56,6 +63,15 @@ class LowWater:
         # Records at the end were given up (the lease is being handed off): once the rest are
         # done, ``delivered`` goes back to ``processed`` so the handoff stops waiting.
         self._cut = False
+        lease.set_done_source(self.done_marks)
+
+    def done_marks(self) -> tuple[Position | None, list[Run]]:
+        """The checkpointer's question: the mark, and the runs of done records above it, read
+        together (under the lock, so no finish moves the mark in between)."""
+        with self._lock:
+            entries = self._entries
+            runs = runs_of((e.position, e.done) for e in entries) if entries else []
+            return self.lease.processed, runs
 
     def admit(self, record: Record) -> Entry:
         """``record`` was admitted (``Cursor.admit`` said yes): track it until it is done."""
@@ -78,25 +94,36 @@ class LowWater:
                 last = entries.popleft()
             # Under the lock: two finishers must not write their marks in the wrong order.
             self.lease.mark_processed(last.position)
-            if self._cut and not entries:
-                self.lease.discard_delivered()
+            self._settle()
 
-    def give_up_unstarted(self) -> list[Entry]:
-        """The lease is being handed off: forget the records at the end that no call started.
-        Nothing after them started either, so no done record lies beyond them and the mark
-        stays exact; the next owner reads them from the checkpoint. Once the records before
-        them are done, ``delivered`` moves back to ``processed`` (the handoff's wait ends).
-        Returns the records given up (the caller takes them out of the scheduler)."""
+    def give_up_unstarted(self, anywhere: bool = False) -> list[Entry]:
+        """The lease is being handed off: forget the records no call started, so the handoff
+        waits only for the calls in flight. By default only those at the end (nothing after
+        them started either, so no done record lies beyond them and the mark alone is exact);
+        ``anywhere`` (the done runs are written with the checkpoint, so the next owner skips
+        the done records after a gap): every one. Once the records left are done or dropped,
+        ``delivered`` moves back to ``processed`` (the handoff's wait ends). Returns the
+        records given up (the caller takes them out of the scheduler)."""
         with self._lock:
             entries = self._entries
             cut: list[Entry] = []
-            while entries and not entries[-1].started:
-                cut.append(entries.pop())
-            if cut:
+            if anywhere:
+                cut = [e for e in entries if not (e.started or e.done or e.dropped)]
+                for entry in cut:
+                    entry.dropped = True
+            else:
+                while entries and not entries[-1].started:
+                    cut.append(entries.pop())
+            if cut or anywhere:
                 self._cut = True
-                if not entries:
-                    self.lease.discard_delivered()
+            self._settle()
             return cut
+
+    def _settle(self) -> None:
+        """(Under the lock.) Being handed off and nothing left that a call has or will take:
+        nothing is in the application's hands any more."""
+        if self._cut and all(e.done or e.dropped for e in self._entries):
+            self.lease.discard_delivered()
 
     @property
     def pending(self) -> int:

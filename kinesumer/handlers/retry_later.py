@@ -82,31 +82,43 @@ def units(
     batched: bool,
     on_decode_error: Callable[[], None],
 ) -> list[Unit]:
-    """The calls to make: records that cannot be decoded each fail alone (one bad payload must
-    not sink a batch; each is reported to ``on_decode_error``); the others are called
-    together (a batch) or one by one."""
-    failed: list[Unit] = []
+    """The calls to make, in the records' order: records that cannot be decoded each fail
+    alone (one bad payload must not sink a batch; each is reported to ``on_decode_error``); the
+    others are called together (a batch: the records between two bad ones) or one by one.
+
+    In order, so that a bad record's dead letter is written after the records before it were
+    handled and before the ones after it: a reader of the dead-letter stream sees each key in
+    the order a handler without batches would give (and an exactly-once sink's commits never
+    pass a record not handled yet)."""
+    made: list[Unit] = []
     ready: list[Item] = []
     values: list[Any] = []
+
+    def flush() -> None:
+        if ready:
+            made.append(Unit(list(ready), list(values)))
+            ready.clear()
+            values.clear()
+
     for item in items:
-        if item.error is not None:
-            failed.append(Unit([item], [], item.error))
-            continue
-        if decoder is None:
-            values.append(item.original)
-        else:
+        failure: Exception | None = item.error
+        value: Any = item.original
+        if failure is None and decoder is not None:
             try:
-                values.append(decoder(item.original))
+                value = decoder(item.original)
             except Exception as error:
                 on_decode_error()
-                failed.append(Unit([item], [], error))
-                continue
+                failure = error
+        if failure is not None:
+            flush()
+            made.append(Unit([item], [], failure))
+            continue
         ready.append(item)
-    if not ready:
-        return failed
-    if batched:
-        return [*failed, Unit(ready, values)]
-    return [*failed, *(Unit([item], [value]) for item, value in zip(ready, values, strict=True))]
+        values.append(value)
+        if not batched:
+            flush()
+    flush()
+    return made
 
 
 def due_time(items: list[Item]) -> float:
@@ -221,6 +233,11 @@ def end_of(records: Sequence[Record]) -> Position:
     """The position of a call's last record: what a sink commits with it."""
     last = records[-1]
     return Position(last.sequence_number, last.sub_sequence_number)
+
+
+def unit_end(unit: Unit) -> Position:
+    """The position of a unit's last record: what a sink commits with the unit's writes."""
+    return end_of([item.delivered for item in unit.items])
 
 
 def describe_items(items: list[Item]) -> str:

@@ -92,6 +92,9 @@ class TaskRunner:
                 for record in records:
                     if not admit(lease, record):
                         break  # revoked or lost: the rest is the next owner's
+                    if lease.skipping and lease.already_done(record):
+                        lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                        continue  # the previous owner finished it
                     await handler(record)
                     handled += 1
                     # admit() set ``delivered`` to this record's position.
@@ -114,6 +117,9 @@ class TaskRunner:
             for record in records:
                 if not admit(lease, record):
                     break  # revoked or lost: the rest is the next owner's
+                if lease.skipping and lease.already_done(record):
+                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    continue  # the previous owner finished it
                 try:
                     await call([record], lease, stopping)
                 except AbandonedError:

@@ -152,6 +152,9 @@ class ThreadRunner:
                 for record in records:
                     if not admit(lease, record):
                         break  # revoked or lost: the rest is the next owner's
+                    if lease.skipping and lease.already_done(record):
+                        lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                        continue  # the previous owner finished it
                     handler(record)
                     handled += 1
                     # admit() set ``delivered`` to this record's position.
@@ -174,6 +177,9 @@ class ThreadRunner:
             for record in records:
                 if not admit(lease, record):
                     break  # revoked or lost: the rest is the next owner's
+                if lease.skipping and lease.already_done(record):
+                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    continue  # the previous owner finished it
                 try:
                     call([record], lease, stopping)
                 except AbandonedError:

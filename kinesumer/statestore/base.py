@@ -170,8 +170,10 @@ class StateStore(Protocol):
         *,
         finished: bool = False,
         release: bool = False,
+        done: bytes | None = None,
     ) -> bool:
-        """Write ``position`` (and/or the finished flag, and/or release ownership) if the shard
+        """Write ``position`` (and/or the finished flag, and/or release ownership, and/or the
+        records ``done`` above the position: b"" removes them, None leaves them) if the shard
         is still owned by ``checkpoint.owner`` under ``checkpoint.lease`` (the fencing token).
         False: the lease was lost (taken over, or moved by an operator): stop reading the shard
         and drop what it buffered."""

@@ -12,7 +12,9 @@ store, the heartbeat thread and the command line. Items, for app ``A`` (keys fro
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
   56 digits, beyond DynamoDB numbers), ``sub_sequence_number``, ``owner``, ``lease``,
   ``finished``, ``last_update``, ``started_at`` (epoch ms, Kinesis's clock: where a ``LATEST``
-  read began, kept until a position replaces it; absent from older versions' items).
+  read began, kept until a position replaces it; absent from older versions' items), ``done``
+  (binary: the records done above the position, see :mod:`kinesumer.core.done_ranges`;
+  absent from older versions, which ignore it).
 
 Writes are returned as the keyword arguments of the DynamoDB call (``UpdateExpression``,
 ``ConditionExpression``, names and values), so their conditions are written once, here.
@@ -36,6 +38,7 @@ from ..schema import (
     shard_cache_pk,
     value_size,
 )
+from .attributes import attribute, corrupt, element
 
 #: A heartbeat rewrites the client item every ``heartbeat_interval``: within 1 KB it costs one
 #: write unit, however many shards the member reads. The per-shard lag in it is for
@@ -54,6 +57,7 @@ _NAMES = {
     "#sub": "sub_sequence_number",
     "#fin": "finished",
     "#started": "started_at",
+    "#done": "done",
 }
 
 
@@ -64,42 +68,6 @@ def now_ms() -> int:
 
 def item_key(pk: str, sk: str) -> dict[str, Any]:
     return {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-
-
-# -- reading items back: any app with access to the table can write any item ---------------
-_REQUIRED: Any = object()
-
-
-def corrupt(item: dict[str, Any], problem: str) -> CorruptStateError:
-    """A :class:`CorruptStateError` naming ``item`` (its pk and sk) and what is wrong with it."""
-    pk, sk = (str(item.get(k, {}).get("S", "?"))[:200] for k in (PARTITION_KEY, SORT_KEY))
-    return CorruptStateError(f"state item pk={pk!r} sk={sk!r}: {problem}", pk=pk, sk=sk)
-
-
-def attribute(item: dict[str, Any], name: str, kind: str, default: Any = _REQUIRED) -> Any:
-    """Attribute ``name`` of ``item``, of DynamoDB type ``kind`` (``"N"`` read as an int);
-    ``default`` when it is absent (without one it is required). :class:`CorruptStateError`
-    naming the item when it is missing or of another type."""
-    value = item.get(name)
-    if value is None:
-        if default is _REQUIRED:
-            raise corrupt(item, f"attribute {name!r} is missing")
-        return default
-    return element(item, name, value, kind)
-
-
-def element(item: dict[str, Any], name: str, value: Any, kind: str) -> Any:
-    """A typed DynamoDB value (an attribute, or a member of a list or map attribute ``name``)
-    as ``kind``; :class:`CorruptStateError` naming the item when it is another type."""
-    python = {"S": str, "N": str, "BOOL": bool, "L": list, "M": dict, "B": bytes}[kind]
-    if not isinstance(value, dict) or not isinstance(value.get(kind), python):
-        raise corrupt(item, f"attribute {name!r} is not of type {kind}: {str(value)[:80]}")
-    if kind != "N":
-        return value[kind]
-    try:
-        return int(value["N"])
-    except ValueError:
-        raise corrupt(item, f"attribute {name!r} is not an integer: {value['N'][:80]!r}") from None
 
 
 # -- client items -----------------------------------------------------------------------------
@@ -235,6 +203,7 @@ def decode_checkpoint(stream: str, item: dict[str, Any], table: str) -> Checkpoi
             finished=attribute(item, "finished", "BOOL", False),
             last_update_ms=attribute(item, "last_update", "N", 0),
             started_at_ms=attribute(item, "started_at", "N", None),
+            done=bytes(attribute(item, "done", "B", b"")),
         )
     except (CorruptStateError, KeyError, ValueError, TypeError, AttributeError) as exc:
         raise corrupt(
@@ -271,10 +240,17 @@ def claim_update(client_id: str, seen: Checkpoint | None) -> dict[str, Any]:
 
 
 def checkpoint_update(
-    checkpoint: Checkpoint, position: Position | None, *, finished: bool, release: bool
+    checkpoint: Checkpoint,
+    position: Position | None,
+    *,
+    finished: bool,
+    release: bool,
+    done: bytes | None = None,
 ) -> dict[str, Any]:
     """The owner's checkpoint write, fenced: only while it still holds ``checkpoint``'s owner
-    and lease. ``release`` also gives the shard up (owner removed, lease kept)."""
+    and lease. ``release`` also gives the shard up (owner removed, lease kept). ``done``: the
+    records done above the position the item holds after this write (b"": none, removed;
+    None: left as they are)."""
     sets = ["#lu = :now"]
     values: dict[str, Any] = {
         ":me": {"S": checkpoint.owner or ""},
@@ -288,7 +264,13 @@ def checkpoint_update(
     if finished:
         sets.append("#fin = :fin")
         values[":fin"] = {"BOOL": True}
-    expression = "SET " + ", ".join(sets) + (" REMOVE #owner" if release else "")
+    removes = ["#owner"] if release else []
+    if done:
+        sets.append("#done = :done")
+        values[":done"] = {"B": done}
+    elif done is not None:
+        removes.append("#done")
+    expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
     condition = "#owner = :me AND #lease = :lease"
     return {
         "UpdateExpression": expression,
@@ -358,9 +340,10 @@ def move_update(seen: Checkpoint, position: Position | None) -> dict[str, Any]:
         ":next": {"N": str(seen.lease + 1)},
         ":now": {"N": str(now_ms())},
     }
-    # A moved (or removed) position also forgets where a LATEST read began: a reset restarts
-    # the shard from the initial position, as the operator asked.
-    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin", "#started"]
+    # A moved (or removed) position also forgets where a LATEST read began (a reset restarts
+    # the shard from the initial position, as the operator asked) and the done runs, which
+    # belong to the old position.
+    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#fin", "#started", "#done"]
     if position is not None:
         sets += ["#seq = :seq", "#sub = :sub"]
         values[":seq"] = {"S": position.sequence_number}

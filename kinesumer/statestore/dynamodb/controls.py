@@ -40,7 +40,8 @@ from ...core.controls import Controls, StepDown
 from ...core.weighted import Weights
 from ...errors import CorruptStateError
 from ..schema import TTL_ATTRIBUTE, client_pk
-from .codecs import attribute, corrupt, item_key, now_ms
+from .attributes import attribute, corrupt
+from .codecs import item_key, now_ms
 from .table import StateTable
 
 log = logging.getLogger("kinesumer.statestore")

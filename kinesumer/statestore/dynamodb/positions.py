@@ -22,7 +22,8 @@ from typing import Any
 
 from ...models import Position
 from ..schema import SORT_KEY
-from .codecs import MAX_SEQUENCE_DIGITS, corrupt, item_key, now_ms
+from .attributes import corrupt
+from .codecs import MAX_SEQUENCE_DIGITS, item_key, now_ms
 
 #: The session item's sort key ('#' cannot start a stream name, so no position collides).
 SESSION_SK = "#session"

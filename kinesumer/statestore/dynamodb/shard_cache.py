@@ -19,6 +19,7 @@ from ...errors import CorruptStateError
 from ..base import ShardCache
 from ..schema import SORT_KEY, shard_cache_pk
 from . import codecs
+from .attributes import attribute, corrupt
 from .table import StateTable
 
 #: Bytes of compressed body per chunk item: under the 400 KB item limit with room for the keys.
@@ -96,22 +97,22 @@ class ShardCacheItems:
     async def _read(self, stream: str, head: dict[str, Any]) -> ShardCache | None:
         fix = "delete the item and the leader will write it again"
         body_key, chunks = codecs.decode_head(head)
-        digest = codecs.attribute(head, "digest", "S")
+        digest = attribute(head, "digest", "S")
         if not 0 < chunks <= MAX_CHUNKS:
-            raise codecs.corrupt(head, f"{chunks} chunks (at most {MAX_CHUNKS}); {fix}")
+            raise corrupt(head, f"{chunks} chunks (at most {MAX_CHUNKS}); {fix}")
         parts = []
         for index in range(chunks):
             chunk = await self._table.get(codecs.shard_cache_key(self._app, f"{body_key}#{index}"))
             if chunk is None:  # replaced while we read: the caller reads again next tick
                 return None
-            parts.append(codecs.attribute(chunk, "data", "B"))
+            parts.append(attribute(chunk, "data", "B"))
         try:
             cache = ShardCache.from_json(stream, inflate(b"".join(parts)))
             checked(cache)
             if cache.digest != digest:
                 raise ValueError("the body does not match the head's digest")
         except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise codecs.corrupt(head, f"shard cache body cannot be read ({exc}); {fix}") from exc
+            raise corrupt(head, f"shard cache body cannot be read ({exc}); {fix}") from exc
         return cache
 
     async def save(self, cache: ShardCache, expected_digest: str | None) -> bool:

@@ -203,10 +203,13 @@ class DynamoDBStateStore:
         *,
         finished: bool = False,
         release: bool = False,
+        done: bytes | None = None,
     ) -> bool:
+        update = codecs.checkpoint_update(
+            checkpoint, position, finished=finished, release=release, done=done
+        )
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, checkpoint.stream, checkpoint.shard_id),
-            codecs.checkpoint_update(checkpoint, position, finished=finished, release=release),
+            codecs.checkpoint_key(self._app, checkpoint.stream, checkpoint.shard_id), update
         )
         return written is not None
 

@@ -24,7 +24,7 @@ from typing import Any
 from ...models import ClientInfo
 from ..base import MembershipView
 from ..schema import PARTITION_KEY, SORT_KEY
-from .codecs import attribute, corrupt, element
+from .attributes import attribute, corrupt, element
 
 HEAD = "head"
 
