@@ -1387,6 +1387,7 @@ def _partition_key_forms() -> dict[str, bool]:
 def _library_partition_keys(app: str) -> list[str]:
     """The partition keys of app ``app``'s items, made by the library's own functions."""
     from kinesumer.spark.source.ledger import ledger_pk
+    from kinesumer.spark.source.pins import pins_pk
     from kinesumer.statestore.dynamodb.controls import controls_key, load_pk, weights_key
     from kinesumer.statestore.dynamodb.positions import broadcast_pk
     from kinesumer.statestore.dynamodb.view import view_pk
@@ -1403,6 +1404,7 @@ def _library_partition_keys(app: str) -> list[str]:
         load_pk(app),
         broadcast_pk(app, "host-1-abc123"),
         ledger_pk(app, "q1"),
+        pins_pk(app),
     ]
 
 

@@ -37,12 +37,13 @@ locals {
   # starts with A. tests/test_infra.py checks this list against every pk form
   # in kinesumer/.
   app_partitions = [
-    "client",      # client#A: members (statestore/schema.py)
-    "controls",    # controls#A: pins, step-downs (statestore/dynamodb/controls.py)
-    "load",        # load#A: members' reported load
-    "shard_cache", # shard_cache#A: shard lists (and their chunks)
-    "view",        # view#A: the membership view (statestore/dynamodb/view.py)
-    "weights",     # weights#A: weighted assignment
+    "client",       # client#A: members (statestore/schema.py)
+    "controls",     # controls#A: pins, step-downs (statestore/dynamodb/controls.py)
+    "load",         # load#A: members' reported load
+    "shard_cache",  # shard_cache#A: shard lists (and their chunks)
+    "spark_latest", # spark_latest#A: where the Spark source first read a shard at LATEST
+    "view",         # view#A: the membership view (statestore/dynamodb/view.py)
+    "weights",      # weights#A: weighted assignment
   ]
   app_partition_families = [
     "broadcast",    # broadcast#A#<client id>: broadcast positions
