@@ -126,9 +126,10 @@ class Leasing:
             ids = [sid for s, sid in keys if s == stream]
             found = await self._store.get_checkpoints(stream, ids)  # one read per 100 shards
             seen.update({(stream, sid): found.get(sid) for sid in ids})
+        gone = await self._owners_gone(seen.values())
         owned_before = self.active_keys()
         results = await asyncio.gather(
-            *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
+            *(self._claim(k, seen[k], gone) for k in keys), return_exceptions=True
         )
         gained = sorted(self.active_keys() - owned_before)
         await self._hooks.assigned(gained)
@@ -142,9 +143,25 @@ class Leasing:
             elif isinstance(result, BaseException):
                 raise result
 
-    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
+    async def _owners_gone(self, seen: Iterable[Checkpoint | None]) -> set[str]:
+        """The owners not live in our member list whose shards may be taken over (one strongly
+        consistent read of each one's client item, after the checkpoints naming it were read:
+        see :meth:`Membership.owner_gone`). No read while every owner is live or absent."""
+        membership = self._membership
+        owners = {
+            c.owner
+            for c in seen
+            if c is not None
+            and not c.finished
+            and c.owner not in (None, self.client_id)
+            and c.owner not in membership.live_ids
+        }
+        return {owner for owner in sorted(owners) if await membership.owner_gone(owner)}
+
+    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None, gone: set[str]) -> bool:
         """True when the shard needs nothing more from us (claimed, or already finished).
-        ``seen`` is its checkpoint as just read (strongly consistent)."""
+        ``seen`` is its checkpoint as just read (strongly consistent); ``gone``: the owners
+        whose shards may be taken over."""
         stream, shard_id = key
         membership = self._membership
         if membership.fenced:
@@ -163,13 +180,11 @@ class Leasing:
             and seen.owner in membership.live_ids
         ):
             return False  # a live owner: it will hand the shard off at its next tick
-        if (
-            seen is not None
-            and seen.owner not in (None, self.client_id)
-            and seen.last_update_ms >= membership.read_at_ms
-        ):
-            # Written since we last read the members: the owner may have joined after that read
-            # rather than died. Judge it with the next tick's fresh member list.
+        if seen is not None and seen.owner not in (None, self.client_id, *gone):
+            # Not live in our list, but not known dead with the token its item holds now: it
+            # may have joined after our list was read, or heartbeated since it was judged.
+            # No clock is compared (the checkpoint's stamp is another host's): the next
+            # tick's list, or a verdict, decides.
             return False
         claimed = await self._store.claim(stream, shard_id, self.client_id, seen)
         if claimed is None:

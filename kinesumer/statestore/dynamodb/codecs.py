@@ -4,8 +4,8 @@ One place for the item layout (as the KCL's ``LeaseSerializer``), used by every 
 store, the heartbeat thread and the command line. Items, for app ``A`` (keys from
 :mod:`..schema`):
 
-- client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``expires_at`` (TTL, s), host, pid,
-  version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``,
+- client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``beat`` (heartbeats sent; absent
+  from older versions), ``expires_at`` (TTL, s), host, pid, version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``,
   ``assignment`` (the member's assignment mode; absent from older versions).
 - shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``body``, ``chunks``; the body
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
@@ -81,6 +81,7 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "version": {"S": client.version or __version__},
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
         "owned_count": {"N": str(len(client.owned))},
+        "beat": {"N": str(client.beat)},
     }
     if client.assignment:
         item["assignment"] = {"S": client.assignment}
@@ -108,15 +109,26 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
         owned={k: int(v["N"]) for k, v in item.get("owned", {}).get("M", {}).items()},
         owned_count=int(item.get("owned_count", {}).get("N", "-1")),
         assignment=item.get("assignment", {}).get("S", ""),
+        beat=int(item.get("beat", {}).get("N", "0")),
     )
 
 
 def prune_condition(client: ClientInfo) -> dict[str, Any]:
-    """Delete a dead client only if it did not heartbeat since it was read (it may revive)."""
+    """Delete a dead client only if it did not heartbeat since it was read (it may revive): its
+    token (``last_update`` and, from members that count them, ``beat``) is still the one read."""
+    if not client.beat:  # an older version's item: no beat counter
+        return {
+            "ConditionExpression": "#lu = :seen AND attribute_not_exists(#beat)",
+            "ExpressionAttributeNames": {"#lu": "last_update", "#beat": "beat"},
+            "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
+        }
     return {
-        "ConditionExpression": "#lu = :seen",
-        "ExpressionAttributeNames": {"#lu": "last_update"},
-        "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
+        "ConditionExpression": "#lu = :seen AND #beat = :beat",
+        "ExpressionAttributeNames": {"#lu": "last_update", "#beat": "beat"},
+        "ExpressionAttributeValues": {
+            ":seen": {"N": str(client.last_update_ms)},
+            ":beat": {"N": str(client.beat)},
+        },
     }
 
 

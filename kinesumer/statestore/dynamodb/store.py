@@ -15,7 +15,7 @@ from typing import Any
 from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
-from ..base import MembershipView, ShardCache
+from ..base import MembershipView, PublishedMembers, ShardCache
 from ..schema import checkpoint_pk, client_pk
 from . import codecs, positions, view
 from .codecs import CLIENT_ITEM_BUDGET, client_item
@@ -53,6 +53,10 @@ class DynamoDBStateStore:
     async def list_clients(self) -> list[ClientInfo]:
         return [codecs.decode_client(i) for i in await self._table.query(client_pk(self._app))]
 
+    async def get_client(self, client_id: str) -> ClientInfo | None:
+        item = await self._get(codecs.client_key(self._app, client_id), consistent=True)
+        return None if item is None else codecs.decode_client(item)
+
     async def prune_client(self, client: ClientInfo) -> bool:
         return await self._table.delete_if(
             codecs.client_key(self._app, client.client_id), codecs.prune_condition(client)
@@ -63,12 +67,12 @@ class DynamoDBStateStore:
         item = await self._get(view.head_key(self._app), consistent=consistent)
         return None if item is None else view.decode_head(item)
 
-    async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
+    async def read_view_members(self, members_key: str) -> PublishedMembers | None:
         item = await self._get(view.view_key(self._app, members_key), consistent=False)
         return None if item is None else view.decode_members(item, self._table.name)
 
     async def publish_view(
-        self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
+        self, seen: MembershipView | None, head: MembershipView, members: PublishedMembers | None
     ) -> bool:
         head = dataclasses.replace(head, digests=tuple(sorted(self._known_digests.items())))
         if members is not None:
