@@ -331,11 +331,12 @@ class GroupControls:
         await self._table.report_load(self.client_id, rates, ttl)
 
     async def leader_duties(self, live_ids: list[str]) -> None:
-        """Leader, every ``shard_sync_interval``: publish which live members wrote no load
-        report and the quantized weights of the fresh reports (for each shard, the newest report
-        that has it), and the step-downs in force with the time each has left (by our count). A member that just joined writes its report at its first tick, a few
-        milliseconds after its first heartbeat: a read in between suspends the controls until
-        the next publication (rare, and safe); waiting for a second read instead would let a
+        """Leader, every ``shard_sync_interval``: publish which live members wrote no load report
+        and the quantized weights of the fresh reports (for each shard, the newest report that has
+        it), and the step-downs in force with the time each has left (by our count). A member that
+        just joined writes its report at its first tick, a few milliseconds after its first
+        heartbeat: a read in between suspends the controls until the next publication (rare, and
+        safe); waiting for a second read instead would let a
         new and an old member fight for a whole ``shard_sync_interval``."""
         started = time.monotonic()
         loads = await self._table.read_loads()

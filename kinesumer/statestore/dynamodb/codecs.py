@@ -5,8 +5,9 @@ store, the heartbeat thread and the command line. Items, for app ``A`` (keys fro
 :mod:`..schema`):
 
 - client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``beat`` (heartbeats sent; absent
-  from older versions), ``expires_at`` (TTL, s), host, pid, version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``,
-  ``assignment`` (the member's assignment mode; absent from older versions).
+  from older versions), ``expires_at`` (TTL, s), host, pid, version, streams, ``owned`` (per-shard
+  lag, within a budget), ``owned_count``, ``assignment`` (the member's assignment mode; absent from
+  older versions).
 - shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``body``, ``chunks``; the body
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to

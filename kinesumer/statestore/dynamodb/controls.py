@@ -3,8 +3,9 @@
 Items, for app ``A`` (keys ``pk``/``sk`` as every item):
 
 - controls ``pk=controls#A, sk=controls``: ``version`` (N, +1 per write), ``pins`` (M:
-  ``"<stream>/<shard id>"`` -> client id), ``step_downs`` (M: client id -> M ``until`` epoch ms
-  of the operator's clock, ``for`` its length in ms, ``drain`` BOOL), ``rebalance`` (N, bumped by a forced rebalance), ``last_update`` (ms).
+  ``"<stream>/<shard id>"`` -> client id), ``step_downs`` (M: client id -> M ``until`` epoch ms of
+  the operator's clock, ``for`` its length in ms, ``drain`` BOOL), ``rebalance`` (N, bumped by a
+  forced rebalance), ``last_update`` (ms).
   Every write is a read-modify-write conditional on the ``version`` read (optimistic
   concurrency): two operators cannot overwrite each other's change, a stale one is refused.
 - load report ``pk=load#A, sk=<client id>``: ``rates`` (M: ``"<stream>/<shard id>"`` -> bytes
