@@ -57,6 +57,10 @@ class Leasing:
         self._pending: set[tuple[str, str]] = set()
         self._wanted: set[tuple[str, str]] = set()
         self._handoffs: set[asyncio.Task[bool]] = set()
+        #: Leases of ours lost (fence, refused write) whose items may still name us: released
+        #: (conditionally) once the shard is no longer ours by the assignment, or the live
+        #: owner the others wait for would never hand it off.
+        self._lost: dict[tuple[str, str], Checkpoint] = {}
         self.rebalances = 0
 
     @property
@@ -78,7 +82,25 @@ class Leasing:
         for key in sorted(owned - wanted):
             self.hand_off(self._leases[key])
         self._pending = wanted - owned
+        await self._release_lost(wanted)
         await self.claim_pending()
+
+    async def _release_lost(self, wanted: set[tuple[str, str]]) -> None:
+        """Give back, in the table, the lost leases of shards no longer ours: conditional on our
+        owner and lease (refused: someone took it over already). Otherwise a lapse (the fence
+        passed, every lease lost) that coincides with a rebalance leaves items naming a live
+        member that holds nothing, and the others wait for its handoff forever."""
+        for key, checkpoint in sorted(self._lost.items()):
+            if key in wanted:
+                continue  # claimed again (as its owner) by claim_pending
+            try:
+                released = await self._store.write_checkpoint(checkpoint, None, release=True)
+            except TransientAWSError as exc:
+                log.warning("[%s] release of lost %s/%s: %s", self.client_id, *key, exc)
+                continue
+            del self._lost[key]
+            if released:
+                log.info("[%s] released %s/%s (its lease was lost)", self.client_id, *key)
 
     async def read_owners(self, streams: Iterable[str]) -> dict[str, dict[str, str]]:
         """stream -> shard id -> owner, from the checkpoint items (one strongly consistent
@@ -113,6 +135,9 @@ class Leasing:
     def reclaim(self, key: tuple[str, str]) -> None:
         """A lease of ours was lost (fence, refused write): if the shard is still ours by the
         assignment, claim it again on the fast retry cadence rather than at the next tick."""
+        lease = self._leases.get(key)
+        if lease is not None and lease.status is LeaseStatus.LOST:
+            self._lost[key] = lease.checkpoint
         if key in self._wanted:
             self._pending.add(key)
 
@@ -192,4 +217,5 @@ class Leasing:
         if seen is not None and seen.owner not in (None, self.client_id):
             log.info("[%s] took %s/%s over from %s", self.client_id, stream, shard_id, seen.owner)
         self._leases[key] = Lease(claimed)  # claim_pending starts reading it
+        self._lost.pop(key, None)
         return True
