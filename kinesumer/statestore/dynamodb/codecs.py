@@ -82,8 +82,9 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "version": {"S": client.version or __version__},
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
         "owned_count": {"N": str(len(client.owned))},
-        "beat": {"N": str(client.beat)},
     }
+    if client.beat:  # 0: an older version's item (its prune condition says so)
+        item["beat"] = {"N": str(client.beat)}
     if client.assignment:
         item["assignment"] = {"S": client.assignment}
     room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
