@@ -104,6 +104,7 @@ class Membership:
         #: The view head's token, likewise: stale once unchanged for ``client_timeout``.
         self._heads = Observer(client_timeout)
         self._head_stale = True
+        self._head_moved = False  # we saw the head's token change: someone publishes
         self._views: MembershipViewStore | None = None
         if isinstance(store, MembershipViewStore) and not legacy_membership(client_id):
             self._views = store
@@ -172,10 +173,16 @@ class Membership:
         on our clock (the leader stopped publishing), whatever its stamps say."""
         started = time.monotonic()
         head = await views.read_view_head(consistent=False)
+        before = self._heads.token("")
         self._heads.observe(
             {} if head is None else {"": head.token}, time.monotonic(), complete=True
         )
-        self._head_stale = head is None or self._heads.is_dead("", started)
+        # A head seen once only may be the last one a leader wrote long ago (its stamps cannot
+        # say): it is followed once it has been seen to change.
+        self._head_moved = head is not None and (
+            self._head_moved or (before is not None and before != head.token)
+        )
+        self._head_stale = not self._head_moved or self._heads.is_dead("", started)
         return head
 
     def _head_usable(self, head: MembershipView | None) -> bool:
