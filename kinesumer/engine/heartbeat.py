@@ -168,6 +168,11 @@ class Heartbeat:
         )
 
     @property
+    def interval(self) -> float:
+        """``heartbeat_interval``: how often the item changes while this member lives."""
+        return self._config.heartbeat_interval
+
+    @property
     def ttl_seconds(self) -> int:
         """The item's ``expires_at`` (stamped by our wall clock) only collects the garbage of a
         member that vanished: generous enough that no clock skew makes it matter (liveness is

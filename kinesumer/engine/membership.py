@@ -141,6 +141,8 @@ class Membership:
             return await self._read_direct()
         if not self.leader:
             head = await self._read_head(views)
+            if head is not None and self._head_usable(head):
+                await self._watch_leader(head)
             followed = await self._follow(views, head)
             self._followed = head if followed is not None else None
             if followed is not None and head is not None:
@@ -203,7 +205,25 @@ class Membership:
         if views is None or self.leader or followed is None:
             return False
         head = await self._read_head(views)
-        return not self._head_usable(head) or head.members_key != followed.members_key  # type: ignore[union-attr]
+        if head is None or not self._head_usable(head):
+            return True
+        await self._watch_leader(head)
+        return head.members_key != followed.members_key
+
+    async def _watch_leader(self, head: MembershipView) -> None:
+        """A follower whose head missed a publication starts watching the leader's own client
+        item (one strongly consistent GetItem per read of the head, only while the head lags):
+        if the leader died, we saw its last token before its head went stale, so our verdict
+        comes about ``client_timeout`` after its last heartbeat, not that plus the time the head
+        took to go stale. Nothing is spent while the leader publishes on time."""
+        lag = self._heads.unchanged_for("", time.monotonic())
+        if self.leader or head.leader == self.client_id or lag <= 1.25 * self._heartbeat.interval:
+            return
+        client = await self._store.get_client(head.leader)
+        if client is not None:
+            self._members.observe(
+                {client.client_id: client.token}, time.monotonic(), complete=False
+            )
 
     async def _follow(
         self, views: MembershipViewStore, head: MembershipView | None
