@@ -74,9 +74,9 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
     known = {s.shard_id: s for s in await view.stream_shards(store, stream, {})}
     targets = [args.shard] if args.shard else sorted(known)
     owners = {known[t].owner for t in targets if t in known and not known[t].finished}
-    live: dict[str, Any] = {}
-    if not args.force:  # judged as the members judge each other, with the group's timeout
-        live = await live_owners(store, {o for o in owners if o}, args.client_timeout)
+    # Judged as the members judge each other, with the group's timeout (--force: no waiting).
+    named = {o for o in owners if o}
+    live = await live_owners(store, named, args.client_timeout, watch=not args.force)
     known = {k: dataclasses.replace(s, owner_live=s.owner in live) for k, s in known.items()}
     position = Position(args.sequence, args.sub_sequence) if args.action == "set" else None
     refusals = []

@@ -40,10 +40,11 @@ async def group_timeout(store: DynamoDBStateStore, fallback: float) -> float:
 
 
 async def live_owners(
-    store: DynamoDBStateStore, owners: Iterable[str], fallback_timeout: float
+    store: DynamoDBStateStore, owners: Iterable[str], fallback_timeout: float, *, watch: bool = True
 ) -> dict[str, ClientInfo]:
     """Which of ``owners`` are live, by the members' rule (module docstring): their client
-    items, keyed by id."""
+    items, keyed by id. ``watch=False`` (``--force``, only to say whom a shard was taken from):
+    no waiting, an owner not known dead counts as live."""
     pending = set(owners)
     if not pending:
         return {}
@@ -70,6 +71,9 @@ async def live_owners(
                 live[owner] = item
             elif observer.is_dead(owner, started):
                 pending.discard(owner)  # no heartbeat for the group's client_timeout
+        if pending and not watch:
+            live.update((o, items[o]) for o in pending)
+            break
         if pending:
             if not said and time.monotonic() - began >= SAY_AFTER:
                 said = True
