@@ -118,10 +118,11 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
 def prune_condition(client: ClientInfo) -> dict[str, Any]:
     """Delete a dead client only if it did not heartbeat since it was read (it may revive): its
     token (``last_update`` and, from members that count them, ``beat``) is still the one read."""
-    if not client.beat:  # an older version's item: no beat counter
+    if not client.beat:  # beat unknown (an older version's item, or a caller that read only
+        # last_update, as the Spark source's driver does): the stamp alone
         return {
-            "ConditionExpression": "#lu = :seen AND attribute_not_exists(#beat)",
-            "ExpressionAttributeNames": {"#lu": "last_update", "#beat": "beat"},
+            "ConditionExpression": "#lu = :seen",
+            "ExpressionAttributeNames": {"#lu": "last_update"},
             "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
         }
     return {
