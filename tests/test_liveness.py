@@ -76,6 +76,20 @@ def test_a_death_verdict_always_comes_after_the_fence(
             assert known and max(known) + FENCE <= started
 
 
+def test_a_token_counts_from_the_answer_not_from_the_question() -> None:
+    """Why ``seen_at`` is taken after the read: a heartbeat sent at 0.3 s, during a read asked
+    at 0 s and answered at 0.5 s, fences its member at 0.3 + 0.9 T = 2.1 s. Counted from the
+    question, a read asked at 2.05 s would already call it dead."""
+    beats = [(0.3, 0.35, 0.36)]
+    assert token_at(beats, 0.4) == 0
+    observer = Observer(T)
+    observer.observe({"m": 0}, 0.5, complete=True)  # the answer's moment, as the engine does
+    assert not observer.is_dead("m", 2.05)
+    wrong = Observer(T)
+    wrong.observe({"m": 0}, 0.0, complete=True)  # the question's moment
+    assert wrong.is_dead("m", 2.05) and 0.3 + FENCE > 2.05
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     period=st.floats(0.1, T / 2),
