@@ -34,6 +34,8 @@ from _scenario import (
 )
 from _standins import NodeStandIn
 
+from kinesumer import Config, admin
+
 pytestmark = pytest.mark.slow
 
 Names = Callable[[str], str]
@@ -144,3 +146,30 @@ def test_a_leader_sixty_ahead_and_a_member_sixty_behind(
     takeover = run_skewed_group(world, unique_name("s"), skews, "m1", "LATEST")
     print(f"\nclock skew +60/0/-60 s: the leader m1 (+60 s) taken over in {takeover:.2f} s")
     assert takeover < FAILOVER_BOUND
+
+
+@pytest.mark.timeout(180)
+def test_pins_apply_when_the_leaders_clock_is_a_minute_behind(
+    world: Scenario, unique_name: Names
+) -> None:
+    """The leader's publication (which members apply the controls) is stamped by its clock, a
+    minute behind. Judging that stamp by their own clocks, the others called it stale and
+    suspended every pin while the leader applied them: a pinned shard was read by nobody."""
+    stream = unique_name("s")
+    shards = frozenset(f"{stream}/{s}" for s in world.create_stream(stream, 4))
+    m1 = world.start_member("m1", [stream], clock_skew=-60.0)
+    m2 = world.start_member("m2", [stream])
+    world.wait_balanced([m1, m2], shards, timeout=45)
+    pinned = sorted(m1.owned())[0]
+    config = Config(
+        app=world.app,
+        dynamodb_table=world.table,
+        region="us-east-1",
+        dynamodb_endpoint=world.dynamodb_url,
+        kinesis_endpoint=world.kinesis_url,
+    )
+    admin.pin_shard(config, stream, pinned.split("/", 1)[1], "m2")
+    world.wait(
+        lambda: pinned in m2.owned() and pinned not in m1.owned(), 60, "the pinned shard on m2"
+    )
+    world.wait_balanced([m1, m2], shards, timeout=30)  # the rest split between them
