@@ -244,3 +244,53 @@ async def test_checkpoints_set_judges_an_owner_by_the_groups_client_timeout(
     finally:
         await member.close()
     assert member.error is None
+
+
+# -- a lapse that meets a rebalance ------------------------------------------------------------
+class ReleaseRecorder:
+    """The one store call the test needs: the conditional release of a lost lease."""
+
+    def __init__(self) -> None:
+        self.released: list[Checkpoint] = []
+
+    async def write_checkpoint(
+        self, checkpoint: Checkpoint, position: object, *, finished: bool = False, release: bool
+    ) -> bool:
+        assert position is None and not finished and release
+        self.released.append(checkpoint)
+        return True
+
+
+async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
+    """m3 alone lapses (its fence passed: every lease lost) just as others join: the shards
+    it lost are no longer its own, so it neither claims them again nor hands them off, and its
+    item still names it, live: the others waited forever for its handoff (seen with members
+    a minute apart, whose startup lapsed on a busy machine). It gives them back instead,
+    conditionally on its lease."""
+    from kinesumer.engine.leases import Lease
+    from kinesumer.engine.leasing import Leasing
+    from kinesumer.metrics import Metrics
+
+    store = ReleaseRecorder()
+    key = ("s", "shardId-000000000000")
+    lease = Lease(Checkpoint(*key, owner="m3", lease=3))
+    leases = {key: lease}
+    none: Any = None
+    leasing = Leasing(
+        "m3",
+        1.0,
+        store,
+        none,
+        leases,
+        none,
+        none,
+        none,
+        none,
+        none,
+        Metrics(),  # type: ignore[arg-type]
+    )
+    await leasing.rebalance({"s": (key[1],)})  # it holds the shard, as its assignment says
+    lease.lose()  # the fence passed
+    leasing.reclaim(key)  # what the checkpointer's loss does
+    await leasing.rebalance({})  # the others joined: the shard is theirs now
+    assert [c.lease for c in store.released] == [3]
