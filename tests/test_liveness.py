@@ -294,3 +294,17 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
     leasing.reclaim(key)  # what the checkpointer's loss does
     await leasing.rebalance({})  # the others joined: the shard is theirs now
     assert [c.lease for c in store.released] == [3]
+
+
+def test_view_lists_carry_verdicts_and_an_older_list_says_it_has_none() -> None:
+    """The leader's member list names the dead with their tokens; a list of an older release
+    has no ``dead``, and followers then judge for themselves (engine/membership.py)."""
+    from kinesumer.statestore.base import PublishedMembers
+    from kinesumer.statestore.dynamodb import view
+
+    live = [ClientInfo("a", 0, frozenset(["s"]), assignment="range")]
+    item = view.members_item("app", "members#a#1", PublishedMembers(live, {"z": (7, 3)}), 0)
+    decoded = view.decode_members(item, "t")
+    assert decoded.live == live and decoded.dead == {"z": (7, 3)} and decoded.judged
+    older = {k: v for k, v in item.items() if k != "dead"}
+    assert not view.decode_members(older, "t").judged

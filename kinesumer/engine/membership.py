@@ -239,6 +239,9 @@ class Membership:
             self._list = key, members = head.members_key, listed
         if self.client_id not in (c.client_id for c in members.live):
             return None  # we joined after it, or were dropped: judge for ourselves
+        if not members.judged:
+            return None  # an older version's list: it names nobody dead, so we could take over
+            # from nobody until a prune; judge for ourselves (the old cost, during an upgrade)
         return members
 
     async def _publish(self, views: MembershipViewStore, seen: MembershipView | None) -> None:

@@ -89,6 +89,9 @@ class PublishedMembers:
 
     live: list[ClientInfo]
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: False for a list an older version published (no verdicts in it): members of this version
+    #: then judge for themselves, from the client items.
+    judged: bool = True
 
 
 @runtime_checkable

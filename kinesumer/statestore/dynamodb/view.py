@@ -134,4 +134,4 @@ def decode_members(item: dict[str, Any], table: str) -> PublishedMembers:
         raise CorruptStateError(
             f"membership view item {item.get(SORT_KEY)!r} in table {table!r} is unreadable: {exc}"
         ) from exc
-    return PublishedMembers(sorted(members, key=lambda c: c.client_id), dead)
+    return PublishedMembers(sorted(members, key=lambda c: c.client_id), dead, "dead" in item)
