@@ -41,6 +41,10 @@ from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
 
+#: Milliseconds past its end (by the writing host's clock) after which a step-down is dropped
+#: from the controls item: far beyond any clock skew between operators' hosts.
+STEP_DOWN_GC_MS = 3_600_000
+
 log = logging.getLogger("kinesumer.admin")
 
 
@@ -174,10 +178,13 @@ def step_down(config: Config, client_id: str, seconds: float, *, drain: bool = F
     until = int(time.time() * 1000 + seconds * 1000)
 
     def change(c: Controls) -> Controls:
-        now = int(time.time() * 1000)
-        steps = {k: s for k, s in c.step_downs.items() if s.active(now) and k != client_id}
+        # Others' step-downs are dropped only long past their end by this host's clock, so
+        # that a clock behind the one that wrote them never cuts one short (members judge
+        # each by its length, on their own clocks: core/controls.py).
+        gone = int(time.time() * 1000) - STEP_DOWN_GC_MS
+        steps = {k: s for k, s in c.step_downs.items() if s.active(gone) and k != client_id}
         if seconds > 0:
-            steps[client_id] = StepDown(until, drain)
+            steps[client_id] = StepDown(until, drain, int(seconds * 1000))
         return replace(c, step_downs=steps)
 
     return update_controls(config, change)

@@ -55,6 +55,15 @@ class ClientInfo:
     owned_count: int = -1  # -1: not reported (an older version)
     #: ``Config.assignment`` of that member ("" from an older version: it assigns by range).
     assignment: str = ""
+    #: Heartbeats this member process has sent (0 from an older version): with ``last_update_ms``
+    #: the *token* that changes at every heartbeat. Observers judge a member by whether its token
+    #: changed (on their own clock), never by what its stamp says (:mod:`kinesumer.core.liveness`).
+    beat: int = 0
+
+    @property
+    def token(self) -> tuple[int, int]:
+        """What changes at every heartbeat: compared for equality only, never with a clock."""
+        return (self.last_update_ms, self.beat)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ What it writes, so that the caller can check every record:
   checkpoint writes and conflicts, rebalances).
 * stderr: the library's log (INFO and up), so that WARNING lines about retries can be checked.
 
+``KINESUMER_TEST_CLOCK_SKEW=<seconds>`` in the environment shifts this process's wall clock
+(``time.time``, not the monotonic clock), as a host whose clock is off would be.
+
 Stopping:
 
 * SIGTERM / SIGINT: graceful close. With ``--api poll`` (default) the consuming thread polls with a
@@ -61,6 +64,22 @@ from collections.abc import Iterator
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import IO, Any
+
+#: Seconds added to this process's wall clock (``time.time`` and ``time.time_ns``; never the
+#: monotonic clock): members on one machine then disagree about the time as hosts without a
+#: tight time sync do (tests/test_clock_skew.py). Patched before the library is imported.
+CLOCK_SKEW_ENV = "KINESUMER_TEST_CLOCK_SKEW"
+
+
+def _shift_wall_clock() -> None:
+    skew = float(os.environ.get(CLOCK_SKEW_ENV) or 0)
+    if skew:
+        real_time, real_time_ns = time.time, time.time_ns
+        time.time = lambda: real_time() + skew  # type: ignore[assignment]
+        time.time_ns = lambda: real_time_ns() + int(skew * 1e9)  # type: ignore[assignment]
+
+
+_shift_wall_clock()
 
 _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or not

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -180,7 +181,13 @@ class MemberProcess:
     a ``finally`` (SIGTERM, wait, SIGKILL, wait).
     """
 
-    def __init__(self, client_id: str, command: list[str], workdir: Path) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        command: list[str],
+        workdir: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.client_id = client_id
         self.out_path = workdir / f"{client_id}.jsonl"
         self.events_path = workdir / f"{client_id}.jsonl.events"
@@ -189,7 +196,11 @@ class MemberProcess:
         self.started_at = time.monotonic()
         with self.stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=None if env is None else {**os.environ, **env},
             )
         self._records = JsonLinesTail(self.out_path)
         self._events = JsonLinesTail(self.events_path)
@@ -463,10 +474,12 @@ class Scenario:
         extra: Sequence[str] = (),
         app: str | None = None,
         table: str | None = None,
+        clock_skew: float = 0.0,
     ) -> MemberProcess:
         """Start a member process (FAST timings unless ``config`` says otherwise), optionally
         through fault proxies instead of the stand-ins themselves, or in another app or table
-        (it is still stopped with this scenario's members)."""
+        (it is still stopped with this scenario's members), or with its wall clock shifted by
+        ``clock_skew`` seconds (``tests/_member.py``: ``KINESUMER_TEST_CLOCK_SKEW``)."""
         command = member_command(
             app=app or self.app,
             table=table or self.table,
@@ -479,7 +492,8 @@ class Scenario:
             config=FAST if config is None else config,
             extra=extra,
         )
-        member = MemberProcess(client_id, command, self.workdir)
+        env = {"KINESUMER_TEST_CLOCK_SKEW": repr(clock_skew)} if clock_skew else None
+        member = MemberProcess(client_id, command, self.workdir, env)
         self.members.append(member)
         return member
 

@@ -4,12 +4,15 @@ Moves go through the state store's own codec and condition
 (:meth:`~kinesumer.statestore.dynamodb.DynamoDBStateStore.move_checkpoint`): conditional on the
 lease read just before, so a racing claim makes them fail, never clobber; and they refuse a shard
 a live member owns (or one the table does not know) unless ``--force``, before writing anything.
+Whether an owner is live is judged by the members' own rule, with the group's ``client_timeout``
+(:mod:`.liveness`): no clock of this host is compared with the owner's stamps.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -20,6 +23,7 @@ from ..models import Position
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from . import view
 from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
+from .liveness import live_owners
 from .options import group_config
 from .render import printable_lines, shard_table
 
@@ -32,13 +36,12 @@ def checkpoints_command(args: argparse.Namespace) -> int:
 async def _checkpoints(args: argparse.Namespace) -> int:
     async with view.open_table(group_config(args)) as (_, store):
         now_ms = int(time.time() * 1000)
-        clients = await store.list_clients()
-        live = {
-            c.client_id: c for c in live_clients(clients, now_ms, int(args.client_timeout * 1000))
-        }
-        if args.action == "list":
+        if args.action == "list":  # a display: the heartbeat ages by this host's clock
+            clients = await store.list_clients()
+            timeout_ms = int(args.client_timeout * 1000)
+            live = {c.client_id: c for c in live_clients(clients, now_ms, timeout_ms)}
             return await _list(args, store, live, now_ms)
-        return await _move_checkpoints(args, store, live)
+        return await _move_checkpoints(args, store)
 
 
 async def _list(
@@ -63,14 +66,17 @@ async def _list(
     return EXIT_OK
 
 
-async def _move_checkpoints(
-    args: argparse.Namespace, store: DynamoDBStateStore, live: dict[str, Any]
-) -> int:
+async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore) -> int:
     stream = args.stream
-    known = {s.shard_id: s for s in await view.stream_shards(store, stream, live)}
     if args.action == "reset" and not args.shard and not args.all_shards:
         raise CliError("reset needs --shard ID or --all-shards", EXIT_USAGE)
+    known = {s.shard_id: s for s in await view.stream_shards(store, stream, {})}
     targets = [args.shard] if args.shard else sorted(known)
+    owners = {known[t].owner for t in targets if t in known and not known[t].finished}
+    # Judged as the members judge each other, with the group's timeout (--force: no waiting).
+    named = {o for o in owners if o}
+    live = await live_owners(store, named, args.client_timeout, watch=not args.force)
+    known = {k: dataclasses.replace(s, owner_live=s.owner in live) for k, s in known.items()}
     position = Position(args.sequence, args.sub_sequence) if args.action == "set" else None
     refusals = []
     for shard_id in targets:

@@ -219,7 +219,10 @@ def add_checkpoints(
         action.add_argument("--stream", required=name != "list", help="the stream")
         action.add_argument("--shard", required=name == "set", metavar="ID", help="the shard id")
         _client_timeout(
-            action, f"liveness of owners, as for status (default {DEFAULT_CLIENT_TIMEOUT:g})"
+            action,
+            "list: the heartbeat age that counts as live; set/reset judge an owner as the "
+            "members do, by the client_timeout its group's leader publishes, and by this one "
+            f"only where none is published (default {DEFAULT_CLIENT_TIMEOUT:g})",
         )
         _checkpoint_action_options(action, name)
         action.set_defaults(handler=checkpoints_command, action=name)

@@ -1,4 +1,4 @@
-"""The pure core: assignment (range and sticky), membership/leader and shard lineage.
+"""The pure core: assignment (range and sticky), liveness, membership/leader and shard lineage.
 
 Nothing in this package does I/O or reads a clock: every function takes what it needs as
 arguments, so every client computes the same answer from the same inputs and the functions can be

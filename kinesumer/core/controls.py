@@ -34,10 +34,18 @@ Pins = Mapping[tuple[str, str], str]
 
 @dataclass(frozen=True)
 class StepDown:
-    """A member stepped down until ``until_ms`` (epoch ms); ``drain``: from its shards too."""
+    """A member stepped down until ``until_ms``; ``drain``: from its shards too.
+
+    As stored, ``until_ms`` is the operator's wall clock and ``for_ms`` the length it asked for
+    (0 from an older command line). Members never compare the operator's clock with theirs:
+    each counts ``for_ms`` from when it first read the step-down, on its own monotonic clock,
+    and applies the controls in that frame (``until_ms`` and ``now_ms`` both local:
+    :mod:`kinesumer.engine.controls`).
+    """
 
     until_ms: int
     drain: bool = False
+    for_ms: int = 0
 
     def active(self, now_ms: int) -> bool:
         return now_ms < self.until_ms

@@ -8,19 +8,20 @@ from ..models import ClientInfo
 
 
 def live_clients(clients: Iterable[ClientInfo], now_ms: int, timeout_ms: int) -> list[ClientInfo]:
-    """Members whose last heartbeat is within ``timeout_ms`` of ``now_ms``, sorted by id.
+    """Members whose last heartbeat stamp is within ``timeout_ms`` of ``now_ms``, sorted by id.
 
-    A heartbeat stamped in the future (a clock ahead of ours) counts as live: clocks on EC2 agree
-    to milliseconds, and wrongly declaring a live member dead costs a rebalance, while the
-    conditional writes keep a wrongly-live one from doing harm.
+    For display only (``kinesumer status`` and ``checkpoints list`` show heartbeat ages): it
+    compares another host's stamp with ours, so no decision of the group uses it. Members judge
+    each other by change on their own clocks (:mod:`kinesumer.core.liveness`), and so do
+    ``checkpoints set/reset``.
     """
     alive = {c.client_id: c for c in clients if now_ms - c.last_update_ms <= timeout_ms}
     return [alive[cid] for cid in sorted(alive)]
 
 
 def stale_clients(clients: Iterable[ClientInfo], now_ms: int, timeout_ms: int) -> list[ClientInfo]:
-    """Members past ``timeout_ms``: the leader prunes these (conditionally on the
-    ``last_update`` it saw, so a member that revived in between is kept)."""
+    """Members whose stamp is past ``timeout_ms`` by ``now_ms``: the complement of
+    :func:`live_clients`, for display only as well."""
     return sorted(
         (c for c in clients if now_ms - c.last_update_ms > timeout_ms),
         key=lambda c: c.client_id,

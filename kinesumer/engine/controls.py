@@ -39,8 +39,8 @@ from typing import Any
 
 from ..aws import RequestStats
 from ..config import Config
-from ..core.controls import Controls, SplitInputs, controlled_is_leader, split_pins
-from ..core.membership import stale_clients
+from ..core.controls import Controls, SplitInputs, StepDown, controlled_is_leader, split_pins
+from ..core.liveness import Observer
 from ..core.weighted import Weights, quantize
 from ..metrics import Metrics
 from ..models import ClientInfo
@@ -161,6 +161,18 @@ class GroupControls:
         self._fallen: set[tuple[str, str, str]] = set()
         self._next_report = float("-inf")
         self._suspended_for: frozenset[str] | None = None
+        # No stamp written by another host is compared with our clock: the publication is
+        # fresh while its token changed recently (on our monotonic clock), a step-down lasts
+        # its length from when we first read it, a load report or a client item is judged by
+        # whether it changed (core/liveness.py).
+        fresh = config.shard_sync_interval * 3 + config.client_timeout + self._every
+        self._publications = Observer(fresh)
+        reporting = REANNOUNCE if self._meter is None else config.shard_sync_interval
+        self._reports = Observer(reporting * 2 + config.shard_sync_interval + config.client_timeout)
+        self._clients = Observer(config.client_timeout)
+        #: Each step-down as stored -> the moment (our monotonic clock) it ends.
+        self._step_ends: dict[tuple[str, StepDown], float] = {}
+        self._read_before = False
 
     @classmethod
     def for_member(
@@ -186,6 +198,10 @@ class GroupControls:
         if slot == self._slot:
             return False
         controls, self.publication = await self._table.read_shared()
+        seen = time.monotonic()
+        stamp = self.publication.updated_ms
+        self._publications.observe({"": stamp} if stamp else {}, seen, complete=True)
+        self._time_step_downs(controls, seen)
         self._slot = slot
         if controls.version != self.controls.version:
             log.info(
@@ -203,17 +219,56 @@ class GroupControls:
             self.fresh_layout = True
         return forced
 
+    def _time_step_downs(self, controls: Controls, seen: float) -> None:
+        """Start counting each step-down read for the first time: it ends its length after
+        ``seen``, on our clock. On our first read (we just joined: others may have counted
+        for a while) a step-down the leader published as in force ends when it said, if sooner.
+        A step-down written by an older command line has no length: the operator's ``until``
+        less the item's stamp (both the operator's clock) stands for it."""
+        ends: dict[tuple[str, StepDown], float] = {}
+        left = self.publication.step_downs_left
+        for client, step in controls.step_downs.items():
+            key = (client, step)
+            if key in self._step_ends:
+                ends[key] = self._step_ends[key]
+                continue
+            length_ms = step.for_ms or max(0, step.until_ms - controls.updated_ms)
+            if not self._read_before and client in left:
+                length_ms = min(length_ms, left[client])
+            ends[key] = seen + length_ms / 1000
+        self._step_ends = ends
+        self._read_before = True
+
+    def _local(self, controls: Controls) -> Controls:
+        """``controls`` with each step-down's end on our monotonic clock (in ms), to be applied
+        with :func:`local_now_ms`: the pure functions compare only within our own clock."""
+        steps = {
+            client: StepDown(int(self._step_ends.get((client, s), 0.0) * 1000), s.drain, s.for_ms)
+            for client, s in controls.step_downs.items()
+        }
+        return Controls(controls.version, controls.pins, steps, controls.rebalance)
+
+    def step_downs_left(self) -> dict[str, int]:
+        """Milliseconds each step-down in force has left, by our count."""
+        now = time.monotonic()
+        return {
+            client: int((end - now) * 1000)
+            for (client, _), end in sorted(self._step_ends.items())
+            if end > now
+        }
+
     def effective(self, live_ids: list[str]) -> Controls:
-        """The controls to apply now: none (pins and step-downs suspended) unless a fresh
-        publication names no live member as legacy. Older members ignore the controls; applying
-        them beside one would split the shards two ways (some read twice, some by nobody)."""
-        config = self._config
-        fresh_ms = (config.shard_sync_interval * 3 + config.client_timeout + self._every) * 1000
-        stale = time.time() * 1000 - self.publication.updated_ms > fresh_ms
+        """The controls to apply now, step-downs timed on our clock (:meth:`_local`): none
+        (pins and step-downs suspended) unless a fresh publication (its stamp changed within
+        the freshness window, on our clock) names no live member as legacy. Older members
+        ignore the controls; applying them beside one would split the shards two ways (some
+        read twice, some by nobody)."""
+        published = self._publications.token("") is not None
+        stale = not published or self._publications.is_dead("", time.monotonic())
         legacy = frozenset(self.publication.legacy & set(live_ids))
         if not (stale or legacy):
             self._suspended_for = None
-            return self.controls
+            return self._local(self.controls)
         if (self.controls.pins or self.controls.step_downs) and self._suspended_for != legacy:
             self._suspended_for = legacy
             log.warning(
@@ -227,15 +282,15 @@ class GroupControls:
 
     def leads(self, live_ids: list[str]) -> bool:
         """Whether this member leads, step-downs applied."""
-        now = int(time.time() * 1000)
-        return controlled_is_leader(self.client_id, live_ids, self.effective(live_ids), now)
+        controls = self.effective(live_ids)
+        return controlled_is_leader(self.client_id, live_ids, controls, local_now_ms())
 
     def split(
         self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
     ) -> SplitInputs:
         """Pins and drains applied to the assignment's inputs; fallen-back pins logged once."""
         controls = self.effective(sorted(members))
-        split = split_pins(members, shards, controls, int(time.time() * 1000))
+        split = split_pins(members, shards, controls, local_now_ms())
         for stream, shard_id, target in sorted(set(split.fallen_back) - self._fallen):
             log.warning(
                 "[%s] %s/%s is pinned to %s, which is not a live member consuming %s: it is "
@@ -251,12 +306,19 @@ class GroupControls:
         return split
 
     async def stale_members(self, client_timeout: float) -> list[ClientInfo]:
-        """Members past ``client_timeout``, from the client items (strongly consistent): for a
+        """Members judged dead from the client items (strongly consistent; each one's token
+        unchanged for ``client_timeout`` since we first saw it, as in membership.py): for a
         leader by step-down, whose membership follows the view the lowest id publishes and so
-        learns of no dead member to prune. Once per ``shard_sync_interval``."""
+        learns of no dead member to prune. Once per ``shard_sync_interval``: a member first
+        seen by one call is judged by a later one."""
+        started = time.monotonic()
         # Unreadable client items are skipped (membership logs and counts them).
         clients, _ = readable_clients(await self._table.client_items())
-        return stale_clients(clients, int(time.time() * 1000), int(client_timeout * 1000))
+        observer = self._clients
+        observer.timeout = client_timeout
+        observer.observe({c.client_id: c.token for c in clients}, time.monotonic(), complete=True)
+        dead = [c for c in clients if observer.is_dead(c.client_id, started)]
+        return sorted(dead, key=lambda c: c.client_id)
 
     async def _report_load(self, owned: set[tuple[str, str]]) -> None:
         """Write this member's load report: at the first tick, then every ``REANNOUNCE`` seconds
@@ -276,29 +338,30 @@ class GroupControls:
         await self._table.report_load(self.client_id, rates, ttl)
 
     async def leader_duties(self, live_ids: list[str]) -> None:
-        """Leader, every ``shard_sync_interval``: publish which live members wrote no load
-        report and the quantized weights of the fresh reports (for each shard, the newest report
-        that has it). A member that just joined writes its report at its first tick, a few
-        milliseconds after its first heartbeat: a read in between suspends the controls until
-        the next publication (rare, and safe); waiting for a second read instead would let a
+        """Leader, every ``shard_sync_interval``: publish which live members wrote no load report
+        and the quantized weights of the fresh reports (for each shard, the newest report that has
+        it), and the step-downs in force with the time each has left (by our count). A member that
+        just joined writes its report at its first tick, a few milliseconds after its first
+        heartbeat: a read in between suspends the controls until the next publication (rare, and
+        safe); waiting for a second read instead would let a
         new and an old member fight for a whole ``shard_sync_interval``."""
-        config = self._config
-        reporting = REANNOUNCE if self._meter is None else config.shard_sync_interval
-        fresh_ms = int((reporting * 2 + config.shard_sync_interval + config.client_timeout) * 1000)
-        now = int(time.time() * 1000)
-        reports = {
-            cid: report
-            for cid, report in (await self._table.read_loads()).items()
-            if now - report[0] <= fresh_ms
-        }
+        started = time.monotonic()
+        loads = await self._table.read_loads()
+        # Fresh while its stamp changed recently, on our clock (a member rewrites its report
+        # every REANNOUNCE s, or every shard_sync_interval in weighted mode).
+        self._reports.observe({c: r[0] for c, r in loads.items()}, time.monotonic(), complete=True)
+        reports = {c: r for c, r in loads.items() if not self._reports.is_dead(c, started)}
         legacy = frozenset(set(live_ids) - set(reports))
-        newest: dict[tuple[str, str], tuple[int, float]] = {}
-        for stamp, rates in reports.values():
+        # The newest report of a shard is the one whose change we saw last (stamps of two
+        # members are two clocks: never compared).
+        newest: dict[tuple[str, str], tuple[float, float]] = {}
+        for cid, (_, rates) in sorted(reports.items()):
+            age = self._reports.unchanged_for(cid, started)
             for stream, by_shard in rates.items():
                 for shard_id, rate in by_shard.items():
                     key = (stream, shard_id)
-                    if key not in newest or newest[key][0] < stamp:
-                        newest[key] = (stamp, rate)
+                    if key not in newest or age < newest[key][0]:
+                        newest[key] = (age, rate)
         weights: dict[str, dict[str, float]] = {}
         for (stream, shard_id), (_, rate) in sorted(newest.items()):
             weights.setdefault(stream, {})[shard_id] = quantize(rate)
@@ -309,4 +372,9 @@ class GroupControls:
                 len(newest),
                 ", ".join(sorted(legacy)) or "none",
             )
-        await self._table.publish(Publication(weights, legacy))
+        await self._table.publish(Publication(weights, legacy, 0, self.step_downs_left()))
+
+
+def local_now_ms() -> int:
+    """Now on this member's monotonic clock, in ms: the frame of :meth:`GroupControls._local`."""
+    return int(time.monotonic() * 1000)

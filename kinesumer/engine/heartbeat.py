@@ -11,21 +11,30 @@ because the others may by then consider it dead.
 
 The arithmetic (``T`` = ``client_timeout``, ``h`` = ``heartbeat_interval``, ``T >= 2h``)::
 
-    sent            the monotonic moment a heartbeat was sent; its item's ``last_update`` is
-                    stamped just after, so ``last_update >= sent`` (on the wall clock)
-    others          call us dead once ``last_update`` is more than T old by their wall clock,
-                    judged at the moment their read *started* (membership.read_members): a
-                    read that started after our write was acknowledged sees it (a strongly
-                    consistent read; an eventually consistent one may be up to a second stale,
-                    and the margin below would then have to cover that too). Followers of the
-                    leader's membership view judge by the leader's strongly consistent read,
-                    as of the moment it started (the view's ``read_at``): reading the view late
-                    or stale only makes them call us dead later (membership.py)
-    fence           sent + T - m, with the margin m = FENCE_MARGIN * T (10%): the margin
-                    covers clock skew between members (milliseconds on EC2), so we stop at
-                    least m before anyone may call us dead
+    sent            the monotonic moment (ours) a heartbeat was sent; every heartbeat writes a
+                    new *token* (``last_update`` and a beat counter), so the item changes
+    fence           sent + T - m, with m = FENCE_MARGIN * T (10%), for the last heartbeat that
+                    *landed* (was acknowledged); we deliver nothing from then on
+    others          call us dead when our token has not changed for T *on their own monotonic
+                    clock* (:mod:`kinesumer.core.liveness`); no wall clock is compared
     next heartbeat  sent + h; it must *land* before the fence: T - m - h >= 0.8h of slack
                     at the tightest allowed ratio (T = 2h), 1.7h at T = 3h
+
+**Why the fence always comes first, whatever the wall clocks say.** An observer O judges us
+dead on a strongly consistent read that started at ``r`` (O's clock) and still returned token
+``X``, which O first saw in an answer it received at ``f``, with ``r - f >= T``. (1) ``X`` was
+written by a heartbeat sent at ``s_X`` (our clock) and in O's answer by ``f``, so it was sent
+before ``f``: ``s_X <= f`` as a moment in real time. (2) Every heartbeat acknowledged before
+``r`` is in the answer of a read started at ``r``; that answer still holds ``X``, so each of them
+landed no later than ``X`` did, and was sent before ``f`` too. So at ``r`` the latest heartbeat we
+know landed was sent at some ``s <= f``, and our fence stood at ``s + 0.9T <= f + 0.9T <= r -
+0.1T``: we had stopped delivering at least ``0.1T`` before O's verdict. (3) A heartbeat that lands
+only after ``r`` finds the fence passed: that is a *lapse* (below), every lease held across it is
+lost and claimed again, conditionally. Only durations enter the argument, each measured on one
+host's monotonic clock (rates agree to parts per million, far inside the 10% margin), so members
+whose wall clocks disagree by minutes judge each other as correctly as synchronised ones.
+Followers of the leader's membership view judge by the leader's verdict, made this way
+(membership.py); a view read late only makes them call us dead later.
 
 The old rule (m = h) put the fence exactly where the next heartbeat is sent when T = 2h: any
 latency on that write passed the fence, and a healthy member fenced itself. A margin taken from
@@ -104,6 +113,7 @@ class Heartbeat:
         self.failures = 0
         self.last_error: BaseException | None = None
         self._last_failed = False
+        self._beats = 0  # heartbeats sent by this process: part of the token others watch
 
     def _deadline_after(self, sent: float) -> float:
         """The fence set by a heartbeat sent at ``sent``: the module docstring has the why."""
@@ -141,8 +151,13 @@ class Heartbeat:
                 self.deadline, self._held_deadline = self._held_deadline, None
 
     def info(self) -> ClientInfo:
+        """The client item of the next heartbeat, with a new token (the beat counts up)."""
+        with self._lock:
+            self._beats += 1
+            beat = self._beats
         return ClientInfo(
             client_id=self._client_id,
+            beat=beat,
             last_update_ms=int(time.time() * 1000),
             streams=frozenset(self._streams()),
             host=socket.gethostname(),
@@ -153,7 +168,15 @@ class Heartbeat:
         )
 
     @property
+    def interval(self) -> float:
+        """``heartbeat_interval``: how often the item changes while this member lives."""
+        return self._config.heartbeat_interval
+
+    @property
     def ttl_seconds(self) -> int:
+        """The item's ``expires_at`` (stamped by our wall clock) only collects the garbage of a
+        member that vanished: generous enough that no clock skew makes it matter (liveness is
+        judged by change, not by this)."""
         return int(max(self._config.client_timeout * 10, 3600))
 
     def start(self) -> None:

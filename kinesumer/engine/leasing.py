@@ -58,6 +58,10 @@ class Leasing:
         self._pending: set[tuple[str, str]] = set()
         self._wanted: set[tuple[str, str]] = set()
         self._handoffs: set[asyncio.Task[bool]] = set()
+        #: Leases of ours lost (fence, refused write) whose items may still name us: released
+        #: (conditionally) once the shard is no longer ours by the assignment, or the live
+        #: owner the others wait for would never hand it off.
+        self._lost: dict[tuple[str, str], Checkpoint] = {}
         self.rebalances = 0
         #: Awaited after an on_assigned hook failed and the member was failed (it leaves the
         #: group, so the others take the shards at once).
@@ -82,7 +86,25 @@ class Leasing:
         for key in sorted(owned - wanted):
             self.hand_off(self._leases[key])
         self._pending = wanted - owned
+        await self._release_lost(wanted)
         await self.claim_pending()
+
+    async def _release_lost(self, wanted: set[tuple[str, str]]) -> None:
+        """Give back, in the table, the lost leases of shards no longer ours: conditional on our
+        owner and lease (refused: someone took it over already). Otherwise a lapse (the fence
+        passed, every lease lost) that coincides with a rebalance leaves items naming a live
+        member that holds nothing, and the others wait for its handoff forever."""
+        for key, checkpoint in sorted(self._lost.items()):
+            if key in wanted:
+                continue  # claimed again (as its owner) by claim_pending
+            try:
+                released = await self._store.write_checkpoint(checkpoint, None, release=True)
+            except TransientAWSError as exc:
+                log.warning("[%s] release of lost %s/%s: %s", self.client_id, *key, exc)
+                continue
+            del self._lost[key]
+            if released:
+                log.info("[%s] released %s/%s (its lease was lost)", self.client_id, *key)
 
     async def read_owners(self, streams: Iterable[str]) -> dict[str, dict[str, str]]:
         """stream -> shard id -> owner, from the checkpoint items (one strongly consistent
@@ -117,6 +139,9 @@ class Leasing:
     def reclaim(self, key: tuple[str, str]) -> None:
         """A lease of ours was lost (fence, refused write): if the shard is still ours by the
         assignment, claim it again on the fast retry cadence rather than at the next tick."""
+        lease = self._leases.get(key)
+        if lease is not None and lease.status is LeaseStatus.LOST:
+            self._lost[key] = lease.checkpoint
         if key in self._wanted:
             self._pending.add(key)
 
@@ -130,9 +155,10 @@ class Leasing:
             ids = [sid for s, sid in keys if s == stream]
             found = await self._store.get_checkpoints(stream, ids)  # one read per 100 shards
             seen.update({(stream, sid): found.get(sid) for sid in ids})
+        gone = await self._owners_gone(seen.values())
         owned_before = self.active_keys()
         results = await asyncio.gather(
-            *(self._claim(k, seen[k]) for k in keys), return_exceptions=True
+            *(self._claim(k, seen[k], gone) for k in keys), return_exceptions=True
         )
         gained = sorted(self.active_keys() - owned_before)
         try:
@@ -167,9 +193,25 @@ class Leasing:
         if self._leases.get(lease.key) is lease:
             del self._leases[lease.key]
 
-    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None) -> bool:
+    async def _owners_gone(self, seen: Iterable[Checkpoint | None]) -> set[str]:
+        """The owners not live in our member list whose shards may be taken over (one strongly
+        consistent read of each one's client item, after the checkpoints naming it were read:
+        see :meth:`Membership.owner_gone`). No read while every owner is live or absent."""
+        membership = self._membership
+        owners = {
+            c.owner
+            for c in seen
+            if c is not None
+            and not c.finished
+            and c.owner not in (None, self.client_id)
+            and c.owner not in membership.live_ids
+        }
+        return {owner for owner in sorted(owners) if await membership.owner_gone(owner)}
+
+    async def _claim(self, key: tuple[str, str], seen: Checkpoint | None, gone: set[str]) -> bool:
         """True when the shard needs nothing more from us (claimed, or already finished).
-        ``seen`` is its checkpoint as just read (strongly consistent)."""
+        ``seen`` is its checkpoint as just read (strongly consistent); ``gone``: the owners
+        whose shards may be taken over."""
         stream, shard_id = key
         membership = self._membership
         if membership.fenced:
@@ -192,13 +234,11 @@ class Leasing:
             and seen.owner in membership.live_ids
         ):
             return False  # a live owner: it will hand the shard off at its next tick
-        if (
-            seen is not None
-            and seen.owner not in (None, self.client_id)
-            and seen.last_update_ms >= membership.read_at_ms
-        ):
-            # Written since we last read the members: the owner may have joined after that read
-            # rather than died. Judge it with the next tick's fresh member list.
+        if seen is not None and seen.owner not in (None, self.client_id, *gone):
+            # Not live in our list, but not known dead with the token its item holds now: it
+            # may have joined after our list was read, or heartbeated since it was judged.
+            # No clock is compared (the checkpoint's stamp is another host's): the next
+            # tick's list, or a verdict, decides.
             return False
         claimed = await self._store.claim(stream, shard_id, self.client_id, seen)
         if claimed is None:
@@ -206,4 +246,5 @@ class Leasing:
         if seen is not None and seen.owner not in (None, self.client_id):
             log.info("[%s] took %s/%s over from %s", self.client_id, stream, shard_id, seen.owner)
         self._leases[key] = Lease(claimed)  # claim_pending starts reading it
+        self._lost.pop(key, None)
         return True

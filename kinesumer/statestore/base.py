@@ -70,6 +70,28 @@ class MembershipView:
     #: The shard caches' digests the leader last read or wrote, by stream: a follower of this
     #: head needs no digest read of its own for these streams.
     digests: tuple[tuple[str, str], ...] = ()
+    #: The leader's ``client_timeout`` (ms; 0 from an older version): what the group goes by,
+    #: for the command line.
+    timeout_ms: int = 0
+
+    @property
+    def token(self) -> tuple[str, int, int, str]:
+        """What changes at every publication. Followers judge the head stale when it has not
+        changed for ``client_timeout`` on their own clock; its stamps are never compared with
+        a clock."""
+        return (self.leader, self.published_at_ms, self.version, self.members_key)
+
+
+@dataclass(frozen=True)
+class PublishedMembers:
+    """A member list the leader published: the live members, and the members it judged dead
+    (not pruned yet), each with the heartbeat token it died with (``ClientInfo.token``)."""
+
+    live: list[ClientInfo]
+    dead: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: False for a list an older version published (no verdicts in it): members of this version
+    #: then judge for themselves, from the client items.
+    judged: bool = True
 
 
 @runtime_checkable
@@ -80,12 +102,12 @@ class MembershipViewStore(Protocol):
     async def read_view_head(self, *, consistent: bool) -> MembershipView | None:
         """The view's head (None: none yet); eventually consistent unless ``consistent``."""
 
-    async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
+    async def read_view_members(self, members_key: str) -> PublishedMembers | None:
         """A published member list (eventually consistent: it never changes once written), or
         None when it is gone (the leader deleted it after publishing another)."""
 
     async def publish_view(
-        self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
+        self, seen: MembershipView | None, head: MembershipView, members: PublishedMembers | None
     ) -> bool:
         """Leader: write ``members`` (when not None) under ``head.members_key``, then the head,
         conditional on the head being still ``seen`` (version and list). False: another leader
@@ -123,6 +145,10 @@ class StateStore(Protocol):
 
     async def list_clients(self) -> list[ClientInfo]:
         """Every registered client item, live or not."""
+
+    async def get_client(self, client_id: str) -> ClientInfo | None:
+        """One client item, strongly consistent (None: there is none): to confirm, before a
+        takeover, that its owner has not heartbeated since it was judged dead."""
 
     async def prune_client(self, client: ClientInfo) -> bool:
         """Delete a dead client's item, conditional on its ``last_update`` being still the one

@@ -4,9 +4,10 @@ One place for the item layout (as the KCL's ``LeaseSerializer``), used by every 
 store, the heartbeat thread and the command line. Items, for app ``A`` (keys from
 :mod:`..schema`):
 
-- client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``expires_at`` (TTL, s), host, pid,
-  version, streams, ``owned`` (per-shard lag, within a budget), ``owned_count``,
-  ``assignment`` (the member's assignment mode; absent from older versions).
+- client ``pk=client#A, sk=<client id>``: ``last_update`` (ms), ``beat`` (heartbeats sent; absent
+  from older versions), ``expires_at`` (TTL, s), host, pid, version, streams, ``owned`` (per-shard
+  lag, within a budget), ``owned_count``, ``assignment`` (the member's assignment mode; absent from
+  older versions).
 - shard cache head ``pk=shard_cache#A, sk=<stream>``: ``digest``, ``body``, ``chunks``; the body
   chunks ``sk=<body key>#<i>`` hold ``data`` (see :mod:`.shard_cache`).
 - checkpoint ``pk=check_point#A#<stream>, sk=<shard id>``: ``sequence_number`` (a string: up to
@@ -88,6 +89,8 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         "streams": {"L": [{"S": s} for s in sorted(client.streams)]},
         "owned_count": {"N": str(len(client.owned))},
     }
+    if client.beat:  # 0: an older version's item (its prune condition says so)
+        item["beat"] = {"N": str(client.beat)}
     if client.assignment:
         item["assignment"] = {"S": client.assignment}
     room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
@@ -117,6 +120,7 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
         owned={k: element(item, "owned", v, "N") for k, v in owned.items()},
         owned_count=attribute(item, "owned_count", "N", -1),
         assignment=attribute(item, "assignment", "S", ""),
+        beat=attribute(item, "beat", "N", 0),
     )
 
 
@@ -135,11 +139,22 @@ def readable_clients(
 
 
 def prune_condition(client: ClientInfo) -> dict[str, Any]:
-    """Delete a dead client only if it did not heartbeat since it was read (it may revive)."""
+    """Delete a dead client only if it did not heartbeat since it was read (it may revive): its
+    token (``last_update`` and, from members that count them, ``beat``) is still the one read."""
+    if not client.beat:  # beat unknown (an older version's item, or a caller that read only
+        # last_update, as the Spark source's driver does): the stamp alone
+        return {
+            "ConditionExpression": "#lu = :seen",
+            "ExpressionAttributeNames": {"#lu": "last_update"},
+            "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
+        }
     return {
-        "ConditionExpression": "#lu = :seen",
-        "ExpressionAttributeNames": {"#lu": "last_update"},
-        "ExpressionAttributeValues": {":seen": {"N": str(client.last_update_ms)}},
+        "ConditionExpression": "#lu = :seen AND #beat = :beat",
+        "ExpressionAttributeNames": {"#lu": "last_update", "#beat": "beat"},
+        "ExpressionAttributeValues": {
+            ":seen": {"N": str(client.last_update_ms)},
+            ":beat": {"N": str(client.beat)},
+        },
     }
 
 

@@ -3,8 +3,9 @@
 Items, for app ``A`` (keys ``pk``/``sk`` as every item):
 
 - controls ``pk=controls#A, sk=controls``: ``version`` (N, +1 per write), ``pins`` (M:
-  ``"<stream>/<shard id>"`` -> client id), ``step_downs`` (M: client id -> M ``until`` epoch ms,
-  ``drain`` BOOL), ``rebalance`` (N, bumped by a forced rebalance), ``last_update`` (ms).
+  ``"<stream>/<shard id>"`` -> client id), ``step_downs`` (M: client id -> M ``until`` epoch ms of
+  the operator's clock, ``for`` its length in ms, ``drain`` BOOL), ``rebalance`` (N, bumped by a
+  forced rebalance), ``last_update`` (ms).
   Every write is a read-modify-write conditional on the ``version`` read (optimistic
   concurrency): two operators cannot overwrite each other's change, a stale one is refused.
 - load report ``pk=load#A, sk=<client id>``: ``rates`` (M: ``"<stream>/<shard id>"`` -> bytes
@@ -82,7 +83,11 @@ def decode_controls(item: Mapping[str, Any] | None) -> Controls:
             for name, value in item.get("pins", {}).get("M", {}).items()
         }
         steps = {
-            client: StepDown(int(value["M"]["until"]["N"]), value["M"]["drain"]["BOOL"])
+            client: StepDown(
+                int(value["M"]["until"]["N"]),
+                value["M"]["drain"]["BOOL"],
+                int(value["M"].get("for", {}).get("N", "0")),
+            )
             for client, value in item.get("step_downs", {}).get("M", {}).items()
         }
         return Controls(
@@ -106,7 +111,13 @@ def controls_item(app: str, controls: Controls) -> dict[str, Any]:
         },
         "step_downs": {
             "M": {
-                client: {"M": {"until": {"N": str(s.until_ms)}, "drain": {"BOOL": s.drain}}}
+                client: {
+                    "M": {
+                        "until": {"N": str(s.until_ms)},
+                        "drain": {"BOOL": s.drain},
+                        "for": {"N": str(s.for_ms)},
+                    }
+                }
                 for client, s in sorted(controls.step_downs.items())
             }
         },
@@ -162,11 +173,15 @@ def decode_numbers(item: Mapping[str, Any] | None, attribute: str) -> dict[str, 
 @dataclass(frozen=True)
 class Publication:
     """What the leader published: the weights, the live members that do not apply the controls
-    (older versions), and when (epoch ms; 0: never)."""
+    (older versions), when (epoch ms of the leader's clock; 0: never; compared with no clock,
+    only watched for change), and the step-downs in force by the leader's count with the
+    milliseconds each had left (for a member that joins during one: it cannot know when the
+    others first saw it)."""
 
     weights: Weights = field(default_factory=dict)
     legacy: frozenset[str] = frozenset()
     updated_ms: int = 0
+    step_downs_left: Mapping[str, int] = field(default_factory=dict)
 
 
 def publication_item(app: str, publication: Publication) -> dict[str, Any]:
@@ -174,6 +189,9 @@ def publication_item(app: str, publication: Publication) -> dict[str, Any]:
         **weights_key(app),
         "weights": {"M": flat_numbers(publication.weights)},
         "legacy": {"L": [{"S": c} for c in sorted(publication.legacy)]},
+        "step_downs_left": {
+            "M": {c: {"N": str(ms)} for c, ms in sorted(publication.step_downs_left.items())}
+        },
         "last_update": {"N": str(now_ms())},
     }
 
@@ -184,9 +202,10 @@ def decode_publication(item: Mapping[str, Any] | None) -> Publication:
     try:
         legacy = frozenset(v["S"] for v in item.get("legacy", {}).get("L", []))
         updated = int(item["last_update"]["N"])
+        left = {c: int(v["N"]) for c, v in item.get("step_downs_left", {}).get("M", {}).items()}
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise corrupt(dict(item), f"cannot decode the leader's publication: {exc!r}") from exc
-    return Publication(decode_numbers(item, "weights"), legacy, updated)
+    return Publication(decode_numbers(item, "weights"), legacy, updated, left)
 
 
 class ControlsTable:

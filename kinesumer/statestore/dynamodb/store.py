@@ -15,7 +15,7 @@ from typing import Any
 from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
-from ..base import MembershipView, ShardCache
+from ..base import MembershipView, PublishedMembers, ShardCache
 from ..schema import SORT_KEY, checkpoint_pk, client_pk
 from . import codecs, positions, view
 from .codecs import CLIENT_ITEM_BUDGET, client_item
@@ -60,6 +60,16 @@ class DynamoDBStateStore:
             self.unreadable.skip("client", error)
         return clients
 
+    async def get_client(self, client_id: str) -> ClientInfo | None:
+        """One client item, strongly consistent; None when it is gone or unreadable (skipped,
+        logged and counted: no verdict ever saw such a member live, so it counts as gone)."""
+        item = await self._get(codecs.client_key(self._app, client_id), consistent=True)
+        try:
+            return None if item is None else codecs.decode_client(item)
+        except CorruptStateError as exc:
+            self.unreadable.skip("client", exc)
+            return None
+
     async def prune_client(self, client: ClientInfo) -> bool:
         return await self._table.delete_if(
             codecs.client_key(self._app, client.client_id), codecs.prune_condition(client)
@@ -76,7 +86,7 @@ class DynamoDBStateStore:
             self.unreadable.skip("view", exc)
             return None
 
-    async def read_view_members(self, members_key: str) -> list[ClientInfo] | None:
+    async def read_view_members(self, members_key: str) -> PublishedMembers | None:
         item = await self._get(view.view_key(self._app, members_key), consistent=False)
         try:
             return None if item is None else view.decode_members(item, self._table.name)
@@ -85,7 +95,7 @@ class DynamoDBStateStore:
             return None
 
     async def publish_view(
-        self, seen: MembershipView | None, head: MembershipView, members: list[ClientInfo] | None
+        self, seen: MembershipView | None, head: MembershipView, members: PublishedMembers | None
     ) -> bool:
         head = dataclasses.replace(head, digests=tuple(sorted(self._known_digests.items())))
         if members is not None:

@@ -8,9 +8,12 @@ Items, for app ``A`` (partition ``view#A``):
   strongly consistent read of the client items started), ``published_at`` (ms), ``leader``,
   ``seen_changes`` (the ``changes`` count the published list covers), ``changes`` (bumped by
   every join and graceful leave, with an atomic ADD, so followers notice them at once) and
-  ``digests`` (the shard caches' digests the leader knows, so followers need not read them).
+  ``digests`` (the shard caches' digests the leader knows, so followers need not read them),
+  ``timeout`` (the leader's ``client_timeout``, ms: what the command line judges owners by).
 - member list ``sk=members#<leader>#<read_at>``: ``body``, a compact JSON list of
-  ``[client id, streams, assignment]``, sorted by id; written once (conditional on its absence),
+  ``[client id, streams, assignment]``, sorted by id, and ``dead``, a JSON list of ``[client id,
+  last_update, beat]``: the members the leader judged dead (their heartbeat token unchanged for
+  ``client_timeout`` on its clock), not pruned yet; written once (conditional on its absence),
   never changed, deleted by the publisher once the head moved on (``expires_at`` as a net).
 
 Older versions of kinesumer neither read nor write these items.
@@ -22,7 +25,7 @@ import json
 from typing import Any
 
 from ...models import ClientInfo
-from ..base import MembershipView
+from ..base import MembershipView, PublishedMembers
 from ..schema import PARTITION_KEY, SORT_KEY
 from .attributes import attribute, corrupt, element
 
@@ -65,6 +68,7 @@ def decode_head(item: dict[str, Any]) -> MembershipView:
         seen_changes=number("seen_changes"),
         changes=number("changes"),
         digests=tuple(sorted((k, element(item, "digests", v, "S")) for k, v in digests.items())),
+        timeout_ms=number("timeout"),
     )
 
 
@@ -79,6 +83,7 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
         ":l": {"S": head.leader},
         ":s": {"N": str(head.seen_changes)},
         ":d": {"M": {stream: {"S": digest} for stream, digest in head.digests}},
+        ":t": {"N": str(head.timeout_ms)},
     }
     if seen is None or not seen.members_key:  # none yet, or only joins counted on it
         condition = "attribute_not_exists(#v)"
@@ -89,10 +94,10 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
     return {
         "UpdateExpression": (
             "SET #v = :v, #m = :m, read_at = :r, published_at = :p, leader = :l, "
-            "seen_changes = :s, digests = :d"
+            "seen_changes = :s, digests = :d, #t = :t"
         ),
         "ConditionExpression": condition,
-        "ExpressionAttributeNames": {"#v": "version", "#m": "members"},
+        "ExpressionAttributeNames": {"#v": "version", "#m": "members", "#t": "timeout"},
         "ExpressionAttributeValues": values,
     }
 
@@ -105,24 +110,31 @@ def bump_update() -> dict[str, Any]:
     }
 
 
-def members_item(app: str, sk: str, members: list[ClientInfo], now_s: int) -> dict[str, Any]:
-    body = [[c.client_id, sorted(c.streams), c.assignment] for c in members]
+def members_item(app: str, sk: str, members: PublishedMembers, now_s: int) -> dict[str, Any]:
+    body = [[c.client_id, sorted(c.streams), c.assignment] for c in members.live]
+    dead = [[cid, lu, beat] for cid, (lu, beat) in sorted(members.dead.items())]
     return {
         **view_key(app, sk),
         "body": {"S": json.dumps(body, separators=(",", ":"))},
+        "dead": {"S": json.dumps(dead, separators=(",", ":"))},
         "expires_at": {"N": str(now_s + LIST_TTL)},
     }
 
 
-def decode_members(item: dict[str, Any], table: str) -> list[ClientInfo]:
-    """The published live members (``last_update`` unknown: 0), sorted by id."""
+def decode_members(item: dict[str, Any], table: str) -> PublishedMembers:
+    """The published live members (``last_update`` unknown: 0), sorted by id, and the dead ones
+    with their tokens (none from an older version's list)."""
     try:
         body = json.loads(item["body"]["S"])
         members = [
             ClientInfo(str(cid), 0, streams=frozenset(map(str, streams)), assignment=str(mode))
             for cid, streams, mode in body
         ]
+        dead = {
+            str(cid): (int(lu), int(beat))
+            for cid, lu, beat in json.loads(item.get("dead", {}).get("S", "[]"))
+        }
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         problem = f"membership view list in table {table!r} is unreadable: {exc}"
         raise corrupt(item, problem) from exc
-    return sorted(members, key=lambda c: c.client_id)
+    return PublishedMembers(sorted(members, key=lambda c: c.client_id), dead, "dead" in item)
