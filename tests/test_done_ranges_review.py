@@ -123,3 +123,43 @@ def test_a_mark_inside_an_inherited_run_keeps_it_readable() -> None:
         if third.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
     ]
     assert skipped == [108, 109, 110, *range(120, 126)]
+
+
+def test_consume_face_stopping_inside_an_inherited_run_keeps_it_readable() -> None:
+    """The same through ``consume()``'s path (:meth:`Lease.skip_done`, no handler tracker):
+    the next owner passed 101-107 of A's run 101-110 when its checkpoint was written."""
+    seq = 49_600_000_000_000_000_000_000_000_000
+    inherited, _ = done_ranges.encode(_position((seq + 100, 0)), [((seq + 101, 0), (seq + 110, 0))])
+    lease = Lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=inherited))
+    for n in range(101, 108):
+        record = Record("s", "shard", str(seq + n), 0, "k", b"", None)
+        assert lease.already_done(record) and lease.skip_done(record)
+    position, runs = lease.done_marks()
+    assert position == _position((seq + 107, 0))
+    blob, _ = done_ranges.encode(position, runs)
+    third = Lease(Checkpoint("s", "shard", str(seq + 107), 0, "c", 3, done=blob))
+    assert [
+        n
+        for n in range(108, 112)
+        if third.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
+    ] == [108, 109, 110]
+
+
+def test_skipping_the_first_records_of_a_lease_moves_its_mark() -> None:
+    """A new owner whose first records are all inside the inherited runs (through
+    ``consume()``): nothing is in the application's hands, so a handoff need not wait, and at
+    SHARD_END the shard is drained (its children can start). The mark used to stay at the
+    checkpoint (nothing delivered yet was taken for something in hand): the handoff waited out
+    ``handoff_timeout`` and a closed shard was never finished."""
+    seq = 49_600_000_000_000_000_000_000_000_000
+    blob, _ = done_ranges.encode(_position((seq + 100, 0)), [((seq + 100, 0), (seq + 110, 0))])
+    lease = Lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=blob))
+    last = _position((seq + 110, 0))
+    for n in range(101, 111):
+        record = Record("s", "shard", str(seq + n), 0, "k", b"", None)
+        assert lease.already_done(record) and lease.skip_done(record)
+    lease.mark_fetched(last)
+    lease.mark_end()
+    assert lease.processed == last
+    assert not lease.in_hand
+    assert lease.drained
