@@ -74,9 +74,16 @@ def runs_of(done: Iterable[tuple[Position, bool]]) -> list[Run]:
 
 
 def above(runs: Iterable[Run], position: Position | None) -> list[Run]:
-    """The runs that end after ``position`` (all of them when None), sorted, overlaps merged."""
+    """The runs that end after ``position`` (all of them when None), sorted, overlaps merged.
+    A run that starts at or below ``position`` is cut to start at it (the encoding counts from
+    the position; every record up to it is done anyway): a new owner's mark can stop inside a
+    run it inherited, when only part of that run was fetched yet."""
     floor = key_of(position) if position is not None else None
-    kept = sorted(run for run in runs if floor is None or run[1] > floor)
+    kept = sorted(
+        run if floor is None or run[0] >= floor else (floor, run[1])
+        for run in runs
+        if floor is None or run[1] > floor
+    )
     merged: list[Run] = []
     for first, last in kept:
         if merged and first <= merged[-1][1]:

@@ -172,7 +172,9 @@ class Lease:
         with self._lock:
             if self.status is not LeaseStatus.ACTIVE:
                 return False
-            nothing_in_hand = self.delivered == self.processed
+            # Nothing delivered yet under this lease (None) holds nothing either: the records
+            # right after the checkpoint can be the inherited done ones.
+            nothing_in_hand = self.delivered is None or self.delivered == self.processed
             self.delivered = Position(record.sequence_number, record.sub_sequence_number)
             if nothing_in_hand:
                 self.processed = self.delivered

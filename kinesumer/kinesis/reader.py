@@ -33,6 +33,10 @@ SERVER_CLOCK_MARGIN_MS = 5_000
 LOCAL_CLOCK_MARGIN_MS = 60_000
 
 
+#: Fresh iterators :meth:`KinesisReader.scan_since` probes with before an expiry is raised.
+PROBE_ATTEMPTS = 5
+
+
 class IteratorExpired(Exception):
     """The shard iterator is older than five minutes: get a new one from the last record read."""
 
@@ -173,9 +177,20 @@ class KinesisReader:
         past its oldest record, or nothing at all), or an oldest record recent enough, there is
         nothing to scan. kinesalite always takes this path (its MillisBehindLatest is always
         0), which is what it needs: its AT_TIMESTAMP never answers while no record arrived
-        after the instant. AWS answers AT_TIMESTAMP at once: every other case uses it."""
-        oldest = await self.shard_iterator(stream, shard_id, None, "TRIM_HORIZON")
-        probe = await self.get_records(stream, shard_id, oldest, 1, None)
+        after the instant. AWS answers AT_TIMESTAMP at once: every other case uses it.
+
+        The probe's iterator is fresh, but a stalled process (a paused VM, a long retry) can
+        still see it expire: then a new one is probed (an expiry here must not stop the member:
+        it is not one of the reads the fetcher renews)."""
+        for attempt in range(PROBE_ATTEMPTS):
+            oldest = await self.shard_iterator(stream, shard_id, None, "TRIM_HORIZON")
+            try:
+                probe = await self.get_records(stream, shard_id, oldest, 1, None)
+                break
+            except IteratorExpired:
+                if attempt == PROBE_ATTEMPTS - 1:
+                    raise
+                log.info("%s/%s: the probe's iterator expired; probing again", stream, shard_id)
         first = probe.records[0].approximate_arrival_timestamp if probe.records else None
         if not probe.millis_behind or (first is not None and first >= since):
             return oldest
