@@ -63,6 +63,15 @@ class Metrics:
         """``records`` records given to ``run()``'s ``handler`` had ``outcome`` (ok,
         retried, discarded, dead_lettered, retry_later, failed, decode_error)."""
 
+    def produced(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        """Producer: ``records`` written to ``stream``, ``seconds`` after their put."""
+
+    def produce_failed(self, stream: str, error: str) -> None:
+        """Producer: a record failed for good (its future holds ``error``)."""
+
+    def produce_retried(self, entries: int, throttled: int) -> None:
+        """Producer: entries sent again, ``throttled`` of them refused for throughput."""
+
     def close(self) -> None:
         """The member left."""
 
