@@ -1,0 +1,120 @@
+"""The producer under partial failures, through the fault proxy (``Fault.refuse_entries``):
+only refused entries are sent again, every record lands once, and with ``ordering="key"`` each
+partition key's records land in put order; a record refused past ``delivery_timeout`` fails
+with a named error and is counted, never dropped silently."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+from _faultproxy import Fault, FaultProxy
+from _group import create_stream
+from _produced import by_key, read_all
+from _standins import NodeStandIn
+
+from kinesumer import Producer
+from kinesumer.errors import DeliveryTimeoutError, FlushError
+
+RECORDS = 3000
+KEYS = 40
+
+
+def put_numbered(producer: Producer, stream: str) -> None:
+    for i in range(RECORDS):
+        producer.put(stream, b"%d" % i, partition_key=f"key-{i % KEYS}")
+    producer.flush()
+
+
+def out_of_order(url: str, stream: str) -> tuple[list[int], int]:
+    """Every number read back (sorted) and how many records came after a later one of their
+    key."""
+    records = read_all(url, stream)
+    broken = 0
+    for datas in by_key(records).values():
+        numbers = [int(d) for d in datas]
+        broken += sum(1 for a, b in itertools.pairwise(numbers) if b < a)
+    return sorted(int(r.data) for r in records), broken
+
+
+@pytest.mark.parametrize("aggregate", [False, True], ids=["plain", "aggregated"])
+def test_refused_entries_are_retried_and_each_key_keeps_put_order(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+    aggregate: bool,
+) -> None:
+    stream = unique_name("pf")
+    create_stream(kinesalite.url, stream, 2)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.refuse_entries(0.2), service="kinesis", operation="PutRecords", seed=7)
+    with Producer(
+        kinesis_endpoint=proxy.url, region="us-east-1", ordering="key", aggregate=aggregate
+    ) as producer:
+        put_numbered(producer, stream)
+        stats = producer.stats()
+    numbers, broken = out_of_order(kinesalite.url, stream)
+    assert numbers == list(range(RECORDS))  # every record once
+    assert broken == 0
+    assert stats.retries > 0 and stats.throttled_entries > 0
+    assert stats.records_put == RECORDS and stats.records_failed == 0
+
+
+def test_without_the_key_rule_the_same_faults_break_order(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    """The control: what the check above catches (the usual retry loop's fault)."""
+    stream = unique_name("pf")
+    create_stream(kinesalite.url, stream, 2)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.refuse_entries(0.2), service="kinesis", operation="PutRecords", seed=7)
+    with Producer(kinesis_endpoint=proxy.url, region="us-east-1", ordering="none") as producer:
+        put_numbered(producer, stream)
+    numbers, broken = out_of_order(kinesalite.url, stream)
+    assert numbers == list(range(RECORDS))
+    assert broken > 0
+
+
+def test_a_record_refused_past_the_delivery_timeout_fails_and_is_counted(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    stream = unique_name("pf")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    rule = proxy.add_rule(Fault.refuse_entries(1.0), service="kinesis", operation="PutRecords")
+    producer = Producer(kinesis_endpoint=proxy.url, region="us-east-1", delivery_timeout=1.0)
+    futures = [producer.put(stream, b"%d" % i, partition_key="k") for i in range(3)]
+    with pytest.raises(FlushError) as raised:
+        producer.flush()
+    assert raised.value.failures == {"DeliveryTimeoutError": 3}
+    for future in futures:
+        with pytest.raises(DeliveryTimeoutError, match=r"delivery_timeout=1\.0"):
+            future.result()
+    rule.remove()
+    producer.put(stream, b"after", partition_key="k")
+    producer.close()
+    stats = producer.stats()
+    assert stats.failures == {"DeliveryTimeoutError": 3} and stats.records_put == 1
+    assert [r.data for r in read_all(kinesalite.url, stream)] == [b"after"]
+
+
+def test_whole_call_throttling_and_server_errors_are_retried(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    stream = unique_name("pf")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.throttle(), service="kinesis", operation="PutRecords", count=2)
+    proxy.add_rule(Fault.http_500(), service="kinesis", operation="PutRecords", count=1)
+    with Producer(kinesis_endpoint=proxy.url, region="us-east-1") as producer:
+        futures = [producer.put(stream, b"%d" % i, partition_key=f"k{i}") for i in range(20)]
+        producer.flush()
+    assert all(f.result().sequence_number for f in futures)
+    assert sorted(int(r.data) for r in read_all(kinesalite.url, stream)) == list(range(20))
