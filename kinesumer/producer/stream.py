@@ -29,7 +29,7 @@ from ..errors import (
 )
 from .batching import Entry, Lane, fill_call
 from .options import ProducerOptions
-from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult
+from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
 from .shards import ShardMap, ShardPacer
 
 log = logging.getLogger("kinesumer.producer")
@@ -74,6 +74,10 @@ class StreamWriter:
         self._busy: set[str] = set()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stale = False
+        # Aggregates that landed on another shard than the map said (a reshard): the shard and
+        # their keys; and keys pinned to such a shard since (see _pin).
+        self._landed: list[tuple[str, list[str]]] = []
+        self._pinned: dict[str, int] = {}
         self._rotation = 0
         self._last_expiry = 0.0
         self.pending = 0
@@ -195,6 +199,9 @@ class StreamWriter:
             if code is None:
                 if result["ShardId"] != entry.shard_id:
                     self._stale = True  # resharded since the map was listed
+                    if len(entry.records) > 1:
+                        keys = [record.key for record in entry.records]
+                        self._landed.append((result["ShardId"], keys))
                 for index, record in enumerate(entry.records):
                     sub = index if len(entry.records) > 1 else 0
                     self._outcomes.succeeded(
@@ -293,6 +300,7 @@ class StreamWriter:
             kwargs = {"NextToken": page["NextToken"]}
         self._map = ShardMap(shards)
         self._stale = False
+        self._pin()
         held = [r for lane in self._lanes.values() for r in lane.queue] + self._unrouted
         held.sort(key=lambda r: r.seq)  # per-key order survives the move (see .batching)
         now = time.monotonic()
@@ -315,8 +323,31 @@ class StreamWriter:
         for record in held:
             self._lane_for(record).queue.append(record)
 
+    def _pin(self) -> None:
+        """Keep each key of an aggregate that a reshard sent to a sibling shard on that sibling.
+
+        An aggregate goes where its first record's hash key goes; when the map was stale (a
+        split since it was listed), the others' keys landed on the first's child, which may not
+        be theirs. Their next records must follow them there, or a reader would meet them on two
+        sibling shards with no order between: they get that shard's first hash key as their
+        explicit hash key from now on.
+        """
+        assert self._map is not None
+        for shard_id, keys in self._landed:
+            start = self._map.start_of(shard_id)
+            if start is None:
+                continue  # closed again since: a later aggregate of these keys tells
+            for key in keys:
+                if self._map.shard_for(self._pinned.get(key, key_hash(key))) != shard_id:
+                    self._pinned[key] = start
+        self._landed = []
+
     def _lane_for(self, record: PendingRecord) -> Lane:
         assert self._map is not None
+        pin = self._pinned.get(record.key)
+        if pin is not None and record.hash_key != pin:
+            record.hash_key = pin
+            record.explicit_hash_key = str(pin)
         return self._lanes[self._map.shard_for(record.hash_key)]
 
     # -- failing records --
