@@ -14,7 +14,7 @@ from _group import create_stream
 from _produced import by_key, read_all
 from _standins import NodeStandIn
 
-from kinesumer import Producer
+from kinesumer import Config, Producer
 from kinesumer.errors import DeliveryTimeoutError, FlushError
 
 RECORDS = 3000
@@ -118,3 +118,38 @@ def test_whole_call_throttling_and_server_errors_are_retried(
         producer.flush()
     assert all(f.result().sequence_number for f in futures)
     assert sorted(int(r.data) for r in read_all(kinesalite.url, stream)) == list(range(20))
+
+
+def test_stats_and_prometheus_counters_tell_what_happened(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    from prometheus_client import REGISTRY
+
+    stream = unique_name("pm")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.refuse_entries(0.3), service="kinesis", operation="PutRecords", seed=3)
+    config = Config(
+        app="producer-metrics",
+        dynamodb_table="unused",
+        region="us-east-1",
+        kinesis_endpoint=proxy.url,
+        metrics=True,
+    )
+    with Producer.from_config(config) as producer:
+        for i in range(200):
+            producer.put(stream, b"%d" % i, partition_key=f"k{i}")
+        producer.flush()
+        stats = producer.stats()
+    labels = {"app": "producer-metrics", "client_id": "producer", "stream": stream}
+    sample = REGISTRY.get_sample_value
+    assert sample("kinesumer_produced_records_total", labels) == 200 == stats.records_put
+    assert sample("kinesumer_produced_bytes_total", labels) == stats.bytes_put
+    retries = sample("kinesumer_produce_retries_total", labels)
+    assert retries == stats.retries and retries is not None and retries > 0
+    throttled = sample("kinesumer_produce_throttled_entries_total", labels)
+    assert throttled == stats.throttled_entries == stats.retries
+    assert stats.latency.count == 200 and stats.latency.p50 is not None
+    assert stats.buffered_records == 0 and stats.calls > 1

@@ -57,6 +57,8 @@ class ProducerCore:
         self._counts: Counter[str] = Counter()
         self._failures_total: Counter[str] = Counter()
         self._latencies: deque[float] = deque(maxlen=4096)
+        # What the PutRecords answer being handled wrote: records, bytes, oldest put-to-ack.
+        self._answer: list[float] = [0, 0, 0.0]
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -172,7 +174,10 @@ class ProducerCore:
         self._counts["bytes_put"] += record.size
         latency = time.monotonic() - record.put_time
         self._latencies.append(latency)
-        self._metrics.produced(record.stream, 1, record.size, latency)
+        delta = self._answer
+        delta[0] += 1
+        delta[1] += record.size
+        delta[2] = max(delta[2], latency)
         if not record.future.done():
             record.future.set_result(result)
         self._resolved(record)
@@ -188,14 +193,20 @@ class ProducerCore:
             record.future.set_exception(error)
         self._resolved(record)
 
-    def retried(self, entries: int, throttled: int) -> None:
+    def retried(self, stream: str, entries: int, throttled: int) -> None:
         self._counts["retries"] += entries
         self._counts["throttled_entries"] += throttled
-        self._metrics.produce_retried(entries, throttled)
+        self._metrics.produce_retried(stream, entries, throttled)
 
-    def called(self, seconds: float, error: str | None) -> None:
+    def called(self, stream: str, seconds: float, error: str | None) -> None:
+        """A PutRecords call was answered (after its records' outcomes): report it and what it
+        wrote to the metrics, once per call."""
         self._counts["calls"] += 1
         self._metrics.aws_call("kinesis", "PutRecords", seconds, error, 0.0)
+        records, nbytes, oldest = self._answer
+        if records:
+            self._metrics.produced(stream, int(records), int(nbytes), oldest)
+        self._answer = [0, 0, 0.0]
 
     def _resolved(self, record: PendingRecord) -> None:
         self._unresolved -= 1

@@ -55,9 +55,9 @@ class Outcomes(Protocol):
 
     def failed(self, record: PendingRecord, error: BaseException) -> None: ...
 
-    def retried(self, entries: int, throttled: int) -> None: ...
+    def retried(self, stream: str, entries: int, throttled: int) -> None: ...
 
-    def called(self, seconds: float, error: str | None) -> None: ...
+    def called(self, stream: str, seconds: float, error: str | None) -> None: ...
 
 
 class StreamWriter:
@@ -178,11 +178,11 @@ class StreamWriter:
                 StreamName=self.stream, Records=[entry.request() for entry in entries]
             )
         except Exception as exc:
-            self._outcomes.called(time.monotonic() - started, error_code(exc))
             self._call_failed(entries, exc)
+            self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))
         else:
-            self._outcomes.called(time.monotonic() - started, None)
             self._answered(entries, response["Records"])
+            self._outcomes.called(self.stream, time.monotonic() - started, None)
         finally:
             if self._options.ordering == "key":
                 for entry in entries:
@@ -223,14 +223,14 @@ class StreamWriter:
                     self._outcomes.failed(record, error)
         if refused:
             self._requeue(refused)
-            self._outcomes.retried(len(refused), throttled)
+            self._outcomes.retried(self.stream, len(refused), throttled)
 
     def _call_failed(self, entries: list[Entry], exc: Exception) -> None:
         code = error_code(exc)
         if is_transient(exc):
             log.warning("PutRecords on %s failed (%s), retrying its entries", self.stream, code)
             self._requeue(entries)
-            self._outcomes.retried(len(entries), len(entries) * ("Throughput" in code))
+            self._outcomes.retried(self.stream, len(entries), len(entries) * ("Throughput" in code))
             return
         if isinstance(exc, ClientError) and code == "ResourceNotFoundException":
             error: BaseException = StreamNotFoundError(
