@@ -33,11 +33,17 @@ class Topic(Generic[T]):
         self.type = type
         self._encode = make_encoder(type)
         self._parse = make_parser(type)
+        self._instance_of = _checkable(type)
 
     def encode(self, value: T) -> bytes:
         """The record bytes of ``value``; InvalidRecordError if it does not encode."""
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value)  # already encoded
+        if self._instance_of is not None and not isinstance(value, self._instance_of):
+            raise InvalidRecordError(
+                f"put(data): topic {self.stream!r} carries {self._describe()}, not "
+                f"{type(value).__name__}; this value does not encode for it"
+            )
         try:
             return self._encode(value)
         except Exception as exc:
@@ -66,3 +72,35 @@ class Topic(Generic[T]):
 
     def __hash__(self) -> int:
         return hash(self.stream)
+
+
+def _checkable(payload: object) -> type | None:
+    """The class a value must be an instance of (dataclasses, Structs, models); None where
+    isinstance cannot tell (``"json"``, TypedDict, generic aliases)."""
+    if not isinstance(payload, type) or issubclass(payload, dict):
+        return None
+    try:
+        isinstance(None, payload)
+    except TypeError:
+        return None
+    return payload
+
+
+def run_streams(streams: Any, decode: object) -> tuple[list[str], object]:
+    """``run()``'s streams as names, and its ``decode``: the topics' type when ``streams`` are
+    :class:`Topic` objects (one, or several of one type) and ``decode`` is not given. Plain
+    stream names pass through unchanged; topics of different types need ``decode=``."""
+    items = [streams] if isinstance(streams, (Topic, str)) else list(streams)
+    topics = [item for item in items if isinstance(item, Topic)]
+    if topics and decode is None:
+        types = {id(topic.type): topic.type for topic in topics}
+        if len(types) > 1 or len(topics) < len(items):
+            raise ConfigError(
+                "decode",
+                "the streams are topics of different types (or topics and plain names): "
+                "pass decode=, or run each type on its own",
+                "run",
+            )
+        decode = next(iter(types.values()))
+    names = [item.stream if isinstance(item, Topic) else item for item in items]
+    return names, decode
