@@ -39,9 +39,11 @@ from ..kinesis.kpl_aggregate import Aggregate
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, MAX_RECORD_BYTES, PendingRecord
 from .shards import ShardPacer
 
-#: A lane is scanned this far per call: a deep backlog of one hot key does not cost a scan of
-#: the whole buffer each call.
+#: A lane is scanned this far per call, and no further than this many records past the last
+#: one taken: a deep backlog of busy keys does not cost a scan of the whole buffer each call
+#: (a record further back only waits for a later call; nothing is reordered).
 SCAN_LIMIT = 4096
+SKIP_LIMIT = 256
 
 
 class Lane:
@@ -155,10 +157,12 @@ def _scan(
     starved: int | None = None
     queue = lane.queue
     scanned = 0
+    skipped = 0
     for record in queue:
-        if scanned >= SCAN_LIMIT:
+        if scanned >= SCAN_LIMIT or skipped >= SKIP_LIMIT:
             break
         scanned += 1
+        skipped += 1
         if record.not_before > now:
             wake = min(wake, record.not_before - now)
             if by_key:
@@ -185,6 +189,7 @@ def _scan(
             if by_key:
                 passed.add(record.key)  # one entry per key per call
         taken.append(record)
+        skipped = 0
     if taken:
         for _ in range(scanned):
             queue.popleft()
