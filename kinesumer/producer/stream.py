@@ -255,17 +255,20 @@ class StreamWriter:
             self._fail_all(error)
 
     def _requeue(self, entries: list[Entry]) -> None:
-        """Put refused entries' records back at the front of their lanes, in put order, each
-        with its backoff (exponential, full jitter) before it may go again."""
+        """Put refused entries' records back at the front of their lanes, in put order, with
+        a backoff before they may go again: exponential in their attempts, full jitter, drawn
+        once per call so that a call's refusals go out again together (one call, not one call
+        each)."""
         now = time.monotonic()
         records = sorted((r for entry in entries for r in entry.records), key=lambda r: r.seq)
+        attempts = max(record.attempts for record in records) + 1
+        cap = min(
+            self._options.max_retry_backoff, self._options.retry_backoff * 2 ** (attempts - 1)
+        )
+        not_before = now + random.uniform(0, cap)
         for record in reversed(records):
             record.attempts += 1
-            cap = min(
-                self._options.max_retry_backoff,
-                self._options.retry_backoff * 2 ** (record.attempts - 1),
-            )
-            record.not_before = now + random.uniform(0, cap)
+            record.not_before = not_before
             self._lane_for(record).queue.appendleft(record)
             self.pending += 1
             self.pending_bytes += record.size
