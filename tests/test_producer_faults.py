@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from _faultproxy import Fault, FaultProxy
-from _group import create_stream
+from _group import create_stream, kinesis
 from _produced import by_key, read_all
 from _standins import NodeStandIn
 
@@ -153,3 +153,36 @@ def test_stats_and_prometheus_counters_tell_what_happened(
     assert throttled == stats.throttled_entries == stats.retries
     assert stats.latency.count == 200 and stats.latency.p50 is not None
     assert stats.buffered_records == 0 and stats.calls > 1
+
+
+def test_a_stale_map_that_cannot_be_listed_again_keeps_writing(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    """After a split, ListShards failing past its retries must not fail the records: Kinesis
+    places each by its hash key whatever the producer's map says."""
+    stream = unique_name("pf")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    client = kinesis(kinesalite.url)
+    with Producer(kinesis_endpoint=proxy.url, region="us-east-1") as producer:
+        producer.put(stream, b"before", partition_key="k").result(timeout=30)
+        parent = client.list_shards(StreamName=stream)["Shards"][0]
+        low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+        client.split_shard(
+            StreamName=stream,
+            ShardToSplit=parent["ShardId"],
+            NewStartingHashKey=str((low + high) // 2),
+        )
+        client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+        rule = proxy.add_rule(Fault.throttle(), service="kinesis", operation="ListShards", count=6)
+        for i in range(30):  # lands on the children: the map is stale
+            producer.put(stream, b"%d" % i, partition_key=f"k{i}")
+        producer.flush()
+        # Put while the map is being listed again, which fails past its retries.
+        for i in range(30, 60):
+            producer.put(stream, b"%d" % i, partition_key=f"k{i}")
+        producer.flush()
+        assert rule.fired == 6  # the map could not be listed again
+    assert len(read_all(kinesalite.url, stream)) == 61

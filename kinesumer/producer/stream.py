@@ -26,6 +26,7 @@ from ..errors import (
     DeliveryTimeoutError,
     RecordRejectedError,
     StreamNotFoundError,
+    TransientAWSError,
 )
 from .batching import Entry, Lane, fill_call
 from .options import ProducerOptions
@@ -122,7 +123,12 @@ class StreamWriter:
             self._expire(now)
             self._last_expiry = now
         if self._stale:
-            await self._refresh_map()
+            try:
+                await self._refresh_map()
+            except TransientAWSError as exc:
+                # The old map still routes every record (Kinesis places it by its hash key):
+                # keep writing by it and list again at the next step.
+                log.warning("listing the shards of %s again failed (%s)", self.stream, exc)
         wait: float | None = None
         if self.pending and len(self._in_flight) < self._options.max_in_flight:
             linger_left = self._linger_left(now)
