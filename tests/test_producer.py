@@ -23,6 +23,7 @@ from kinesumer.errors import (
     RecordTooLargeError,
     StreamNotFoundError,
 )
+from kinesumer.producer.records import check_record
 
 
 def test_every_record_is_written_once_and_its_future_says_where(
@@ -82,8 +83,9 @@ def test_bad_input_raises_named_errors_at_put(
             producer.put("s", b"x", partition_key="k", explicit_hash_key=str(2**128))
         with pytest.raises(InvalidRecordError, match="stream"):
             producer.put("bad name!", b"x", partition_key="k")
-        # The largest record Kinesis takes is accepted.
         assert producer.stats().buffered_records == 0
+    # The largest record Kinesis takes (1 MiB with its key) passes the checks.
+    assert len(check_record(b"x" * (1024 * 1024 - 1), "k", None)) == 1024 * 1024 - 1
     with pytest.raises(ConfigError, match=r"Producer\(ordering\)"):
         Producer(kinesis_endpoint=kinesalite.url, region="us-east-1", ordering="shard")  # type: ignore[arg-type]
 
@@ -122,3 +124,29 @@ def test_a_full_buffer_raises_without_block_and_blocks_with_it(
         producer.flush()
         producer.put(stream, b"3", partition_key="k", block=False)
     assert [r.data for r in read_all(kinesalite.url, stream)] == [b"0", b"1", b"2", b"3"]
+
+
+def test_async_put_waits_for_buffer_room_or_raises_without_block(
+    kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("p")
+    create_stream(kinesalite.url, stream, 1)
+
+    async def main() -> None:
+        async with AsyncProducer(
+            kinesis_endpoint=kinesalite.url, region="us-east-1", max_buffered_records=2, linger=60
+        ) as producer:
+            await producer.put(stream, b"0", partition_key="k")
+            await producer.put(stream, b"1", partition_key="k")
+            with pytest.raises(BufferFullError):
+                await producer.put(stream, b"2", partition_key="k", block=False)
+            waiting = asyncio.create_task(producer.put(stream, b"2", partition_key="k"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # no room until the first two are written
+            await producer.flush()
+            last = await waiting
+            await producer.flush()
+            await last
+
+    asyncio.run(main())
+    assert [r.data for r in read_all(kinesalite.url, stream)] == [b"0", b"1", b"2"]
