@@ -103,6 +103,12 @@ class BaseProducer:
         the producer's own keywords. ``config.metrics`` turns on its Prometheus counters."""
         return cls(config=config, **options)
 
+    @classmethod
+    def check_options(cls, **options: Any) -> None:
+        """Raise ConfigError for what the constructor would refuse, without starting anything
+        (the Spark sink checks its options on the driver this way)."""
+        BaseProducer(**options)
+
     def stats(self) -> ProducerStats:
         """Counters since creation and what is buffered now (see :class:`ProducerStats`)."""
         return self._core.stats()
