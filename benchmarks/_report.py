@@ -112,6 +112,7 @@ def tables(r: dict[str, Any]) -> str:
     lines += flat_cost_tables(r)
     lines += handlers_table(r.get("handlers"))
     lines += sinks_table(r.get("sinks"))
+    lines += producer_table(r.get("producer"))
     lines += assignment_modes_table(r.get("assignment_modes"))
     if r.get("efo"):
         import bench_efo
@@ -170,6 +171,15 @@ def handlers_table(h: dict[str, Any] | None) -> list[str]:
         f"{cpu['iterator']:.1f} us vs `run()` (concurrency 1: the handler runs inline) "
         f"{cpu['run_inline']:.1f} us: **{h['cpu_ratio']:.2f}x**.",
     ]
+
+
+def producer_table(p: dict[str, Any] | None) -> list[str]:
+    """The Producer vs a plain boto3 loop (bench_producer.py)."""
+    if not p:
+        return []
+    import bench_producer
+
+    return bench_producer.report(p).split("\n")
 
 
 def sinks_table(k: dict[str, Any] | None) -> list[str]:

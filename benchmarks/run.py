@@ -115,6 +115,10 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["sinks"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["producer"] = producer(kurl, quick)
+        timings["producer"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["efo"] = efo(quick)
         timings["efo"] = time.monotonic() - started
 
@@ -153,6 +157,15 @@ def sinks(kurl: str, durl: str, quick: bool) -> dict[str, Any]:
 
     result = bench_sinks.run_with_servers(kurl, durl, quick)
     print(bench_sinks.report(result), flush=True)
+    return result
+
+
+def producer(kurl: str, quick: bool) -> dict[str, Any]:
+    """The Producer vs a plain boto3 put_records loop (bench_producer.py)."""
+    import bench_producer
+
+    result = bench_producer.run(kurl, 6_000 if quick else 30_000)
+    print(bench_producer.report(result), flush=True)
     return result
 
 

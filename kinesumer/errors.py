@@ -15,6 +15,15 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     │   └── StreamNotFoundError         a stream does not exist
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
     ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
+    ├── ProducerError               a record could not be (or was not) written (Producer)
+    │   ├── InvalidRecordError          bad input at put(): key, payload type, hash key (also
+    │   │   │                           ValueError)
+    │   │   └── RecordTooLargeError         data + key over 1 MiB
+    │   ├── BufferFullError             put(block=False) met a full buffer
+    │   ├── DeliveryTimeoutError        not written within delivery_timeout
+    │   ├── RecordRejectedError         Kinesis refused the entry for good (names its code)
+    │   ├── ProducerClosedError         the producer was closed; make a new one
+    │   └── FlushError                  flush() found records that failed (counts by error)
     ├── MetricsNotInstalledError    Config.metrics without prometheus_client (also ImportError)
     ├── EnhancedFanOutNotInstalledError  Config.enhanced_fan_out without httpx[http2] (also
     │                               ImportError)
@@ -114,3 +123,57 @@ class MetricsNotInstalledError(KinesumerError, ImportError):
 class EnhancedFanOutNotInstalledError(KinesumerError, ImportError):
     """Enhanced fan-out was asked for (``Config(enhanced_fan_out=True)``) but its HTTP/2 client
     (``httpx`` with ``h2``) is missing: install ``kinesumer[efo]``."""
+
+
+class ProducerError(KinesumerError):
+    """A record could not be written by a :class:`~kinesumer.Producer` (its future holds the
+    error), or the producer cannot take it."""
+
+
+class InvalidRecordError(ProducerError, ValueError):
+    """``put()`` was given something Kinesis cannot take: an empty or over-long partition key, a
+    payload that is not bytes (without a topic to encode it), a bad explicit hash key, or a
+    stream outside the producer's topics. The message says what to fix."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A record's data plus its partition key exceed Kinesis' 1 MiB per record."""
+
+
+class BufferFullError(ProducerError):
+    """``put(..., block=False)`` (or ``Producer(block=False)``) met a full buffer: the producer
+    holds ``max_buffered_records`` or ``max_buffered_bytes`` unwritten already."""
+
+
+class DeliveryTimeoutError(ProducerError):
+    """A record was not written within the producer's ``delivery_timeout`` (Kinesis kept
+    refusing it, or the network kept failing); it was not sent again."""
+
+
+class RecordRejectedError(ProducerError):
+    """Kinesis refused an entry with an error that retrying will not heal (``code`` names it,
+    e.g. ``KMSDisabledException`` or ``ValidationException``)."""
+
+    def __init__(self, stream: str, code: str, message: str) -> None:
+        self.stream = stream
+        self.code = code
+        super().__init__(f"Kinesis refused a record on {stream}: {code}: {message}")
+
+
+class ProducerClosedError(ProducerError):
+    """The producer was closed; create a new one to put again."""
+
+
+class FlushError(ProducerError):
+    """``flush()`` (or ``close()``) found records that were not written since the last flush.
+    ``failures`` counts them by error name; each record's future holds its own error."""
+
+    def __init__(self, failures: dict[str, int], first: BaseException | None) -> None:
+        self.failures = dict(failures)
+        self.first = first
+        total = sum(failures.values())
+        detail = ", ".join(f"{name}: {count}" for name, count in sorted(failures.items()))
+        super().__init__(
+            f"{total} record(s) were not written ({detail}); first: {first}; each record's "
+            f"future holds its error"
+        )

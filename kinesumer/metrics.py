@@ -70,6 +70,17 @@ class Metrics:
     def corrupt_state_item(self, kind: str) -> None:
         """A state item of ``kind`` could not be read back and was skipped."""
 
+    def produced(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        """Producer, once per PutRecords answer: ``records`` written to ``stream``; ``seconds``
+        from the put of the oldest of them to the answer."""
+
+    def produce_failed(self, stream: str, error: str) -> None:
+        """Producer: a record failed for good (its future holds ``error``; rare)."""
+
+    def produce_retried(self, stream: str, entries: int, throttled: int) -> None:
+        """Producer, once per answer with refusals: entries to send again, ``throttled`` of
+        them refused for throughput."""
+
     def close(self) -> None:
         """The member left."""
 
@@ -163,6 +174,36 @@ class _Families:
             **kw,
         )
 
+        stream = [*member, "stream"]
+        self.produced = Counter(
+            "kinesumer_produced_records", "Records a Producer wrote.", stream, **kw
+        )
+        self.produced_bytes = Counter(
+            "kinesumer_produced_bytes", "Bytes (data and key) a Producer wrote.", stream, **kw
+        )
+        self.produce_failures = Counter(
+            "kinesumer_produce_failures",
+            "Records a Producer could not write, by error.",
+            [*stream, "error"],
+            **kw,
+        )
+        self.produce_retries = Counter(
+            "kinesumer_produce_retries", "PutRecords entries a Producer sent again.", stream, **kw
+        )
+        self.produce_throttled = Counter(
+            "kinesumer_produce_throttled_entries",
+            "PutRecords entries refused for throughput.",
+            stream,
+            **kw,
+        )
+        self.produce_latency = Histogram(
+            "kinesumer_produce_seconds",
+            "Per PutRecords answer: from the put of its oldest record to the answer.",
+            stream,
+            buckets=_LATENCY_BUCKETS,
+            **kw,
+        )
+
 
 _families: dict[int, _Families] = {}
 _servers: dict[tuple[str, int], Any] = {}
@@ -238,6 +279,20 @@ class PrometheusMetrics(Metrics):
 
     def corrupt_state_item(self, kind: str) -> None:
         self._f.corrupt.labels(*self._member, kind).inc()
+
+    def produced(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        labels = (*self._member, stream)
+        self._f.produced.labels(*labels).inc(records)
+        self._f.produced_bytes.labels(*labels).inc(nbytes)
+        self._f.produce_latency.labels(*labels).observe(seconds)
+
+    def produce_failed(self, stream: str, error: str) -> None:
+        self._f.produce_failures.labels(*self._member, stream, error).inc()
+
+    def produce_retried(self, stream: str, entries: int, throttled: int) -> None:
+        self._f.produce_retries.labels(*self._member, stream).inc(entries)
+        if throttled:
+            self._f.produce_throttled.labels(*self._member, stream).inc(throttled)
 
     def close(self) -> None:
         """The member left: its gauges would otherwise report stale values forever."""

@@ -104,6 +104,10 @@ class FaultKind(enum.Enum):
     LOST_RESPONSE = "lost_response"
     """Forward the request (it takes effect upstream), then close the client connection with a
     TCP RST instead of relaying the answer: a write that landed but whose answer was lost."""
+    REFUSE_ENTRIES = "refuse_entries"
+    """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
+    ``ProvisionedThroughputExceededException``; forward the rest and merge the answers (a
+    partial failure, as AWS answers when a shard is over its limit)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,14 @@ class Fault:
 
     kind: FaultKind
     seconds: float = 0.0
+    share: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.kind is FaultKind.REFUSE_ENTRIES:
+            if not 0.0 <= self.share <= 1.0:
+                raise ValueError(f"share must be within [0, 1], got {self.share}")
+        elif self.share:
+            raise ValueError(f"{self.kind.value} takes no share parameter")
         if self.kind is FaultKind.DELAY:
             if self.seconds < 0:
                 raise ValueError(f"delay must be >= 0 seconds, got {self.seconds}")
@@ -162,6 +172,10 @@ class Fault:
     def lost_response(cls) -> Fault:
         """Forward, then drop the answer (TCP RST): the request took effect upstream."""
         return cls(FaultKind.LOST_RESPONSE)
+
+    def refuse_entries(cls, share: float) -> Fault:
+        """PutRecords: refuse about ``share`` of each call's entries (throughput exceeded)."""
+        return cls(FaultKind.REFUSE_ENTRIES, share=share)
 
     @classmethod
     def expired_iterator(cls) -> Fault:
@@ -502,6 +516,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         elif kind is FaultKind.BLACKHOLE:
             self._hold(rule)
             self._abandon()
+        elif kind is FaultKind.REFUSE_ENTRIES:
+            self._refuse_entries(rule, key, body)
         else:
             status, headers, payload = error_response(kind, key, self.headers)
             self._respond(status, http.client.responses.get(status, ""), headers, payload)
@@ -539,6 +555,56 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self._respond(
             response.status, response.reason, relayed, data, add_length=self.command != "HEAD"
         )
+
+    def _refuse_entries(self, rule: Rule, key: OpKey, body: bytes) -> None:
+        """Forward a PutRecords call without a random share of its entries; answer with the
+        upstream's results for the rest and ``ProvisionedThroughputExceededException`` for
+        the share, in the call's order."""
+        proxy = self.server.proxy
+        request = json.loads(body)
+        entries = request.get("Records", [])
+        with proxy._lock:
+            refused = [rule._rng.random() < rule.fault.share for _ in entries]
+        kept = [entry for entry, out in zip(entries, refused, strict=True) if not out]
+        upstream: list[dict[str, object]] = []
+        status, reason = 200, "OK"
+        headers = [("Content-Type", "application/x-amz-json-1.1")]
+        if kept:
+            forward = [
+                (name, value)
+                for name, value in self.headers.items()
+                if name.lower() not in _HOP_BY_HOP
+                and name.lower() not in ("content-length", "expect")
+            ]
+            payload = json.dumps({**request, "Records": kept}).encode()
+            forward.append(("Content-Length", str(len(payload))))
+            try:
+                response, data = self._send_upstream(forward, payload)
+            except (OSError, http.client.HTTPException) as exc:
+                proxy._count(key, upstream_errors=1)
+                message = f"fault proxy: upstream failed: {exc!r}".encode()
+                self._respond(502, "Bad Gateway", [("Content-Type", "text/plain")], message)
+                return
+            proxy._count(key, forwarded=1)
+            if response.status != 200:  # a whole-call error: relay it as it is
+                self._respond(response.status, response.reason, headers, data)
+                return
+            upstream = json.loads(data)["Records"]
+        results = iter(upstream)
+        merged: list[dict[str, object]] = []
+        for out in refused:
+            if out:
+                merged.append(
+                    {
+                        "ErrorCode": "ProvisionedThroughputExceededException",
+                        "ErrorMessage": "Rate exceeded for shard (fault proxy)",
+                    }
+                )
+            else:
+                merged.append(next(results))
+        failed = sum(1 for result in merged if "ErrorCode" in result)
+        answer = json.dumps({"FailedRecordCount": failed, "Records": merged}).encode()
+        self._respond(status, reason, headers, answer)
 
     def _send_upstream(
         self, headers: list[tuple[str, str]], body: bytes

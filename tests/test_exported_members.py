@@ -22,13 +22,14 @@ import pytest
 
 import kinesumer
 import kinesumer.consumer
+import kinesumer.producer
 import kinesumer.stats
 
 #: Dunder names the package exports on purpose.
 EXPORTED_DUNDERS = {"__version__"}
 
 #: Public modules whose every name the package re-exports.
-PUBLIC_MODULES: list[types.ModuleType] = [kinesumer.consumer, kinesumer.stats]
+PUBLIC_MODULES: list[types.ModuleType] = [kinesumer.consumer, kinesumer.producer, kinesumer.stats]
 
 #: Optional extras: listed modules that need a package the base install does not have.
 OPTIONAL = ("kinesumer.spark",)
@@ -110,6 +111,17 @@ def test_every_all_is_sorted_and_importable(name: str) -> None:
 def test_the_consumer_package_exports_exactly_the_two_faces() -> None:
     assert kinesumer.consumer.__all__ == ["AsyncKinesumer", "Kinesumer"]
     assert sorted(exported(kinesumer.consumer)) == kinesumer.consumer.__all__
+
+
+def test_the_producer_package_exports_exactly_the_two_faces_and_their_results() -> None:
+    assert kinesumer.producer.__all__ == [
+        "AsyncProducer",
+        "LatencySummary",
+        "Producer",
+        "ProducerStats",
+        "PutResult",
+    ]
+    assert sorted(exported(kinesumer.producer)) == kinesumer.producer.__all__
 
 
 def test_stats_defines_exactly_the_two_snapshots() -> None:

@@ -27,6 +27,7 @@ from .options import (
     positive_int,
     sequence_number,
 )
+from .produce import add_produce
 from .status import status_command
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (add_consume, add_status, add_checkpoints, add_create_table, add_demo):
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
+    add_produce(commands)
     add_controls(commands, shared)
     return parser
 

@@ -28,6 +28,7 @@ from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
 from ..stats import ConsumerStats
+from ..topics import run_streams
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -165,7 +166,8 @@ class BaseKinesumer:
     ) -> tuple[RunOptions, Invocation, tuple[str, ...]]:
         """``run()``'s checks (ConfigError naming the argument), before anything starts: the
         options, the invocation, and the streams to join (with the policy's retry-later
-        stream); the sink is attached to the engine."""
+        stream); the sink is attached to the engine. Topics give their names and type."""
+        streams, run_arguments["decode"] = run_streams(streams, run_arguments.get("decode"))
         names = self._stream_names(streams)
         options = run_options(handler, is_async=is_async, **run_arguments)
         counters = self._handled.get(options.name)

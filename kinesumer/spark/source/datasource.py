@@ -64,6 +64,18 @@ class KinesumerDataSource(DataSource):
         redact_in_active_session()
         return "kinesumer"
 
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        """``df.write.format("kinesumer")``: the sink (:mod:`kinesumer.spark.sink`)."""
+        from ..sink import sink_writer
+
+        return sink_writer(self.options, schema, overwrite, streaming=False)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """``df.writeStream.format("kinesumer")``: the sink (:mod:`kinesumer.spark.sink`)."""
+        from ..sink import sink_writer
+
+        return sink_writer(self.options, schema, overwrite, streaming=True)
+
     def schema(self) -> str:
         # Called once, at load(): the place to fail early, with the option's name.
         check_resources(self._parsed())

@@ -1,0 +1,152 @@
+"""The Producer vs a plain boto3 ``put_records`` loop of 500-record calls (the loop most users
+write: resend the entries that came back with an ``ErrorCode``), side by side on the same
+kinesalite, 100-byte records over 100 keys: records/s, client CPU per record, and how many
+records each key's reader meets out of put order; ``ordering="key"`` vs ``"none"``, aggregated vs
+not; with no faults and with 20% of each call's entries refused (the fault proxy's
+``refuse_entries``). The Producer paces each shard at its write limits (1,000 records/s) by
+default, as against AWS; kinesalite has no limits, so the unpaced rows show the ceiling.
+
+Used by ``benchmarks/run.py``; runnable alone::
+
+    .venv/bin/python benchmarks/bench_producer.py [--records 20000] [--shards 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+
+import boto3  # noqa: E402
+from _faultproxy import Fault, FaultProxy  # noqa: E402
+from _produced import by_key, read_all  # noqa: E402
+from _standins import start_kinesalite  # noqa: E402
+
+from kinesumer import Producer  # noqa: E402
+
+KEYS = 100
+SIZE = 100
+
+#: (label, Producer keywords); None: the plain boto3 loop.
+CASES: list[tuple[str, dict[str, Any] | None]] = [
+    ("boto3 loop", None),
+    ('Producer ordering="key"', {}),
+    ('Producer ordering="none"', {"ordering": "none"}),
+    ("Producer aggregate=True", {"aggregate": True}),
+    ('Producer ordering="key", unpaced', {"shard_records_per_second": None}),
+    ("Producer aggregate=True, unpaced", {"aggregate": True, "shard_records_per_second": None}),
+]
+
+
+def payload(i: int) -> bytes:
+    return (b"%d:" % i).ljust(SIZE, b"x")
+
+
+def plain_loop(url: str, stream: str, records: int) -> None:
+    client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+    for start in range(0, records, 500):
+        entries = [
+            {"Data": payload(i), "PartitionKey": f"k{i % KEYS}"}
+            for i in range(start, min(start + 500, records))
+        ]
+        while entries:
+            results = client.put_records(StreamName=stream, Records=entries)["Records"]
+            entries = [e for e, r in zip(entries, results, strict=True) if "ErrorCode" in r]
+
+
+def producer_run(url: str, stream: str, records: int, options: dict[str, Any]) -> None:
+    with Producer(kinesis_endpoint=url, region="us-east-1", **options) as producer:
+        for i in range(records):
+            producer.put(stream, payload(i), partition_key=f"k{i % KEYS}")
+
+
+def out_of_order(url: str, stream: str, records: int) -> int:
+    read = read_all(url, stream)
+    assert len({r.data for r in read}) == records, "lost records"
+    broken = 0
+    for datas in by_key(read).values():
+        numbers = [int(d.split(b":")[0]) for d in datas]
+        broken += sum(1 for a, b in itertools.pairwise(numbers) if b < a)
+    return broken
+
+
+def one(kurl: str, shards: int, records: int, refused: float, case: dict[str, Any] | None) -> Any:
+    client = boto3.client("kinesis", endpoint_url=kurl, region_name="us-east-1")
+    stream = f"bench-produce-{os.getpid()}-{time.monotonic_ns()}"
+    client.create_stream(StreamName=stream, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    with FaultProxy(kurl) as proxy:
+        if refused:
+            proxy.add_rule(
+                Fault.refuse_entries(refused), service="kinesis", operation="PutRecords", seed=1
+            )
+        cpu, wall = time.process_time(), time.perf_counter()
+        if case is None:
+            plain_loop(proxy.url, stream, records)
+        else:
+            producer_run(proxy.url, stream, records, case)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {
+        "records_per_s": records / wall,
+        "cpu_us_per_record": cpu / records * 1e6,
+        "out_of_order": out_of_order(kurl, stream, records),
+    }
+
+
+def run(kurl: str, records: int, shards: int = 4) -> dict[str, Any]:
+    rows = []
+    for refused in (0.0, 0.2):
+        for label, case in CASES:
+            result = one(kurl, shards, records, refused, case)
+            rows.append({"case": label, "refused": refused, **result})
+            print(f"  produce {label}, {refused:.0%} refused: {result}", flush=True)
+    return {"records": records, "shards": shards, "size": SIZE, "keys": KEYS, "rows": rows}
+
+
+def report(r: dict[str, Any]) -> str:
+    lines = [
+        "",
+        f"**Producing**: {r['records']:,} records of {r['size']} B over {r['keys']:,} keys to "
+        f"{r['shards']} shards on kinesalite; the Producer vs a boto3 loop of 500-record "
+        "PutRecords calls that resends refused entries. CPU: client process CPU per record "
+        "(the Producer's loop thread included). Out of order: records a reader meets after a "
+        "later record of their key.",
+        "",
+        "| case | refused | records/s | vs loop | CPU us/record | out of order |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    base = {
+        row["refused"]: row["records_per_s"] for row in r["rows"] if row["case"] == "boto3 loop"
+    }
+    for row in r["rows"]:
+        lines.append(
+            f"| {row['case']} | {row['refused']:.0%} | {row['records_per_s']:,.0f} | "
+            f"{row['records_per_s'] / base[row['refused']]:.2f}x | "
+            f"{row['cpu_us_per_record']:.1f} | {row['out_of_order']:,} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--shards", type=int, default=4)
+    args = parser.parse_args()
+    kinesalite = start_kinesalite()
+    try:
+        print(report(run(kinesalite.url, args.records, args.shards)))
+    finally:
+        kinesalite.stop()
+
+
+if __name__ == "__main__":
+    main()

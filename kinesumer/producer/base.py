@@ -1,0 +1,148 @@
+"""What the two producing faces share: construction (the ``Config`` vocabulary for reaching AWS,
+:class:`~.options.ProducerOptions` for the rest), the checks every ``put`` makes, topics, and
+``stats()``. Only blocking versus awaiting differs between :class:`~kinesumer.Producer` and
+:class:`~kinesumer.AsyncProducer`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from ..config import Config
+from ..errors import InvalidRecordError
+from ..metrics import metrics_for
+from ..topics import Topic
+from .core import ProducerCore
+from .options import ProducerOptions
+from .records import PendingRecord, check_record
+from .stats import ProducerStats
+
+_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+#: Stand-ins for the consumer-only Config fields: a producer never reads the state table.
+_APP = "kinesumer-producer"
+_NO_TABLE = "kinesumer-producer-no-table"
+
+
+class BaseProducer:
+    """Puts records to Kinesis streams in batches, per shard, in the background.
+
+    Reaching AWS: ``region``, ``kinesis_region``, ``kinesis_endpoint``, ``sts_endpoint``,
+    ``role_arn``, ``external_id`` mean what they mean in :class:`~kinesumer.Config` (or pass a
+    ``Config`` to :meth:`from_config`). Batching, bounds, pacing and retries: see
+    :class:`~kinesumer.producer.options.ProducerOptions` (``linger``, ``max_buffered_records``,
+    ``max_buffered_bytes``, ``block``, ``delivery_timeout``, ``ordering``, ``aggregate``,
+    ``max_in_flight``, ``shard_records_per_second``, ``shard_bytes_per_second``,
+    ``retry_backoff``, ``max_retry_backoff``). ``topics``: when given, the only streams (or
+    :class:`~kinesumer.Topic` objects) this producer accepts.
+    """
+
+    def __init__(
+        self,
+        *,
+        region: str | None = None,
+        kinesis_region: str | None = None,
+        kinesis_endpoint: str | None = None,
+        sts_endpoint: str | None = None,
+        role_arn: str | None = None,
+        external_id: str | None = None,
+        topics: Iterable[str | Topic[Any]] | None = None,
+        config: Config | None = None,
+        linger: float = 0.05,
+        max_buffered_records: int = 100_000,
+        max_buffered_bytes: int = 64 * 1024 * 1024,
+        block: bool = True,
+        delivery_timeout: float = 120.0,
+        ordering: Literal["key", "none"] = "key",
+        aggregate: bool = False,
+        max_in_flight: int = 8,
+        shard_records_per_second: int | None = 1000,
+        shard_bytes_per_second: int | None = 1024 * 1024,
+        retry_backoff: float = 0.05,
+        max_retry_backoff: float = 2.0,
+    ) -> None:
+        if config is None:
+            config = Config(
+                app=_APP,
+                dynamodb_table=_NO_TABLE,
+                region=region,
+                kinesis_region=kinesis_region,
+                kinesis_endpoint=kinesis_endpoint,
+                sts_endpoint=sts_endpoint,
+                role_arn=role_arn,
+                external_id=external_id,
+            )
+        self.options = ProducerOptions(
+            linger=linger,
+            max_buffered_records=max_buffered_records,
+            max_buffered_bytes=max_buffered_bytes,
+            block=block,
+            delivery_timeout=delivery_timeout,
+            ordering=ordering,
+            aggregate=aggregate,
+            max_in_flight=max_in_flight,
+            shard_records_per_second=shard_records_per_second,
+            shard_bytes_per_second=shard_bytes_per_second,
+            retry_backoff=retry_backoff,
+            max_retry_backoff=max_retry_backoff,
+        )
+        self.config = config
+        self._topics: dict[str, Topic[Any] | None] | None = None
+        if topics is not None:
+            self._topics = {}
+            for topic in topics:
+                name = topic.stream if isinstance(topic, Topic) else topic
+                self._topics[_stream_name(name)] = topic if isinstance(topic, Topic) else None
+        self._core = ProducerCore(self.options, config, metrics_for(config, "producer"))
+
+    @classmethod
+    def from_config(cls, config: Config, **options: Any) -> Any:
+        """A producer reaching AWS as ``config`` says (region, endpoints, role); ``options`` are
+        the producer's own keywords. ``config.metrics`` turns on its Prometheus counters."""
+        return cls(config=config, **options)
+
+    @classmethod
+    def check_options(cls, **options: Any) -> None:
+        """Raise ConfigError for what the constructor would refuse, without starting anything
+        (the Spark sink checks its options on the driver this way)."""
+        BaseProducer(**options)
+
+    def stats(self) -> ProducerStats:
+        """Counters since creation and what is buffered now (see :class:`ProducerStats`)."""
+        return self._core.stats()
+
+    def _record(
+        self,
+        stream: str | Topic[Any],
+        data: Any,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        future: Any,
+    ) -> PendingRecord:
+        """The checked record for ``put``: a named error (InvalidRecordError and kin) for what
+        Kinesis would refuse."""
+        if isinstance(stream, Topic):
+            name = _stream_name(stream.stream)
+            data = stream.encode(data)
+        else:
+            name = _stream_name(stream)
+            topic = self._topics.get(name) if self._topics is not None else None
+            if topic is not None:
+                data = topic.encode(data)
+        if self._topics is not None and name not in self._topics:
+            raise InvalidRecordError(
+                f"put(stream): {name!r} is not one of this producer's topics "
+                f"({', '.join(sorted(self._topics))}); add it to topics=[...]"
+            )
+        payload = check_record(data, partition_key, explicit_hash_key)
+        return PendingRecord(name, payload, partition_key, explicit_hash_key, future)
+
+
+def _stream_name(stream: object) -> str:
+    if not isinstance(stream, str) or not _STREAM.match(stream):
+        raise InvalidRecordError(
+            f"put(stream): a stream name is 1-128 of [A-Za-z0-9_.-], got {stream!r}"
+        )
+    return stream

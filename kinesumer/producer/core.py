@@ -1,0 +1,279 @@
+"""The one asyncio core behind :class:`~kinesumer.Producer` and
+:class:`~kinesumer.AsyncProducer`: admission into a bounded buffer, a writer per stream,
+every record's outcome, flush, close and the counters behind ``stats()``.
+
+Threads: :meth:`ProducerCore.admit` and :meth:`ProducerCore.submit` may be called from any
+thread (the blocking face calls them on the application's threads); everything else runs on the
+core's event loop. A submitted record crosses to the loop through an inbox drained by one
+scheduled callback, so a burst of puts costs one wake-up of the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+from ..aws.clients import ClientFactory
+from ..config import Config
+from ..errors import BufferFullError, FlushError, ProducerClosedError
+from ..metrics import Metrics
+from .options import ProducerOptions
+from .records import PendingRecord, PutResult
+from .stats import ProducerStats, latency_summary
+from .stream import StreamWriter
+
+
+class ProducerCore:
+    def __init__(self, options: ProducerOptions, config: Config, metrics: Metrics) -> None:
+        self.options = options
+        self._config = config
+        self._metrics = metrics
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._client: Any = None
+        self._writers: dict[str, StreamWriter] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Admission (any thread).
+        self._room = threading.Condition()
+        self._buffered_records = 0
+        self._buffered_bytes = 0
+        self._room_event: asyncio.Event | None = None
+        # Inbox (any thread).
+        self._inbox_lock = threading.Lock()
+        self._inbox: list[PendingRecord] = []
+        self._drain_scheduled = False
+        self._seq = 0
+        self.closed = False
+        self._unresolved = 0
+        # Loop only.
+        self.flushing = False
+        self._flush_waiters: list[tuple[int, list[int], asyncio.Future[None]]] = []
+        self._failures: Counter[str] = Counter()
+        self._first_failure: BaseException | None = None
+        self._counts: Counter[str] = Counter()
+        self._failures_total: Counter[str] = Counter()
+        self._latencies: deque[float] = deque(maxlen=4096)
+        # What the PutRecords answer being handled wrote: records, bytes, oldest put-to-ack.
+        self._answer: list[float] = [0, 0, 0.0]
+
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._room_event = asyncio.Event()
+        self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
+
+    # -- any thread --
+
+    def admit(self, size: int, block: bool, timeout: float | None = None) -> None:
+        """Reserve buffer room for a record of ``size`` bytes: wait for it (``block``) or raise
+        :class:`BufferFullError`. Blocking waits on a thread lock: not for the loop's thread."""
+        limit_records, limit_bytes = (
+            self.options.max_buffered_records,
+            self.options.max_buffered_bytes,
+        )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._room:
+            while (
+                self._buffered_records + 1 > limit_records
+                or self._buffered_bytes + size > limit_bytes
+            ):
+                if self.closed:
+                    raise ProducerClosedError("this producer was closed; create a new one")
+                if not block:
+                    raise BufferFullError(self._full_message())
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise BufferFullError(self._full_message())
+                self._room.wait(left if left is not None else 1.0)
+            self._buffered_records += 1
+            self._buffered_bytes += size
+
+    def try_admit(self, size: int) -> bool:
+        with self._room:
+            if (
+                self._buffered_records + 1 > self.options.max_buffered_records
+                or self._buffered_bytes + size > self.options.max_buffered_bytes
+            ):
+                return False
+            self._buffered_records += 1
+            self._buffered_bytes += size
+            return True
+
+    async def admit_async(self, size: int, block: bool) -> None:
+        """:meth:`admit` for the loop's own thread: waits on the loop, not on a lock."""
+        assert self._room_event is not None
+        while not self.try_admit(size):
+            if not block:
+                raise BufferFullError(self._full_message())
+            if self.closed:
+                raise ProducerClosedError("this producer was closed; create a new one")
+            self._room_event.clear()
+            await self._room_event.wait()
+
+    def _full_message(self) -> str:
+        return (
+            f"the producer's buffer is full ({self._buffered_records} records, "
+            f"{self._buffered_bytes} bytes unwritten; max_buffered_records="
+            f"{self.options.max_buffered_records}, max_buffered_bytes="
+            f"{self.options.max_buffered_bytes}): wait, flush(), or raise the bounds"
+        )
+
+    def submit(self, record: PendingRecord) -> None:
+        """Hand an admitted record to the loop."""
+        loop = self._loop
+        assert loop is not None
+        record.put_time = time.monotonic()
+        record.deadline = record.put_time + self.options.delivery_timeout
+        with self._inbox_lock:
+            self._seq += 1
+            record.seq = self._seq
+            self._inbox.append(record)
+            schedule = not self._drain_scheduled
+            self._drain_scheduled = True
+        if schedule:
+            loop.call_soon_threadsafe(self._drain)
+
+    # -- the loop --
+
+    def _drain(self) -> int:
+        """Route the inbox's records to their writers; the put order (seq) reached."""
+        with self._inbox_lock:
+            records, self._inbox = self._inbox, []
+            self._drain_scheduled = False
+            reached = self._seq
+        self._unresolved += len(records)
+        for record in records:
+            writer = self._writers.get(record.stream)
+            if writer is None:
+                writer = self._start_writer(record.stream)
+            writer.add(record)
+        return reached
+
+    def _start_writer(self, stream: str) -> StreamWriter:
+        writer = StreamWriter(stream, self._client, self.options, self)
+        self._writers[stream] = writer
+        task = asyncio.get_running_loop().create_task(self._run_writer(writer))
+        self._tasks[stream] = task
+        return writer
+
+    async def _run_writer(self, writer: StreamWriter) -> None:
+        try:
+            await writer.run()
+        finally:
+            # A writer that stopped (closed, or the stream missing) is forgotten: a later put
+            # to the stream starts a new one, which lists the shards again.
+            if self._writers.get(writer.stream) is writer:
+                del self._writers[writer.stream]
+                self._tasks.pop(writer.stream, None)
+
+    def succeeded(self, record: PendingRecord, result: PutResult) -> None:
+        self._counts["records_put"] += 1
+        self._counts["bytes_put"] += record.size
+        latency = time.monotonic() - record.put_time
+        self._latencies.append(latency)
+        delta = self._answer
+        delta[0] += 1
+        delta[1] += record.size
+        delta[2] = max(delta[2], latency)
+        if not record.future.done():
+            record.future.set_result(result)
+        self._resolved(record)
+
+    def failed(self, record: PendingRecord, error: BaseException) -> None:
+        name = type(error).__name__
+        self._failures[name] += 1
+        self._failures_total[name] += 1
+        if self._first_failure is None:
+            self._first_failure = error
+        self._metrics.produce_failed(record.stream, name)
+        if not record.future.done():
+            record.future.set_exception(error)
+        self._resolved(record)
+
+    def retried(self, stream: str, entries: int, throttled: int) -> None:
+        self._counts["retries"] += entries
+        self._counts["throttled_entries"] += throttled
+        self._metrics.produce_retried(stream, entries, throttled)
+
+    def called(self, stream: str, seconds: float, error: str | None) -> None:
+        """A PutRecords call was answered (after its records' outcomes): report it and what it
+        wrote to the metrics, once per call."""
+        self._counts["calls"] += 1
+        self._metrics.aws_call("kinesis", "PutRecords", seconds, error, 0.0)
+        records, nbytes, oldest = self._answer
+        if records:
+            self._metrics.produced(stream, int(records), int(nbytes), oldest)
+        self._answer = [0, 0, 0.0]
+
+    def _resolved(self, record: PendingRecord) -> None:
+        self._unresolved -= 1
+        with self._room:
+            self._buffered_records -= 1
+            self._buffered_bytes -= record.size
+            self._room.notify_all()
+        if self._room_event is not None:
+            self._room_event.set()
+        for seq, remaining, waiter in self._flush_waiters:
+            if record.seq <= seq:
+                remaining[0] -= 1
+                if remaining[0] == 0 and not waiter.done():
+                    waiter.set_result(None)
+
+    async def flush(self) -> None:
+        """Wait until every record submitted so far is written or failed; raise
+        :class:`FlushError` if any record failed since the last flush."""
+        # Every record drained here has seq <= the seq reached, and every unresolved record was
+        # drained: the waiter counts exactly the records put before this flush.
+        seq = self._drain()
+        unresolved = self._unresolved
+        if unresolved:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            entry = (seq, [unresolved], waiter)
+            self._flush_waiters.append(entry)
+            self.flushing = True
+            for writer in self._writers.values():
+                writer.wake.set()
+            try:
+                await waiter
+            finally:
+                self._flush_waiters.remove(entry)
+                self.flushing = bool(self._flush_waiters)
+        if self._failures:
+            failures, first = dict(self._failures), self._first_failure
+            self._failures.clear()
+            self._first_failure = None
+            raise FlushError(failures, first)
+
+    async def close(self) -> None:
+        """Flush, stop every writer, close the client. FlushError if anything failed."""
+        try:
+            await self.flush()
+        finally:
+            self.closed = True
+            with self._room:
+                self._room.notify_all()
+            for writer in self._writers.values():
+                writer.closing = True
+                writer.wake.set()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            await self._stack.aclose()
+            self._metrics.close()
+
+    def stats(self) -> ProducerStats:
+        with self._room:
+            buffered, buffered_bytes = self._buffered_records, self._buffered_bytes
+        return ProducerStats(
+            records_put=self._counts["records_put"],
+            bytes_put=self._counts["bytes_put"],
+            calls=self._counts["calls"],
+            retries=self._counts["retries"],
+            throttled_entries=self._counts["throttled_entries"],
+            records_failed=sum(self._failures_total.values()),
+            failures=dict(self._failures_total),
+            buffered_records=buffered,
+            buffered_bytes=buffered_bytes,
+            latency=latency_summary(list(self._latencies)),
+        )

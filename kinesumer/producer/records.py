@@ -1,0 +1,118 @@
+"""What a producer holds for one record between ``put()`` and its acknowledgement, the checks a
+record passes at ``put()``, and Kinesis' limits.
+
+Limits (Kinesis API reference, PutRecords): a record's data plus its partition key (UTF-8) at
+most 1 MiB; a partition key 1 to 256 Unicode characters; an explicit hash key a decimal integer in
+``[0, 2**128 - 1]``; a PutRecords call at most 500 entries and 5 MiB (data plus keys). A record
+goes to the shard whose hash key range holds the MD5 of its partition key read as a 128-bit
+big-endian integer, or its explicit hash key when one is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from ..errors import InvalidRecordError, RecordTooLargeError
+
+MAX_RECORD_BYTES = 1024 * 1024
+MAX_CALL_BYTES = 5 * 1024 * 1024
+MAX_CALL_RECORDS = 500
+MAX_KEY_CHARS = 256
+MAX_HASH_KEY = 2**128 - 1
+
+
+class PutResult(NamedTuple):
+    """Where a record landed: its shard, sequence number and, for a record packed into a KPL
+    aggregate (``aggregate=True``), its position inside the aggregate (0 otherwise)."""
+
+    shard_id: str
+    sequence_number: str
+    sub_sequence_number: int = 0
+
+
+class PendingRecord:
+    """One record from ``put()`` until its future is resolved.
+
+    Written by the producer's core only (on its event loop), except ``future``, which the caller
+    holds. ``seq`` is the producer-wide put order; ``attempts``/``not_before`` are the retry
+    state of a refused entry.
+    """
+
+    __slots__ = (
+        "attempts",
+        "data",
+        "deadline",
+        "explicit_hash_key",
+        "future",
+        "hash_key",
+        "key",
+        "not_before",
+        "put_time",
+        "seq",
+        "size",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        stream: str,
+        data: bytes,
+        key: str,
+        explicit_hash_key: str | None,
+        future: Future[PutResult] | Any,
+    ) -> None:
+        self.stream = stream
+        self.data = data
+        self.key = key
+        self.explicit_hash_key = explicit_hash_key
+        self.hash_key = int(explicit_hash_key) if explicit_hash_key else key_hash(key)
+        self.size = len(data) + len(key.encode("utf-8"))
+        self.future = future
+        self.seq = 0
+        self.put_time = 0.0
+        self.deadline = 0.0
+        self.attempts = 0
+        self.not_before = 0.0
+
+
+def key_hash(key: str) -> int:
+    """The 128-bit hash Kinesis routes a partition key by."""
+    return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest(), "big")
+
+
+def check_record(data: object, partition_key: object, explicit_hash_key: object) -> bytes:
+    """The record's data as bytes, after the checks Kinesis would fail it for; raises
+    :class:`InvalidRecordError` (or :class:`RecordTooLargeError`) saying what to fix."""
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    if not isinstance(data, bytes):
+        raise InvalidRecordError(
+            f"put(data): a payload must be bytes, got {type(data).__name__}; encode it "
+            f"(e.g. json.dumps(value).encode()) or put to a Topic that encodes it"
+        )
+    if not isinstance(partition_key, str) or not partition_key:
+        raise InvalidRecordError(
+            f"put(partition_key): must be a non-empty string, got {partition_key!r}"
+        )
+    if len(partition_key) > MAX_KEY_CHARS:
+        raise InvalidRecordError(
+            f"put(partition_key): {len(partition_key)} characters, Kinesis allows at most "
+            f"{MAX_KEY_CHARS}; shorten or hash it"
+        )
+    if explicit_hash_key is not None:
+        text = explicit_hash_key if isinstance(explicit_hash_key, str) else None
+        if text is None or not text.isdigit() or int(text) > MAX_HASH_KEY:
+            raise InvalidRecordError(
+                f"put(explicit_hash_key): must be a decimal string in [0, 2**128 - 1], got "
+                f"{explicit_hash_key!r}"
+            )
+    size = len(data) + len(partition_key.encode("utf-8"))
+    if size > MAX_RECORD_BYTES:
+        raise RecordTooLargeError(
+            f"put(data): {size} bytes of data and partition key, Kinesis allows at most "
+            f"{MAX_RECORD_BYTES} (1 MiB) per record; split the payload or store it elsewhere "
+            f"and put a reference"
+        )
+    return data

@@ -1,0 +1,394 @@
+"""Writing one stream: its shard map, a lane per shard, and the task that turns lanes into
+PutRecords calls (at most ``max_in_flight`` at once) and handles each answer entry by entry.
+
+Who calls what: the core calls :meth:`StreamWriter.add` (on the loop) for each record put to the
+stream and reads :attr:`StreamWriter.failure` once :meth:`StreamWriter.run` has ended; the writer
+reports every record's outcome to the core through :class:`Outcomes`, exactly once per record.
+What goes into each call, and why per-key order holds: :mod:`.batching`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from ..aws.accounting import RequestStats
+from ..aws.retry import call_with_retry, error_code, is_denied, is_transient
+from ..errors import (
+    AccessDeniedError,
+    DeliveryTimeoutError,
+    RecordRejectedError,
+    StreamNotFoundError,
+    TransientAWSError,
+)
+from .batching import Entry, Lane, fill_call
+from .options import ProducerOptions
+from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
+from .shards import ShardMap, ShardPacer
+
+log = logging.getLogger("kinesumer.producer")
+
+#: Entry error codes worth sending again; any other refusal is for good.
+RETRYABLE_ENTRY_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "KMSThrottlingException",
+    }
+)
+_EXPIRY_CHECK = 0.2
+
+
+class Outcomes(Protocol):
+    """What the core does with a record's outcome (resolves its future, counts it)."""
+
+    flushing: bool
+
+    def succeeded(self, record: PendingRecord, result: PutResult) -> None: ...
+
+    def failed(self, record: PendingRecord, error: BaseException) -> None: ...
+
+    def retried(self, stream: str, entries: int, throttled: int) -> None: ...
+
+    def called(self, stream: str, seconds: float, error: str | None) -> None: ...
+
+
+class StreamWriter:
+    def __init__(
+        self, stream: str, client: Any, options: ProducerOptions, outcomes: Outcomes
+    ) -> None:
+        self.stream = stream
+        self._client = client
+        self._options = options
+        self._outcomes = outcomes
+        self._lanes: dict[str, Lane] = {}
+        self._map: ShardMap | None = None
+        self._unrouted: list[PendingRecord] = []
+        self._busy: set[str] = set()
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._stale = False
+        # Aggregates that landed on another shard than the map said (a reshard): the shard and
+        # their keys; and keys pinned to such a shard since (see _pin).
+        self._landed: list[tuple[str, list[str]]] = []
+        self._pinned: dict[str, int] = {}
+        self._rotation = 0
+        self._last_expiry = 0.0
+        self.pending = 0
+        self.pending_bytes = 0
+        self.wake = asyncio.Event()
+        self.closing = False
+        #: Why the writer stopped for good (the stream is missing, access denied), else None.
+        self.failure: BaseException | None = None
+
+    # -- called by the core --
+
+    def add(self, record: PendingRecord) -> None:
+        if self._map is None:
+            self._unrouted.append(record)
+        else:
+            self._lane_for(record).queue.append(record)
+        self.pending += 1
+        self.pending_bytes += record.size
+        if self.pending == 1 or self.pending % MAX_CALL_RECORDS == 0:
+            self.wake.set()
+
+    async def run(self) -> None:
+        """Write until closed with nothing left; fails every record it holds if the stream
+        cannot be written at all."""
+        try:
+            await self._refresh_map()
+            while not (self.closing and self.pending == 0 and not self._in_flight):
+                await self._step()
+        except (StreamNotFoundError, AccessDeniedError) as exc:
+            self.failure = exc
+        except Exception as exc:  # a bug or AWS past retries: every record learns of it
+            log.exception("writer of %s failed", self.stream)
+            self.failure = exc
+        if self.failure is not None:
+            self._fail_all(self.failure)
+
+    # -- the loop --
+
+    async def _step(self) -> None:
+        now = time.monotonic()
+        if now - self._last_expiry >= _EXPIRY_CHECK:
+            self._expire(now)
+            self._last_expiry = now
+        if self._stale:
+            try:
+                await self._refresh_map()
+            except TransientAWSError as exc:
+                # The old map still routes every record (Kinesis places it by its hash key):
+                # keep writing by it and list again at the next step.
+                log.warning("listing the shards of %s again failed (%s)", self.stream, exc)
+        wait: float | None = None
+        if self.pending and len(self._in_flight) < self._options.max_in_flight:
+            linger_left = self._linger_left(now)
+            if linger_left <= 0:
+                lanes = list(self._lanes.values())
+                self._rotation = (self._rotation + 1) % max(1, len(lanes))
+                lanes = lanes[self._rotation :] + lanes[: self._rotation]
+                entries, wait = fill_call(
+                    lanes,
+                    now,
+                    by_key=self._options.ordering == "key",
+                    busy=self._busy,
+                    aggregate=self._options.aggregate,
+                )
+                if entries:
+                    self._start_call(entries)
+                    return
+            else:
+                wait = linger_left
+        if self.pending:
+            wait = _EXPIRY_CHECK if wait is None else min(wait, _EXPIRY_CHECK)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), wait)
+        self.wake.clear()
+
+    def _linger_left(self, now: float) -> float:
+        if (
+            self.closing
+            or self._outcomes.flushing
+            or self.pending_bytes >= MAX_CALL_BYTES
+            or (not self._options.aggregate and self.pending >= MAX_CALL_RECORDS)
+        ):
+            return 0.0
+        oldest = min(
+            (lane.queue[0].put_time for lane in self._lanes.values() if lane.queue), default=now
+        )
+        return oldest + self._options.linger - now
+
+    # -- calls --
+
+    def _start_call(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            for record in entry.records:
+                self.pending -= 1
+                self.pending_bytes -= record.size
+        task = asyncio.get_running_loop().create_task(self._call(entries))
+        self._in_flight.add(task)
+
+    async def _call(self, entries: list[Entry]) -> None:
+        started = time.monotonic()
+        try:
+            response = await self._client.put_records(
+                StreamName=self.stream, Records=[entry.request() for entry in entries]
+            )
+        except Exception as exc:
+            self._call_failed(entries, exc)
+            self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))
+        else:
+            self._answered(entries, response["Records"])
+            self._outcomes.called(self.stream, time.monotonic() - started, None)
+        finally:
+            if self._options.ordering == "key":
+                for entry in entries:
+                    self._busy.difference_update(record.key for record in entry.records)
+            # Here, not in a done callback: the loop must see the call gone when it wakes.
+            self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
+            self.wake.set()
+
+    def _answered(self, entries: list[Entry], results: list[dict[str, Any]]) -> None:
+        refused: list[Entry] = []
+        throttled = 0
+        for entry, result in zip(entries, results, strict=True):
+            code = result.get("ErrorCode")
+            if code is None:
+                if result["ShardId"] != entry.shard_id:
+                    self._stale = True  # resharded since the map was listed
+                    if len(entry.records) > 1:
+                        keys = [record.key for record in entry.records]
+                        self._landed.append((result["ShardId"], keys))
+                for index, record in enumerate(entry.records):
+                    sub = index if len(entry.records) > 1 else 0
+                    self._outcomes.succeeded(
+                        record, PutResult(result["ShardId"], result["SequenceNumber"], sub)
+                    )
+            elif code in RETRYABLE_ENTRY_CODES:
+                refused.append(entry)
+                throttled += code == "ProvisionedThroughputExceededException"
+            else:
+                message = result.get("ErrorMessage", "")
+                error: BaseException = (
+                    AccessDeniedError(
+                        f"Kinesis denied a record on {self.stream}: {code}: {message}"
+                    )
+                    if "AccessDenied" in code
+                    else RecordRejectedError(self.stream, code, message)
+                )
+                for record in entry.records:
+                    self._outcomes.failed(record, error)
+        if refused:
+            self._requeue(refused)
+            self._outcomes.retried(self.stream, len(refused), throttled)
+
+    def _call_failed(self, entries: list[Entry], exc: Exception) -> None:
+        code = error_code(exc)
+        if is_transient(exc):
+            log.warning("PutRecords on %s failed (%s), retrying its entries", self.stream, code)
+            self._requeue(entries)
+            self._outcomes.retried(self.stream, len(entries), len(entries) * ("Throughput" in code))
+            return
+        if isinstance(exc, ClientError) and code == "ResourceNotFoundException":
+            error: BaseException = StreamNotFoundError(
+                f"stream {self.stream!r} does not exist (PutRecords): create it first"
+            )
+        elif is_denied(exc):
+            error = AccessDeniedError(
+                f"AWS denied kinesis:PutRecords on {self.stream} ({code}): grant the producer's "
+                f"role this call"
+            )
+        else:
+            error = (
+                RecordRejectedError(self.stream, code, str(exc))
+                if isinstance(exc, ClientError)
+                else exc
+            )
+        for entry in entries:
+            for record in entry.records:
+                self._outcomes.failed(record, error)
+        if isinstance(error, (StreamNotFoundError, AccessDeniedError)):
+            self.failure = error
+            self._fail_all(error)
+
+    def _requeue(self, entries: list[Entry]) -> None:
+        """Put refused entries' records back at the front of their lanes, in put order, with
+        a backoff before they may go again: exponential in their attempts, full jitter, drawn
+        once per call so that a call's refusals go out again together (one call, not one call
+        each)."""
+        now = time.monotonic()
+        records = sorted((r for entry in entries for r in entry.records), key=lambda r: r.seq)
+        attempts = max(record.attempts for record in records) + 1
+        cap = min(
+            self._options.max_retry_backoff, self._options.retry_backoff * 2 ** (attempts - 1)
+        )
+        not_before = now + random.uniform(0, cap)
+        for record in reversed(records):
+            record.attempts += 1
+            record.not_before = not_before
+            self._lane_for(record).queue.appendleft(record)
+            self.pending += 1
+            self.pending_bytes += record.size
+
+    # -- shard map --
+
+    async def _refresh_map(self) -> None:
+        shards: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"StreamName": self.stream}
+        stats = RequestStats()
+        while True:
+            try:
+                page = await call_with_retry(
+                    "kinesis.ListShards",
+                    functools.partial(self._client.list_shards, **kwargs),
+                    stats,
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ResourceNotFoundException":
+                    raise StreamNotFoundError(
+                        f"stream {self.stream!r} does not exist: create it before putting to it"
+                    ) from exc
+                if is_denied(exc):
+                    raise AccessDeniedError(
+                        f"AWS denied kinesis:ListShards on {self.stream} ({error_code(exc)}): "
+                        f"grant the producer's role this call"
+                    ) from exc
+                raise
+            shards.extend(page["Shards"])
+            if not page.get("NextToken"):
+                break
+            kwargs = {"NextToken": page["NextToken"]}
+        self._map = ShardMap(shards)
+        self._stale = False
+        self._pin()
+        held = [r for lane in self._lanes.values() for r in lane.queue] + self._unrouted
+        held.sort(key=lambda r: r.seq)  # per-key order survives the move (see .batching)
+        now = time.monotonic()
+        self._lanes = {
+            shard_id: self._lanes[shard_id]
+            if shard_id in self._lanes
+            else Lane(
+                shard_id,
+                ShardPacer(
+                    self._options.shard_records_per_second,
+                    self._options.shard_bytes_per_second,
+                    now,
+                ),
+            )
+            for shard_id in self._map.shard_ids
+        }
+        for lane in self._lanes.values():
+            lane.queue.clear()
+        self._unrouted = []
+        for record in held:
+            self._lane_for(record).queue.append(record)
+
+    def _pin(self) -> None:
+        """Keep each key of an aggregate that a reshard sent to a sibling shard on that sibling.
+
+        An aggregate goes where its first record's hash key goes; when the map was stale (a
+        split since it was listed), the others' keys landed on the first's child, which may not
+        be theirs. Their next records must follow them there, or a reader would meet them on two
+        sibling shards with no order between: they get that shard's first hash key as their
+        explicit hash key from now on.
+        """
+        assert self._map is not None
+        for shard_id, keys in self._landed:
+            start = self._map.start_of(shard_id)
+            if start is None:
+                continue  # closed again since: a later aggregate of these keys tells
+            for key in keys:
+                if self._map.shard_for(self._pinned.get(key, key_hash(key))) != shard_id:
+                    self._pinned[key] = start
+        self._landed = []
+
+    def _lane_for(self, record: PendingRecord) -> Lane:
+        assert self._map is not None
+        pin = self._pinned.get(record.key)
+        if pin is not None and record.hash_key != pin:
+            record.hash_key = pin
+            record.explicit_hash_key = str(pin)
+        return self._lanes[self._map.shard_for(record.hash_key)]
+
+    # -- failing records --
+
+    def _expire(self, now: float) -> None:
+        for lane in self._lanes.values():
+            if not any(record.deadline <= now for record in lane.queue):
+                continue
+            kept = [record for record in lane.queue if record.deadline > now]
+            for record in lane.queue:
+                if record.deadline <= now:
+                    self._drop(
+                        record,
+                        DeliveryTimeoutError(
+                            f"record for {self.stream} (key {record.key!r}) not written within "
+                            f"delivery_timeout={self._options.delivery_timeout}s after "
+                            f"{record.attempts} attempt(s)"
+                        ),
+                    )
+            lane.queue.clear()
+            lane.queue.extend(kept)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for lane in self._lanes.values():
+            for record in lane.queue:
+                self._drop(record, error)
+            lane.queue.clear()
+        for record in self._unrouted:
+            self._drop(record, error)
+        self._unrouted = []
+
+    def _drop(self, record: PendingRecord, error: BaseException) -> None:
+        self.pending -= 1
+        self.pending_bytes -= record.size
+        self._outcomes.failed(record, error)

@@ -1,0 +1,156 @@
+"""The Spark sink: every task writes its rows through a :class:`~kinesumer.Producer` and
+flushes before it reports success, so a batch commits only once its rows are in Kinesis.
+
+Columns: ``data`` (binary or string, UTF-8), ``partition_key`` (string), optional
+``explicit_hash_key`` (string) and ``stream`` (string: routes each row; else the ``stream``
+option). Options: ``stream``, the producer's AWS options (``region``, ``kinesis_region``,
+``kinesis_endpoint``, ``sts_endpoint``, ``role_arn``, ``external_id``) and ``aggregate``,
+``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when the writer
+is made (at ``save()`` / ``start()``), with :class:`~kinesumer.ConfigError` naming what to fix.
+
+At least once: a row is written again when Spark runs its task again (a task failed after some
+of its rows were written, or a speculative copy) or replays a micro-batch after a restart (the
+batch was written, the checkpoint of the query was not). Deduplicate downstream on a key of the
+row's own (e.g. an id in the payload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ConfigError
+from ...producer import Producer
+
+_STRINGS = (
+    "region",
+    "kinesis_region",
+    "kinesis_endpoint",
+    "sts_endpoint",
+    "role_arn",
+    "external_id",
+)
+_NUMBERS = ("delivery_timeout", "linger")
+#: Spark's own options, which it passes to the sink too.
+_SPARKS = frozenset({"path", "checkpointlocation", "queryname"})
+_KNOWN = frozenset({"stream", "aggregate", "ordering", *_SPARKS, *_STRINGS, *_NUMBERS})
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The sink's options, parsed: the default stream and the producer's keywords."""
+
+    stream: str | None
+    producer: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    values = {key.lower(): value for key, value in options.items()}
+    unknown = sorted(set(values) - _KNOWN)
+    if unknown:
+        raise ConfigError(
+            unknown[0],
+            f"not an option of the kinesumer sink ({', '.join(sorted(_KNOWN - _SPARKS))})",
+            "sink",
+        )
+    producer: dict[str, Any] = {key: values[key] for key in _STRINGS if values.get(key)}
+    for key in _NUMBERS:
+        if key in values:
+            try:
+                producer[key] = float(values[key])
+            except ValueError:
+                raise ConfigError(
+                    key, f"a number of seconds, not {values[key]!r}", "sink"
+                ) from None
+    if "aggregate" in values:
+        if values["aggregate"].lower() not in ("true", "false"):
+            raise ConfigError("aggregate", f"true or false, not {values['aggregate']!r}", "sink")
+        producer["aggregate"] = values["aggregate"].lower() == "true"
+    if "ordering" in values:
+        producer["ordering"] = values["ordering"]
+    Producer.check_options(**producer)  # the producer's own checks, on the driver
+    return SinkOptions(values.get("stream") or None, producer)
+
+
+def check_columns(schema: Any, options: SinkOptions) -> None:
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    if types.get("data") not in ("binary", "string"):
+        raise ConfigError(
+            "data", f"the sink needs a binary or string column 'data' (columns: {types})", "sink"
+        )
+    if types.get("partition_key") != "string":
+        raise ConfigError(
+            "partition_key",
+            f"the sink needs a string column 'partition_key' (columns: {types})",
+            "sink",
+        )
+    for optional in ("explicit_hash_key", "stream"):
+        if optional in types and types[optional] != "string":
+            raise ConfigError(optional, f"column {optional!r} must be a string", "sink")
+    if options.stream is None and "stream" not in types:
+        raise ConfigError(
+            "stream", "give the stream: .option('stream', ...) or a 'stream' column", "sink"
+        )
+
+
+@dataclass
+class SinkCommit:
+    """What a task reports: the rows it wrote (all of them, or it failed)."""
+
+    rows: int
+
+
+def write_rows(options: SinkOptions, rows: Iterator[Any]) -> SinkCommit:
+    """Put every row, flush, report: a record that could not be written fails the task
+    (FlushError), and Spark runs it again or fails the batch."""
+    count = 0
+    producer = Producer(**options.producer)
+    try:
+        for row in rows:
+            fields = row.asDict()
+            data = fields["data"]
+            if isinstance(data, str):
+                data = data.encode("utf-8")
+            stream: str = fields.get("stream") or options.stream or ""
+            producer.put(
+                stream,
+                data,
+                partition_key=fields["partition_key"],
+                explicit_hash_key=fields.get("explicit_hash_key"),
+            )
+            count += 1
+        producer.flush()
+    finally:
+        producer.close()
+    return SinkCommit(count)
+
+
+def sink_writer(options: Mapping[str, str], schema: Any, overwrite: bool, streaming: bool) -> Any:
+    """The batch or streaming writer for ``df.write`` / ``df.writeStream``."""
+    from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+    if overwrite:
+        raise ConfigError("mode", "Kinesis is append-only: use mode('append')", "sink")
+    parsed = parse_sink_options(options)
+    check_columns(schema, parsed)
+
+    @dataclass
+    class Commit(WriterCommitMessage):
+        rows: int
+
+    class BatchWriter(DataSourceWriter):
+        def write(self, iterator: Iterator[Any]) -> Any:
+            return Commit(write_rows(parsed, iterator).rows)
+
+    class StreamWriter(DataSourceStreamWriter):
+        def write(self, iterator: Iterator[Any]) -> Any:
+            return Commit(write_rows(parsed, iterator).rows)
+
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            """Every task flushed before reporting: the rows are written."""
+
+        def abort(self, messages: list[Any], batchId: int) -> None:
+            """Rows of the tasks that finished stay written (at least once)."""
+
+    return StreamWriter() if streaming else BatchWriter()

@@ -1,0 +1,106 @@
+"""A topic: a stream bound to the type of its payloads, for both sides.
+
+::
+
+    orders = Topic("orders", Order)
+    producer.put(orders, Order(id=1), partition_key="order-1")   # encoded as JSON
+    orders.decode(record.data)                                    # an Order again
+
+The codecs are :mod:`kinesumer.codecs` (the ones ``run(decode=...)`` uses). A producer built
+with ``topics=[...]`` refuses any other stream.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Generic, TypeVar
+
+from .codecs import make_encoder, make_parser
+from .errors import ConfigError, InvalidRecordError
+
+T = TypeVar("T")
+_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+class Topic(Generic[T]):
+    """Stream ``stream`` carrying values of ``type`` (``"json"``, a dataclass, a
+    ``msgspec.Struct``, a ``TypedDict``, a pydantic model: see :mod:`kinesumer.codecs`)."""
+
+    def __init__(self, stream: str, type: type[T] | Any = "json") -> None:
+        if not isinstance(stream, str) or not _STREAM.match(stream):
+            raise ConfigError("stream", f"1-128 of [A-Za-z0-9_.-], got {stream!r}", "Topic")
+        self.stream = stream
+        self.type = type
+        self._encode = make_encoder(type)
+        self._parse = make_parser(type)
+        self._instance_of = _checkable(type)
+
+    def encode(self, value: T) -> bytes:
+        """The record bytes of ``value``; InvalidRecordError if it does not encode."""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)  # already encoded
+        if self._instance_of is not None and not isinstance(value, self._instance_of):
+            raise InvalidRecordError(
+                f"put(data): topic {self.stream!r} carries {self._describe()}, not "
+                f"{type(value).__name__}; this value does not encode for it"
+            )
+        try:
+            return self._encode(value)
+        except Exception as exc:
+            raise InvalidRecordError(
+                f"put(data): {type(value).__name__} value does not encode for topic "
+                f"{self.stream!r} ({self._describe()}): {exc}"
+            ) from exc
+
+    def decode(self, data: bytes) -> T:
+        """``data`` parsed back into the topic's type (the decoder's own error if not)."""
+        value: T = self._parse(data)
+        return value
+
+    def _describe(self) -> str:
+        return (
+            self.type
+            if isinstance(self.type, str)
+            else getattr(self.type, "__qualname__", repr(self.type))
+        )
+
+    def __repr__(self) -> str:
+        return f"Topic({self.stream!r}, {self._describe()})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Topic) and (self.stream, self.type) == (other.stream, other.type)
+
+    def __hash__(self) -> int:
+        return hash(self.stream)
+
+
+def _checkable(payload: object) -> type | None:
+    """The class a value must be an instance of (dataclasses, Structs, models); None where
+    isinstance cannot tell (``"json"``, TypedDict, generic aliases)."""
+    if not isinstance(payload, type) or issubclass(payload, dict):
+        return None
+    try:
+        isinstance(None, payload)
+    except TypeError:
+        return None
+    return payload
+
+
+def run_streams(streams: Any, decode: object) -> tuple[list[str], object]:
+    """``run()``'s streams as names, and its ``decode``: the topics' type when ``streams`` are
+    :class:`Topic` objects (one, or several of one type) and ``decode`` is not given. Plain
+    stream names pass through unchanged; topics of different types need ``decode=``."""
+    items = [streams] if isinstance(streams, (Topic, str)) else list(streams)
+    topics = [item for item in items if isinstance(item, Topic)]
+    if topics and decode is None:
+        types = {id(topic.type): topic.type for topic in topics}
+        if len(types) > 1 or len(topics) < len(items):
+            raise ConfigError(
+                "decode",
+                "the streams are topics of different types (or topics and plain names): "
+                "pass decode=, or run each type on its own",
+                "run",
+            )
+        decode = next(iter(types.values()))
+    names = [item.stream if isinstance(item, Topic) else item for item in items]
+    return names, decode

@@ -1,0 +1,115 @@
+"""The Spark sink on local Spark and kinesalite: ``df.write.format("kinesumer")`` writes every
+row through the Producer (routed per row by a ``stream`` column or the ``stream`` option), and a
+bad option or column fails at ``save()`` with the option's name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from _group import create_stream
+from _produced import by_key, read_all
+from _spark_source import local_spark
+from _standins import NodeStandIn
+
+from kinesumer.spark import KinesumerDataSource
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_spark(app="kinesumer-sink-tests") as session:
+        session.dataSource.register(KinesumerDataSource)
+        yield session
+
+
+def test_a_batch_write_puts_every_row_and_routes_by_the_stream_column(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    first, second = unique_name("sink"), unique_name("sink")
+    create_stream(kinesalite.url, first, 2)
+    create_stream(kinesalite.url, second, 1)
+    rows = [(f"{i}".encode(), f"k{i % 5}", first if i % 3 else second) for i in range(300)]
+    frame = spark.createDataFrame(rows, "data binary, partition_key string, stream string")
+    (
+        frame.repartition(1)
+        .write.format("kinesumer")
+        .mode("append")
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", kinesalite.url)
+        .option("aggregate", "true")
+        .save()
+    )
+    written = read_all(kinesalite.url, first) + read_all(kinesalite.url, second)
+    assert sorted(int(r.data) for r in written) == list(range(300))
+    assert {int(r.data) for r in read_all(kinesalite.url, second)} == set(range(0, 300, 3))
+    for datas in by_key(read_all(kinesalite.url, first)).values():
+        numbers = [int(d) for d in datas]
+        assert numbers == sorted(numbers)  # one task: its rows in order per key
+
+
+def test_a_bad_column_or_option_fails_at_save_with_its_name(
+    spark: Any, kinesalite: NodeStandIn
+) -> None:
+    frame = spark.createDataFrame([("x", 1)], "data string, partition_key int")
+    writer = frame.write.format("kinesumer").mode("append").option("stream", "s")
+    with pytest.raises(Exception, match=r"sink\(partition_key\)"):
+        writer.option("kinesis_endpoint", kinesalite.url).save()
+    good = spark.createDataFrame([("x", "k")], "data string, partition_key string")
+    with pytest.raises(Exception, match=r"\(ordering\): must be"):
+        good.write.format("kinesumer").mode("append").option("stream", "s").option(
+            "ordering", "shard"
+        ).save()
+
+
+def test_a_pipeline_from_the_source_to_the_sink_with_failed_tasks_retried(
+    spark: Any,
+    kinesalite: NodeStandIn,
+    dynalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    tmp_path: Any,
+) -> None:
+    """readStream.format("kinesumer") -> transform -> writeStream.format("kinesumer"), the
+    first read of every (batch, shard) failing once (Spark runs the task again): nothing lost."""
+    from _group import put
+    from _spark_source import spark_group
+
+    from kinesumer.spark.source import option_strings
+
+    group = spark_group(kinesalite, dynalite, unique_name)
+    source, out = group["stream"], unique_name("out")
+    create_stream(kinesalite.url, source, 2)
+    create_stream(kinesalite.url, out, 2)
+    produced = put(kinesalite.url, source, 0, 200, key=lambda i: f"k{i % 7}")
+    fail_dir = tmp_path / "fail"
+    fail_dir.mkdir()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(
+            **option_strings(group["config"], [source], test_fail_first_read_dir=str(fail_dir))
+        )
+        .load()
+    )
+    transformed = frame.selectExpr("concat(data, X'21') AS data", "partition_key")
+    query = (
+        transformed.writeStream.format("kinesumer")
+        .option("stream", out)
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", kinesalite.url)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(300)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None
+    written = read_all(kinesalite.url, out)
+    assert sorted(r.data for r in written) == sorted(d + b"!" for d in produced)
+    assert any(fail_dir.iterdir())  # the reads did fail once
