@@ -165,10 +165,13 @@ def test_kill_9_redelivers_only_what_the_checkpoint_did_not_cover(
     again = {int(r["data"]) for r in done_first} & set(numbers)
     assert again == not_covered
     assert in_flight - {n for n in in_flight if n >= RECORDS} <= set(numbers)
-    # The done runs saved something: records finished above the mark were not handled again.
+    # Only records above the mark are handled again. (Whether the runs saved any of them depends
+    # on what was in flight at the kill, which a real kill -9 does not let the test choose: the
+    # exact rule above already says every record the runs covered was skipped;
+    # test_handlers_done_runs.py shows the runs covering records deterministically.)
     above_mark = {
         int(r["data"])
         for r in done_first
         if int(r["sequence_number"]) > int(at_kill[r["shard_id"]]["sequence_number"]["S"])
     }
-    assert again < above_mark
+    assert again <= above_mark
