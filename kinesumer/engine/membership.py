@@ -300,6 +300,18 @@ class Membership:
         self._set_live([c for c in by_id if c.client_id not in self.dead], read_at)
         return stale
 
+    def verdict_due(self) -> float | None:
+        """When (our monotonic clock) the next verdict falls due if nothing changes: a live
+        member's token, or the followed head, unchanged for ``client_timeout`` by then (None:
+        nothing watched). The coordinator ticks at that moment rather than at its next regular
+        tick: the verdict needs a read *started* ``client_timeout`` after the answer that
+        first showed the token, so on the tick grid it came a whole tick late (``T`` + 1 s
+        after that answer at the defaults, and a dead leader's shards waited over ``T`` + 2 s)."""
+        if self._followed is not None:  # following the view: its head going stale is due
+            return self._heads.due("")
+        moments = (self._members.due(c) for c in self.live_ids if c != self.client_id)
+        return min((m for m in moments if m is not None), default=None)
+
     async def owner_gone(self, owner: str) -> bool:
         """Whether the shards ``owner`` holds may be taken over: its client item, read now
         (strongly consistent, after the checkpoint naming it was read), is gone, or still holds

@@ -1,0 +1,107 @@
+"""A death is judged when its verdict falls due, not on the next tick after it.
+
+A verdict needs a read *started* ``client_timeout`` after the answer that first showed the dead
+member's last token (``kinesumer.core.liveness``). On the coordinator's one-tick grid that read
+came a whole tick late (the answer's moment is taken after the read, the next reads start a
+whole number of ticks after the previous ones started): at the defaults a dead member was judged
+about ``T`` + 1 s after the leader first saw its last token, and a dead leader's shards were taken
+over ``T`` + 2.25 s after its SIGKILL. The coordinator now ticks at the moment the next verdict
+falls due (:meth:`Membership.verdict_due`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from _wait import eventually
+
+from kinesumer import Config
+from kinesumer.engine.coordinator import Coordinator
+from kinesumer.engine.membership import Membership
+from kinesumer.metrics import Metrics
+from kinesumer.models import ClientInfo
+
+T = 3.0  # the default client_timeout
+
+
+class Members:
+    """The one store call a direct read makes: every client item."""
+
+    def __init__(self, *clients: ClientInfo) -> None:
+        self.clients = list(clients)
+
+    async def list_clients(self) -> list[ClientInfo]:
+        return list(self.clients)
+
+
+def membership_over(store: Members) -> Membership:
+    none: Any = None
+    return Membership("a", T, store, none, none, {})  # type: ignore[arg-type]
+
+
+async def test_the_next_verdict_falls_due_client_timeout_after_the_answer_that_showed_it() -> None:
+    """Due ``T`` after the read that first returned a member's token (taken after the
+    answer), moved on by a new token, never for ourselves; the read started then judges it."""
+    store = Members(ClientInfo("a", 1, beat=1), ClientInfo("b", 1, beat=1))
+    membership = membership_over(store)
+    assert membership.verdict_due() is None  # nothing read yet
+    before = time.monotonic()
+    await membership.read_members()
+    after = time.monotonic()
+    due = membership.verdict_due()
+    assert due is not None and before + T <= due <= after + T
+    store.clients = [ClientInfo("a", 2, beat=2), ClientInfo("b", 2, beat=2)]  # b heartbeated
+    await membership.read_members()
+    moved = membership.verdict_due()
+    assert moved is not None and moved > due
+    store.clients = [ClientInfo("a", 3, beat=3), ClientInfo("b", 2, beat=2)]  # b went silent
+    await asyncio.sleep(max(0.0, moved - time.monotonic()))
+    stale = await membership.read_members()
+    assert [c.client_id for c in stale] == ["b"] and membership.live_ids == ["a"]
+    assert membership.verdict_due() is None  # we alone are live: nobody to judge
+
+
+class DueMembership:
+    """What the coordinator's loop asks of the membership between ticks."""
+
+    def __init__(self) -> None:
+        self.due: float | None = None
+
+    def verdict_due(self) -> float | None:
+        return self.due
+
+    async def view_moved(self) -> bool:
+        return False
+
+
+async def test_the_coordinator_ticks_when_a_verdict_falls_due() -> None:
+    """With an hour between ticks, a verdict due a fifth of a second after a tick brings the
+    next tick then (before: an hour later). A moment before the tick's start does not bring
+    ticks one after the other."""
+    config = Config(app="a", dynamodb_table="state", heartbeat_interval=3600, client_timeout=7200)
+    membership = DueMembership()
+    leasing: Any = type("Leasing", (), {"has_pending": False})()
+    none: Any = None
+    coordinator = Coordinator(config, "a", {}, membership, none, leasing, Metrics())  # type: ignore[arg-type]
+    starts: list[float] = []
+
+    async def tick() -> None:
+        starts.append(time.monotonic())
+        # First tick: a verdict due in 0.2 s; later ones: a moment already past.
+        membership.due = starts[0] + 0.2 if len(starts) == 1 else starts[0]
+
+    coordinator.tick = tick  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    running = asyncio.create_task(coordinator.run(stop))
+    try:
+        await eventually(
+            lambda: len(starts) >= 2, timeout=30, what="a tick when the verdict fell due"
+        )
+        assert starts[1] >= starts[0] + 0.2
+        await asyncio.sleep(0.5)
+        assert len(starts) == 2  # a due moment before the tick's start: the regular cadence
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
