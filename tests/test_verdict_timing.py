@@ -16,8 +16,11 @@ import time
 from typing import Any
 
 from _wait import eventually
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kinesumer import Config
+from kinesumer.core.liveness import Observer
 from kinesumer.engine.coordinator import Coordinator
 from kinesumer.engine.membership import Membership
 from kinesumer.metrics import Metrics
@@ -105,3 +108,33 @@ async def test_the_coordinator_ticks_when_a_verdict_falls_due() -> None:
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
+
+
+# -- the pure observer stays as large as the group it watches ----------------------------------
+reads = st.lists(
+    st.tuples(
+        st.dictionaries(st.sampled_from([f"m{i}" for i in range(30)]), st.integers(0, 3)),
+        st.booleans(),  # complete: the read returned every item there is
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(reads)
+def test_the_observer_keeps_only_the_members_of_its_last_complete_read(
+    history: list[tuple[dict[str, int], bool]],
+) -> None:
+    """Members that left are forgotten by the next read that returned every item; between two
+    such reads it holds what they and the partial reads (a watched leader) returned. Every key
+    it keeps is listed by ``dead`` at an infinite moment, so that is all it keeps."""
+    observer = Observer(T)
+    kept: set[str] = set()
+    for moment, (tokens, complete) in enumerate(history):
+        observer.observe(tokens, float(moment), complete=complete)
+        kept = set(tokens) if complete else kept | set(tokens)
+        assert set(observer.dead(float("inf"))) == kept
+        for key in kept:
+            due = observer.due(key)
+            assert due is not None and due <= moment + T
