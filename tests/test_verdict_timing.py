@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
+from _group import make_config, setup_table, state_store
+from _standins import NodeStandIn
 from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +29,8 @@ from kinesumer.engine.coordinator import Coordinator
 from kinesumer.engine.membership import Membership
 from kinesumer.metrics import Metrics
 from kinesumer.models import ClientInfo
+from kinesumer.statestore.base import MembershipView, PublishedMembers
+from kinesumer.statestore.dynamodb import view
 
 T = 3.0  # the default client_timeout
 
@@ -138,3 +144,110 @@ def test_the_observer_keeps_only_the_members_of_its_last_complete_read(
         for key in kept:
             due = observer.due(key)
             assert due is not None and due <= moment + T
+
+
+# -- a dead leader is judged T after its followers first saw its last token ---------------------
+class FollowedGroup:
+    """A group led by "a" as follower "f" sees it: a's client item, the view "a" publishes
+    (each head carries a's token as its read found it), and f's own item."""
+
+    def __init__(self) -> None:
+        self.beats = 0
+        self.leader = ClientInfo("a", 1, beat=1)
+        self.head = self.publish(1)
+
+    def publish(self, n: int) -> MembershipView:
+        self.leader = ClientInfo("a", n, beat=n)
+        self.head = MembershipView(
+            version=1,
+            members_key="k1",
+            read_at_ms=n,
+            published_at_ms=n,
+            leader="a",
+            seen_changes=0,
+            leader_token=self.leader.token,
+        )
+        return self.head
+
+    async def read_view_head(self, *, consistent: bool) -> MembershipView | None:
+        return self.head
+
+    async def read_view_members(self, members_key: str) -> PublishedMembers | None:
+        live = [ClientInfo("a", 0), ClientInfo("f", 0)]
+        return PublishedMembers(live, {}, True)
+
+    def follow_digests(self, head: MembershipView | None) -> None:
+        pass
+
+    async def publish_view(self, *args: object) -> bool:
+        return True  # f, once it finds "a" dead, leads and publishes
+
+    async def announce_change(self) -> None:
+        raise AssertionError("nobody joins or leaves here")
+
+    async def list_clients(self) -> list[ClientInfo]:
+        self.beats += 1  # f heartbeats
+        return [self.leader, ClientInfo("f", self.beats, beat=self.beats)]
+
+    async def get_client(self, client_id: str) -> ClientInfo | None:
+        return self.leader if client_id == "a" else None
+
+
+async def test_a_dead_leader_is_judged_when_its_head_goes_stale() -> None:
+    """The leader "a" publishes a last head and dies (its item keeps the token that head
+    carries). Its follower sees the head go stale ``T`` after it first read it, and judges
+    "a" dead on that very read of the client items: it had seen a's last token with the head.
+    Before, it first saw that token when it started watching a's item, over 1.25 heartbeat
+    intervals later, and the dead leader's shards waited that much longer."""
+    group = FollowedGroup()
+    heartbeat: Any = SimpleNamespace(interval=1.0)
+    none: Any = None
+    follower = Membership("f", 2.0, group, heartbeat, none, {})  # type: ignore[arg-type]
+    await follower.read_members()  # a head seen once only: f reads the client items
+    group.publish(2)  # a's last publication, with its last token
+    await follower.read_members()
+    assert follower.view_reads == 1 and follower.live_ids == ["a", "f"]  # following
+    direct = follower.direct_reads
+    while follower.direct_reads == direct:  # the head goes stale after T: read directly
+        await asyncio.sleep(0.05)
+        await follower.read_members()
+    assert follower.live_ids == ["f"] and "a" in follower.dead, follower.dead
+
+
+async def test_a_dead_leader_whose_last_heartbeat_came_after_its_last_head_is_judged() -> None:
+    """The leader's last heartbeat landed after the read behind its last head: the follower
+    finds that newer token when it watches a's item, and judges "a" dead ``T`` after that.
+    The head, read again and again, must not set a's token back to the older one it carries
+    (each time a change: "a" would never be judged dead)."""
+    group = FollowedGroup()
+    heartbeat: Any = SimpleNamespace(interval=1.0)
+    none: Any = None
+    follower = Membership("f", 2.0, group, heartbeat, none, {})  # type: ignore[arg-type]
+    await follower.read_members()
+    group.publish(2)
+    await follower.read_members()
+    assert follower.view_reads == 1
+    group.leader = ClientInfo("a", 3, beat=3)  # a heartbeat after its read, then death
+    deadline = time.monotonic() + 30
+    while "a" not in follower.dead:
+        assert time.monotonic() < deadline, "the dead leader was never judged dead"
+        await asyncio.sleep(0.05)
+        await follower.read_members()
+    assert follower.dead["a"] == (3, 3) and follower.live_ids == ["f"]
+
+
+async def test_the_head_carries_the_leaders_token_through_the_table(
+    dynalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """Written and read back through dynalite; a head without it (an older leader's) reads
+    (0, 0), which followers ignore."""
+    config = make_config("http://127.0.0.1:1", dynalite.url, unique_name("app"), unique_name("t"))
+    setup_table(config)
+    head = FollowedGroup().publish(7)
+    async with state_store(config) as store:
+        members = PublishedMembers([ClientInfo("a", 0)], {}, True)
+        assert await store.publish_view(None, head, members)
+        read = await store.read_view_head(consistent=True)
+    assert read is not None and read.leader_token == (7, 7)
+    older = {**view.head_key("app"), "version": {"N": "1"}, "leader": {"S": "a"}}
+    assert view.decode_head(older).leader_token == (0, 0)

@@ -175,10 +175,16 @@ class Membership:
         on our clock (the leader stopped publishing), whatever its stamps say."""
         started = time.monotonic()
         head = await views.read_view_head(consistent=False)
+        seen_at = time.monotonic()
         before = self._heads.token("")
-        self._heads.observe(
-            {} if head is None else {"": head.token}, time.monotonic(), complete=True
-        )
+        self._heads.observe({} if head is None else {"": head.token}, seen_at, complete=True)
+        # The leader's token was in its item before it wrote this head: seen now, it is judged
+        # as if read from the item (a dead leader: T after we first saw its last). Only from a
+        # head new to us: a dead leader's last head, read again and again, must not undo the
+        # newer token a read of its item found (that would reset its timer at every read).
+        fresh = head is not None and head.token != before and head.leader != self.client_id
+        if fresh and head is not None and any(head.leader_token):
+            self._members.observe({head.leader: head.leader_token}, seen_at, complete=False)
         # A head seen once only may be the last one a leader wrote long ago (its stamps cannot
         # say): it is followed once it has been seen to change.
         self._head_moved = head is not None and (
@@ -267,6 +273,9 @@ class Membership:
             leader=self.client_id,
             seen_changes=seen.changes if seen else 0,
             timeout_ms=self._timeout_ms,
+            leader_token=next(
+                (c.token for c in self.live if c.client_id == self.client_id), (0, 0)
+            ),
         )
         self._published = await views.publish_view(seen, head, new_list)
         # As a seen head next tick, when alone: the count it covers is the count it knows.
