@@ -21,6 +21,8 @@ members are learnt keeps a follower's cost flat however large the group:
   joins and leaves move shards as fast as before. So do followers whose head has not changed
   for ``client_timeout`` on their own clock (the leader crashed: every member then finds the
   same new leader from the client items, and it publishes), and followers missing from the list.
+  Each head carries the leader's own heartbeat token, so followers have seen a dead leader's
+  last token by then (or see it watching its item) and judge it dead on that very read.
 - Members of older versions read the client items directly, judge by their wall clock, and
   never publish; a group whose leader is one of them has no fresh head, so the others read
   directly too (README: rolling upgrades).
