@@ -267,9 +267,10 @@ async def test_a_member_whose_heartbeats_stop_fences_itself_before_client_timeou
 
 
 def record_landings(heartbeat: Heartbeat) -> list[tuple[float, float]]:
-    """(sent, landed) of every heartbeat ``heartbeat`` records from now on; the landing time is
+    """(sent, landed) of every heartbeat ``heartbeat`` records from now on, after the last one
+    it recorded before (its landing time unknown: its send stands for it); the landing time is
     taken after the fence judged it, so a lapse it counted landed no earlier."""
-    landings: list[tuple[float, float]] = []
+    landings = [(heartbeat.last_sent_ok, heartbeat.last_sent_ok)]
     landed = heartbeat.landed
 
     def recorded(sent: float) -> None:
