@@ -144,6 +144,8 @@ def test_the_observer_keeps_only_the_members_of_its_last_complete_read(
         for key in kept:
             due = observer.due(key)
             assert due is not None and due <= moment + T
+            # Due exactly when a read started then would judge it dead.
+            assert observer.is_dead(key, due) and not observer.is_dead(key, due - 0.001)
 
 
 # -- a dead leader is judged T after its followers first saw its last token ---------------------
