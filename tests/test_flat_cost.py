@@ -23,7 +23,7 @@ from _group import (
 from _standins import NodeStandIn
 from _wait import eventually
 
-from kinesumer import Config, Record
+from kinesumer import Config, ConsumerStats, Record
 from kinesumer.consumer.base import engine_of
 from kinesumer.engine.membership import LEGACY_ENV, Membership
 from kinesumer.models import ClientInfo
@@ -163,30 +163,49 @@ async def eventually_async(check: Callable[[], Any], what: str, timeout: float =
 
 async def load(group: dict[str, Any], stop: asyncio.Event, size: int, streams: list[str]) -> None:
     """Simulated members: their client items rewritten at the heartbeat rate, as heartbeats do
-    (ids sort after the measured members', so a real member leads)."""
+    (ids sort after the measured members', so a real member leads). All at once, on a fixed
+    schedule: one by one, a loaded machine stretched a round past client_timeout, the leader
+    pruned simulated members, and the group measured was smaller than its size."""
     config = config_for(group)
+    interval = config.heartbeat_interval
     async with state_store(config) as store:
+        due = time.monotonic()
         while not stop.is_set():
             now = int(time.time() * 1000)
-            for i in range(size):
-                info = ClientInfo(f"sim-{i:04d}", now, frozenset(streams), owned={"x/y": 1})
-                await store.heartbeat(info, 3600)
+            await asyncio.gather(
+                *(
+                    store.heartbeat(
+                        ClientInfo(f"sim-{i:04d}", now, frozenset(streams), owned={"x/y": 1}), 3600
+                    )
+                    for i in range(size)
+                )
+            )
+            due += interval
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), config.heartbeat_interval)
+                await asyncio.wait_for(stop.wait(), max(0.0, due - time.monotonic()))
 
 
 MEMBER_READS = ("Query", "GetItem")
 
 
+MEASURED_TICKS = 12
+
+
 async def reads_per_tick(group: dict[str, Any], size: int, client_id: str) -> tuple[float, float]:
     """(calls, read units) per coordinator tick spent by a real follower on Query and GetItem
-    (the member reads) in a group of ``size`` simulated members plus a real leader ("a")."""
+    (the member reads) in a group of ``size`` simulated members plus a real leader ("a").
+
+    Counted between the *starts* of two ticks, from inside the follower's loop (its tick
+    wrapped): a window sampled by polling the tick counter from outside could open after one
+    tick's reads and close before another's, so 12 ticks held 11 ticks' reads now and then
+    (the old way's 2.00 units measured 1.83 on a loaded machine)."""
     stream = group["stream"]
     stop = asyncio.Event()
     loader = asyncio.create_task(load(group, stop, size, [stream]))
     sink: list[tuple[str, Record]] = []
     leader = Member(config_for(group, client_id="a"), [stream], sink)
     follower = Member(config_for(group, client_id=client_id), [stream], sink)
+    at_tick_starts: list[ConsumerStats] = []
     try:
         async with running([leader, follower]):
             leader.start()
@@ -196,14 +215,26 @@ async def reads_per_tick(group: dict[str, Any], size: int, client_id: str) -> tu
                 timeout=30,
                 what=f"{size + 2} live members",
             )
-            await ticks([follower], 4)
-            before = follower.consumer.stats()
-            await ticks([follower], 12)
-            after = follower.consumer.stats()
+            coordinator = engine_of(follower.consumer).coordinator
+            tick = coordinator.tick
+
+            async def counted_tick() -> None:
+                at_tick_starts.append(follower.consumer.stats())
+                await tick()
+
+            coordinator.tick = counted_tick  # type: ignore[method-assign]
+            await eventually(
+                lambda: len(at_tick_starts) > 4 + MEASURED_TICKS,
+                timeout=30,
+                what=f"{4 + MEASURED_TICKS} more ticks",
+            )
     finally:
         stop.set()
         await loader
-    count = after.coordinator_ticks - before.coordinator_ticks
+    before, after = at_tick_starts[4], at_tick_starts[4 + MEASURED_TICKS]
+    window = at_tick_starts[4 : 5 + MEASURED_TICKS]
+    # The group measured is the group meant: every member live all along (none pruned).
+    assert all(len(s.live_members) == size + 2 for s in window), [s.live_members for s in window]
     calls = sum(
         after.requests.get(f"dynamodb:{op}", 0) - before.requests.get(f"dynamodb:{op}", 0)
         for op in MEMBER_READS
@@ -212,7 +243,7 @@ async def reads_per_tick(group: dict[str, Any], size: int, client_id: str) -> tu
         after.dynamodb_capacity.get(op, 0.0) - before.dynamodb_capacity.get(op, 0.0)
         for op in MEMBER_READS
     )
-    return calls / count, units / count
+    return calls / MEASURED_TICKS, units / MEASURED_TICKS
 
 
 async def test_a_followers_reads_do_not_grow_with_the_group(

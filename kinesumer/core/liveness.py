@@ -59,6 +59,12 @@ class Observer:
         known = self._seen.get(key)
         return 0.0 if known is None else max(0.0, now - known[1])
 
+    def due(self, key: str) -> float | None:
+        """The moment ``key`` falls due to be judged dead if its token does not change (None:
+        never seen): a read started then, still finding the same token, judges it dead."""
+        known = self._seen.get(key)
+        return None if known is None else known[1] + self.timeout
+
     def is_dead(self, key: str, now: float) -> bool:
         """True when ``key`` was seen and its token has not changed for ``timeout`` by ``now``."""
         known = self._seen.get(key)

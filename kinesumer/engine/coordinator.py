@@ -189,10 +189,22 @@ class Coordinator:
                 await self.tick()
             except TransientAWSError as exc:
                 log.warning("[%s] coordinator tick failed: %s", self.client_id, exc)
-            await self._retry_claims_until(started + interval / 2, stop)
+            if await self._wait(started, started + interval / 2, stop):
+                continue  # a verdict fell due: judge it now
             if await self._view_moved(stop):
                 continue  # the membership view changed: tick now, not half an interval later
-            await self._retry_claims_until(started + interval, stop)
+            await self._wait(started, started + interval, stop)
+
+    async def _wait(self, started: float, next_tick: float, stop: asyncio.Event) -> bool:
+        """Retry claims until ``next_tick``, or until a verdict falls due before it (True: tick
+        now). Only a moment after this tick's start counts: a tick that could not read (a
+        transient error) does not make the next one come at once again."""
+        due = self.membership.verdict_due()
+        if due is not None and started < due < next_tick:
+            await self._retry_claims_until(due, stop)
+            return not stop.is_set()
+        await self._retry_claims_until(next_tick, stop)
+        return False
 
     async def _view_moved(self, stop: asyncio.Event) -> bool:
         try:

@@ -21,6 +21,8 @@ members are learnt keeps a follower's cost flat however large the group:
   joins and leaves move shards as fast as before. So do followers whose head has not changed
   for ``client_timeout`` on their own clock (the leader crashed: every member then finds the
   same new leader from the client items, and it publishes), and followers missing from the list.
+  Each head carries the leader's own heartbeat token, so followers have seen a dead leader's
+  last token by then (or see it watching its item) and judge it dead on that very read.
 - Members of older versions read the client items directly, judge by their wall clock, and
   never publish; a group whose leader is one of them has no fresh head, so the others read
   directly too (README: rolling upgrades).
@@ -175,10 +177,16 @@ class Membership:
         on our clock (the leader stopped publishing), whatever its stamps say."""
         started = time.monotonic()
         head = await views.read_view_head(consistent=False)
+        seen_at = time.monotonic()
         before = self._heads.token("")
-        self._heads.observe(
-            {} if head is None else {"": head.token}, time.monotonic(), complete=True
-        )
+        self._heads.observe({} if head is None else {"": head.token}, seen_at, complete=True)
+        # The leader's token was in its item before it wrote this head: seen now, it is judged
+        # as if read from the item (a dead leader: T after we first saw its last). Only from a
+        # head new to us: a dead leader's last head, read again and again, must not undo the
+        # newer token a read of its item found (that would reset its timer at every read).
+        fresh = head is not None and head.token != before and head.leader != self.client_id
+        if fresh and head is not None and any(head.leader_token):
+            self._members.observe({head.leader: head.leader_token}, seen_at, complete=False)
         # A head seen once only may be the last one a leader wrote long ago (its stamps cannot
         # say): it is followed once it has been seen to change.
         self._head_moved = head is not None and (
@@ -267,6 +275,9 @@ class Membership:
             leader=self.client_id,
             seen_changes=seen.changes if seen else 0,
             timeout_ms=self._timeout_ms,
+            leader_token=next(
+                (c.token for c in self.live if c.client_id == self.client_id), (0, 0)
+            ),
         )
         self._published = await views.publish_view(seen, head, new_list)
         # As a seen head next tick, when alone: the count it covers is the count it knows.
@@ -299,6 +310,18 @@ class Membership:
         self.dead = {c.client_id: c.token for c in stale}
         self._set_live([c for c in by_id if c.client_id not in self.dead], read_at)
         return stale
+
+    def verdict_due(self) -> float | None:
+        """When (our monotonic clock) the next verdict falls due if nothing changes: a live
+        member's token, or the followed head, unchanged for ``client_timeout`` by then (None:
+        nothing watched). The coordinator ticks at that moment rather than at its next regular
+        tick: the verdict needs a read *started* ``client_timeout`` after the answer that
+        first showed the token, so on the tick grid it came a whole tick late (``T`` + 1 s
+        after that answer at the defaults, and a dead leader's shards waited over ``T`` + 2 s)."""
+        if self._followed is not None:  # following the view: its head going stale is due
+            return self._heads.due("")
+        moments = (self._members.due(c) for c in self.live_ids if c != self.client_id)
+        return min((m for m in moments if m is not None), default=None)
 
     async def owner_gone(self, owner: str) -> bool:
         """Whether the shards ``owner`` holds may be taken over: its client item, read now

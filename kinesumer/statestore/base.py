@@ -73,6 +73,11 @@ class MembershipView:
     #: The leader's ``client_timeout`` (ms; 0 from an older version): what the group goes by,
     #: for the command line.
     timeout_ms: int = 0
+    #: The leader's own heartbeat token as its read behind this publication found it
+    #: (``ClientInfo.token``; (0, 0) from an older version): followers see it change with
+    #: every head, so a leader that dies is judged ``client_timeout`` after they first saw its
+    #: last token, without a read of its item while it publishes.
+    leader_token: tuple[int, int] = (0, 0)
 
     @property
     def token(self) -> tuple[str, int, int, str]:

@@ -69,6 +69,7 @@ def decode_head(item: dict[str, Any]) -> MembershipView:
         changes=number("changes"),
         digests=tuple(sorted((k, element(item, "digests", v, "S")) for k, v in digests.items())),
         timeout_ms=number("timeout"),
+        leader_token=(number("leader_update"), number("leader_beat")),
     )
 
 
@@ -84,6 +85,8 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
         ":s": {"N": str(head.seen_changes)},
         ":d": {"M": {stream: {"S": digest} for stream, digest in head.digests}},
         ":t": {"N": str(head.timeout_ms)},
+        ":lu": {"N": str(head.leader_token[0])},
+        ":lb": {"N": str(head.leader_token[1])},
     }
     if seen is None or not seen.members_key:  # none yet, or only joins counted on it
         condition = "attribute_not_exists(#v)"
@@ -94,7 +97,7 @@ def head_update(seen: MembershipView | None, head: MembershipView) -> dict[str, 
     return {
         "UpdateExpression": (
             "SET #v = :v, #m = :m, read_at = :r, published_at = :p, leader = :l, "
-            "seen_changes = :s, digests = :d, #t = :t"
+            "seen_changes = :s, digests = :d, #t = :t, leader_update = :lu, leader_beat = :lb"
         ),
         "ConditionExpression": condition,
         "ExpressionAttributeNames": {"#v": "version", "#m": "members", "#t": "timeout"},
