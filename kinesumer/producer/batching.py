@@ -32,6 +32,7 @@ one record per round trip; ``aggregate=True`` lifts that (many records of the ke
 
 from __future__ import annotations
 
+import base64
 from collections import deque
 from collections.abc import Iterable
 
@@ -60,7 +61,15 @@ class Lane:
 class Entry:
     """One PutRecords entry: a record, or an aggregate of records of one lane."""
 
-    __slots__ = ("data", "explicit_hash_key", "partition_key", "records", "shard_id", "size")
+    __slots__ = (
+        "_wire",
+        "data",
+        "explicit_hash_key",
+        "partition_key",
+        "records",
+        "shard_id",
+        "size",
+    )
 
     def __init__(self, records: list[PendingRecord], shard_id: str, aggregate: bool) -> None:
         self.records = records
@@ -78,12 +87,25 @@ class Entry:
             self.data = first.data
             self.explicit_hash_key = first.explicit_hash_key
         self.size = len(self.data) + len(self.partition_key.encode("utf-8"))
+        self._wire: dict[str, str] | None = None
 
     def request(self) -> dict[str, object]:
         entry: dict[str, object] = {"Data": self.data, "PartitionKey": self.partition_key}
         if self.explicit_hash_key is not None:
             entry["ExplicitHashKey"] = self.explicit_hash_key
         return entry
+
+    def wire(self) -> dict[str, str]:
+        """The entry as it goes in a PutRecords JSON body (``Data`` in base64)."""
+        if self._wire is None:
+            wire = {
+                "Data": base64.b64encode(self.data).decode("ascii"),
+                "PartitionKey": self.partition_key,
+            }
+            if self.explicit_hash_key is not None:
+                wire["ExplicitHashKey"] = self.explicit_hash_key
+            self._wire = wire
+        return self._wire
 
 
 def fill_call(

@@ -29,6 +29,7 @@ from ..errors import (
     TransientAWSError,
 )
 from .batching import Entry, Lane, fill_call
+from .lean import put_records
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
 from .shards import ShardMap, ShardPacer
@@ -52,7 +53,7 @@ class Outcomes(Protocol):
 
     flushing: bool
 
-    def succeeded(self, record: PendingRecord, result: PutResult) -> None: ...
+    def succeeded(self, written: list[tuple[PendingRecord, PutResult]]) -> None: ...
 
     def failed(self, record: PendingRecord, error: BaseException) -> None: ...
 
@@ -63,10 +64,17 @@ class Outcomes(Protocol):
 
 class StreamWriter:
     def __init__(
-        self, stream: str, client: Any, options: ProducerOptions, outcomes: Outcomes
+        self,
+        stream: str,
+        client: Any,
+        options: ProducerOptions,
+        outcomes: Outcomes,
+        *,
+        lean: bool = False,
     ) -> None:
         self.stream = stream
         self._client = client
+        self._lean = lean  # the client takes lean PutRecords calls (see .lean)
         self._options = options
         self._outcomes = outcomes
         self._lanes: dict[str, Lane] = {}
@@ -180,9 +188,7 @@ class StreamWriter:
     async def _call(self, entries: list[Entry]) -> None:
         started = time.monotonic()
         try:
-            response = await self._client.put_records(
-                StreamName=self.stream, Records=[entry.request() for entry in entries]
-            )
+            response = await put_records(self._client, self._lean, self.stream, entries)
         except Exception as exc:
             self._call_failed(entries, exc)
             self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))
@@ -199,6 +205,7 @@ class StreamWriter:
 
     def _answered(self, entries: list[Entry], results: list[dict[str, Any]]) -> None:
         refused: list[Entry] = []
+        written: list[tuple[PendingRecord, PutResult]] = []
         throttled = 0
         for entry, result in zip(entries, results, strict=True):
             code = result.get("ErrorCode")
@@ -208,10 +215,13 @@ class StreamWriter:
                     if len(entry.records) > 1:
                         keys = [record.key for record in entry.records]
                         self._landed.append((result["ShardId"], keys))
-                for index, record in enumerate(entry.records):
-                    sub = index if len(entry.records) > 1 else 0
-                    self._outcomes.succeeded(
-                        record, PutResult(result["ShardId"], result["SequenceNumber"], sub)
+                shard_id, sequence_number = result["ShardId"], result["SequenceNumber"]
+                if len(entry.records) == 1:
+                    written.append((entry.records[0], PutResult(shard_id, sequence_number, 0)))
+                else:
+                    written.extend(
+                        (record, PutResult(shard_id, sequence_number, index))
+                        for index, record in enumerate(entry.records)
                     )
             elif code in RETRYABLE_ENTRY_CODES:
                 refused.append(entry)
@@ -227,6 +237,7 @@ class StreamWriter:
                 )
                 for record in entry.records:
                     self._outcomes.failed(record, error)
+        self._outcomes.succeeded(written)
         if refused:
             self._requeue(refused)
             self._outcomes.retried(self.stream, len(refused), throttled)
