@@ -36,7 +36,6 @@ class ProducerCore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stack = contextlib.AsyncExitStack()
         self._client: Any = None
-        self._lean = False
         self._writers: dict[str, StreamWriter] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Admission (any thread).
@@ -66,7 +65,7 @@ class ProducerCore:
         self._loop = asyncio.get_running_loop()
         self._room_event = asyncio.Event()
         self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
-        self._lean = lean.install(self._client)
+        lean.install(self._client)
 
     # -- any thread --
 
@@ -156,7 +155,7 @@ class ProducerCore:
         return reached
 
     def _start_writer(self, stream: str) -> StreamWriter:
-        writer = StreamWriter(stream, self._client, self.options, self, lean=self._lean)
+        writer = StreamWriter(stream, self._client, self.options, self)
         self._writers[stream] = writer
         task = asyncio.get_running_loop().create_task(self._run_writer(writer))
         self._tasks[stream] = task

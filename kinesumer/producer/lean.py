@@ -25,6 +25,7 @@ future botocore might speak CBOR to Kinesis) is left alone: :func:`install` says
 from __future__ import annotations
 
 import json
+import weakref
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from .batching import Entry
 
 _BODY: ContextVar[bytes | None] = ContextVar("kinesumer_put_records_body", default=None)
+#: Clients whose PutRecords calls go leanly (:func:`install` registered the handlers).
+_LEAN_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def install(client: Any) -> bool:
@@ -42,6 +45,7 @@ def install(client: Any) -> bool:
         return False
     client.meta.events.register("before-call.kinesis.PutRecords", _swap_body)
     client.meta.events.register("before-parse.kinesis.PutRecords", _read_answer)
+    _LEAN_CLIENTS.add(client)
     return True
 
 
@@ -52,11 +56,11 @@ def request_body(stream: str, wire_entries: list[dict[str, str]]) -> bytes:
     ).encode("utf-8")
 
 
-async def put_records(client: Any, lean: bool, stream: str, entries: list[Entry]) -> dict[str, Any]:
-    """Call PutRecords with ``entries``: leanly (``lean``: :func:`install` succeeded on
-    ``client``), else the ordinary way."""
+async def put_records(client: Any, stream: str, entries: list[Entry]) -> dict[str, Any]:
+    """Call PutRecords with ``entries``: leanly when :func:`install` succeeded on ``client``,
+    else the ordinary way."""
     response: dict[str, Any]
-    if not lean:
+    if client not in _LEAN_CLIENTS:
         requests = [entry.request() for entry in entries]
         response = await client.put_records(StreamName=stream, Records=requests)
         return response

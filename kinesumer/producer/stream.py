@@ -64,17 +64,10 @@ class Outcomes(Protocol):
 
 class StreamWriter:
     def __init__(
-        self,
-        stream: str,
-        client: Any,
-        options: ProducerOptions,
-        outcomes: Outcomes,
-        *,
-        lean: bool = False,
+        self, stream: str, client: Any, options: ProducerOptions, outcomes: Outcomes
     ) -> None:
         self.stream = stream
         self._client = client
-        self._lean = lean  # the client takes lean PutRecords calls (see .lean)
         self._options = options
         self._outcomes = outcomes
         self._lanes: dict[str, Lane] = {}
@@ -188,7 +181,7 @@ class StreamWriter:
     async def _call(self, entries: list[Entry]) -> None:
         started = time.monotonic()
         try:
-            response = await put_records(self._client, self._lean, self.stream, entries)
+            response = await put_records(self._client, self.stream, entries)
         except Exception as exc:
             self._call_failed(entries, exc)
             self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))

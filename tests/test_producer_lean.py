@@ -1,0 +1,86 @@
+"""The producer's lean PutRecords (``kinesumer.producer.lean``) on kinesalite: the body it builds
+is the one sent and signed, the answer it reads is the one Kinesis gave, errors still go through
+botocore, and what lands is exactly what was put (binary data, non-ASCII keys, explicit hash
+keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _group import create_stream
+from _produced import kinesis, read_all
+from _standins import NodeStandIn
+from aiobotocore.session import get_session
+from botocore.exceptions import ClientError
+
+from kinesumer.producer import lean
+from kinesumer.producer.batching import Entry
+from kinesumer.producer.records import PendingRecord
+from kinesumer.producer.shards import ShardMap
+
+
+def _entries(n: int) -> list[Entry]:
+    entries = []
+    for i in range(n):
+        key = f"clé-{i % 7}-✓"
+        explicit = str(2**127 + i) if i % 3 == 0 else None
+        record = PendingRecord("s", bytes(range(256))[i % 200 :] + b"%d" % i, key, explicit, None)
+        entries.append(Entry([record], "unused", False))
+    return entries
+
+
+async def _put(url: str, stream: str, entries: list[Entry], seen: dict[str, Any]) -> Any:
+    session = get_session()
+    async with session.create_client(
+        "kinesis",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    ) as client:
+        assert lean.install(client)
+
+        def serialized(params: dict[str, Any], **_: Any) -> None:
+            seen.setdefault("serialized", len(params["Records"]))
+
+        def sent(params: dict[str, Any], **_: Any) -> None:
+            seen.setdefault("sent", len(json.loads(params["body"])["Records"]))
+
+        client.meta.events.register("before-parameter-build.kinesis.PutRecords", serialized)
+        client.meta.events.register_last("before-call.kinesis.PutRecords", sent)
+        response = await lean.put_records(client, stream, entries)
+        with pytest.raises(ClientError) as missing:
+            await lean.put_records(client, stream + "-missing", entries[:2])
+        seen["missing"] = missing.value.response["Error"]["Code"]
+        return response
+
+
+def test_lean_put_records_sends_its_own_body_and_reads_the_answer(
+    kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("lean")
+    create_stream(kinesalite.url, stream, 3)
+    entries = _entries(300)
+    seen: dict[str, Any] = {}
+    response = asyncio.run(_put(kinesalite.url, stream, entries, seen))
+    # botocore validated and serialized one entry; the call carried all of them.
+    assert seen["serialized"] == 1 and seen["sent"] == 300
+    assert seen["missing"] == "ResourceNotFoundException"
+    assert response["FailedRecordCount"] == 0 and len(response["Records"]) == 300
+    landed = {
+        (r.shard_id, r.sequence_number): (r.data, r.partition_key)
+        for r in read_all(kinesalite.url, stream)
+    }
+    assert len(landed) == 300
+    shards = ShardMap(kinesis(kinesalite.url).list_shards(StreamName=stream)["Shards"])
+    for entry, result in zip(entries, response["Records"], strict=True):
+        assert landed[(result["ShardId"], result["SequenceNumber"])] == (
+            entry.data,
+            entry.partition_key,
+        )
+        hash_key = entry.records[0].hash_key
+        assert result["ShardId"] == shards.shard_for(hash_key)
