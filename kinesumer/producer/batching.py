@@ -115,6 +115,7 @@ def fill_call(
     by_key: bool,
     busy: set[str],
     aggregate: bool,
+    min_batch: float = 1.0,
 ) -> tuple[list[Entry], float]:
     """The entries of the next call, taken out of their lanes, and (when none could go) the
     seconds until one might (pacing or backoff; a busy key waits for a call's answer instead).
@@ -134,9 +135,12 @@ def fill_call(
             byte_budget = min(byte_budget, MAX_RECORD_BYTES)
         else:
             record_budget = min(room_records, MAX_CALL_RECORDS - len(entries))
-        if record_budget < 1:
+        # A paced lane with a backlog waits for a batch's worth of room (at most
+        # ``min_batch``): a trickle of tiny calls costs a call's CPU for a few records each.
+        need = 1.0 if aggregate else max(1.0, min(float(len(lane.queue)), min_batch))
+        if record_budget < need:
             if lane.queue:
-                wake = min(wake, lane.pacer.wait(1, 0, now))
+                wake = min(wake, lane.pacer.wait(int(need), 0, now))
             continue
         taken, passed_wake, starved = _scan(
             lane, now, by_key, busy, aggregate, byte_budget, int(record_budget)

@@ -47,6 +47,14 @@ class ProducerOptions:
     retry_backoff: float = 0.05
     max_retry_backoff: float = 2.0
 
+    @property
+    def min_batch(self) -> float:
+        """Records a paced shard gathers room for before a call (a linger's worth of its pace;
+        a backlog smaller than this goes as soon as it fits): a trickle of tiny calls would
+        cost a call's CPU for a few records each."""
+        rate = self.shard_records_per_second
+        return max(1.0, min(float(rate), rate * self.linger)) if rate else 1.0
+
     def __post_init__(self) -> None:
         _number("linger", self.linger, 0.0)
         _number("delivery_timeout", self.delivery_timeout, 0.001)

@@ -15,6 +15,7 @@ import functools
 import logging
 import random
 import time
+from operator import attrgetter
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -143,6 +144,7 @@ class StreamWriter:
                     by_key=self._options.ordering == "key",
                     busy=self._busy,
                     aggregate=self._options.aggregate,
+                    min_batch=self._options.min_batch,
                 )
                 if entries:
                     self._start_call(entries)
@@ -367,7 +369,7 @@ class StreamWriter:
 
     def _expire(self, now: float) -> None:
         for lane in self._lanes.values():
-            if not any(record.deadline <= now for record in lane.queue):
+            if not lane.queue or min(map(attrgetter("deadline"), lane.queue)) > now:
                 continue
             kept = [record for record in lane.queue if record.deadline > now]
             for record in lane.queue:
