@@ -18,9 +18,9 @@ from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
 from kinesumer.producer import lean
-from kinesumer.producer.batching import Entry
+from kinesumer.producer.batching import Entry, Lane, fill_call
 from kinesumer.producer.records import PendingRecord
-from kinesumer.producer.shards import ShardMap
+from kinesumer.producer.shards import ShardMap, ShardPacer
 
 
 def _entries(n: int) -> list[Entry]:
@@ -84,3 +84,28 @@ def test_lean_put_records_sends_its_own_body_and_reads_the_answer(
         )
         hash_key = entry.records[0].hash_key
         assert result["ShardId"] == shards.shard_for(hash_key)
+
+
+def _lane(records: int, room: float) -> Lane:
+    pacer = ShardPacer(1000, None, 0.0)
+    pacer.take(int(1000 - room), 0)  # ``room`` records of the pace left at time 0
+    lane = Lane("shard-0", pacer)
+    for i in range(records):
+        record = PendingRecord("s", b"x" * 100, f"k{i}", None, None)
+        record.seq = i + 1
+        lane.queue.append(record)
+    return lane
+
+
+def test_a_paced_shard_with_a_backlog_waits_for_a_batch_not_a_trickle() -> None:
+    # 200 records queued, room for 10 of the pace: a call of 10 would cost a call's CPU for
+    # 10 records; the lane waits for min_batch (50) of room instead: 40 ms at 1,000/s.
+    lane = _lane(200, 10)
+    entries, wake = fill_call([lane], 0.0, by_key=True, busy=set(), aggregate=False, min_batch=50)
+    assert entries == [] and wake == pytest.approx(0.040)
+    entries, _ = fill_call([lane], 0.0405, by_key=True, busy=set(), aggregate=False, min_batch=50)
+    assert [e.records[0].seq for e in entries] == list(range(1, 51))
+    # A backlog smaller than a batch goes as soon as it fits.
+    small = _lane(5, 10)
+    entries, _ = fill_call([small], 0.0, by_key=True, busy=set(), aggregate=False, min_batch=50)
+    assert len(entries) == 5
