@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..kinesis.kpl_aggregate import Aggregate
+from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, MAX_RECORD_BYTES, PendingRecord
 from .shards import ShardPacer
 
@@ -161,6 +162,26 @@ def fill_call(
         if by_key:
             busy.update(record.key for record in taken)
     return entries, (0.0 if entries else wake)
+
+
+def hold_back(
+    entries: list[Entry], lanes: dict[str, Lane], busy: set[str], options: ProducerOptions
+) -> bool:
+    """Undo :func:`fill_call` for a call too small to go while another is in flight (see
+    ``ProducerOptions.min_call_entries``): its records back at the front of their lanes in the
+    order they were taken, their pace given back, their keys no longer busy. True: held back.
+
+    Per-key order holds: each record taken was the first unwritten record of its key in its
+    lane (the rule above), so at the front it is still ahead of every later record of its key.
+    """
+    if not entries or len(entries) >= options.min_call_entries:
+        return False
+    for entry in reversed(entries):
+        lane = lanes[entry.shard_id]
+        lane.pacer.take(-1, -entry.size)
+        lane.queue.extendleft(reversed(entry.records))
+        busy.difference_update(record.key for record in entry.records)
+    return True
 
 
 def _scan(

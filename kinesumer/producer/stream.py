@@ -1,10 +1,9 @@
 """Writing one stream: its shard map, a lane per shard, and the task that turns lanes into
 PutRecords calls (at most ``max_in_flight`` at once) and handles each answer entry by entry.
 
-Who calls what: the core calls :meth:`StreamWriter.add` (on the loop) for each record put to the
-stream and reads :attr:`StreamWriter.failure` once :meth:`StreamWriter.run` has ended; the writer
-reports every record's outcome to the core through :class:`Outcomes`, exactly once per record.
-What goes into each call, and why per-key order holds: :mod:`.batching`.
+Who calls what: the core calls :meth:`StreamWriter.add` per record (on the loop) and reads
+:attr:`StreamWriter.failure` after :meth:`StreamWriter.run`; each record's outcome goes to the
+core through :class:`Outcomes`, once. What a call holds, and why key order holds: :mod:`.batching`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from .batching import Entry, Lane, fill_call
+from .batching import Entry, Lane, fill_call, hold_back
 from .lean import put_records
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
@@ -117,8 +116,6 @@ class StreamWriter:
         if self.failure is not None:
             self._fail_all(self.failure)
 
-    # -- the loop --
-
     async def _step(self) -> None:
         now = time.monotonic()
         if now - self._last_expiry >= _EXPIRY_CHECK:
@@ -146,7 +143,9 @@ class StreamWriter:
                     aggregate=self._options.aggregate,
                     min_batch=self._options.min_batch,
                 )
-                if entries:
+                if self._in_flight and hold_back(entries, self._lanes, self._busy, self._options):
+                    wait = None  # too small to go yet: an answer in flight wakes the writer
+                elif entries:
                     self._start_call(entries)
                     return
             else:
