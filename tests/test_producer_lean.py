@@ -18,7 +18,8 @@ from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
 from kinesumer.producer import lean
-from kinesumer.producer.batching import Entry, Lane, fill_call
+from kinesumer.producer.batching import Entry, Lane, fill_call, hold_back
+from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
 from kinesumer.producer.shards import ShardMap, ShardPacer
 
@@ -109,3 +110,19 @@ def test_a_paced_shard_with_a_backlog_waits_for_a_batch_not_a_trickle() -> None:
     small = _lane(5, 10)
     entries, _ = fill_call([small], 0.0, by_key=True, busy=set(), aggregate=False, min_batch=50)
     assert len(entries) == 5
+
+
+def test_a_small_call_is_held_back_while_another_is_in_flight_in_key_order() -> None:
+    lane = _lane(5, 1000)
+    before = list(lane.queue)
+    room_before = lane.pacer.room(0.0)
+    busy: set[str] = set()
+    entries, _ = fill_call([lane], 0.0, by_key=True, busy=busy, aggregate=False)
+    assert len(entries) == 5 and busy and not lane.queue
+    # 5 entries < min_call_entries (500 // 8 // 2): back where they were, pace and keys freed.
+    assert hold_back(entries, {"shard-0": lane}, busy, ProducerOptions())
+    assert list(lane.queue) == before and busy == set()
+    assert lane.pacer.room(0.0) == room_before
+    # A call big enough goes (hold_back leaves it alone).
+    entries, _ = fill_call([_lane(40, 1000)], 0.0, by_key=True, busy=set(), aggregate=False)
+    assert not hold_back(entries, {}, set(), ProducerOptions())
