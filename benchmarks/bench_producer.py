@@ -8,7 +8,16 @@ default, as against AWS; kinesalite has no limits, so the unpaced rows show the 
 
 Used by ``benchmarks/run.py``; runnable alone::
 
-    .venv/bin/python benchmarks/bench_producer.py [--records 20000] [--shards 4]
+    .venv/bin/python benchmarks/bench_producer.py [--records 20000] [--shards 4] [--keys 100]
+        [--refused 0,0.2] [--rtt 0.02]
+
+With ``ordering="key"`` a key has one entry in flight at a time (see
+``kinesumer/producer/batching.py``): a call carries at most one record per key, so few keys cap
+the records per round trip; ``--keys 1000`` shows the rate with enough keys to fill calls. A
+first, untimed boto3 loop warms kinesalite up, so that no row pays for its start. ``--rtt``
+delays each PutRecords call by that many seconds (rows without refused entries; the fault proxy
+applies one fault per call) as the round trip to AWS would: kinesalite answers in about a
+millisecond from the same host, where a loop with one call in flight waits out every trip.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ CASES: list[tuple[str, dict[str, Any] | None]] = [
     ('Producer ordering="none"', {"ordering": "none"}),
     ("Producer aggregate=True", {"aggregate": True}),
     ('Producer ordering="key", unpaced', {"shard_records_per_second": None}),
+    ('Producer ordering="none", unpaced', {"ordering": "none", "shard_records_per_second": None}),
     ("Producer aggregate=True, unpaced", {"aggregate": True, "shard_records_per_second": None}),
 ]
 
@@ -51,11 +61,11 @@ def payload(i: int) -> bytes:
     return (b"%d:" % i).ljust(SIZE, b"x")
 
 
-def plain_loop(url: str, stream: str, records: int) -> None:
+def plain_loop(url: str, stream: str, records: int, keys: int) -> None:
     client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
     for start in range(0, records, 500):
         entries = [
-            {"Data": payload(i), "PartitionKey": f"k{i % KEYS}"}
+            {"Data": payload(i), "PartitionKey": f"k{i % keys}"}
             for i in range(start, min(start + 500, records))
         ]
         while entries:
@@ -63,10 +73,10 @@ def plain_loop(url: str, stream: str, records: int) -> None:
             entries = [e for e, r in zip(entries, results, strict=True) if "ErrorCode" in r]
 
 
-def producer_run(url: str, stream: str, records: int, options: dict[str, Any]) -> None:
+def producer_run(url: str, stream: str, records: int, keys: int, options: dict[str, Any]) -> None:
     with Producer(kinesis_endpoint=url, region="us-east-1", **options) as producer:
         for i in range(records):
-            producer.put(stream, payload(i), partition_key=f"k{i % KEYS}")
+            producer.put(stream, payload(i), partition_key=f"k{i % keys}")
 
 
 def out_of_order(url: str, stream: str, records: int) -> int:
@@ -79,7 +89,15 @@ def out_of_order(url: str, stream: str, records: int) -> int:
     return broken
 
 
-def one(kurl: str, shards: int, records: int, refused: float, case: dict[str, Any] | None) -> Any:
+def one(
+    kurl: str,
+    shards: int,
+    records: int,
+    keys: int,
+    refused: float,
+    case: dict[str, Any] | None,
+    rtt: float = 0.0,
+) -> Any:
     client = boto3.client("kinesis", endpoint_url=kurl, region_name="us-east-1")
     stream = f"bench-produce-{os.getpid()}-{time.monotonic_ns()}"
     client.create_stream(StreamName=stream, ShardCount=shards)
@@ -89,11 +107,13 @@ def one(kurl: str, shards: int, records: int, refused: float, case: dict[str, An
             proxy.add_rule(
                 Fault.refuse_entries(refused), service="kinesis", operation="PutRecords", seed=1
             )
+        elif rtt:
+            proxy.add_rule(Fault.delay(rtt), service="kinesis", operation="PutRecords")
         cpu, wall = time.process_time(), time.perf_counter()
         if case is None:
-            plain_loop(proxy.url, stream, records)
+            plain_loop(proxy.url, stream, records, keys)
         else:
-            producer_run(proxy.url, stream, records, case)
+            producer_run(proxy.url, stream, records, keys, case)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
         "records_per_s": records / wall,
@@ -102,21 +122,38 @@ def one(kurl: str, shards: int, records: int, refused: float, case: dict[str, An
     }
 
 
-def run(kurl: str, records: int, shards: int = 4) -> dict[str, Any]:
+def run(
+    kurl: str,
+    records: int,
+    shards: int = 4,
+    keys: int = KEYS,
+    refused_shares: tuple[float, ...] = (0.0, 0.2),
+    rtt: float = 0.0,
+) -> dict[str, Any]:
+    one(kurl, shards, min(records, 5000), keys, 0.0, None)  # warm-up, not reported
     rows = []
-    for refused in (0.0, 0.2):
+    for refused in refused_shares:
         for label, case in CASES:
-            result = one(kurl, shards, records, refused, case)
+            result = one(kurl, shards, records, keys, refused, case, rtt)
             rows.append({"case": label, "refused": refused, **result})
             print(f"  produce {label}, {refused:.0%} refused: {result}", flush=True)
-    return {"records": records, "shards": shards, "size": SIZE, "keys": KEYS, "rows": rows}
+    return {
+        "records": records,
+        "shards": shards,
+        "size": SIZE,
+        "keys": keys,
+        "rtt": rtt,
+        "rows": rows,
+    }
 
 
 def report(r: dict[str, Any]) -> str:
     lines = [
         "",
         f"**Producing**: {r['records']:,} records of {r['size']} B over {r['keys']:,} keys to "
-        f"{r['shards']} shards on kinesalite; the Producer vs a boto3 loop of 500-record "
+        f"{r['shards']} shards on kinesalite"
+        + (f", PutRecords delayed {r['rtt'] * 1000:.0f} ms" if r.get("rtt") else "")
+        + "; the Producer vs a boto3 loop of 500-record "
         "PutRecords calls that resends refused entries. CPU: client process CPU per record "
         "(the Producer's loop thread included). Out of order: records a reader meets after a "
         "later record of their key.",
@@ -140,10 +177,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--keys", type=int, default=KEYS)
+    parser.add_argument("--refused", default="0,0.2", help="shares of entries refused, e.g. 0")
+    parser.add_argument("--rtt", type=float, default=0.0, help="seconds added to PutRecords")
     args = parser.parse_args()
+    shares = tuple(float(share) for share in args.refused.split(","))
     kinesalite = start_kinesalite()
     try:
-        print(report(run(kinesalite.url, args.records, args.shards)))
+        print(report(run(kinesalite.url, args.records, args.shards, args.keys, shares, args.rtt)))
     finally:
         kinesalite.stop()
 

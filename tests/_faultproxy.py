@@ -173,6 +173,7 @@ class Fault:
         """Forward, then drop the answer (TCP RST): the request took effect upstream."""
         return cls(FaultKind.LOST_RESPONSE)
 
+    @classmethod
     def refuse_entries(cls, share: float) -> Fault:
         """PutRecords: refuse about ``share`` of each call's entries (throughput exceeded)."""
         return cls(FaultKind.REFUSE_ENTRIES, share=share)

@@ -32,10 +32,12 @@ one record per round trip; ``aggregate=True`` lifts that (many records of the ke
 
 from __future__ import annotations
 
+import base64
 from collections import deque
 from collections.abc import Iterable
 
 from ..kinesis.kpl_aggregate import Aggregate
+from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, MAX_RECORD_BYTES, PendingRecord
 from .shards import ShardPacer
 
@@ -60,7 +62,15 @@ class Lane:
 class Entry:
     """One PutRecords entry: a record, or an aggregate of records of one lane."""
 
-    __slots__ = ("data", "explicit_hash_key", "partition_key", "records", "shard_id", "size")
+    __slots__ = (
+        "_wire",
+        "data",
+        "explicit_hash_key",
+        "partition_key",
+        "records",
+        "shard_id",
+        "size",
+    )
 
     def __init__(self, records: list[PendingRecord], shard_id: str, aggregate: bool) -> None:
         self.records = records
@@ -78,12 +88,25 @@ class Entry:
             self.data = first.data
             self.explicit_hash_key = first.explicit_hash_key
         self.size = len(self.data) + len(self.partition_key.encode("utf-8"))
+        self._wire: dict[str, str] | None = None
 
     def request(self) -> dict[str, object]:
         entry: dict[str, object] = {"Data": self.data, "PartitionKey": self.partition_key}
         if self.explicit_hash_key is not None:
             entry["ExplicitHashKey"] = self.explicit_hash_key
         return entry
+
+    def wire(self) -> dict[str, str]:
+        """The entry as it goes in a PutRecords JSON body (``Data`` in base64)."""
+        if self._wire is None:
+            wire = {
+                "Data": base64.b64encode(self.data).decode("ascii"),
+                "PartitionKey": self.partition_key,
+            }
+            if self.explicit_hash_key is not None:
+                wire["ExplicitHashKey"] = self.explicit_hash_key
+            self._wire = wire
+        return self._wire
 
 
 def fill_call(
@@ -93,6 +116,7 @@ def fill_call(
     by_key: bool,
     busy: set[str],
     aggregate: bool,
+    min_batch: float = 1.0,
 ) -> tuple[list[Entry], float]:
     """The entries of the next call, taken out of their lanes, and (when none could go) the
     seconds until one might (pacing or backoff; a busy key waits for a call's answer instead).
@@ -112,9 +136,12 @@ def fill_call(
             byte_budget = min(byte_budget, MAX_RECORD_BYTES)
         else:
             record_budget = min(room_records, MAX_CALL_RECORDS - len(entries))
-        if record_budget < 1:
+        # A paced lane with a backlog waits for a batch's worth of room (at most
+        # ``min_batch``): a trickle of tiny calls costs a call's CPU for a few records each.
+        need = 1.0 if aggregate else max(1.0, min(float(len(lane.queue)), min_batch))
+        if record_budget < need:
             if lane.queue:
-                wake = min(wake, lane.pacer.wait(1, 0, now))
+                wake = min(wake, lane.pacer.wait(int(need), 0, now))
             continue
         taken, passed_wake, starved = _scan(
             lane, now, by_key, busy, aggregate, byte_budget, int(record_budget)
@@ -135,6 +162,26 @@ def fill_call(
         if by_key:
             busy.update(record.key for record in taken)
     return entries, (0.0 if entries else wake)
+
+
+def hold_back(
+    entries: list[Entry], lanes: dict[str, Lane], busy: set[str], options: ProducerOptions
+) -> bool:
+    """Undo :func:`fill_call` for a call too small to go while another is in flight (see
+    ``ProducerOptions.min_call_entries``): its records back at the front of their lanes in the
+    order they were taken, their pace given back, their keys no longer busy. True: held back.
+
+    Per-key order holds: each record taken was the first unwritten record of its key in its
+    lane (the rule above), so at the front it is still ahead of every later record of its key.
+    """
+    if not entries or len(entries) >= options.min_call_entries:
+        return False
+    for entry in reversed(entries):
+        lane = lanes[entry.shard_id]
+        lane.pacer.take(-1, -entry.size)
+        lane.queue.extendleft(reversed(entry.records))
+        busy.difference_update(record.key for record in entry.records)
+    return True
 
 
 def _scan(

@@ -21,6 +21,7 @@ from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError
 from ..metrics import Metrics
+from . import lean
 from .options import ProducerOptions
 from .records import PendingRecord, PutResult
 from .stats import ProducerStats, latency_summary
@@ -64,6 +65,7 @@ class ProducerCore:
         self._loop = asyncio.get_running_loop()
         self._room_event = asyncio.Event()
         self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
+        lean.install(self._client)
 
     # -- any thread --
 
@@ -169,18 +171,30 @@ class ProducerCore:
                 del self._writers[writer.stream]
                 self._tasks.pop(writer.stream, None)
 
-    def succeeded(self, record: PendingRecord, result: PutResult) -> None:
-        self._counts["records_put"] += 1
-        self._counts["bytes_put"] += record.size
-        latency = time.monotonic() - record.put_time
-        self._latencies.append(latency)
+    def succeeded(self, written: list[tuple[PendingRecord, PutResult]]) -> None:
+        """Records of one answer written: resolve their futures, then give their buffer room
+        back once (not once per record: a lock, a wake-up and a flush check each)."""
+        if not written:
+            return
+        now = time.monotonic()
+        latencies = self._latencies
+        nbytes = 0
+        oldest = 0.0
+        for record, result in written:
+            nbytes += record.size
+            latency = now - record.put_time
+            latencies.append(latency)
+            oldest = max(oldest, latency)
+            future = record.future
+            if not future.done():
+                future.set_result(result)
+        self._counts["records_put"] += len(written)
+        self._counts["bytes_put"] += nbytes
         delta = self._answer
-        delta[0] += 1
-        delta[1] += record.size
-        delta[2] = max(delta[2], latency)
-        if not record.future.done():
-            record.future.set_result(result)
-        self._resolved(record)
+        delta[0] += len(written)
+        delta[1] += nbytes
+        delta[2] = max(delta[2], oldest)
+        self._resolved([record for record, _ in written], nbytes)
 
     def failed(self, record: PendingRecord, error: BaseException) -> None:
         name = type(error).__name__
@@ -191,7 +205,7 @@ class ProducerCore:
         self._metrics.produce_failed(record.stream, name)
         if not record.future.done():
             record.future.set_exception(error)
-        self._resolved(record)
+        self._resolved([record], record.size)
 
     def retried(self, stream: str, entries: int, throttled: int) -> None:
         self._counts["retries"] += entries
@@ -208,19 +222,19 @@ class ProducerCore:
             self._metrics.produced(stream, int(records), int(nbytes), oldest)
         self._answer = [0, 0, 0.0]
 
-    def _resolved(self, record: PendingRecord) -> None:
-        self._unresolved -= 1
+    def _resolved(self, records: list[PendingRecord], nbytes: int) -> None:
+        """``records`` (of ``nbytes``) have their outcome: their buffer room is free."""
+        self._unresolved -= len(records)
         with self._room:
-            self._buffered_records -= 1
-            self._buffered_bytes -= record.size
+            self._buffered_records -= len(records)
+            self._buffered_bytes -= nbytes
             self._room.notify_all()
         if self._room_event is not None:
             self._room_event.set()
         for seq, remaining, waiter in self._flush_waiters:
-            if record.seq <= seq:
-                remaining[0] -= 1
-                if remaining[0] == 0 and not waiter.done():
-                    waiter.set_result(None)
+            remaining[0] -= sum(1 for record in records if record.seq <= seq)
+            if remaining[0] == 0 and not waiter.done():
+                waiter.set_result(None)
 
     async def flush(self) -> None:
         """Wait until every record submitted so far is written or failed; raise

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
-from .records import MAX_RECORD_BYTES
+from .records import MAX_CALL_RECORDS, MAX_RECORD_BYTES
 
 #: A shard's write limits (Kinesis service quotas): the default pace per shard.
 SHARD_RECORDS_PER_SECOND = 1000
@@ -46,6 +46,21 @@ class ProducerOptions:
     shard_bytes_per_second: int | None = SHARD_BYTES_PER_SECOND
     retry_backoff: float = 0.05
     max_retry_backoff: float = 2.0
+
+    @property
+    def min_batch(self) -> float:
+        """Records a paced shard gathers room for before a call (a linger's worth of its pace;
+        a backlog smaller than this goes as soon as it fits): a trickle of tiny calls would
+        cost a call's CPU for a few records each."""
+        rate = self.shard_records_per_second
+        return max(1.0, min(float(rate), rate * self.linger)) if rate else 1.0
+
+    @property
+    def min_call_entries(self) -> int:
+        """Entries a call needs to go while another call of its stream is in flight (else its
+        records wait for that call's answer and go with the keys it frees): without it, the
+        keys of one call, freed together, would cycle through calls of a few entries each."""
+        return 1 if self.aggregate else max(1, MAX_CALL_RECORDS // self.max_in_flight // 2)
 
     def __post_init__(self) -> None:
         _number("linger", self.linger, 0.0)

@@ -10,6 +10,7 @@ big-endian integer, or its explicit hash key when one is given.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from concurrent.futures import Future
 from typing import Any, NamedTuple
@@ -77,8 +78,10 @@ class PendingRecord:
         self.not_before = 0.0
 
 
+@functools.lru_cache(maxsize=65536)
 def key_hash(key: str) -> int:
-    """The 128-bit hash Kinesis routes a partition key by."""
+    """The 128-bit hash Kinesis routes a partition key by (remembered for the most recent
+    keys: the usual producer puts the same keys over and over)."""
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest(), "big")
 
 

@@ -1,10 +1,9 @@
 """Writing one stream: its shard map, a lane per shard, and the task that turns lanes into
 PutRecords calls (at most ``max_in_flight`` at once) and handles each answer entry by entry.
 
-Who calls what: the core calls :meth:`StreamWriter.add` (on the loop) for each record put to the
-stream and reads :attr:`StreamWriter.failure` once :meth:`StreamWriter.run` has ended; the writer
-reports every record's outcome to the core through :class:`Outcomes`, exactly once per record.
-What goes into each call, and why per-key order holds: :mod:`.batching`.
+Who calls what: the core calls :meth:`StreamWriter.add` per record (on the loop) and reads
+:attr:`StreamWriter.failure` after :meth:`StreamWriter.run`; each record's outcome goes to the
+core through :class:`Outcomes`, once. What a call holds, and why key order holds: :mod:`.batching`.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import functools
 import logging
 import random
 import time
+from operator import attrgetter
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -28,7 +28,8 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from .batching import Entry, Lane, fill_call
+from .batching import Entry, Lane, fill_call, hold_back
+from .lean import put_records
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
 from .shards import ShardMap, ShardPacer
@@ -52,7 +53,7 @@ class Outcomes(Protocol):
 
     flushing: bool
 
-    def succeeded(self, record: PendingRecord, result: PutResult) -> None: ...
+    def succeeded(self, written: list[tuple[PendingRecord, PutResult]]) -> None: ...
 
     def failed(self, record: PendingRecord, error: BaseException) -> None: ...
 
@@ -115,8 +116,6 @@ class StreamWriter:
         if self.failure is not None:
             self._fail_all(self.failure)
 
-    # -- the loop --
-
     async def _step(self) -> None:
         now = time.monotonic()
         if now - self._last_expiry >= _EXPIRY_CHECK:
@@ -142,8 +141,11 @@ class StreamWriter:
                     by_key=self._options.ordering == "key",
                     busy=self._busy,
                     aggregate=self._options.aggregate,
+                    min_batch=self._options.min_batch,
                 )
-                if entries:
+                if self._in_flight and hold_back(entries, self._lanes, self._busy, self._options):
+                    wait = None  # too small to go yet: an answer in flight wakes the writer
+                elif entries:
                     self._start_call(entries)
                     return
             else:
@@ -180,9 +182,7 @@ class StreamWriter:
     async def _call(self, entries: list[Entry]) -> None:
         started = time.monotonic()
         try:
-            response = await self._client.put_records(
-                StreamName=self.stream, Records=[entry.request() for entry in entries]
-            )
+            response = await put_records(self._client, self.stream, entries)
         except Exception as exc:
             self._call_failed(entries, exc)
             self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))
@@ -199,6 +199,7 @@ class StreamWriter:
 
     def _answered(self, entries: list[Entry], results: list[dict[str, Any]]) -> None:
         refused: list[Entry] = []
+        written: list[tuple[PendingRecord, PutResult]] = []
         throttled = 0
         for entry, result in zip(entries, results, strict=True):
             code = result.get("ErrorCode")
@@ -208,10 +209,13 @@ class StreamWriter:
                     if len(entry.records) > 1:
                         keys = [record.key for record in entry.records]
                         self._landed.append((result["ShardId"], keys))
-                for index, record in enumerate(entry.records):
-                    sub = index if len(entry.records) > 1 else 0
-                    self._outcomes.succeeded(
-                        record, PutResult(result["ShardId"], result["SequenceNumber"], sub)
+                shard_id, sequence_number = result["ShardId"], result["SequenceNumber"]
+                if len(entry.records) == 1:
+                    written.append((entry.records[0], PutResult(shard_id, sequence_number, 0)))
+                else:
+                    written.extend(
+                        (record, PutResult(shard_id, sequence_number, index))
+                        for index, record in enumerate(entry.records)
                     )
             elif code in RETRYABLE_ENTRY_CODES:
                 refused.append(entry)
@@ -227,6 +231,7 @@ class StreamWriter:
                 )
                 for record in entry.records:
                     self._outcomes.failed(record, error)
+        self._outcomes.succeeded(written)
         if refused:
             self._requeue(refused)
             self._outcomes.retried(self.stream, len(refused), throttled)
@@ -363,7 +368,7 @@ class StreamWriter:
 
     def _expire(self, now: float) -> None:
         for lane in self._lanes.values():
-            if not any(record.deadline <= now for record in lane.queue):
+            if not lane.queue or min(map(attrgetter("deadline"), lane.queue)) > now:
                 continue
             kept = [record for record in lane.queue if record.deadline > now]
             for record in lane.queue:
