@@ -24,6 +24,7 @@ from typing import Any
 
 from ...config import Config, check_streams
 from ...errors import ConfigError
+from .aliases import CONSUMER_TYPES, canonical_options, hint
 
 #: The source's own options and their defaults (documented in the README's Spark section).
 SOURCE_DEFAULTS: dict[str, Any] = {
@@ -45,6 +46,16 @@ SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
+
+#: Options that are neither Config fields nor in SOURCE_DEFAULTS.
+_OWN = ("streams", "consumer_type")
+
+#: Why enhanced fan-out is refused rather than ignored (the executors always poll).
+EFO_UNSUPPORTED = (
+    "enhanced fan-out (SubscribeToShard) is not supported by the Spark source yet: its "
+    "executors read with GetRecords (polling). Remove the option, or set consumer_type to "
+    "GetRecords (polling); Kinesumer processes (not Spark) support enhanced_fan_out=true"
+)
 
 #: Options whose values stay out of Spark's plans and UI: the role the source assumes and the
 #: external id that guards it (which, with the role, is what a confused deputy needs).
@@ -106,11 +117,12 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Parse Spark's option strings; :class:`ConfigError` names the first bad option."""
-    given = {str(k).lower(): v for k, v in options.items()}
+    given = canonical_options({str(k).lower(): v for k, v in options.items()})
     config_fields = {f.name: f for f in dataclasses.fields(Config)}
     for name in given:
-        if name not in config_fields and name not in SOURCE_DEFAULTS and name != "streams":
+        if name not in config_fields and name not in SOURCE_DEFAULTS and name not in _OWN:
             raise ConfigError(name, f"is not an option of the kinesumer source{_hint(name)}")
+    _refuse_enhanced_fan_out(given)
     for name in _REQUIRED:
         if not str(given.get(name) or "").strip():
             raise ConfigError(name, "is required: .option(" + repr(name) + ", ...)")
@@ -159,9 +171,24 @@ def to_options(
 
 
 def _hint(name: str) -> str:
-    known = [f.name for f in dataclasses.fields(Config)] + list(SOURCE_DEFAULTS) + ["streams"]
-    close = [k for k in known if name.replace("-", "_") == k or k.startswith(name[:4])]
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    known = [f.name for f in dataclasses.fields(Config)] + list(SOURCE_DEFAULTS) + list(_OWN)
+    return hint(name, known)
+
+
+def _refuse_enhanced_fan_out(given: Mapping[str, str]) -> None:
+    """Enhanced fan-out asked for by any name: a named error, never accepted and ignored."""
+    kind = given.get("consumer_type")
+    if kind is not None:
+        efo = CONSUMER_TYPES.get(str(kind).strip().lower())
+        if efo is None:
+            raise ConfigError(
+                "consumer_type",
+                f"must be GetRecords (or polling); got {kind!r}",
+            )
+        if efo:
+            raise ConfigError("consumer_type", EFO_UNSUPPORTED)
+    if "enhanced_fan_out" in given and _bool("enhanced_fan_out", str(given["enhanced_fan_out"])):
+        raise ConfigError("enhanced_fan_out", EFO_UNSUPPORTED)
 
 
 def _config_value(name: str, kind: str, raw: str) -> Any:
