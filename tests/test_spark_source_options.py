@@ -232,3 +232,25 @@ def test_load_raises_the_named_error_first(spark: Any) -> None:
         "kinesumer source (did you mean 'max_records_per_trigger'?)"
     )
     assert "Traceback" not in str(caught.value)
+
+
+def test_the_aliases_of_role_arn_and_external_id_are_redacted_too(
+    spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kinesumer.spark.source import SCHEMA
+
+    role, external = "arn:aws:iam::210987654321:role/orders-reader", "ext-do-not-show"
+    for names in (("roleArn", "roleExternalId"), ("kinesis.stsRoleArn", "externalId")):
+        df = (
+            spark.readStream.format("kinesumer")
+            .schema(SCHEMA)
+            .options(**BASE, region="eu-west-1")
+            .option(names[0], role)
+            .option(names[1], external)
+            .load()
+        )
+        capsys.readouterr()
+        df.explain(extended=True)
+        plan = capsys.readouterr().out
+        assert "region=eu-west-1" in plan, plan
+        assert role not in plan and external not in plan, plan

@@ -63,7 +63,9 @@ SENSITIVE_OPTIONS = ("role_arn", "external_id")
 
 #: Spark's setting: option names (a Java regular expression) whose values plans print redacted.
 REDACTION_CONF = "spark.sql.redaction.options.regex"
-_SENSITIVE_PATTERN = "(?i:" + "|".join(SENSITIVE_OPTIONS) + ")"
+#: Their names and those of the other connectors' aliases (``roleArn``, ``kinesis.stsRoleArn``,
+#: ``roleExternalId``, ``externalId``): Spark redacts an option whose name the pattern finds in.
+_SENSITIVE_PATTERN = "(?i:" + "|".join([*SENSITIVE_OPTIONS, "rolearn", "externalid"]) + ")"
 
 
 def redact_sensitive_options(spark: Any) -> None:
