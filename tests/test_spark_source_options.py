@@ -254,3 +254,76 @@ def test_the_aliases_of_role_arn_and_external_id_are_redacted_too(
         plan = capsys.readouterr().out
         assert "region=eu-west-1" in plan, plan
         assert role not in plan and external not in plan, plan
+
+
+# -- logs ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kinesumer_logger() -> Iterator[Any]:
+    import logging
+
+    logger = logging.getLogger("kinesumer")
+    saved = (logger.level, list(logger.handlers))
+    logger.handlers.clear()
+    logger.setLevel(logging.NOTSET)
+    yield logger
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+
+
+def test_log_level_reaches_every_worker_that_builds_or_unpickles_the_options(
+    monkeypatch: pytest.MonkeyPatch, kinesumer_logger: Any
+) -> None:
+    import logging
+    import pickle
+
+    from kinesumer.spark.source import logs
+
+    parsed = parse_options({**BASE, "log_level": "info"})
+    assert parsed.log_level == "INFO"
+    assert kinesumer_logger.level == logging.NOTSET and not kinesumer_logger.handlers  # the app's
+    monkeypatch.setattr(logs, "in_spark_worker", lambda: True)
+    shipped = pickle.dumps(parsed)
+    restored = pickle.loads(shipped)  # as an executor's worker gets it
+    assert restored == parsed
+    assert kinesumer_logger.level == logging.INFO and len(kinesumer_logger.handlers) == 1
+    parse_options({**BASE, "log_level": "DEBUG"})  # as the planner's worker builds it
+    assert kinesumer_logger.level == logging.DEBUG and len(kinesumer_logger.handlers) == 1
+    assert refused({**BASE, "log_level": "loud"}).field == "log_level"
+
+
+def test_log_level_brings_the_workers_info_lines_to_the_drivers_stderr(
+    spark: Any, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any, request: Any
+) -> None:
+    """The executors' INFO line for each shard read reaches the application's stderr (local
+    mode: Spark copies its workers' stderr there), from a process other than this one. The JVM
+    holds the stderr pytest had when the session started (its global capture), read here."""
+    import os
+    import re
+
+    from _group import create_stream, put
+    from _spark_source import Collector, spark_group, start_query
+
+    group = spark_group(kinesalite, dynalite, unique_name)
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 1)
+    put(group["url"], stream, 0, 5)
+    sink = Collector()
+    config = config.replace(initial_position="TRIM_HORIZON")
+    query = start_query(
+        spark, config, [stream], sink, str(tmp_path / "cp"), available_now=True, log_level="INFO"
+    )
+    try:
+        query.awaitTermination(300)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert len(sink.rows()) == 5
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is None or not capture.is_globally_capturing():
+        pytest.skip("needs pytest's fd capture (not -s)")
+    err = capture.read_global_capture()[1]
+    lines = [ln for ln in err.splitlines() if " INFO kinesumer.spark.source [pid " in ln]
+    assert any(re.search(r": 5 records", ln) for ln in lines), err[-3000:]
+    assert all(f"[pid {os.getpid()}]" not in ln for ln in lines)

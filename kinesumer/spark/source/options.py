@@ -25,6 +25,7 @@ from typing import Any
 from ...config import Config, check_streams
 from ...errors import ConfigError
 from .aliases import CONSUMER_TYPES, canonical_options, hint
+from .logs import apply_log_level, parse_log_level
 
 #: The source's own options and their defaults (documented in the README's Spark section).
 SOURCE_DEFAULTS: dict[str, Any] = {
@@ -41,6 +42,8 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL); at
     # least LEDGER_TTL_FLOOR: a replay after a restart needs its batch's items.
     "ledger_ttl_seconds": 7 * 24 * 3600,
+    # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
+    "log_level": None,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
     "test_fail_first_read_dir": None,
 }
@@ -115,6 +118,17 @@ class SourceOptions:
     idle_poll_interval: float = 1.0
     ledger_ttl_seconds: int = 7 * 24 * 3600
     test_fail_first_read_dir: str | None = None
+    log_level: str | None = None
+
+    def __post_init__(self) -> None:
+        # Built in each Spark worker that parses the options (the planner's among them).
+        apply_log_level(self.log_level)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in the executors' workers, which never parse options.
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        apply_log_level(self.log_level)
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -213,6 +227,8 @@ def _source_value(name: str, raw: str) -> Any:
     text = str(raw).strip()
     if name == "test_fail_first_read_dir":
         return text or None
+    if name == "log_level":
+        return parse_log_level(text)
     if name == "max_records_per_trigger" and text.lower() in ("", "none", "null"):
         return None
     if name in ("max_records_per_trigger", "max_records_per_shard", "ledger_ttl_seconds"):
