@@ -4,7 +4,11 @@ Modules: :mod:`.datasource` (the data source, its reader, :func:`read_stream`), 
 (Spark options -> Config), :mod:`.offsets` (the offset JSON), :mod:`.planner` (the driver side:
 a group member planning micro-batches), :mod:`.partition` (what an executor task gets),
 :mod:`.executor` (GetRecords -> Arrow on executors), :mod:`.ledger` (per-batch ranges in the
-state table), :mod:`.driverio` (the planner's own AWS calls), :mod:`.compat` (pyspark 4.2+).
+state table), :mod:`.driverio` (the planner's own AWS calls), :mod:`.compat` (pyspark 4.2+),
+:mod:`.aliases` (other connectors' option names), :mod:`.errors` (named errors first at load()).
+
+``register(spark)`` makes ``format("kinesumer")`` known to a session (else Spark answers
+``DATA_SOURCE_NOT_FOUND``, which happens before any code of ours runs).
 """
 
 from .compat import HAVE_SOURCE_API, REQUIRED_PYSPARK
@@ -14,6 +18,7 @@ from .datasource import (
     KinesumerStreamReader,
     option_strings,
     read_stream,
+    register,
 )
 from .executor import ReplayMismatchError
 from .options import (
@@ -38,4 +43,5 @@ __all__ = [
     "parse_options",
     "read_stream",
     "redact_sensitive_options",
+    "register",
 ]

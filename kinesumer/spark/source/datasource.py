@@ -22,8 +22,11 @@ import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import NoRegionError
+
 from ...aws import AwsClients, RequestStats
 from ...config import Config
+from ...errors import ConfigError
 from ...kinesis import KinesisReader
 from ...statestore import DynamoDBStateStore
 from ..arrow import SCHEMA_DDL
@@ -36,6 +39,7 @@ from .compat import (
     SupportsTriggerAvailableNow,
     require_source_api,
 )
+from .errors import named_error_first
 from .executor import read_partition
 from .options import (
     SourceOptions,
@@ -78,11 +82,13 @@ class KinesumerDataSource(DataSource):
 
     def schema(self) -> str:
         # Called once, at load(): the place to fail early, with the option's name.
-        check_resources(self._parsed())
+        with named_error_first():
+            check_resources(self._parsed())
         return SCHEMA
 
     def streamReader(self, schema: Any) -> KinesumerStreamReader:
-        return KinesumerStreamReader(self._parsed())
+        with named_error_first():
+            return KinesumerStreamReader(self._parsed())
 
     def _parsed(self) -> SourceOptions:
         require_source_api()
@@ -155,7 +161,23 @@ def check_resources(options: SourceOptions) -> None:
         finally:
             await clients.close()
 
-    asyncio.run(check())
+    try:
+        asyncio.run(check())
+    except NoRegionError:
+        raise ConfigError(
+            "region",
+            "is required: no region option and no AWS region where the source runs "
+            "(AWS_REGION / AWS_DEFAULT_REGION or a profile of Spark's Python workers): "
+            ".option('region', 'eu-west-1')",
+        ) from None
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("kinesumer")`` known to ``spark`` (without this, Spark answers
+    ``DATA_SOURCE_NOT_FOUND``) and keep ``role_arn`` / ``external_id`` out of its plans."""
+    require_source_api()
+    redact_sensitive_options(spark)
+    spark.dataSource.register(KinesumerDataSource)
 
 
 def read_stream(
@@ -171,8 +193,7 @@ def read_stream(
     require_source_api()
     strings = to_options(config, tuple(streams), **options)
     check_resources(parse_options(strings))
-    redact_sensitive_options(spark)
-    spark.dataSource.register(KinesumerDataSource)
+    register(spark)
     reader = spark.readStream.format("kinesumer").options(**strings)
     frame: DataFrame = reader.load()
     return frame

@@ -24,6 +24,8 @@ from typing import Any
 
 from ...config import Config, check_streams
 from ...errors import ConfigError
+from .aliases import CONSUMER_TYPES, canonical_options, hint
+from .logs import apply_log_level, parse_log_level
 
 #: The source's own options and their defaults (documented in the README's Spark section).
 SOURCE_DEFAULTS: dict[str, Any] = {
@@ -40,11 +42,23 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL); at
     # least LEDGER_TTL_FLOOR: a replay after a restart needs its batch's items.
     "ledger_ttl_seconds": 7 * 24 * 3600,
+    # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
+    "log_level": None,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
     "test_fail_first_read_dir": None,
 }
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
+
+#: Options that are neither Config fields nor in SOURCE_DEFAULTS.
+_OWN = ("streams", "consumer_type")
+
+#: Why enhanced fan-out is refused rather than ignored (the executors always poll).
+EFO_UNSUPPORTED = (
+    "enhanced fan-out (SubscribeToShard) is not supported by the Spark source yet: its "
+    "executors read with GetRecords (polling). Remove the option, or set consumer_type to "
+    "GetRecords (polling); Kinesumer processes (not Spark) support enhanced_fan_out=true"
+)
 
 #: Options whose values stay out of Spark's plans and UI: the role the source assumes and the
 #: external id that guards it (which, with the role, is what a confused deputy needs).
@@ -52,7 +66,9 @@ SENSITIVE_OPTIONS = ("role_arn", "external_id")
 
 #: Spark's setting: option names (a Java regular expression) whose values plans print redacted.
 REDACTION_CONF = "spark.sql.redaction.options.regex"
-_SENSITIVE_PATTERN = "(?i:" + "|".join(SENSITIVE_OPTIONS) + ")"
+#: Their names and those of the other connectors' aliases (``roleArn``, ``kinesis.stsRoleArn``,
+#: ``roleExternalId``, ``externalId``): Spark redacts an option whose name the pattern finds in.
+_SENSITIVE_PATTERN = "(?i:" + "|".join([*SENSITIVE_OPTIONS, "rolearn", "externalid"]) + ")"
 
 
 def redact_sensitive_options(spark: Any) -> None:
@@ -102,15 +118,27 @@ class SourceOptions:
     idle_poll_interval: float = 1.0
     ledger_ttl_seconds: int = 7 * 24 * 3600
     test_fail_first_read_dir: str | None = None
+    log_level: str | None = None
+
+    def __post_init__(self) -> None:
+        # Built in each Spark worker that parses the options (the planner's among them).
+        apply_log_level(self.log_level)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in the executors' workers, which never parse options.
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        apply_log_level(self.log_level)
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Parse Spark's option strings; :class:`ConfigError` names the first bad option."""
-    given = {str(k).lower(): v for k, v in options.items()}
+    given = canonical_options({str(k).lower(): v for k, v in options.items()})
     config_fields = {f.name: f for f in dataclasses.fields(Config)}
     for name in given:
-        if name not in config_fields and name not in SOURCE_DEFAULTS and name != "streams":
+        if name not in config_fields and name not in SOURCE_DEFAULTS and name not in _OWN:
             raise ConfigError(name, f"is not an option of the kinesumer source{_hint(name)}")
+    _refuse_enhanced_fan_out(given)
     for name in _REQUIRED:
         if not str(given.get(name) or "").strip():
             raise ConfigError(name, "is required: .option(" + repr(name) + ", ...)")
@@ -159,9 +187,24 @@ def to_options(
 
 
 def _hint(name: str) -> str:
-    known = [f.name for f in dataclasses.fields(Config)] + list(SOURCE_DEFAULTS) + ["streams"]
-    close = [k for k in known if name.replace("-", "_") == k or k.startswith(name[:4])]
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    known = [f.name for f in dataclasses.fields(Config)] + list(SOURCE_DEFAULTS) + list(_OWN)
+    return hint(name, known)
+
+
+def _refuse_enhanced_fan_out(given: Mapping[str, str]) -> None:
+    """Enhanced fan-out asked for by any name: a named error, never accepted and ignored."""
+    kind = given.get("consumer_type")
+    if kind is not None:
+        efo = CONSUMER_TYPES.get(str(kind).strip().lower())
+        if efo is None:
+            raise ConfigError(
+                "consumer_type",
+                f"must be GetRecords (or polling); got {kind!r}",
+            )
+        if efo:
+            raise ConfigError("consumer_type", EFO_UNSUPPORTED)
+    if "enhanced_fan_out" in given and _bool("enhanced_fan_out", str(given["enhanced_fan_out"])):
+        raise ConfigError("enhanced_fan_out", EFO_UNSUPPORTED)
 
 
 def _config_value(name: str, kind: str, raw: str) -> Any:
@@ -184,6 +227,8 @@ def _source_value(name: str, raw: str) -> Any:
     text = str(raw).strip()
     if name == "test_fail_first_read_dir":
         return text or None
+    if name == "log_level":
+        return parse_log_level(text)
     if name == "max_records_per_trigger" and text.lower() in ("", "none", "null"):
         return None
     if name in ("max_records_per_trigger", "max_records_per_shard", "ledger_ttl_seconds"):
