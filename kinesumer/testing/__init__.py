@@ -11,5 +11,12 @@ Importing this package imports neither moto nor pytest.
 from __future__ import annotations
 
 from ..errors import InProcessMockUnsupportedError
+from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
 
-__all__ = ["InProcessMockUnsupportedError"]
+__all__ = [
+    "InProcessMockUnsupportedError",
+    "RecordsDidNotArriveError",
+    "put",
+    "wait_for",
+    "wait_for_async",
+]
