@@ -53,7 +53,9 @@ def test_missing_records_are_reported(make_stream, make_consumer, wait_for):
 def test_the_plugin_serves_a_users_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     pytester.makeini("[pytest]\nasyncio_mode = auto\n")
-    result = pytester.runpytest_subprocess("-p", "kinesumer.testing.plugin", "-p", "asyncio")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:kinesumer", "-p", "kinesumer.testing.plugin", "-p", "asyncio"
+    )
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
         [
