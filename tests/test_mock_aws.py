@@ -21,7 +21,7 @@ import pytest
 from moto import mock_aws
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table
-from kinesumer.handlers import DeadLetter, Retry
+from kinesumer.handlers import DeadLetter, Discard, Retry
 from kinesumer.producer import AsyncProducer, Producer
 from kinesumer.sinks import DynamoDBTransaction, DynamoDBTransactions
 from kinesumer.testing import InProcessMockUnsupportedError
@@ -184,3 +184,48 @@ def test_without_moto_nothing_is_adapted_and_moto_is_not_imported() -> None:
         "assert 'kinesumer.testing.inprocess' not in sys.modules, 'adapter imported'\n"
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
+
+
+def test_async_run_with_a_sink_and_a_discard_policy(mocked: Any) -> None:
+    settings = config()
+    create_state_table(settings)
+    boto3.client("dynamodb", region_name=REGION).create_table(
+        TableName="seen",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    put(mocked, "orders", list(range(5)))
+    handled: list[int] = []
+
+    async def note(record: Any, tx: DynamoDBTransaction) -> None:
+        if record.data == b"2":
+            raise ValueError("two is dropped")
+        handled.append(int(record.data))
+        tx.put("seen", {"pk": record.data.decode()})
+
+    async def consume() -> dict[str, int]:
+        async with AsyncKinesumer(settings) as consumer:
+            running = asyncio.create_task(
+                consumer.run(
+                    ["orders"],
+                    note,
+                    sink=DynamoDBTransactions(),
+                    on_failure=Discard(retry=Retry(attempts=1)),
+                    name="note",
+                )
+            )
+            for _ in range(300):
+                counts = consumer.stats().handled.get("note", {})
+                if counts.get("ok", 0) + counts.get("discarded", 0) >= 5:
+                    break
+                await asyncio.sleep(0.1)
+            await consumer.aclose()
+            await running
+            return dict(consumer.stats().handled.get("note", {}))
+
+    counts = asyncio.run(consume())
+    assert sorted(handled) == [0, 1, 3, 4]
+    assert counts.get("ok") == 4 and counts.get("discarded") == 1
+    items = boto3.client("dynamodb", region_name=REGION).scan(TableName="seen")["Items"]
+    assert sorted(item["pk"]["S"] for item in items) == ["0", "1", "3", "4"]
