@@ -27,6 +27,7 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── MetricsNotInstalledError    Config.metrics without prometheus_client (also ImportError)
     ├── EnhancedFanOutNotInstalledError  Config.enhanced_fan_out without httpx[http2] (also
     │                               ImportError)
+    ├── InProcessMockUnsupportedError  moto's in-process mock_aws cannot carry this (EFO)
     └── SparkNotInstalledError      kinesumer.spark without pyspark/pyarrow (also ImportError;
                                     defined in kinesumer.spark, which may not be importable)
 
@@ -123,6 +124,11 @@ class MetricsNotInstalledError(KinesumerError, ImportError):
 class EnhancedFanOutNotInstalledError(KinesumerError, ImportError):
     """Enhanced fan-out was asked for (``Config(enhanced_fan_out=True)``) but its HTTP/2 client
     (``httpx`` with ``h2``) is missing: install ``kinesumer[efo]``."""
+
+
+class InProcessMockUnsupportedError(KinesumerError):
+    """moto's in-process ``mock_aws`` cannot carry this call (enhanced fan-out's HTTP/2 event
+    stream): use moto in server mode (the ``kinesumer.testing`` plugin's fixtures)."""
 
 
 class ProducerError(KinesumerError):

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -62,12 +63,25 @@ def parse_timestamp(value: Any) -> datetime:
     return parsed
 
 
+def moto_loaded() -> bool:
+    """Whether moto's mock (``mock_aws``) is imported in this process: checked without importing
+    moto, which is not a dependency of the library."""
+    return "moto.core.models" in sys.modules
+
+
 def botocore_session() -> AioSession:
-    """A fresh aiobotocore session whose responses parse timestamps with :func:`parse_timestamp`."""
+    """A fresh aiobotocore session whose responses parse timestamps with :func:`parse_timestamp`.
+
+    With moto's mock loaded, its in-process answers are made awaitable for aiobotocore
+    (:mod:`kinesumer.testing.inprocess`, imported only then); without, nothing changes."""
     session = AioSession()
     session.get_component("response_parser_factory").set_parser_defaults(
         timestamp_parser=parse_timestamp
     )
+    if moto_loaded():
+        from ..testing.inprocess import adapt_session
+
+        adapt_session(session)
     return session
 
 

@@ -88,7 +88,8 @@ class Invocation:
     caller's own credentials, the async face an aiobotocore client, through ``role_arn`` when
     set). ``client_id``: the member's id, written in envelopes (default ``Config.client_id``).
     ``uniform``: the jitter's random source; ``write_attempts``: PutRecord tries per dead letter
-    before the run stops (tests shorten both).
+    before the run stops (tests shorten both). ``clock`` (epoch seconds), ``sync_ends`` and
+    ``async_ends`` (what a waiting call waits on): the in-memory driver's (kinesumer.testing).
     """
 
     def __init__(
@@ -102,6 +103,9 @@ class Invocation:
         client_id: str | None = None,
         uniform: Callable[[], float] = random.random,
         write_attempts: int = WRITE_ATTEMPTS,
+        clock: Callable[[], float] = time.time,
+        sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
+        async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
     ) -> None:
         self.handler = handler
         self.policy = check_policy(options.on_failure)
@@ -113,6 +117,7 @@ class Invocation:
         self.counters = counters
         self.is_async = is_async
         self.uniform = uniform
+        self.clock, self.sync_ends, self.async_ends = clock, sync_ends, async_ends
         policy = self.policy
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
@@ -138,14 +143,14 @@ class Invocation:
                     self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    ends = SyncCallEnds(stopping, lease, records)
+                    ends = self.sync_ends(stopping, lease, records)
                     self._run_sync(unit, lease, end_of(records), ends, error)
                     return
                 self.counters.add("ok")
                 return
         items = [prepare(record, self.policy) for record in records]
-        wait = due_time(items) - time.time()
-        ends = SyncCallEnds(stopping, lease, records)
+        wait = due_time(items) - self.clock()
+        ends = self.sync_ends(stopping, lease, records)
         if wait > 0 and ends.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
@@ -186,7 +191,8 @@ class Invocation:
                     return True
             if not after_failure(self.policy, attempts, error):
                 self._finish_sync(
-                    plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
+                    plan(unit.items, self.policy, error, attempts, self._now_ms(), self.identity),
+                    error,
                 )
                 return False
             delay = self._retrying(unit, error, attempts)
@@ -241,14 +247,14 @@ class Invocation:
                     await self.handler(value)
                 except Exception as error:
                     unit = Unit([Item(record, record)], [value])
-                    ends = AsyncCallEnds(stopping, lease, records)
+                    ends = self.async_ends(stopping, lease, records)
                     await self._run_async(unit, lease, end_of(records), ends, error)
                     return
                 self.counters.add("ok")
                 return
         items = [prepare(record, self.policy) for record in records]
-        wait = due_time(items) - time.time()
-        ends = AsyncCallEnds(stopping, lease, records)
+        wait = due_time(items) - self.clock()
+        ends = self.async_ends(stopping, lease, records)
         if wait > 0 and await ends.wait(wait):
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
@@ -281,7 +287,8 @@ class Invocation:
                     return True
             if not after_failure(self.policy, attempts, error):
                 await self._finish_async(
-                    plan(unit.items, self.policy, error, attempts, _now_ms(), self.identity), error
+                    plan(unit.items, self.policy, error, attempts, self._now_ms(), self.identity),
+                    error,
                 )
                 return False
             delay = self._retrying(unit, error, attempts)
@@ -332,6 +339,9 @@ class Invocation:
             return self.decoder(record)
         except DecodeError:
             return None
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
     def _decode_failed(self) -> None:
         self.counters.add("decode_error")
@@ -388,7 +398,3 @@ def _no_writes(tx: Any) -> None:
 
 async def _no_writes_async(tx: Any) -> None:
     """:func:`_no_writes` for the async face."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

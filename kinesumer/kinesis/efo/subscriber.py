@@ -46,7 +46,7 @@ from botocore.parsers import EventStreamJSONParser, JSONParser
 from botocore.serialize import create_serializer
 
 from ...aws import RequestStats, error_code
-from ...aws.clients import assumed_role_session, parse_timestamp, session_for
+from ...aws.clients import assumed_role_session, moto_loaded, parse_timestamp, session_for
 from ...config import Config
 from .errors import error_for, reset_error
 
@@ -134,6 +134,11 @@ class ShardSubscriber:
         self._open: set[httpx.AsyncClient] = set()
 
     async def open(self) -> None:
+        if moto_loaded():
+            from ...testing.inprocess import enhanced_fan_out_unsupported, mock_active
+
+            if mock_active():
+                raise enhanced_fan_out_unsupported()
         if self._credentials is None:
             self._credentials = await kinesis_credentials(self._config, self._stats)
         self._model = botocore.session.get_session().get_service_model("kinesis")
