@@ -168,7 +168,7 @@ def test_enhanced_fan_out_under_an_in_process_mock_says_what_to_use(mocked: Any)
     create_state_table(settings)
     consumer = Kinesumer(settings)
     try:
-        with pytest.raises(InProcessMockUnsupportedError, match="kinesis_server"):
+        with pytest.raises(InProcessMockUnsupportedError, match="enhanced_fan_out=False"):
             consumer.subscribe(["orders"])
             consumer.poll(timeout=1.0)
     finally:

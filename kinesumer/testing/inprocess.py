@@ -40,9 +40,10 @@ class _BufferedBody:
 def enhanced_fan_out_unsupported() -> InProcessMockUnsupportedError:
     return InProcessMockUnsupportedError(
         "enhanced fan-out (SubscribeToShard) streams events over HTTP/2, which moto's in-process "
-        "mock_aws cannot carry: test it against moto in server mode, e.g. the kinesis_server "
-        "fixture of the kinesumer.testing pytest plugin (pip install 'kinesumer[testing]'), or "
-        "test with enhanced_fan_out=False under mock_aws"
+        "mock_aws cannot carry, and moto serves no SubscribeToShard in server mode either (the "
+        "local_aws fixture of the kinesumer.testing plugin): test enhanced fan-out against a "
+        "kinesis-mock endpoint (LocalStack, or the kinesis-local npm package), and test the "
+        "rest with enhanced_fan_out=False under mock_aws or local_aws"
     )
 
 
