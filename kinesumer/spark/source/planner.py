@@ -123,12 +123,19 @@ class Planner:
         return self._io
 
     def close(self) -> None:
-        """Leave the group gracefully (best effort: Spark rarely calls stop())."""
+        """Leave the group gracefully: the batches Spark committed were settled at their
+        commit (checkpoints written); those planned but not committed are abandoned first, or
+        the leave would wait ``handoff_timeout`` for them (Spark replays them at the next start,
+        from the ledger). Then every shard is released at once and the member deregisters."""
         member, io = self._member, self._io
         self._member = self._io = None
         self._query = None
         try:
             if member is not None:
+                for batch in sorted(self.settlement.begun):
+                    for key in sorted(self.settlement.begun[batch]):
+                        member.abandon(key)
+                self.settlement.begun.clear()
                 member.close()
         finally:
             if io is not None:
