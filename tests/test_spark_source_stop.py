@@ -1,17 +1,17 @@
-"""A stopped query leaves its group: ``query.stop()`` releases the query's shards at once
-(local Spark, kinesalite + dynalite), so a plain ``Kinesumer`` of the same app owns them all
-well before ``client_timeout``, which is when it would get them from a member that crashed."""
+"""A stopped query leaves its group: ``query.stop()``, and ``spark.stop()`` with the query
+running, release the query's shards at once and deregister its member (local Spark,
+kinesalite + dynalite), so a plain ``Kinesumer`` of the same app owns them all well before
+``client_timeout``, which is when it would get them from a member that crashed."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from _group import create_stream, make_config, setup_table
-from _spark_source import Collector, checkpoints, local_spark, start_query
+from _spark_source import Collector, checkpoints, local_spark, members, start_query
 from _wait import wait_until
 
 from kinesumer import Kinesumer
@@ -20,12 +20,6 @@ pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.
 
 WAIT = 180.0
 CLIENT_TIMEOUT = 10.0
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    with local_spark() as session:
-        yield session
 
 
 def owners(config: Any, stream: str) -> dict[str, str]:
@@ -38,8 +32,9 @@ def owners(config: Any, stream: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("how", ["query.stop()", "spark.stop()"])
 def test_a_stopped_query_hands_its_shards_over_at_once(
-    spark: Any, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
+    how: str, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
 ) -> None:
     config = make_config(
         kinesalite.url,
@@ -64,29 +59,34 @@ def test_a_stopped_query_hands_its_shards_over_at_once(
 
     thread = threading.Thread(target=consume, name="plain-kinesumer", daemon=True)
     thread.start()
-    query = start_query(spark, config, [stream], Collector(), str(tmp_path / "ck"))
     try:
-        wait_until(
-            lambda: len(set(owners(config, stream).values())) == 2 and query.lastProgress,
-            WAIT,
-            "the query and Kinesumer owning shards",
-            lambda: f"{owners(config, stream)} {query.exception()}",
-        )
-        query.stop()
-        stopped = time.monotonic()
-        # A crashed member's shards are free after client_timeout; a leave frees them at once.
-        # (Generous: the plain member still has to notice, on two shared cores.)
-        wait_until(
-            lambda: (
-                len(owners(config, stream)) == 4
-                and set(owners(config, stream).values()) == {consumer.client_id}
-            ),
-            CLIENT_TIMEOUT / 2,
-            "the plain member owning every shard",
-            lambda: f"{owners(config, stream)} after {time.monotonic() - stopped:.1f} s",
-        )
-        print(f"takeover {time.monotonic() - stopped:.2f} s after query.stop() returned")
+        with local_spark() as spark:
+            query = start_query(spark, config, [stream], Collector(), str(tmp_path / "ck"))
+            wait_until(
+                lambda: len(set(owners(config, stream).values())) == 2 and query.lastProgress,
+                WAIT,
+                "the query and Kinesumer owning shards",
+                lambda: f"{owners(config, stream)} {query.exception()}",
+            )
+            if how == "query.stop()":
+                query.stop()
+            else:
+                spark.stop()
+            stopped = time.monotonic()
+            # A crashed member's shards are free after client_timeout; a leave frees them at
+            # once. (Generous: the plain member still has to notice, on two shared cores.)
+            wait_until(
+                lambda: (
+                    len(owners(config, stream)) == 4
+                    and set(owners(config, stream).values()) == {consumer.client_id}
+                ),
+                CLIENT_TIMEOUT / 2,
+                "the plain member owning every shard",
+                lambda: f"{owners(config, stream)} after {time.monotonic() - stopped:.1f} s",
+            )
+            print(f"{how}: takeover {time.monotonic() - stopped:.2f} s after it returned")
+            assert members(config) == [consumer.client_id]  # the query's member is gone
+            query.stop()
     finally:
         stop.set()
-        query.stop()
         thread.join(60)
