@@ -2,7 +2,9 @@
 trickle GetRecords never answers empty, so the executor stops at the first answer that reached
 the tip. Checked without Spark (planner, executor read and ledger on kinesalite + dynalite, as
 in test_spark_source_units), by the stop reason the ledger records, and a replay of that batch
-must still give exactly the recorded records although the producer kept writing."""
+must still give exactly the recorded records although the producer kept writing. And in Spark:
+a query with a 1 s trigger under a steady producer delivers batch after batch while the
+producer runs (before, its first batch lasted ``max_read_seconds``), every record once."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from typing import Any
 import pytest
 from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
+from _spark_source import Collector, local_spark, spark_group
+from _wait import wait_until
 
+from kinesumer.spark.source.datasource import option_strings
 from kinesumer.spark.source.executor import read_records
 from kinesumer.spark.source.ledger import Ledger
 from kinesumer.spark.source.offsets import SourceOffset
@@ -100,3 +105,58 @@ async def _ledger_entry(partition: Any) -> Any:
         return await ledger.get(partition.batch, partition.stream, partition.shard_id)
     finally:
         await clients.close()
+
+
+def test_a_query_under_a_steady_producer_gets_batch_after_batch(
+    kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
+) -> None:
+    pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
+    group = spark_group(kinesalite, dynalite, unique_name)
+    config, stream, url = group["config"], group["stream"], group["url"]
+    create_stream(url, stream, 2)
+    sink = Collector()
+    stop = threading.Event()
+    produced: list[bytes] = []
+
+    def run() -> None:
+        n = 0
+        while not stop.is_set():
+            produced.extend(put(url, stream, n, 4))
+            n += 4
+            stop.wait(0.05)
+
+    producer = threading.Thread(target=run, daemon=True)
+    with local_spark() as spark:
+        frame = (
+            spark.readStream.format("kinesumer")
+            .options(**option_strings(config, [stream], max_read_seconds=600))
+            .load()
+        )
+        query = (
+            frame.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        try:
+            producer.start()
+            # Before, the first batch read until max_read_seconds (600 s): a trickle never
+            # answers empty. Now each task stops at the tip, so batches keep coming.
+            wait_until(
+                lambda: len([b for b, rows in sink.batches if rows]) >= 3,
+                120.0,
+                "three batches with rows while the producer runs",
+                lambda: f"{len(sink.batches)} batches; {query.exception()} {query.lastProgress}",
+            )
+            stop.set()
+            producer.join()
+            wait_until(
+                lambda: len(sink.datas()) >= len(produced),
+                120.0,
+                "every record",
+                lambda: f"{len(sink.datas())} of {len(produced)}",
+            )
+        finally:
+            stop.set()
+            query.stop()
+    assert sorted(sink.datas()) == sorted(produced)  # each record once
