@@ -19,6 +19,9 @@ library's named error in the message.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import signal
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +103,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, options: SourceOptions) -> None:
         self._planner = Planner(options)
+        self._exit_hooks = False
 
     @property
     def options(self) -> SourceOptions:
@@ -112,11 +116,28 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._planner = Planner(state["options"])
+        self._exit_hooks = False
+
+    def _leave_on_exit(self) -> None:
+        """In the query's long-lived source worker (the only process that calls the offset
+        methods), make the end of the process a graceful leave: ``stop()`` at exit (atexit),
+        and SIGTERM turned into ``SystemExit`` so the runner's ``finally: reader.stop()`` runs
+        (by default SIGTERM ends Python at once: to the group a crash, its shards unread for
+        ``client_timeout``). A SIGKILL cannot be caught: then the group sees a crash."""
+        if self._exit_hooks:
+            return
+        self._exit_hooks = True
+        atexit.register(self.stop)
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     def initialOffset(self) -> dict[str, Any]:
+        self._leave_on_exit()
         return self._planner.initial_offset()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._leave_on_exit()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self._planner.latest_offset(start, max_rows)
 
@@ -141,6 +162,13 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def stop(self) -> None:
         self._planner.close()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM in the source worker: unwind (``reader.stop()`` in the runner's ``finally``,
+    then atexit). A second SIGTERM while leaving is ignored: the leave is short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
 
 
 def check_resources(options: SourceOptions) -> None:

@@ -6,9 +6,12 @@ KPL unpacking, epoch timestamps) inside ``asyncio.run``. The ledger decides the 
 1. The (batch, shard) item exists: a replay (task retry, speculative copy, restart). Read from
    the start up to and including the recorded end: exactly the recorded records, or
    :class:`ReplayMismatchError` if the stream no longer holds them (trimmed, re-created).
-2. It does not: read from the start until the partition's record limit, the shard's tip
-   (an empty answer with nothing behind), SHARD_END or ``max_read_seconds``; then write the item
-   conditionally. If another attempt won meanwhile, return exactly *its* range instead.
+2. It does not: read from the start until the partition's record limit, the shard's tip (an
+   empty answer with nothing behind, or an answer that reached it: ``MillisBehindLatest`` 0 with
+   fewer records than asked for, so a steady trickle ends a batch after one answer instead of at
+   ``max_read_seconds``), SHARD_END or ``max_read_seconds``; then write the item conditionally.
+   Whatever stopped the read, the item records the end it reached. If another attempt won
+   meanwhile, return exactly *its* range instead.
 
 Records are handed to Spark only after the ledger holds their range, so no attempt ever yields
 what a concurrent attempt might not agree on.
@@ -29,7 +32,7 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...errors import KinesumerError
-from ...kinesis import KinesisReader
+from ...kinesis import KinesisReader, ShardBatch
 from ...kinesis.reader import IteratorExpired
 from ...models import Position, Record
 from ..arrow import records_to_batches
@@ -146,6 +149,16 @@ def _maybe_fail(p: ShardPartition) -> None:
     raise InjectedReadFailure(f"test seam: first read of {p.describe()} fails once")
 
 
+def _reached_tip(batch: ShardBatch, scan_limit: int) -> bool:
+    """Whether an answer that gave records ended at the shard's tip: nothing behind it
+    (``MillisBehindLatest`` 0) and fewer records than asked for. The second half keeps a
+    stand-in that always reports 0 (kinesalite) from ending a backlog's read after one full
+    answer; on AWS an answer cut short by size says how far behind it is. An answer whose only
+    record was the resume point (skipped) gave nothing: that case stays with the empty-answer
+    rule, which asks once more so a drained closed shard can say SHARD_END."""
+    return bool(batch.records) and batch.millis_behind == 0 and batch.raw_count < scan_limit
+
+
 def _position(record: Record) -> tuple[int, int]:
     return int(record.sequence_number), record.sub_sequence_number
 
@@ -220,6 +233,11 @@ class _ShardReader:
                 if out or empty >= 2:
                     caught_up = True
                     break
+            elif _reached_tip(batch, p.config.scan_limit):
+                # A steady trickle never answers empty: stop where the answer reached the tip,
+                # so a batch lasts about one GetRecords, not ``max_read_seconds``.
+                caught_up = True
+                break
         arrivals = [r.approximate_arrival_timestamp for r in out]
         last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
         end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None

@@ -103,11 +103,12 @@ class Planner:
     def _forget_previous_run(self, owner: str) -> None:
         """Deregister the member of this query's previous run before joining.
 
-        Spark runs one query per checkpoint folder at a time and ends its source worker with
-        SIGKILL (``stop()`` never runs), so the member that planned the offset we resume from is
-        dead, but looks live for ``client_timeout``: the group would keep its shards unclaimed
-        meanwhile, and an availableNow run would end without them. Its shards are then
-        claimable at once (their owner is no longer live), from their checkpoints.
+        Spark runs one query per checkpoint folder at a time. A stopped run left the group
+        (SIGTERM to its source worker is a leave, see the reader), but one killed outright
+        (SIGKILL, a crashed driver) left a member that is dead yet looks live for
+        ``client_timeout``: the group would keep its shards unclaimed meanwhile, and an
+        availableNow run would end without them. Its shards are then claimable at once (their
+        owner is no longer live), from their checkpoints.
         """
         if owner and owner != self.options.config.client_id and self.io.remove_member(owner):
             log.info("member %s of this query's previous run deregistered", owner)
@@ -123,12 +124,19 @@ class Planner:
         return self._io
 
     def close(self) -> None:
-        """Leave the group gracefully (best effort: Spark rarely calls stop())."""
+        """Leave the group gracefully: the batches Spark committed were settled at their
+        commit (checkpoints written); those planned but not committed are abandoned first, or
+        the leave would wait ``handoff_timeout`` for them (Spark replays them at the next start,
+        from the ledger). Then every shard is released at once and the member deregisters."""
         member, io = self._member, self._io
         self._member = self._io = None
         self._query = None
         try:
             if member is not None:
+                for batch in sorted(self.settlement.begun):
+                    for key in sorted(self.settlement.begun[batch]):
+                        member.abandon(key)
+                self.settlement.begun.clear()
                 member.close()
         finally:
             if io is not None:
