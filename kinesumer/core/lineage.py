@@ -26,9 +26,13 @@ def parents_pending(
     return [p for p in shard.parents if p in listed and p not in finished]
 
 
-def has_known_parent(shard: Shard, listed: Mapping[str, Shard]) -> bool:
-    """A child born from a split or merge whose parent is still listed starts at TRIM_HORIZON:
-    every record written to it after the reshard comes after the parent's last record, so
-    starting anywhere later would lose data. A shard whose parents aged out of the stream is a
-    root for this group and starts at the configured initial position."""
-    return any(p in listed for p in shard.parents)
+def has_known_parent(
+    shard: Shard, listed: Mapping[str, Shard], finished: Collection[str] = ()
+) -> bool:
+    """A child born from a split or merge whose parent is still listed, or that the group
+    finished or held a position in (``finished`` also holds parents that aged out of the
+    listing while the group followed them), starts at TRIM_HORIZON: every record written to it
+    after the reshard comes after the parent's last record, so starting anywhere later would
+    lose data. A shard whose parents aged out of the stream before the group ever read them is
+    a root for this group and starts at the configured initial position."""
+    return any(p in listed or p in finished for p in shard.parents)

@@ -87,9 +87,19 @@ class ShardSync:
         cache if it changed. The write is conditional on the digest we started from, so two
         writers cannot overwrite each other's newer view."""
         shards = await self._reader.list_shards(stream)
+        listed = {s.shard_id for s in shards}
         closed = [s.shard_id for s in shards if s.closed]
-        checkpoints = await self._store.get_checkpoints(stream, closed) if closed else {}
-        finished = frozenset(sid for sid, c in checkpoints.items() if c.finished)
+        # Parents no longer listed aged out of retention. If the group holds a checkpoint of
+        # one, it followed that lineage (it read the parent, or was reading it while it aged
+        # out): its children start at TRIM_HORIZON like any child, or every record written to
+        # them since the reshard would be skipped at a LATEST start. A parent the group holds
+        # nothing of leaves its child a root (a new app at LATEST does not replay retention).
+        aged_out = sorted({p for s in shards for p in s.parents if p not in listed})
+        wanted = closed + aged_out
+        checkpoints = await self._store.get_checkpoints(stream, wanted) if wanted else {}
+        finished = frozenset(
+            sid for sid, c in checkpoints.items() if c.finished or sid not in listed
+        )
         cache = ShardCache(stream, tuple(shards), finished)
         current = self._digests.get(stream)
         if current is None:
@@ -118,7 +128,9 @@ class ShardSync:
         listed = cache.by_id()
         shard = listed.get(shard_id, Shard(shard_id))
         initial: InitialPosition = (
-            "TRIM_HORIZON" if has_known_parent(shard, listed) else self._initial_position
+            "TRIM_HORIZON"
+            if has_known_parent(shard, listed, cache.finished)
+            else self._initial_position
         )
         pending = tuple(parents_pending(shard, listed, cache.finished))
         return ShardStart(shard, initial, pending)
