@@ -34,11 +34,13 @@ class Store:
     def __init__(self, checkpoints: dict[str, Checkpoint]) -> None:
         self.checkpoints = checkpoints
         self.cache: ShardCache | None = None
+        self.asked: list[list[str]] = []
 
     async def get_checkpoints(
         self, stream: str, shard_ids: Iterable[str] | None = None
     ) -> dict[str, Checkpoint]:
         ids = set(self.checkpoints) if shard_ids is None else set(shard_ids)
+        self.asked.append(sorted(ids))
         return {sid: c for sid, c in self.checkpoints.items() if sid in ids}
 
     async def shard_cache_digests(self, streams: Sequence[str]) -> dict[str, str]:
@@ -74,3 +76,14 @@ def test_a_child_of_a_parent_the_group_never_held_is_a_root() -> None:
     start = start_of_child(None)
     assert start.initial == "LATEST"
     assert start.pending_parents == ()
+
+
+def test_an_aged_out_parent_is_looked_up_once_per_leader() -> None:
+    child = Shard("shardId-000000000002", parent_shard_id="shardId-000000000000")
+    parent = Checkpoint(STREAM, "shardId-000000000000", "4960", finished=True)
+    store = Store({parent.shard_id: parent})
+    sync = ShardSync("m1", "LATEST", store, Listing([child]))  # type: ignore[arg-type]
+    for _ in range(3):
+        asyncio.run(sync.sync_stream(STREAM))
+    assert store.asked == [["shardId-000000000000"]]  # then nothing closed, nothing new to read
+    assert sync.start_of((STREAM, child.shard_id)).initial == "TRIM_HORIZON"

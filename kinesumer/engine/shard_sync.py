@@ -49,6 +49,8 @@ class ShardSync:
         self._digests: dict[str, str] = {}
         self._requests: set[str] = set()
         self._last_full_sync = float("-inf")
+        #: Per stream: parents no longer listed -> whether the group holds a checkpoint of it.
+        self._aged_out: dict[str, dict[str, bool]] = {}
 
     def request(self, stream: str) -> None:
         """Ask for a shard sync of ``stream`` at the next tick (after a SHARD_END, so children
@@ -94,12 +96,18 @@ class ShardSync:
         # out): its children start at TRIM_HORIZON like any child, or every record written to
         # them since the reshard would be skipped at a LATEST start. A parent the group holds
         # nothing of leaves its child a root (a new app at LATEST does not replay retention).
-        aged_out = sorted({p for s in shards for p in s.parents if p not in listed})
-        wanted = closed + aged_out
+        # Each aged-out parent is looked up once per leader (a stream resharded long ago names
+        # one for every shard: reading them at every sync would cost a read unit each).
+        aged_out = {p for s in shards for p in s.parents if p not in listed}
+        held = {p: v for p, v in self._aged_out.get(stream, {}).items() if p in aged_out}
+        unknown = sorted(aged_out - set(held))
+        wanted = closed + unknown
         checkpoints = await self._store.get_checkpoints(stream, wanted) if wanted else {}
-        finished = frozenset(
-            sid for sid, c in checkpoints.items() if c.finished or sid not in listed
-        )
+        held.update({p: p in checkpoints for p in unknown})
+        self._aged_out[stream] = held
+        finished = frozenset(sid for sid, c in checkpoints.items() if c.finished) | {
+            p for p, followed in held.items() if followed
+        }
         cache = ShardCache(stream, tuple(shards), finished)
         current = self._digests.get(stream)
         if current is None:
