@@ -128,7 +128,8 @@ class EnhancedFanOutNotInstalledError(KinesumerError, ImportError):
 
 class InProcessMockUnsupportedError(KinesumerError):
     """moto's in-process ``mock_aws`` cannot carry this call (enhanced fan-out's HTTP/2 event
-    stream): use moto in server mode (the ``kinesumer.testing`` plugin's fixtures)."""
+    stream), and moto serves no SubscribeToShard in server mode either: test enhanced fan-out
+    against a kinesis-mock endpoint (LocalStack, kinesis-local), the rest with it off."""
 
 
 class ProducerError(KinesumerError):
