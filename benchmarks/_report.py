@@ -1,9 +1,11 @@
-"""Tables, plots and the README section of the benchmark suite (``benchmarks/run.py``)."""
+"""Tables, plots and the site's Measured page (docs/measured.md) of the benchmark suite
+(``benchmarks/run.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -11,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 
+def command(r: dict[str, Any]) -> str:
+    """The command that produced ``r`` (``quick`` is recorded by ``run_all``): every figure
+    names the command it came from."""
+    return "./scripts/bench --quick" if r.get("quick") else "./scripts/bench"
+
+
 def tables(r: dict[str, Any]) -> str:
     lines = [
-        f"Measured by `./scripts/bench` on {r['finished']}; machine: {r['machine']}. "
+        f"Measured by `{command(r)}` on {r['finished']}; machine: {r['machine']}. "
         "kinesalite + dynalite on loopback (single-threaded Node servers on the same cores: "
         "their ceiling is part of every figure), library defaults unless stated.",
         "",
@@ -299,21 +307,23 @@ def plot(r: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def splice(readme: Path, begin: str, end: str, body: str) -> None:
-    text = readme.read_text()
+def splice(page: Path, begin: str, end: str, body: str) -> None:
+    text = page.read_text()
     if begin not in text or end not in text:
-        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
+        raise SystemExit(f"{page} has no {begin} ... {end} section to replace")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+    page.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
 def main(
-    run_all: Callable[[bool], dict[str, Any]], results: Path, readme: Path, begin: str, end: str
+    run_all: Callable[[bool], dict[str, Any]], results: Path, page: Path, begin: str, end: str
 ) -> None:
     parser = argparse.ArgumentParser(description="kinesumer benchmark suite")
     parser.add_argument("--quick", action="store_true", help="smaller data, fewer rounds")
-    parser.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    parser.add_argument(
+        "--no-readme", action="store_true", help=f"do not update {page.name} (the site's page)"
+    )
     parser.add_argument("--from-json", type=Path, help="re-render from a results.json")
     args = parser.parse_args()
     started = time.monotonic()
@@ -323,9 +333,13 @@ def main(
     text = tables(r)
     (results / "results.md").write_text(text)
     plot(r, results / "summary.png")
-    body = f"{text}\n![benchmarks](benchmarks/results/summary.png)\n"
+    # The page's own copy of the plot: the site is built from docs/ only.
+    image = page.parent / "img" / "benchmarks-summary.png"
+    body = f"{text}\n![benchmarks](img/benchmarks-summary.png)\n"
     if not args.no_readme:
-        splice(readme, begin, end, body)
+        image.parent.mkdir(exist_ok=True)
+        shutil.copyfile(results / "summary.png", image)
+        splice(page, begin, end, body)
     print()
     print(text)
     print(f"(suite: {(time.monotonic() - started) / 60:.1f} min; results in {results})")

@@ -1,14 +1,15 @@
-"""The benchmark suite: every figure of the README from one command.
+"""The benchmark suite: every figure of the site's Measured page from one command.
 
     ./scripts/bench            (installs the bench extra, then runs this)
     .venv/bin/python benchmarks/run.py [--quick] [--no-readme]
 
 On kinesalite + dynalite started here on free loopback ports (stopped by pid). Writes
 ``benchmarks/results/results.json`` (raw), ``benchmarks/results/results.md`` (tables) and
-``benchmarks/results/summary.png`` (plots), and replaces the README's section between
-``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->`` with the tables: the README's
-figures come from this command, never from hand edits. Every figure is a ratio or a side by side
-from the same run (the machines are shared and noisy).
+``benchmarks/results/summary.png`` (plots), and replaces the section of ``docs/measured.md``
+between ``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->`` with the tables (naming the
+command, ``--quick`` included): the site's figures come from this command, never from hand
+edits. Every figure is a ratio or a side by side from the same run (the machines are shared and
+noisy).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
 
 def run_all(quick: bool) -> dict[str, Any]:
     scale = 0.3 if quick else 1.0
-    out: dict[str, Any] = {"machine": machine(), "started": now()}
+    out: dict[str, Any] = {"machine": machine(), "started": now(), "quick": quick}
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     kurl, durl = kinesalite.url, dynalite.url
     timings: dict[str, float] = {}
@@ -210,4 +211,4 @@ def now() -> str:
 if __name__ == "__main__":
     from _report import main
 
-    main(run_all, RESULTS, ROOT / "README.md", BEGIN, END)
+    main(run_all, RESULTS, ROOT / "docs" / "measured.md", BEGIN, END)
