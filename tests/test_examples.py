@@ -179,3 +179,25 @@ def test_exactly_once_dynamodb_counts_each_order_once(env: dict[str, Any]) -> No
     orders(30, 15)
     run_example("exactly_once_dynamodb.py", env["environ"], "15")
     assert totals() == expected(45)
+
+
+def test_quickstart_runs_a_two_member_group_on_its_own_moto_server() -> None:
+    """examples/quickstart.py as the README's quick start runs it: it starts its own moto
+    server, and a graceful close halfway moves the closed member's shards to the other with
+    nothing lost and nothing delivered twice."""
+    environ = {**os.environ, "AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo"}
+    proc = run_example("quickstart.py", environ, "--records", "600", "--shards", "2", timeout=120)
+    assert "stopping alpha gracefully" in proc.output
+    assert "produced 600, consumed 600, lost 0, duplicates 0" in proc.output, proc.output
+
+
+def test_every_example_is_run_by_a_test() -> None:
+    """Every program in examples/ is named by a test file that runs it (docs/examples.md says
+    which): a new example without a test fails here."""
+    tests = Path(__file__).resolve().parent
+    sources = "\n".join(path.read_text() for path in tests.glob("test_*.py"))
+    for example in sorted(EXAMPLES.glob("*.py")):
+        stem = example.stem
+        # By file name, or by stem (the testing examples are parametrized so).
+        named = f'"{example.name}"' in sources or f'"{stem}"' in sources
+        assert named, f"examples/{example.name} is run by no test"

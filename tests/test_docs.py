@@ -1,0 +1,130 @@
+"""The README and the documentation site (docs/) say what is true and lead somewhere.
+
+- README.md stays a front door: at most 300 lines.
+- Every relative link in README.md and in the site's pages resolves to a file of the repository
+  (``mkdocs build --strict`` in ./scripts/test checks the site's links and anchors too; this
+  also covers the README, which the site does not build).
+- Every Python block marked ``<!-- runnable -->`` (on the line before its fence) runs, as a user
+  would run it: a subprocess of its own, against a moto server on 127.0.0.1 holding the state
+  table ``kinesumer-state`` and a two-shard stream ``orders`` of ten records in ``eu-west-1``,
+  found the standard boto3 way (``AWS_ENDPOINT_URL_*``). Blocks not marked are fragments (they
+  name your own functions) or need what this suite cannot give a page (a JVM for Spark, AWS):
+  the examples/ programs they point to are run instead (tests/test_examples.py says which).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import boto3
+import pytest
+
+from kinesumer import Config, create_state_table
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: docs/incoming/<helper>.md is text other branches hand over; the site excludes it (mkdocs.yml).
+INCOMING = DOCS / "incoming"
+MAX_README_LINES = 300
+RUNNABLE = "<!-- runnable -->"
+REGION = "eu-west-1"
+#: Markdown links and images: [text](target) with no space in target.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```")
+
+
+def pages() -> list[Path]:
+    """README.md and the site's pages (not the hand-over texts in docs/incoming/)."""
+    site = [p for p in sorted(DOCS.rglob("*.md")) if INCOMING not in p.parents]
+    return [README, *site]
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks (links in code are code, not links)."""
+    kept, in_code = [], False
+    for line in text.splitlines():
+        if FENCE.match(line.lstrip()):
+            in_code = not in_code
+            continue
+        if not in_code:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def runnable_blocks(path: Path) -> list[str]:
+    """The Python blocks of ``path`` whose fence follows a ``<!-- runnable -->`` line."""
+    lines = path.read_text().splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        if line.strip() == RUNNABLE:
+            assert lines[i + 1].strip() == "```python", (
+                f"{path}:{i + 1}: {RUNNABLE} not before a python fence"
+            )
+            end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
+            blocks.append("\n".join(lines[i + 2 : end]) + "\n")
+    return blocks
+
+
+BLOCKS = [
+    pytest.param(code, id=f"{path.relative_to(ROOT)}-{n}")
+    for path in pages()
+    for n, code in enumerate(runnable_blocks(path), start=1)
+]
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most 300)"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL, or an anchor on the same page (mkdocs --strict checks those)
+        path = unquote(target.split("#", 1)[0])
+        if not (page.parent / path).exists():
+            broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
+
+
+def test_the_front_door_and_the_first_steps_have_runnable_blocks() -> None:
+    """The markers cannot vanish silently: the README's and Getting started's first examples
+    (blocking, asyncio, a handler or a producer) stay runnable."""
+    assert len(runnable_blocks(README)) >= 3
+    assert len(runnable_blocks(DOCS / "getting-started.md")) >= 4
+
+
+@pytest.mark.parametrize("code", BLOCKS)
+def test_a_runnable_block_runs(code: str, moto_url: str, tmp_path: Path) -> None:
+    create_state_table(
+        Config(
+            app="docs", dynamodb_table="kinesumer-state", region=REGION, dynamodb_endpoint=moto_url
+        )
+    )
+    kinesis = boto3.client("kinesis", endpoint_url=moto_url, region_name=REGION)
+    kinesis.create_stream(StreamName="orders", ShardCount=2)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName="orders", WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    records = [{"Data": b'{"id": %d}' % i, "PartitionKey": f"order-{i}"} for i in range(10)]
+    kinesis.put_records(StreamName="orders", Records=records)
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    environ = {
+        **os.environ,  # the fake credentials of conftest's session fixture
+        "AWS_ENDPOINT_URL_KINESIS": moto_url,
+        "AWS_ENDPOINT_URL_DYNAMODB": moto_url,
+        "AWS_DEFAULT_REGION": REGION,
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=environ, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"exit {done.returncode}:\n{code}\n{done.stdout}\n{done.stderr}"
