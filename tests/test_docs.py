@@ -95,6 +95,29 @@ def test_every_relative_link_resolves(page: Path) -> None:
     assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
 
 
+#: A file of the repository named in the text: ``tests/x.py`` (with ``::test_name``), ``examples/``,
+#: ``benchmarks/``, ``scripts/``, ``infra/``, ``kinesumer/`` paths.
+NAMED_FILE = re.compile(
+    r"`((?:tests|examples|benchmarks|scripts|infra|kinesumer)/[\w./-]*\w)(?:::(\w+))?`"
+)
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_and_test_named_exists(page: Path) -> None:
+    """A page that names ``tests/test_x.py::test_y`` or ``examples/x.py`` names something real:
+    a renamed test or example fails here instead of leaving the docs pointing nowhere."""
+    missing = []
+    for name, test in NAMED_FILE.findall(page.read_text()):
+        path = ROOT / name
+        if "*" in name or "<" in name:
+            continue
+        if not path.exists():
+            missing.append(name)
+        elif test and not re.search(rf"def {test}\(", path.read_text()):
+            missing.append(f"{name}::{test}")
+    assert not missing, f"{page.relative_to(ROOT)} names what does not exist: {missing}"
+
+
 def test_the_front_door_and_the_first_steps_have_runnable_blocks() -> None:
     """The markers cannot vanish silently: the README's and Getting started's first examples
     (blocking, asyncio, a handler or a producer) stay runnable."""
