@@ -490,7 +490,7 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(r: dict[str, Any]) -> str:
-    """The results as a Markdown table, for the README and ``benchmarks/results``."""
+    """The results as a Markdown table, for docs/measured.md and ``benchmarks/results``."""
     lines = [
         f"{r['records']} records x 100 B on {r['shards']} shards, kinesalite + dynalite, "
         f"batches of at most {r['batch']} records, median of {r['rounds']} (pyspark "

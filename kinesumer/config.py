@@ -33,8 +33,8 @@ MIN_SCAN_INTERVAL = 0.2
 class Config:
     """Settings of one consumer group member. Frozen; every field is checked on creation.
 
-    Only ``app`` and ``dynamodb_table`` are required. Durations are seconds. The README's
-    configuration table explains each default.
+    Only ``app`` and ``dynamodb_table`` are required. Durations are seconds. The site's
+    Configuration page (``docs/operating/configuration.md``) explains each default.
     """
 
     app: str

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -71,6 +72,23 @@ def runnable_blocks(path: Path) -> list[str]:
     return blocks
 
 
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """Every Python block of ``path`` (line number, code), dedented; includes of whole files
+    (``--8<--``) are left out: those files are examples/, run by their own tests."""
+    lines = path.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```python":
+            indent = lines[i].index("`")
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+            code = "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n"
+            if "--8<--" not in code:
+                blocks.append((i + 1, code))
+            i = end
+        i += 1
+    return blocks
+
+
 BLOCKS = [
     pytest.param(code, id=f"{path.relative_to(ROOT)}-{n}")
     for path in pages()
@@ -116,6 +134,18 @@ def test_every_file_and_test_named_exists(page: Path) -> None:
         elif test and not re.search(rf"def {test}\(", path.read_text()):
             missing.append(f"{name}::{test}")
     assert not missing, f"{page.relative_to(ROOT)} names what does not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_is_python(page: Path) -> None:
+    """Blocks that are not run (fragments naming your own functions, Spark) still parse: a typo
+    or a half-edited call fails here. Top-level ``await`` is allowed (asyncio fragments)."""
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    for line, code in python_blocks(page):
+        try:
+            compile(code, f"{page.relative_to(ROOT)}:{line}", "exec", flags=flags)
+        except SyntaxError as error:
+            pytest.fail(f"{page.relative_to(ROOT)}:{line}: not Python: {error}")
 
 
 def test_the_front_door_and_the_first_steps_have_runnable_blocks() -> None:

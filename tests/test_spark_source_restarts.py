@@ -205,9 +205,9 @@ def test_a_lease_lost_and_claimed_again_after_the_parents_last_read_still_finish
 def test_a_query_stopped_once_its_batch_settled_leaves_nothing_to_read_twice(
     spark: Any, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
 ) -> None:
-    """The group's checkpoints follow Spark's commit of a batch at the next trigger (README:
-    the exact window): a query stopped after that has them at the batch's ends, and a plain
-    member of the app then delivers only what came after."""
+    """The group's checkpoints follow Spark's commit of a batch at the next trigger
+    (docs/spark/source.md: the exact window): a query stopped after that has them at the
+    batch's ends, and a plain member of the app then delivers only what came after."""
     import threading
 
     from kinesumer import Kinesumer

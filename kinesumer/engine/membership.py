@@ -25,7 +25,7 @@ members are learnt keeps a follower's cost flat however large the group:
   last token by then (or see it watching its item) and judge it dead on that very read.
 - Members of older versions read the client items directly, judge by their wall clock, and
   never publish; a group whose leader is one of them has no fresh head, so the others read
-  directly too (README: rolling upgrades).
+  directly too (docs/how-it-works/protocol.md: rolling upgrades).
 
 The regular heartbeats come from
 :class:`~kinesumer.engine.heartbeat.Heartbeat`'s thread; :meth:`Membership.announce` writes one

@@ -1,6 +1,6 @@
 """Kinesis into PySpark: the optional ``spark`` extra (``pip install 'kinesumer[spark]'``).
 
-Two paths (the README's "PySpark" section says which to use when):
+Two paths (the site's Spark page, ``docs/spark/index.md``, says which to use when):
 
 - ``spark.readStream.format("kinesumer")``: the Structured Streaming source; its executors read
   the shards, the driver side is one member of the consumer group.

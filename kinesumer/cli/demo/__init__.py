@@ -1,4 +1,4 @@
-"""``kinesumer demo``: the README's promise, shown live on one machine with no AWS account.
+"""``kinesumer demo``: the README's quick start, shown live on one machine with no AWS account.
 
 It starts moto on 127.0.0.1, a stream and the state table, a producer of numbered records (data
 ``b"<n>"``) and N member processes: each one is ``kinesumer consume`` itself, so what the demo

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from ...errors import ConfigError
 
-#: Where an alias comes from, as the README's table says it.
+#: Where an alias comes from, as the table of docs/spark/source.md says it.
 AWSLABS = "AWS Labs spark-sql-kinesis-connector"
 DATABRICKS = "Databricks Kinesis connector"
 

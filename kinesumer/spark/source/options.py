@@ -27,7 +27,7 @@ from ...errors import ConfigError
 from .aliases import CONSUMER_TYPES, canonical_options, hint
 from .logs import apply_log_level, parse_log_level
 
-#: The source's own options and their defaults (documented in the README's Spark section).
+#: The source's own options and their defaults (documented in docs/spark/source.md).
 SOURCE_DEFAULTS: dict[str, Any] = {
     # Admission control: records per micro-batch across the query's shards (None: no bound
     # beyond max_records_per_shard). Also Spark's ReadMaxRows when the query gives one.
