@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import os
 import re
 import subprocess
@@ -25,7 +27,7 @@ from urllib.parse import unquote
 import boto3
 import pytest
 
-from kinesumer import Config, create_state_table
+from kinesumer import Config, KinesumerError, create_state_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -146,6 +148,38 @@ def test_every_python_block_is_python(page: Path) -> None:
             compile(code, f"{page.relative_to(ROOT)}:{line}", "exec", flags=flags)
         except SyntaxError as error:
             pytest.fail(f"{page.relative_to(ROOT)}:{line}: not Python: {error}")
+
+
+def test_every_config_field_is_on_the_configuration_page() -> None:
+    """A field added to Config without a row (its default, and why) fails here."""
+    page = (DOCS / "operating" / "configuration.md").read_text()
+    missing = [f.name for f in dataclasses.fields(Config) if f"`{f.name}`" not in page]
+    assert not missing, f"docs/operating/configuration.md has no row for {missing}"
+
+
+#: The public modules whose exceptions a user meets (the API reference's).
+ERROR_MODULES = (
+    "kinesumer",
+    "kinesumer.errors",
+    "kinesumer.sinks",
+    "kinesumer.spark",
+    "kinesumer.testing",
+    "kinesumer.handlers.deadletter",
+)
+
+
+def test_every_public_error_is_in_the_drawn_tree() -> None:
+    """docs/operating/errors.md draws the KinesumerError tree: every public subclass is in it."""
+    tree = (DOCS / "operating" / "errors.md").read_text()
+    public = set()
+    for name in ERROR_MODULES:
+        module = importlib.import_module(name)
+        for attribute in getattr(module, "__all__", dir(module)):
+            value = getattr(module, attribute, None)
+            if isinstance(value, type) and issubclass(value, KinesumerError):
+                public.add(value.__name__)
+    missing = sorted(name for name in public if name not in tree)
+    assert not missing, f"docs/operating/errors.md does not draw {missing}"
 
 
 def test_the_front_door_and_the_first_steps_have_runnable_blocks() -> None:
