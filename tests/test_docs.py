@@ -157,6 +157,16 @@ def test_every_config_field_is_on_the_configuration_page() -> None:
     assert not missing, f"docs/operating/configuration.md has no row for {missing}"
 
 
+def test_every_prometheus_metric_is_documented() -> None:
+    """Every metric kinesumer/metrics.py declares is named on a page (Metrics and logs, or the
+    page of what it counts), as Prometheus exposes it (counters with ``_total``)."""
+    source = (ROOT / "kinesumer" / "metrics.py").read_text()
+    declared = set(re.findall(r'"(kinesumer_[a-z_]+)"', source))
+    site = "\n".join(page.read_text() for page in pages())
+    missing = sorted(name for name in declared if not re.search(rf"\b{name}(_total)?\b", site))
+    assert declared and not missing, f"no page names the metrics {missing}"
+
+
 #: The public modules whose exceptions a user meets (the API reference's).
 ERROR_MODULES = (
     "kinesumer",
