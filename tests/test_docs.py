@@ -167,6 +167,18 @@ def test_every_prometheus_metric_is_documented() -> None:
     assert declared and not missing, f"no page names the metrics {missing}"
 
 
+def test_every_command_is_on_the_command_line_page() -> None:
+    from kinesumer.cli.parser import build_parser
+
+    # The commands as `kinesumer --help` lists them (four spaces in, under COMMAND).
+    usage = build_parser().format_help()
+    commands = re.findall(r"(?m)^    ([a-z][a-z-]+)\b", usage.split("COMMAND\n", 1)[1])
+    assert "consume" in commands and "produce" in commands, usage
+    page = (DOCS / "operating" / "cli.md").read_text()
+    missing = sorted(name for name in commands if f"kinesumer {name}" not in page)
+    assert not missing, f"docs/operating/cli.md shows no `kinesumer {missing}` line"
+
+
 #: The public modules whose exceptions a user meets (the API reference's).
 ERROR_MODULES = (
     "kinesumer",
