@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -148,6 +149,23 @@ def test_every_python_block_is_python(page: Path) -> None:
             compile(code, f"{page.relative_to(ROOT)}:{line}", "exec", flags=flags)
         except SyntaxError as error:
             pytest.fail(f"{page.relative_to(ROOT)}:{line}: not Python: {error}")
+
+
+def test_the_measured_page_is_what_the_benchmark_suite_wrote() -> None:
+    """docs/measured.md's tables are benchmarks/results/results.json rendered by the suite's own
+    report (naming the command, --quick included): never edited by hand, never stale."""
+    results = json.loads((ROOT / "benchmarks" / "results" / "results.json").read_text())
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the report imports its sibling modules
+    try:
+        tables = importlib.import_module("_report").tables(results)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    body = f"{tables}\n![benchmarks](img/benchmarks-summary.png)\n"
+    expected = f"<!-- benchmarks:begin -->\n{body}\n<!-- benchmarks:end -->"
+    assert expected in (DOCS / "measured.md").read_text(), (
+        "docs/measured.md differs from benchmarks/results/results.json: re-render it with "
+        "`.venv/bin/python benchmarks/run.py --from-json benchmarks/results/results.json`"
+    )
 
 
 def test_every_config_field_is_on_the_configuration_page() -> None:
