@@ -70,6 +70,9 @@ class Config:
     enhanced_fan_out: bool = False
     consumer_name: str | None = None
     allow_insecure_endpoints: bool = False
+    #: OpenTelemetry spans go here (the ``otel`` extra); None: the global tracer provider.
+    #: Neither compared nor shown in repr.
+    tracer_provider: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -127,6 +130,13 @@ class Config:
                 "metrics_address", f"must be an address to listen on, got {self.metrics_address!r}"
             )
         _check_enhanced_fan_out(self.enhanced_fan_out, self.consumer_name, self.broadcast)
+        if self.tracer_provider is not None and not callable(
+            getattr(self.tracer_provider, "get_tracer", None)
+        ):
+            raise ConfigError(
+                "tracer_provider",
+                f"must be an OpenTelemetry TracerProvider, got {self.tracer_provider!r}",
+            )
 
     @property
     def effective_consumer_name(self) -> str:
