@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from kinesumer.handlers import Discard, Retry
 from kinesumer.sinks import DynamoDBTransactions
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Longest wait for one step of a run (the records, the shards' starts) before the test fails.
+WAIT = 60.0
 
 
 def exporter() -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -85,7 +88,9 @@ def test_a_handler_run_at_latest_traces_calls_failures_and_checkpoints(
         def feed_then_close() -> None:
             # LATEST: records put before the read began are not for us. Every shard's start is
             # recorded (a checkpoint span of kind "start") before its first record is read.
-            while not stop.wait(0.1):
+            # Each wait is bounded, so that a run without spans fails instead of hanging.
+            deadline = time.monotonic() + WAIT
+            while not stop.wait(0.1) and time.monotonic() < deadline:
                 starts = [
                     s
                     for s in named(spans, t.CHECKPOINT)
@@ -94,7 +99,8 @@ def test_a_handler_run_at_latest_traces_calls_failures_and_checkpoints(
                 if len(starts) >= 2:
                     break
             put(kinesalite.url, stream, 0, 20)
-            while not stop.wait(0.1) and len(handled) < 20:
+            deadline = time.monotonic() + WAIT
+            while not stop.wait(0.1) and len(handled) < 20 and time.monotonic() < deadline:
                 pass
             consumer.close()
 
