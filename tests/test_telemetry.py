@@ -242,3 +242,47 @@ def test_without_opentelemetry_nothing_is_wrapped() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_the_global_provider_is_followed_once_installed() -> None:
+    """Without Config.tracer_provider, spans go to the global provider: none while only the
+    API's placeholder is there (a call costs no span), then every call once the application
+    installed its provider (looked up at most once a second)."""
+    script = textwrap.dedent(
+        """
+        import time
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from kinesumer import Config, telemetry
+        from kinesumer.aws.clients import ClientFactory
+        from kinesumer.models import Record
+
+        aws = ClientFactory(Config(app="a", dynamodb_table="state"))
+        seen = []
+        handle = telemetry.instrument_handler(seen.append, "h", False, False, aws)
+        record = Record("orders", "shardId-000000000000", "1", 0, "k", b"x", None)
+        handle(record)
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        time.sleep(1.1)  # the next look at the global provider
+        handle(record)
+        assert len(seen) == 2
+        names = [(s.name, s.attributes["messaging.message.id"]) for s in spans.get_finished_spans()]
+        assert names == [("kinesumer.handle", "1")], names
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
