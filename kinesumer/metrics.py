@@ -349,7 +349,12 @@ class PrometheusMetrics(Metrics):
 
 def metrics_for(config: Config, client_id: str) -> Metrics:
     """The metrics an engine reports to: nothing unless ``config.metrics`` (or a port) is set;
-    starts the HTTP endpoint on ``metrics_port`` once per process."""
+    starts the HTTP endpoint on ``metrics_port`` once per process. With
+    ``config.meter_provider``, through OpenTelemetry instead (:mod:`kinesumer.otel_metrics`)."""
+    if config.meter_provider is not None:
+        from .otel_metrics import OpenTelemetryMetrics
+
+        return OpenTelemetryMetrics(config.meter_provider, config.app, client_id)
     if not (config.metrics or config.metrics_port is not None):
         return Metrics()
     try:
