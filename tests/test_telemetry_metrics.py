@@ -102,3 +102,21 @@ async def test_a_member_reports_through_opentelemetry(
         assert any(p.count for p in found["kinesumer_aws_request_seconds"])
     finally:
         await member.close()
+
+
+def test_providers_stay_in_the_driver_process() -> None:
+    """The Spark source's options (strings, for executors) leave the providers out: they are
+    objects of the driver's process, and the executors make no spans."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from kinesumer.spark.source.options import parse_options, to_options
+
+    provider, _ = reader()
+    config = Config(
+        app="a", dynamodb_table="state", meter_provider=provider, tracer_provider=TracerProvider()
+    )
+    options = to_options(config, ["orders"])
+    assert not {"meter_provider", "tracer_provider"} & set(options)
+    parsed = parse_options(options).config  # the executors' config, from the strings
+    assert parsed.replace(handoff_timeout=config.handoff_timeout) == config
+    assert parsed.tracer_provider is None and parsed.meter_provider is None
