@@ -6,7 +6,10 @@ registry (the process-wide default one, so the application's own metrics and our
 endpoint). Every series carries ``app`` and ``client_id``; per-shard series are removed when the
 shard leaves this member, so a long-running process does not accumulate dead series.
 
-Calls come once per batch, per AWS request or per membership change, never per record.
+Calls come once per batch, per AWS request or per membership change, never per record; the
+exceptions are ``run()``'s handler outcomes and durations, once per handler call (a record, for
+a handler without ``batch=``). :mod:`kinesumer.otel_metrics` records the same series through
+OpenTelemetry instead (``Config.meter_provider``).
 """
 
 from __future__ import annotations
