@@ -70,6 +70,11 @@ class Config:
     enhanced_fan_out: bool = False
     consumer_name: str | None = None
     allow_insecure_endpoints: bool = False
+    #: OpenTelemetry spans go here (the ``otel`` extra); None: the global tracer provider.
+    #: Neither compared nor shown in repr.
+    tracer_provider: Any = field(default=None, repr=False, compare=False)
+    #: The engine's metrics go to this OpenTelemetry MeterProvider instead of Prometheus.
+    meter_provider: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -127,6 +132,7 @@ class Config:
                 "metrics_address", f"must be an address to listen on, got {self.metrics_address!r}"
             )
         _check_enhanced_fan_out(self.enhanced_fan_out, self.consumer_name, self.broadcast)
+        _check_otel(self.tracer_provider, self.meter_provider, self.metrics, self.metrics_port)
 
     @property
     def effective_consumer_name(self) -> str:
@@ -150,6 +156,23 @@ class Config:
             raise ConfigError(sorted(unknown)[0], "is not a Config field")
         values.update(changes)
         return Config(**values)
+
+
+def _check_otel(tracer: Any, meter: Any, metrics: bool, port: int | None) -> None:
+    if tracer is not None and not callable(getattr(tracer, "get_tracer", None)):
+        raise ConfigError(
+            "tracer_provider", f"must be an OpenTelemetry TracerProvider, got {tracer!r}"
+        )
+    if meter is not None and not callable(getattr(meter, "get_meter", None)):
+        raise ConfigError(
+            "meter_provider", f"must be an OpenTelemetry MeterProvider, got {meter!r}"
+        )
+    if meter is not None and (metrics or port is not None):
+        raise ConfigError(
+            "meter_provider",
+            "sends the metrics through OpenTelemetry; drop metrics/metrics_port (Prometheus), "
+            "or export to Prometheus from your MeterProvider",
+        )
 
 
 def check_streams(streams: Any) -> tuple[str, ...]:

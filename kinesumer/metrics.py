@@ -6,7 +6,10 @@ registry (the process-wide default one, so the application's own metrics and our
 endpoint). Every series carries ``app`` and ``client_id``; per-shard series are removed when the
 shard leaves this member, so a long-running process does not accumulate dead series.
 
-Calls come once per batch, per AWS request or per membership change, never per record.
+Calls come once per batch, per AWS request or per membership change, never per record; the
+exceptions are ``run()``'s handler outcomes and durations, once per handler call (a record, for
+a handler without ``batch=``). :mod:`kinesumer.otel_metrics` records the same series through
+OpenTelemetry instead (``Config.meter_provider``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ _HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 class Metrics:
     """What the engine reports. This base records nothing."""
+
+    #: Whether :meth:`handler_call` records anything: handlers are only timed when it does.
+    times_handlers = False
 
     def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
         """A batch of ``records`` (``nbytes`` of data) handed to the application."""
@@ -62,6 +68,17 @@ class Metrics:
     def handled(self, handler: str, outcome: str, records: int) -> None:
         """``records`` records given to ``run()``'s ``handler`` had ``outcome`` (ok,
         retried, discarded, dead_lettered, retry_later, failed, decode_error)."""
+
+    def handler_call(self, handler: str, seconds: float) -> None:
+        """One call of ``run()``'s ``handler`` (an attempt: a retry is a call of its own) took
+        ``seconds``, whatever its outcome."""
+
+    def efo_subscribed(self, stream: str, shard_id: str) -> None:
+        """Enhanced fan-out: a SubscribeToShard subscription of a shard began (one per shard
+        every 5 minutes while all is well)."""
+
+    def efo_subscribe_failed(self, stream: str, error: str) -> None:
+        """Enhanced fan-out: a subscription failed with ``error`` (subscribed again later)."""
 
     def unaggregated(self, stream: str, shard_id: str) -> None:
         """A record had the KPL magic and digest but was not a valid aggregate: delivered as
@@ -161,6 +178,25 @@ class _Families:
             [*member, "handler", "outcome"],
             **kw,
         )
+        self.handler_seconds = Histogram(
+            "kinesumer_handler_seconds",
+            "Duration of run() handler calls (each attempt), whatever their outcome.",
+            [*member, "handler"],
+            buckets=_LATENCY_BUCKETS,
+            **kw,
+        )
+        self.efo_subscriptions = Counter(
+            "kinesumer_efo_subscriptions",
+            "Enhanced fan-out subscriptions (SubscribeToShard) begun, per shard.",
+            shard,
+            **kw,
+        )
+        self.efo_failures = Counter(
+            "kinesumer_efo_subscription_failures",
+            "Enhanced fan-out subscriptions that failed, by error (subscribed again later).",
+            [*member, "stream", "error"],
+            **kw,
+        )
         self.unaggregated = Counter(
             "kinesumer_unaggregated_records",
             "Records delivered unaggregated: KPL magic and digest, but not a valid aggregate.",
@@ -219,6 +255,8 @@ def _families_for(registry: Any) -> _Families:
 
 
 class PrometheusMetrics(Metrics):
+    times_handlers = True
+
     def __init__(self, app: str, client_id: str, registry: Any = None) -> None:
         if registry is None:
             from prometheus_client import REGISTRY
@@ -240,7 +278,7 @@ class PrometheusMetrics(Metrics):
 
     def shard_dropped(self, stream: str, shard_id: str) -> None:
         labels = (*self._member, stream, shard_id)
-        for family in (self._f.behind, self._f.records, self._f.bytes):
+        for family in (self._f.behind, self._f.records, self._f.bytes, self._f.efo_subscriptions):
             with contextlib.suppress(KeyError):  # never reported, or already removed
                 family.remove(*labels)
         self._shards.discard((stream, shard_id))
@@ -274,6 +312,15 @@ class PrometheusMetrics(Metrics):
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self._f.handled.labels(*self._member, handler, outcome).inc(records)
 
+    def handler_call(self, handler: str, seconds: float) -> None:
+        self._f.handler_seconds.labels(*self._member, handler).observe(seconds)
+
+    def efo_subscribed(self, stream: str, shard_id: str) -> None:
+        self._f.efo_subscriptions.labels(*self._member, stream, shard_id).inc()
+
+    def efo_subscribe_failed(self, stream: str, error: str) -> None:
+        self._f.efo_failures.labels(*self._member, stream, error).inc()
+
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self._f.unaggregated.labels(*self._member, stream).inc()
 
@@ -305,7 +352,12 @@ class PrometheusMetrics(Metrics):
 
 def metrics_for(config: Config, client_id: str) -> Metrics:
     """The metrics an engine reports to: nothing unless ``config.metrics`` (or a port) is set;
-    starts the HTTP endpoint on ``metrics_port`` once per process."""
+    starts the HTTP endpoint on ``metrics_port`` once per process. With
+    ``config.meter_provider``, through OpenTelemetry instead (:mod:`kinesumer.otel_metrics`)."""
+    if config.meter_provider is not None:
+        from .otel_metrics import OpenTelemetryMetrics
+
+        return OpenTelemetryMetrics(config.meter_provider, config.app, client_id)
     if not (config.metrics or config.metrics_port is not None):
         return Metrics()
     try:

@@ -23,6 +23,7 @@ from ..errors import TransientAWSError
 from ..metrics import Metrics
 from ..models import Position
 from ..statestore.base import StateStore
+from ..telemetry import Tracing, written
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .supervisor import wait_done
@@ -42,8 +43,11 @@ class Checkpointer:
         hooks: RebalanceHooks | None = None,
         on_lost: Callable[[Lease], None] | None = None,
         metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
+        #: Spans of the writes (kinesumer.telemetry); none by default.
+        self._tracing = tracing or Tracing()
         self._store = store
         self._client_id = client_id
         self._hooks = hooks or RebalanceHooks()
@@ -80,14 +84,17 @@ class Checkpointer:
             changed = done is not None and done != lease.done_written
             if not (moved or changed or finished or release):
                 return True
-            written = position if moved else None
+            new = position if moved else None
             extra = {"done": done} if changed else {}
-            ok = await self._store.write_checkpoint(
-                lease.checkpoint, written, finished=finished, release=release, **extra
-            )
-            self.writes += 1
-            if not ok and release:
-                ok = await self._landed(lease, written, finished, done if changed else None)
+            kind = "finish" if finished else "release" if release else "flush"
+            with self._tracing.checkpoint(lease, new, kind) as span:
+                ok = await self._store.write_checkpoint(
+                    lease.checkpoint, new, finished=finished, release=release, **extra
+                )
+                self.writes += 1
+                if not ok and release:
+                    ok = await self._landed(lease, new, finished, done if changed else None)
+                written(span, ok)
             self._metrics.checkpoint(lease.key[0], conflict=not ok)
             if not ok:
                 self.conflicts += 1
@@ -108,7 +115,9 @@ class Checkpointer:
         while lease.deliverable:
             try:
                 async with self._lock(lease):
-                    ok = await self._store.record_start(lease.checkpoint, started_at_ms)
+                    with self._tracing.checkpoint(lease, None, "start") as span:
+                        ok = await self._store.record_start(lease.checkpoint, started_at_ms)
+                        written(span, ok)
             except TransientAWSError as exc:
                 log.warning(
                     "[%s] recording where %s/%s starts failed, retrying in %.1fs: %s",

@@ -68,6 +68,7 @@ class LoadMeter(Metrics):
 
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
+        self.times_handlers = inner.times_handlers
         self.bytes: dict[tuple[str, str], int] = {}
         #: Monotonic time each shard first delivered in the current window.
         self.since: dict[tuple[str, str], float] = {}
@@ -123,6 +124,15 @@ class LoadMeter(Metrics):
 
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self.inner.handled(handler, outcome, records)
+
+    def handler_call(self, handler: str, seconds: float) -> None:
+        self.inner.handler_call(handler, seconds)
+
+    def efo_subscribed(self, stream: str, shard_id: str) -> None:
+        self.inner.efo_subscribed(stream, shard_id)
+
+    def efo_subscribe_failed(self, stream: str, error: str) -> None:
+        self.inner.efo_subscribe_failed(stream, error)
 
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self.inner.unaggregated(stream, shard_id)

@@ -292,11 +292,13 @@ class EfoShardFetcher:
 
     async def _pause_after(self, exc: BaseException) -> None:
         self._failures += 1
+        code = getattr(exc, "code", None) or error_code(exc)
+        self._metrics.efo_subscribe_failed(self._stream, str(code or type(exc).__name__))
         pause = random.uniform(0, min(MAX_FAILURE_PAUSE, 0.5 * 2**self._failures))
         log.warning(
             "%s subscription failed (%s: %s); subscribing again in %.1fs",
             self._where,
-            getattr(exc, "code", None) or error_code(exc),
+            code,
             exc,
             pause,
         )
@@ -306,6 +308,7 @@ class EfoShardFetcher:
         """One subscription, read until it ends. False: stop reading (the lease ended, or the
         shard did); True: subscribe again from ``_position``."""
         self.subscriptions += 1
+        self._metrics.efo_subscribed(self._stream, self._shard_id)
         assert self._position is not None
         events = self._subscriber.subscribe(arn, self._shard_id, self._position)
         if self._position == {"Type": "LATEST"} and self._since_ms is not None:

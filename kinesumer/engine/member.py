@@ -24,6 +24,7 @@ from ..kinesis.reader import KinesisReader
 from ..metrics import metrics_for
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..stats import ConsumerStats, ShardStatus
+from ..telemetry import Tracing
 from .checkpointer import Checkpointer
 from .controls import GroupControls, metered
 from .coordinator import Coordinator
@@ -176,7 +177,10 @@ class GroupMember:
         self.reader = KinesisReader(
             self.aws.kinesis, self.requests, config.effective_kinesis_region
         )
-        self.checkpointer = Checkpointer(self.store, client_id, self.hooks, self._on_lost, metrics)
+        tracing = Tracing.for_config(config)  # checkpoint spans (kinesumer.telemetry)
+        self.checkpointer = Checkpointer(
+            self.store, client_id, self.hooks, self._on_lost, metrics, tracing
+        )
         self.heartbeat = Heartbeat(
             config, client_id, lambda: self.coordinator.streams, self.owned_lag, self.requests
         )

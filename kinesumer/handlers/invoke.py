@@ -29,6 +29,7 @@ from ..engine.leases import Lease
 from ..errors import DecodeError
 from ..models import Position, Record
 from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
+from ..telemetry import instrument_handler, traced_sink
 from .counters import HandlerCounters
 from .deadletter import (
     WRITE_ATTEMPTS,
@@ -107,15 +108,14 @@ class Invocation:
         sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
         async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
     ) -> None:
-        self.handler = handler
         self.policy = check_policy(options.on_failure)
         self.name = options.name or getattr(handler, "__qualname__", None) or repr(handler)
         self.batched = options.batch is not None
+        self.handler = instrument_handler(handler, self.name, self.batched, is_async, aws)
         decoder = options.decode
         self.decoder = decoder if isinstance(decoder, RecordDecoder) else make_decoder(decoder)
-        self.sink = options.sink
-        self.counters = counters
-        self.is_async = is_async
+        self.sink = traced_sink(options.sink, aws)  # spans (telemetry.py): itself when off
+        self.counters, self.is_async = counters, is_async
         self.uniform = uniform
         self.clock, self.sync_ends, self.async_ends = clock, sync_ends, async_ends
         policy = self.policy

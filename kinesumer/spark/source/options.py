@@ -174,8 +174,8 @@ def to_options(
     out: dict[str, str] = {}
     for field in dataclasses.fields(Config):
         value = getattr(config, field.name)
-        if value == field.default or value is None:
-            continue
+        if value == field.default or value is None or not field.compare:
+            continue  # not compared: process-local objects (OpenTelemetry providers)
         out[field.name] = value.isoformat() if isinstance(value, datetime) else str(value)
     out["streams"] = ",".join(check_streams(streams))
     for name, value in source.items():

@@ -1,0 +1,163 @@
+"""The engine's metrics through OpenTelemetry, for a team that prefers it to Prometheus:
+``Config(meter_provider=...)`` (the ``otel`` extra).
+
+The instruments are the Prometheus series of :mod:`kinesumer.metrics`, with the same names
+(without ``_total``: an OpenTelemetry exporter to Prometheus adds it back, so
+``dashboards/kinesumer.json`` works on either path), the same attributes (``app``,
+``client_id``, and each series' own) and the same meaning. Counters and histograms are
+OpenTelemetry's; the three gauges (lag per shard, shards owned, leader) are synchronous gauges,
+whose last value stays until the member sets another: OpenTelemetry has no removal of a series,
+so a shard that left keeps its last lag until the exporter's own staleness drops it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._version import __version__
+from .metrics import Metrics
+
+#: Histogram bucket boundaries, as the Prometheus histograms have them (seconds).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class OpenTelemetryMetrics(Metrics):
+    """Records what the engine reports into instruments of ``provider``'s meter ``kinesumer``."""
+
+    times_handlers = True
+
+    def __init__(self, provider: Any, app: str, client_id: str) -> None:
+        meter = provider.get_meter("kinesumer", __version__)
+        self._member = {"app": app, "client_id": client_id}
+
+        def counter(name: str, what: str) -> Any:
+            return meter.create_counter(name, description=what)
+
+        def histogram(name: str, what: str, buckets: tuple[float, ...]) -> Any:
+            return meter.create_histogram(
+                name, description=what, explicit_bucket_boundaries_advisory=list(buckets)
+            )
+
+        self._records = counter("kinesumer_records", "Records handed to the application.")
+        self._bytes = counter("kinesumer_bytes", "Bytes of record data handed to the application.")
+        self._behind = meter.create_gauge(
+            "kinesumer_millis_behind_latest", description="MillisBehindLatest of each shard."
+        )
+        self._calls = counter("kinesumer_aws_requests", "AWS requests, every attempt, by outcome.")
+        self._latency = histogram(
+            "kinesumer_aws_request_seconds", "Latency of AWS requests.", LATENCY_BUCKETS
+        )
+        self._throttles = counter("kinesumer_throttles", "AWS requests refused for throughput.")
+        self._capacity = counter(
+            "kinesumer_dynamodb_consumed_capacity", "DynamoDB capacity units consumed."
+        )
+        self._checkpoints = counter("kinesumer_checkpoint_writes", "Checkpoint writes that landed.")
+        self._conflicts = counter(
+            "kinesumer_checkpoint_conflicts", "Checkpoint writes refused: another member owns it."
+        )
+        self._owned = meter.create_gauge("kinesumer_owned_shards", description="Shards read.")
+        self._leader = meter.create_gauge("kinesumer_leader", description="1 while leading.")
+        self._rebalances = counter("kinesumer_rebalances", "Changes of the member's assignment.")
+        self._handoff = histogram(
+            "kinesumer_handoff_seconds", "Graceful handoff of a shard.", HANDOFF_BUCKETS
+        )
+        self._handled = counter("kinesumer_handler_records", "Records given to a run() handler.")
+        self._handler_seconds = histogram(
+            "kinesumer_handler_seconds", "Duration of run() handler calls.", LATENCY_BUCKETS
+        )
+        self._efo_subscriptions = counter(
+            "kinesumer_efo_subscriptions", "Enhanced fan-out subscriptions begun."
+        )
+        self._efo_failures = counter(
+            "kinesumer_efo_subscription_failures", "Enhanced fan-out subscriptions that failed."
+        )
+        self._unaggregated = counter(
+            "kinesumer_unaggregated_records", "Records delivered unaggregated."
+        )
+        self._corrupt = counter("kinesumer_corrupt_state_items", "State items skipped.")
+        self._produced = counter("kinesumer_produced_records", "Records a Producer wrote.")
+        self._produced_bytes = counter("kinesumer_produced_bytes", "Bytes a Producer wrote.")
+        self._produce_failures = counter(
+            "kinesumer_produce_failures", "Records a Producer could not write."
+        )
+        self._produce_retries = counter(
+            "kinesumer_produce_retries", "PutRecords entries a Producer sent again."
+        )
+        self._produce_throttled = counter(
+            "kinesumer_produce_throttled_entries", "PutRecords entries refused for throughput."
+        )
+        self._produce_latency = histogram(
+            "kinesumer_produce_seconds",
+            "Per PutRecords answer, from its oldest put.",
+            LATENCY_BUCKETS,
+        )
+
+    def _with(self, **attributes: Any) -> dict[str, Any]:
+        return {**self._member, **attributes}
+
+    def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
+        attributes = self._with(stream=stream, shard_id=shard_id)
+        self._records.add(records, attributes)
+        self._bytes.add(nbytes, attributes)
+
+    def behind(self, stream: str, shard_id: str, millis: int | None) -> None:
+        if millis is not None:
+            self._behind.set(millis, self._with(stream=stream, shard_id=shard_id))
+
+    def aws_call(
+        self, service: str, operation: str, seconds: float, error: str | None, capacity: float
+    ) -> None:
+        attributes = self._with(service=service, operation=operation)
+        self._calls.add(1, {**attributes, "outcome": error or "ok"})
+        self._latency.record(seconds, attributes)
+        if capacity:
+            self._capacity.add(capacity, self._with(operation=operation))
+
+    def throttled(self, service: str, operation: str) -> None:
+        self._throttles.add(1, self._with(service=service, operation=operation))
+
+    def checkpoint(self, stream: str, conflict: bool) -> None:
+        (self._conflicts if conflict else self._checkpoints).add(1, self._with(stream=stream))
+
+    def membership(self, owned: int, leader: bool) -> None:
+        self._owned.set(owned, self._member)
+        self._leader.set(1 if leader else 0, self._member)
+
+    def rebalanced(self) -> None:
+        self._rebalances.add(1, self._member)
+
+    def handoff(self, seconds: float) -> None:
+        self._handoff.record(seconds, self._member)
+
+    def handled(self, handler: str, outcome: str, records: int) -> None:
+        self._handled.add(records, self._with(handler=handler, outcome=outcome))
+
+    def handler_call(self, handler: str, seconds: float) -> None:
+        self._handler_seconds.record(seconds, self._with(handler=handler))
+
+    def efo_subscribed(self, stream: str, shard_id: str) -> None:
+        self._efo_subscriptions.add(1, self._with(stream=stream, shard_id=shard_id))
+
+    def efo_subscribe_failed(self, stream: str, error: str) -> None:
+        self._efo_failures.add(1, self._with(stream=stream, error=error))
+
+    def unaggregated(self, stream: str, shard_id: str) -> None:
+        self._unaggregated.add(1, self._with(stream=stream))
+
+    def corrupt_state_item(self, kind: str) -> None:
+        self._corrupt.add(1, self._with(kind=kind))
+
+    def produced(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        attributes = self._with(stream=stream)
+        self._produced.add(records, attributes)
+        self._produced_bytes.add(nbytes, attributes)
+        self._produce_latency.record(seconds, attributes)
+
+    def produce_failed(self, stream: str, error: str) -> None:
+        self._produce_failures.add(1, self._with(stream=stream, error=error))
+
+    def produce_retried(self, stream: str, entries: int, throttled: int) -> None:
+        self._produce_retries.add(entries, self._with(stream=stream))
+        if throttled:
+            self._produce_throttled.add(throttled, self._with(stream=stream))
