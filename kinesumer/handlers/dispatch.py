@@ -30,6 +30,7 @@ a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,7 @@ def key_function(ordering: str) -> Callable[[Record], Hashable]:
 
 
 class Dispatch:
-    def __init__(self, options: RunOptions, cursor: Cursor) -> None:
+    def __init__(self, options: RunOptions, cursor: Cursor, hold: int = 0) -> None:
         self.options = options
         self.cursor = cursor
         self.scheduler: Scheduler[Entry] = Scheduler(
@@ -66,10 +67,13 @@ class Dispatch:
         )
         self._key = key_function(options.ordering)
         self.trackers: dict[Lease, LowWater] = {}
-        # The engine batch being admitted: its lease, records and the next index.
-        self._lease: Lease | None = None
-        self._records: list[Record] = []
-        self._index = 0
+        # Engine batches not admitted yet, per lease in the order they came (a lease's batches
+        # come in its shard's order), each with the index of its next record; the lease
+        # admitted from first next time comes first (see admit()).
+        self._pending: dict[Lease, deque[_Pending]] = {}
+        self._pending_records = 0
+        #: Records held in pending batches before no more are asked for (besides one per lease).
+        self._hold = hold
         #: Calls started and not reported back yet.
         self.running = 0
         #: What stops the run with an error (the handler's failure, or a bug below it).
@@ -90,31 +94,59 @@ class Dispatch:
 
     @property
     def wants_records(self) -> bool:
-        """The current engine batch is admitted (or dropped): fetch the next one."""
-        return self._lease is None and not self.stopping
+        """Ask the engine for another batch: nothing is pending, or (while records are held
+        back by the in-flight bound) fewer than ``hold`` records wait in pending batches.
+        Holding batches of several leases is what lets every shard's keys into the window:
+        the engine hands out one shard's batch at a time, and a batch admitted alone would
+        fill the whole bound with that shard's few keys (issue 23)."""
+        if self.stopping:
+            return False
+        return not self._pending or self._pending_records < self._hold
 
     def set_batch(self, lease: Lease, records: list[Record]) -> None:
-        self._lease, self._records, self._index = lease, records, 0
+        if not records:
+            return
+        batches = self._pending.get(lease)
+        if batches is None:
+            # First in the turn: the leases already pending had their share of the room.
+            batches = deque()
+            self._pending = {lease: batches, **self._pending}
+        batches.append(_Pending(records))
+        self._pending_records += len(records)
 
     def admit(self) -> None:
-        """Admit records of the current engine batch while the bound leaves room."""
-        lease = self._lease
-        if lease is None or self.stopping:
+        """Admit records of the pending engine batches while the bound leaves room, sharing it
+        out among their leases in turn (each lease's records in its shard's order)."""
+        if self.stopping:
             return
-        scheduler, records, key = self.scheduler, self._records, self._key
-        room = scheduler.room()
-        if room <= 0:
-            return
+        while self._pending:
+            room = self.scheduler.room()
+            if room <= 0:
+                return
+            share = max(1, room // len(self._pending))
+            for lease in list(self._pending):
+                room = self.scheduler.room()
+                if room <= 0:
+                    return
+                self._admit_from(lease, min(share, room))
+
+    def _admit_from(self, lease: Lease, limit: int) -> None:
+        """Admit up to ``limit`` records of ``lease``'s oldest pending batch; the lease goes
+        to the back of the turn."""
+        batches = self._pending.pop(lease)
+        batch = batches[0]
+        scheduler, records, key = self.scheduler, batch.records, self._key
         tracker = self.trackers.get(lease)
         if tracker is None:
             tracker = self.trackers[lease] = LowWater(lease)
         admit = self.cursor.admit
-        index, end = self._index, min(len(records), self._index + room)
+        index = start = batch.index
+        end = min(len(records), index + limit)
         while index < end:
             record = records[index]
             if not admit(lease, record):
-                # Revoked or lost: the rest of the batch is the next owner's.
-                self._lease, self._records = None, []
+                # Revoked or lost: the rest of its batches are the next owner's.
+                self._pending_records -= sum(len(b.records) - b.index for b in batches)
                 return
             if lease.skipping and lease.already_done(record):
                 # The previous owner finished it (a done run of the checkpoint): done here too,
@@ -123,9 +155,12 @@ class Dispatch:
             else:
                 scheduler.add(tracker.admit(record), key(record))
             index += 1
-        self._index = index
+        batch.index = index
+        self._pending_records -= index - start
         if index >= len(records):
-            self._lease, self._records = None, []
+            batches.popleft()
+        if batches:
+            self._pending[lease] = batches
 
     # -- calls ---------------------------------------------------------------------------------
     def next_call(self, now: float) -> Call[Entry] | None:
@@ -195,7 +230,10 @@ class Dispatch:
 
     # -- leases that ended ---------------------------------------------------------------------
     def drop(self, lease: Lease) -> None:
-        """Forget the queued records of ``lease`` and its tracker."""
+        """Forget the queued records of ``lease``, its pending batches and its tracker."""
+        batches = self._pending.pop(lease, None)
+        if batches is not None:
+            self._pending_records -= sum(len(b.records) - b.index for b in batches)
         tracker = self.trackers.pop(lease, None)
         if tracker is not None:
             self.scheduler.drop(lambda entry: entry.tracker is tracker)
@@ -228,6 +266,16 @@ class Dispatch:
             error.add_note(f"kinesumer: {failure}")
             return error
         return failure
+
+
+class _Pending:
+    """An engine batch and the index of its next record to admit."""
+
+    __slots__ = ("index", "records")
+
+    def __init__(self, records: list[Record]) -> None:
+        self.records = records
+        self.index = 0
 
 
 def _dropping(entry: Entry) -> bool:

@@ -139,7 +139,7 @@ class TaskRunner:
     async def _run_tasks(self) -> None:
         engine = self._engine
         loop = asyncio.get_running_loop()
-        dispatch = Dispatch(self._options, engine.cursor)
+        dispatch = Dispatch(self._options, engine.cursor, engine.config.max_buffered_records)
         wake = asyncio.Event()
         ended: list[tuple[Call[Entry], BaseException | None]] = []
         calls: set[asyncio.Task[None]] = set()

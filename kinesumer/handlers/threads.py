@@ -198,7 +198,7 @@ class ThreadRunner:
     # -- pooled --------------------------------------------------------------------------------
     def _run_pooled(self) -> None:
         options = self._options
-        dispatch = Dispatch(options, self._engine.cursor)
+        dispatch = Dispatch(options, self._engine.cursor, self._engine.config.max_buffered_records)
         events: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
         pool = ThreadPoolExecutor(options.concurrency, thread_name_prefix="kinesumer-handler")
         request: Future[tuple[Lease, list[Record]]] | None = None
