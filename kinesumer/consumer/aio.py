@@ -66,6 +66,7 @@ class AsyncKinesumer(BaseKinesumer):
         decode: object = None,
         sink: object = None,
         name: str | None = None,
+        max_record_age: float | None = None,
     ) -> None:
         arguments = {
             "concurrency": concurrency,
@@ -76,6 +77,7 @@ class AsyncKinesumer(BaseKinesumer):
             "decode": decode,
             "sink": sink,
             "name": name,
+            "max_record_age": max_record_age,
         }
         options, invocation, names = self._prepare_run(streams, handler, arguments, True)
         try:

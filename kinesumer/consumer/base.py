@@ -68,8 +68,8 @@ raised here, with a note naming the handler and the record).
   in parallel; ``"shard"`` (default): one shard's records in order; ``"none"``: any order.
 - ``max_in_flight``: records read and not yet done, per member (default: twice what the
   handler slots take at once, at least 100); reading pauses at the bound.
-- ``batch``: :class:`~kinesumer.handlers.Batch` (``max_size``, ``max_wait``): the handler gets
-  a list of records.
+- ``batch``: :class:`~kinesumer.handlers.Batch` (``max_size``, ``max_wait``,
+  ``bisect_on_error``): the handler gets a list of records.
 - ``on_failure``: a failure policy (``Stop()`` by default: no retry, ``run`` raises; ``Retry``,
   ``Block``, ``Discard``, ``DeadLetter``, ``RetryLater``: see :mod:`kinesumer.handlers`).
 - ``decode``: ``"json"``, a type (dataclass, msgspec Struct, TypedDict, pydantic model) or a
@@ -78,6 +78,9 @@ raised here, with a note naming the handler and the record).
   is called as ``handler(record_or_batch, tx)`` inside the sink's transaction.
 - ``name``: the handler's name in ``stats().handled``, metrics and dead letters (default: its
   ``__qualname__``).
+- ``max_record_age``: seconds; a record older than this by Kinesis's clock (its arrival
+  timestamp against what reads showed of that clock, see :mod:`kinesumer.handlers.age`) goes
+  to the failure policy instead of the handler, counted ``too_old`` (not with ``Block``).
 
 A shard's checkpoint only moves to the highest position below which every record is done, so
 a crash loses nothing and delivers again only records in flight or not yet checkpointed; a

@@ -45,6 +45,8 @@ class AsyncInvocation(Protocol):
         self, records: list[Record], lease: Lease, stopping: asyncio.Event
     ) -> None: ...
 
+    def observe(self, records: list[Record], lease: Lease) -> None: ...
+
 
 class TaskRunner:
     """Runs one ``AsyncKinesumer.run``: built by the face once the member joined."""
@@ -114,6 +116,7 @@ class TaskRunner:
                 lease, records = await engine.next_batch()
             except ConsumerClosedError:
                 return
+            self._invocation.observe(records, lease)
             for record in records:
                 if not admit(lease, record):
                     break  # revoked or lost: the rest is the next owner's
@@ -190,7 +193,9 @@ class TaskRunner:
                 if fetch is not None and fetch.done():
                     got, fetch = fetch, None
                     try:
-                        dispatch.set_batch(*got.result())
+                        lease, records = got.result()
+                        self._invocation.observe(records, lease)
+                        dispatch.set_batch(lease, records)
                     except ConsumerClosedError:
                         dispatch.closed = True
                     except Exception as exc:  # the engine failed: raise it after the calls

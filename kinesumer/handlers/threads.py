@@ -62,6 +62,8 @@ class SyncInvocation(Protocol):
 
     def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
 
+    def observe(self, records: list[Record], lease: Lease) -> None: ...
+
 
 def is_inline(options: RunOptions) -> bool:
     """One call at a time in shard order with nothing to gather: no pool needed."""
@@ -174,6 +176,7 @@ class ThreadRunner:
             if got is None:
                 return
             lease, records = got
+            self._invocation.observe(records, lease)
             for record in records:
                 if not admit(lease, record):
                     break  # revoked or lost: the rest is the next owner's
@@ -245,7 +248,9 @@ class ThreadRunner:
                 else:
                     request = None
                     try:
-                        dispatch.set_batch(*item.result())
+                        lease, records = item.result()
+                        self._invocation.observe(records, lease)
+                        dispatch.set_batch(lease, records)
                     except ConsumerClosedError:
                         dispatch.closed = True
                     except BaseException as exc:  # the engine failed: raise it after the calls
