@@ -138,6 +138,7 @@ class Kinesumer(BaseKinesumer):
                 lambda discard: self.close(discard=discard),
                 handler,
                 self._handled[options.name],
+                self._added,
             )
             runner.run()
         finally:

@@ -40,6 +40,7 @@ from ..sinks.base import LeaseLostError
 from .options import RunOptions
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry, LowWater
+from .registry import HandlerSet
 from .scheduler import Call, Scheduler
 
 if TYPE_CHECKING:
@@ -56,7 +57,15 @@ def key_function(ordering: str) -> Callable[[Record], Hashable]:
 
 
 class Dispatch:
-    def __init__(self, options: RunOptions, cursor: Cursor, hold: int = 0) -> None:
+    def __init__(
+        self,
+        options: RunOptions,
+        cursor: Cursor,
+        hold: int = 0,
+        added: HandlerSet | None = None,
+    ) -> None:
+        #: Handlers added at runtime: each admitted record takes the current snapshot.
+        self.added = added if added is not None else HandlerSet()
         self.options = options
         self.cursor = cursor
         self.scheduler: Scheduler[Entry] = Scheduler(
@@ -140,6 +149,7 @@ class Dispatch:
         if tracker is None:
             tracker = self.trackers[lease] = LowWater(lease)
         admit = self.cursor.admit
+        added = self.added.current
         index = start = batch.index
         end = min(len(records), index + limit)
         while index < end:
@@ -153,7 +163,10 @@ class Dispatch:
                 # so the mark moves past it, but no call.
                 tracker.finish(tracker.admit(record))
             else:
-                scheduler.add(tracker.admit(record), key(record))
+                entry = tracker.admit(record)
+                if added:
+                    entry.added = added
+                scheduler.add(entry, key(record))
             index += 1
         batch.index = index
         self._pending_records -= index - start
