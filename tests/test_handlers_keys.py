@@ -92,7 +92,8 @@ def records(shard: str, key: str, count: int, start: int = 0) -> list[Record]:
 
 
 def dispatcher(hold: int, **options: Any) -> Dispatch:
-    every = {"batch": None, "decode": None, "sink": None, "name": None, **options}
+    every = {"batch": None, "decode": None, "sink": None, "name": None, "on_failure": None}
+    every.update(options)
     made = run_options(lambda record: None, is_async=False, **every)
     return Dispatch(made, Cursor(auto_commit=True), hold)
 
@@ -126,3 +127,35 @@ def test_the_dispatcher_shares_the_bound_among_the_leases_and_holds_at_most_hold
     # Dropping a lease forgets its pending batches too.
     dispatch.drop(b)
     assert dispatch.wants_records
+
+
+def test_a_shard_with_few_keys_does_not_fill_the_window() -> None:
+    """Shard a has one key, shard b five; both have long backlogs. Each round every call in
+    flight finishes and the freed room is admitted again: a drains one record a round, b five.
+    Shared by records admitted, a's backlog grew until it held nearly the whole window and b ran
+    one key at a time; shared by records held, b keeps its five keys busy."""
+    dispatch = dispatcher(hold=10_000, concurrency=6, ordering="key", max_in_flight=12)
+    a, b = lease("shard-a"), lease("shard-b")
+    dispatch.set_batch(a, records("shard-a", "ka", 1000))
+    dispatch.set_batch(
+        b,
+        [
+            record._replace(partition_key=f"kb{i % 5}")
+            for i, record in enumerate(records("shard-b", "", 1000))
+        ],
+    )
+    calls_of = {"shard-a": 0, "shard-b": 0}
+    running: list[Any] = []
+    for _ in range(60):
+        for call in running:
+            for entry in call.items:
+                entry.tracker.finish(entry)
+            dispatch.finished(call, None)
+        dispatch.admit()
+        assert dispatch.scheduler.room() >= 0, "the in-flight bound holds"
+        running = []
+        while (call := dispatch.next_call(0.0)) is not None:
+            running.append(call)
+            calls_of[call.items[0].record.shard_id] += 1
+    assert calls_of["shard-a"] <= 60
+    assert calls_of["shard-b"] >= 4 * 55, calls_of

@@ -124,20 +124,38 @@ class Dispatch:
         self._pending_records += len(records)
 
     def admit(self) -> None:
-        """Admit records of the pending engine batches while the bound leaves room, sharing it
-        out among their leases in turn (each lease's records in its shard's order)."""
+        """Admit records of the pending engine batches while the bound leaves room (each
+        lease's records in its shard's order), sharing it among their leases: first each lease
+        up to an equal share of ``max_in_flight`` (those holding fewest records first), then
+        what is left in turn. Shares by records held, not admitted: a shard whose few keys
+        drain slowly must not fill the window while another shard's many keys starve."""
         if self.stopping:
             return
+        scheduler = self.scheduler
         while self._pending:
-            room = self.scheduler.room()
+            room = scheduler.room()
             if room <= 0:
                 return
+            fair = max(1, self.options.max_in_flight // len(self._pending))
+            progressed = False
+            for lease in sorted(self._pending, key=self._open_of):
+                allowance = min(scheduler.room(), fair - self._open_of(lease))
+                if allowance > 0:
+                    self._admit_from(lease, allowance)
+                    progressed = True
+            if progressed:
+                continue
+            # Every pending lease holds its share: the room left (others hold less) in turn.
             share = max(1, room // len(self._pending))
             for lease in list(self._pending):
-                room = self.scheduler.room()
+                room = scheduler.room()
                 if room <= 0:
                     return
                 self._admit_from(lease, min(share, room))
+
+    def _open_of(self, lease: Lease) -> int:
+        tracker = self.trackers.get(lease)
+        return 0 if tracker is None else tracker.open
 
     def _admit_from(self, lease: Lease, limit: int) -> None:
         """Admit up to ``limit`` records of ``lease``'s oldest pending batch; the lease goes
@@ -167,6 +185,7 @@ class Dispatch:
                 if added:
                     entry.added = added
                 scheduler.add(entry, key(record))
+                tracker.open += 1
             index += 1
         batch.index = index
         self._pending_records -= index - start
@@ -213,6 +232,8 @@ class Dispatch:
         """``call`` came back, with the error it raised (None: its records are done)."""
         self.running -= 1
         self.scheduler.done(call)
+        for entry in call.items:
+            entry.tracker.open -= 1
         if error is None:
             return
         if isinstance(error, AbandonedError):
@@ -225,11 +246,13 @@ class Dispatch:
             if call.keys:  # (of the same leases: another shard's must not be stranded)
                 keys, key = set(call.keys), self._key
                 trackers = {entry.tracker for entry in call.items}
-                self.scheduler.drop(
-                    lambda entry: (
-                        _dropping(entry)
-                        if entry.tracker in trackers and key(entry.record) in keys
-                        else False
+                _closed(
+                    self.scheduler.drop(
+                        lambda entry: (
+                            _dropping(entry)
+                            if entry.tracker in trackers and key(entry.record) in keys
+                            else False
+                        )
                     )
                 )
             return
@@ -269,7 +292,7 @@ class Dispatch:
     def _forget(self, entries: list[Entry]) -> None:
         """Take ``entries`` (queued, not started) out of the scheduler."""
         given_up = set(map(id, entries))
-        self.scheduler.drop(lambda entry: id(entry) in given_up)
+        _closed(self.scheduler.drop(lambda entry: id(entry) in given_up))
 
     def handler_error(self) -> BaseException | None:
         """What ``run()`` raises: the handler's own exception for a policy's stop."""
@@ -289,6 +312,12 @@ class _Pending:
     def __init__(self, records: list[Record]) -> None:
         self.records = records
         self.index = 0
+
+
+def _closed(entries: list[Entry]) -> None:
+    """``entries`` left the scheduler without a call: their leases hold fewer records."""
+    for entry in entries:
+        entry.tracker.open -= 1
 
 
 def _dropping(entry: Entry) -> bool:

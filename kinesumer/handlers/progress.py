@@ -66,6 +66,9 @@ class LowWater:
         # Records at the end were given up (the lease is being handed off): once the rest are
         # done, ``delivered`` goes back to ``processed`` so the handoff stops waiting.
         self._cut = False
+        #: Records of the lease in the scheduler (queued or in a call): the dispatcher's
+        #: count, on its thread only, for sharing max_in_flight among leases (dispatch.py).
+        self.open = 0
         lease.set_done_source(self.done_marks)
 
     def done_marks(self) -> tuple[Position | None, list[Run]]:
