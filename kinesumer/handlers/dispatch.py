@@ -1,9 +1,11 @@
 """The runner's bookkeeping, shared by the thread pool (threads.py) and the tasks (tasks.py).
 
 :class:`Dispatch` admits the records of the engine's batches (the engine's one admission check,
-``Cursor.admit``), keeps a low-water tracker per lease, asks the scheduler for the next handler
-call when a slot is free (with the batch's ``max_wait`` timer), and sorts out how each call
-ended. It never blocks and never looks at a clock itself: the runners pass ``now`` and do the
+``Cursor.admit``), holding the batches of several shards at once and sharing ``max_in_flight``
+among them by records held (so few-key shards cannot take the window over; see
+:meth:`Dispatch.admit`), keeps a low-water tracker per lease, asks the scheduler for the next
+handler call when a slot is free (with the batch's ``max_wait`` timer), and sorts out how each
+call ended. It never blocks and never looks at a clock itself: the runners pass ``now`` and do the
 waiting, each in its own way. Everything here runs on one thread (the dispatching one, or the
 event loop); only :meth:`Entry.tracker.finish <LowWater.finish>` is called from the workers.
 
