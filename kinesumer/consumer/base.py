@@ -175,7 +175,8 @@ class BaseKinesumer:
         metrics) and dead letters. Records read before it was added never reach it. A
         record's checkpoint moves only once every handler it was read for has finished it.
         Safe from any thread. ``ConfigError`` for a bad argument, a name in use, or a stream
-        the run does not read (see :mod:`kinesumer.handlers.registry`)."""
+        the run does not read (checked once ``run()`` was called; see
+        :mod:`kinesumer.handlers.registry`)."""
         names: list[str] | None = None
         if streams is not None:
             names, decode = run_streams(streams, decode)
