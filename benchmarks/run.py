@@ -35,6 +35,8 @@ import bench_cost  # noqa: E402
 import bench_failover  # noqa: E402
 import bench_group  # noqa: E402
 import bench_handlers  # noqa: E402
+import bench_handlers_keys  # noqa: E402
+import bench_idle  # noqa: E402
 import bench_limits  # noqa: E402
 from _scenario import Scenario  # noqa: E402
 from _standins import start_dynalite, start_kinesalite  # noqa: E402
@@ -110,6 +112,18 @@ def run_all(quick: bool) -> dict[str, Any]:
         out["handlers"] = bench_handlers.run(kurl, durl, quick)
         print(bench_handlers.report(out["handlers"]), flush=True)
         timings["handlers"] = time.monotonic() - started
+
+        # Short settings even in the full suite (about 1 and 2 minutes): the few-key table and
+        # the idle delays (issue 23).
+        started = time.monotonic()
+        out["handler_keys"] = bench_handlers_keys.run(kurl, durl, quick=True)
+        print(bench_handlers_keys.report(out["handler_keys"]), flush=True)
+        timings["handler_keys"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["idle"] = bench_idle.run(kurl, durl, quick=True)
+        print(bench_idle.report(out["idle"]), flush=True)
+        timings["idle"] = time.monotonic() - started
 
         started = time.monotonic()
         out["sinks"] = sinks(kurl, durl, quick)

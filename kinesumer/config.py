@@ -52,6 +52,11 @@ class Config:
     external_id: str | None = field(default=None, repr=False)
     scan_limit: int = 10_000
     scan_interval: float = 0.2
+    # The longest wait between two reads of an idle shard (reads that found nothing at the tip
+    # back off from scan_interval, doubling, up to this). Lower: less delay for the first record
+    # after a quiet spell, more GetRecords calls (5/s per shard, shared by every consumer of the
+    # stream). The Spark source's option of the same name sets it too (one concept).
+    idle_poll_interval: float = 1.0
     initial_position: InitialPosition = "LATEST"
     auto_commit: bool = True
     broadcast: bool = False
@@ -100,6 +105,7 @@ class Config:
             _check_name("external_id", self.external_id, _EXTERNAL_ID, "2-1224 characters")
         _check_int("scan_limit", self.scan_limit, 1, 10_000)
         _check_number("scan_interval", self.scan_interval, MIN_SCAN_INTERVAL)
+        _check_number("idle_poll_interval", self.idle_poll_interval, MIN_SCAN_INTERVAL)
         _check_initial_position(self.initial_position)
         if not isinstance(self.auto_commit, bool):
             raise ConfigError("auto_commit", f"must be True or False, got {self.auto_commit!r}")

@@ -55,6 +55,7 @@ class Options:
     decode: Any = None
     sink: Any = None
     name: str | None = "orders.handle"
+    max_record_age: float | None = None
 
 
 class Counters:

@@ -31,6 +31,8 @@ class AsyncKinesumer(BaseKinesumer):
     :class:`~kinesumer.consumer.base.BaseKinesumer`.
     """
 
+    _handlers_are_async = True
+
     def _here(self) -> object:
         return asyncio.current_task()
 
@@ -66,6 +68,7 @@ class AsyncKinesumer(BaseKinesumer):
         decode: object = None,
         sink: object = None,
         name: str | None = None,
+        max_record_age: float | None = None,
     ) -> None:
         arguments = {
             "concurrency": concurrency,
@@ -76,6 +79,7 @@ class AsyncKinesumer(BaseKinesumer):
             "decode": decode,
             "sink": sink,
             "name": name,
+            "max_record_age": max_record_age,
         }
         options, invocation, names = self._prepare_run(streams, handler, arguments, True)
         try:
@@ -90,11 +94,14 @@ class AsyncKinesumer(BaseKinesumer):
                 lambda discard: self.aclose(discard=discard),
                 handler,
                 self._handled[options.name],
+                self._added,
             )
             await runner.run()
         finally:
             try:
                 await invocation.close_async()
+                for added in self._added.every:
+                    await added.invocation.close_async()
                 if options.sink is not None:
                     await options.sink.close_async()
             finally:

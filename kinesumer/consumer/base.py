@@ -27,6 +27,8 @@ from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
+from ..handlers.registry import AddedHandler, HandlerSet
+from ..models import Record
 from ..stats import ConsumerStats
 from ..topics import run_streams
 
@@ -68,8 +70,8 @@ raised here, with a note naming the handler and the record).
   in parallel; ``"shard"`` (default): one shard's records in order; ``"none"``: any order.
 - ``max_in_flight``: records read and not yet done, per member (default: twice what the
   handler slots take at once, at least 100); reading pauses at the bound.
-- ``batch``: :class:`~kinesumer.handlers.Batch` (``max_size``, ``max_wait``): the handler gets
-  a list of records.
+- ``batch``: :class:`~kinesumer.handlers.Batch` (``max_size``, ``max_wait``,
+  ``bisect_on_error``): the handler gets a list of records.
 - ``on_failure``: a failure policy (``Stop()`` by default: no retry, ``run`` raises; ``Retry``,
   ``Block``, ``Discard``, ``DeadLetter``, ``RetryLater``: see :mod:`kinesumer.handlers`).
 - ``decode``: ``"json"``, a type (dataclass, msgspec Struct, TypedDict, pydantic model) or a
@@ -78,6 +80,9 @@ raised here, with a note naming the handler and the record).
   is called as ``handler(record_or_batch, tx)`` inside the sink's transaction.
 - ``name``: the handler's name in ``stats().handled``, metrics and dead letters (default: its
   ``__qualname__``).
+- ``max_record_age``: seconds; a record older than this by Kinesis's clock (its arrival
+  timestamp against what reads showed of that clock, see :mod:`kinesumer.handlers.age`) goes
+  to the failure policy instead of the handler, counted ``too_old`` (not with ``Block``).
 
 A shard's checkpoint only moves to the highest position below which every record is done, so
 a crash loses nothing and delivers again only records in flight or not yet checkpointed; a
@@ -128,6 +133,9 @@ class BaseKinesumer:
         self._iterating_in: object | None = None
         # Held while run() runs: a second run() at once would take the same records.
         self._running = threading.Lock()
+        # Handlers added while run() runs (add_handler), and the streams run() reads.
+        self._added = HandlerSet()
+        self._run_names: tuple[str, ...] | None = None
 
     @property
     def client_id(self) -> str:
@@ -147,7 +155,87 @@ class BaseKinesumer:
         handled = {name: counters.snapshot() for name, counters in list(self._handled.items())}
         return dataclasses.replace(stats, handled=handled)
 
+    def add_handler(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        streams: Iterable[Any] | None = None,
+        keys: Iterable[str] | None = None,
+        key_of: Callable[[Record], str] | None = None,
+        on_failure: object = None,
+        decode: object = None,
+    ) -> None:
+        """Add the handler ``name``, while ``run()`` runs (or before): every record read from
+        now on of ``streams`` (names or topics; default: every stream the run reads) whose key
+        is in ``keys`` (default: every record) is given to it too, one record per call, after
+        ``run()``'s handler, in the same order. The key is the partition key, or what
+        ``key_of(record)`` returns (a key in the payload). It has its own failure policy
+        (``on_failure``; not ``RetryLater``), ``decode``, counters (``stats().handled[name]``,
+        metrics) and dead letters. Records read before it was added never reach it. A
+        record's checkpoint moves only once every handler it was read for has finished it.
+        Safe from any thread. ``ConfigError`` for a bad argument, a name in use, or a stream
+        the run does not read (checked once ``run()`` was called; see
+        :mod:`kinesumer.handlers.registry`)."""
+        names: list[str] | None = None
+        if streams is not None:
+            names, decode = run_streams(streams, decode)
+            names = list(self._stream_names(names))
+            unread = sorted(set(names) - set(self._run_names or names))
+            if unread:
+                raise ConfigError(
+                    "streams", f"{', '.join(unread)} not read by the run", "add_handler"
+                )
+        options = run_options(
+            handler,
+            concurrency=1,
+            ordering="shard",
+            max_in_flight=None,
+            batch=None,
+            on_failure=on_failure,
+            decode=decode,
+            sink=None,
+            name=name,
+            is_async=self._handlers_are_async,
+        )
+        if isinstance(options.on_failure, RetryLater):
+            raise ConfigError(
+                "on_failure",
+                "RetryLater needs its stream read by the run; use DeadLetter, Discard, Stop "
+                "or Block for an added handler",
+                "add_handler",
+            )
+        engine = self._engine
+        counters = self._handled.get(name)
+        if counters is None:
+            counters = self._handled[name] = HandlerCounters(name, engine.metrics)
+        invocation = Invocation(
+            handler,
+            options,
+            ClientFactory(engine.config, engine.requests, self.client_id),
+            counters,
+            self._handlers_are_async,
+            client_id=self.client_id,
+        )
+        wanted_keys = None if keys is None else frozenset(keys)
+        only = None if names is None else frozenset(names)
+        try:
+            self._added.add(AddedHandler(name, invocation, only, wanted_keys, key_of))
+        except ValueError:
+            raise ConfigError(
+                "name", f"a handler named {name!r} was added already", "add_handler"
+            ) from None
+
+    def remove_handler(self, name: str) -> None:
+        """Remove the handler ``name`` added with :meth:`add_handler`: records not yet given to
+        it skip it, a call of it in flight finishes; the other handlers and the checkpoints
+        go on. ``KeyError`` when no handler of that name is added."""
+        self._added.remove(name)
+
     # -- for the faces ----------------------------------------------------------------------
+    #: Whether handlers are coroutine functions (the async face) or plain ones.
+    _handlers_are_async = False
+
     @staticmethod
     def _stream_names(streams: Iterable[str]) -> tuple[str, ...]:
         return check_streams(streams)
@@ -169,6 +257,7 @@ class BaseKinesumer:
         stream); the sink is attached to the engine. Topics give their names and type."""
         streams, run_arguments["decode"] = run_streams(streams, run_arguments.get("decode"))
         names = self._stream_names(streams)
+        self._run_names = names
         options = run_options(handler, is_async=is_async, **run_arguments)
         counters = self._handled.get(options.name)
         if counters is None:

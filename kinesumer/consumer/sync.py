@@ -111,6 +111,7 @@ class Kinesumer(BaseKinesumer):
         decode: object = None,
         sink: object = None,
         name: str | None = None,
+        max_record_age: float | None = None,
     ) -> None:
         arguments = {
             "concurrency": concurrency,
@@ -121,6 +122,7 @@ class Kinesumer(BaseKinesumer):
             "decode": decode,
             "sink": sink,
             "name": name,
+            "max_record_age": max_record_age,
         }
         options, invocation, names = self._prepare_run(streams, handler, arguments, False)
         try:
@@ -136,6 +138,7 @@ class Kinesumer(BaseKinesumer):
                 lambda discard: self.close(discard=discard),
                 handler,
                 self._handled[options.name],
+                self._added,
             )
             runner.run()
         finally:

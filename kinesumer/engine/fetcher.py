@@ -30,9 +30,6 @@ from .leases import Lease
 
 log = logging.getLogger("kinesumer.fetcher")
 
-#: Longest pause between reads of an idle shard: keeps idle shards cheap while adding at most
-#: this much latency to the first record after a quiet spell.
-MAX_IDLE_INTERVAL = 1.0
 #: Pause after GetRecords kept failing past its retries, before starting over.
 FAILURE_PAUSE = 2.0
 
@@ -247,10 +244,20 @@ class ShardFetcher:
 
     def _pace(self, started: float, batch: ShardBatch) -> None:
         """At most one call per scan_interval (5/s per shard is the service limit, shared with
-        other consumers); empty reads at the tip back off to MAX_IDLE_INTERVAL."""
-        interval = self._config.scan_interval
-        behind = batch.millis_behind or 0
-        self._wait = (
-            interval if batch.raw_count or behind > 0 else min(self._wait * 2, MAX_IDLE_INTERVAL)
-        )
-        self._next_call = started + max(self._wait, interval)
+        other consumers); empty reads at the tip back off (see :func:`read_wait`)."""
+        config = self._config
+        found = bool(batch.raw_count or (batch.millis_behind or 0) > 0)
+        self._wait = read_wait(self._wait, found, config.scan_interval, config.idle_poll_interval)
+        self._next_call = started + self._wait
+
+
+def read_wait(
+    previous: float, found: bool, scan_interval: float, idle_poll_interval: float
+) -> float:
+    """Seconds from one GetRecords call to the next on a shard: ``scan_interval`` after a read
+    that found records (or is behind the tip); after an empty read at the tip, the previous wait
+    doubled, up to ``idle_poll_interval`` (never below ``scan_interval``). Idle shards stay
+    cheap, and the first record after a quiet spell waits at most ``idle_poll_interval``."""
+    if found:
+        return scan_interval
+    return max(scan_interval, min(previous * 2, max(idle_poll_interval, scan_interval)))

@@ -13,7 +13,9 @@ The public names: :class:`Batch` (batch handlers), the failure policies (:class:
 :class:`Message` (what a handler gets with ``decode=``). Modules: ``options`` (run()'s checked
 arguments), ``scheduler`` (per-key ordering, pure), ``progress`` (the low-water mark per shard),
 ``dispatch``, ``threads`` and ``tasks`` (the runners of the two faces), ``policies``, ``invoke``,
-``decode``, ``deadletter`` and ``retry_later`` (what happens in and around one handler call).
+``reporting``, ``decode``, ``deadletter`` and ``retry_later`` (what happens in and around one
+handler call), ``age`` (``max_record_age`` on Kinesis's clock) and ``registry`` (handlers added
+and removed while a run runs: ``Kinesumer.add_handler``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 #: What can happen to a record given to a handler (``ConsumerStats.handled``): handled
 #: (``ok``), handler calls beyond the first (``retried``, counted per extra attempt and record),
 #: given up by the policy (``discarded``, ``dead_lettered``, ``retry_later``), stopped the run
-#: (``failed``), and payloads that did not decode (``decode_error``).
+#: (``failed``), payloads that did not decode (``decode_error``) and records older than
+#: ``max_record_age`` that went to the policy instead of the handler (``too_old``).
 OUTCOMES: tuple[str, ...] = (
     "ok",
     "retried",
@@ -25,6 +26,7 @@ OUTCOMES: tuple[str, ...] = (
     "retry_later",
     "failed",
     "decode_error",
+    "too_old",
 )
 
 

@@ -1,9 +1,11 @@
 """The runner's bookkeeping, shared by the thread pool (threads.py) and the tasks (tasks.py).
 
 :class:`Dispatch` admits the records of the engine's batches (the engine's one admission check,
-``Cursor.admit``), keeps a low-water tracker per lease, asks the scheduler for the next handler
-call when a slot is free (with the batch's ``max_wait`` timer), and sorts out how each call
-ended. It never blocks and never looks at a clock itself: the runners pass ``now`` and do the
+``Cursor.admit``), holding the batches of several shards at once and sharing ``max_in_flight``
+among them by records held (so few-key shards cannot take the window over; see
+:meth:`Dispatch.admit`), keeps a low-water tracker per lease, asks the scheduler for the next
+handler call when a slot is free (with the batch's ``max_wait`` timer), and sorts out how each
+call ended. It never blocks and never looks at a clock itself: the runners pass ``now`` and do the
 waiting, each in its own way. Everything here runs on one thread (the dispatching one, or the
 event loop); only :meth:`Entry.tracker.finish <LowWater.finish>` is called from the workers.
 
@@ -30,6 +32,7 @@ a LOST or RELEASED lease are dropped: the checkpoint can no longer move for them
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
@@ -39,6 +42,7 @@ from ..sinks.base import LeaseLostError
 from .options import RunOptions
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry, LowWater
+from .registry import HandlerSet
 from .scheduler import Call, Scheduler
 
 if TYPE_CHECKING:
@@ -55,7 +59,15 @@ def key_function(ordering: str) -> Callable[[Record], Hashable]:
 
 
 class Dispatch:
-    def __init__(self, options: RunOptions, cursor: Cursor) -> None:
+    def __init__(
+        self,
+        options: RunOptions,
+        cursor: Cursor,
+        hold: int = 0,
+        added: HandlerSet | None = None,
+    ) -> None:
+        #: Handlers added at runtime: each admitted record takes the current snapshot.
+        self.added = added if added is not None else HandlerSet()
         self.options = options
         self.cursor = cursor
         self.scheduler: Scheduler[Entry] = Scheduler(
@@ -66,10 +78,13 @@ class Dispatch:
         )
         self._key = key_function(options.ordering)
         self.trackers: dict[Lease, LowWater] = {}
-        # The engine batch being admitted: its lease, records and the next index.
-        self._lease: Lease | None = None
-        self._records: list[Record] = []
-        self._index = 0
+        # Engine batches not admitted yet, per lease in the order they came (a lease's batches
+        # come in its shard's order), each with the index of its next record; the lease
+        # admitted from first next time comes first (see admit()).
+        self._pending: dict[Lease, deque[_Pending]] = {}
+        self._pending_records = 0
+        #: Records held in pending batches before no more are asked for (besides one per lease).
+        self._hold = hold
         #: Calls started and not reported back yet.
         self.running = 0
         #: What stops the run with an error (the handler's failure, or a bug below it).
@@ -90,42 +105,96 @@ class Dispatch:
 
     @property
     def wants_records(self) -> bool:
-        """The current engine batch is admitted (or dropped): fetch the next one."""
-        return self._lease is None and not self.stopping
+        """Ask the engine for another batch: nothing is pending, or (while records are held
+        back by the in-flight bound) fewer than ``hold`` records wait in pending batches.
+        Holding batches of several leases is what lets every shard's keys into the window:
+        the engine hands out one shard's batch at a time, and a batch admitted alone would
+        fill the whole bound with that shard's few keys (issue 23)."""
+        if self.stopping:
+            return False
+        return not self._pending or self._pending_records < self._hold
 
     def set_batch(self, lease: Lease, records: list[Record]) -> None:
-        self._lease, self._records, self._index = lease, records, 0
+        if not records:
+            return
+        batches = self._pending.get(lease)
+        if batches is None:
+            # First in the turn: the leases already pending had their share of the room.
+            batches = deque()
+            self._pending = {lease: batches, **self._pending}
+        batches.append(_Pending(records))
+        self._pending_records += len(records)
 
     def admit(self) -> None:
-        """Admit records of the current engine batch while the bound leaves room."""
-        lease = self._lease
-        if lease is None or self.stopping:
+        """Admit records of the pending engine batches while the bound leaves room (each
+        lease's records in its shard's order), sharing it among their leases: first each lease
+        up to an equal share of ``max_in_flight`` (those holding fewest records first), then
+        what is left in turn. Shares by records held, not admitted: a shard whose few keys
+        drain slowly must not fill the window while another shard's many keys starve."""
+        if self.stopping:
             return
-        scheduler, records, key = self.scheduler, self._records, self._key
-        room = scheduler.room()
-        if room <= 0:
-            return
+        scheduler = self.scheduler
+        while self._pending:
+            room = scheduler.room()
+            if room <= 0:
+                return
+            fair = max(1, self.options.max_in_flight // len(self._pending))
+            progressed = False
+            for lease in sorted(self._pending, key=self._open_of):
+                allowance = min(scheduler.room(), fair - self._open_of(lease))
+                if allowance > 0:
+                    self._admit_from(lease, allowance)
+                    progressed = True
+            if progressed:
+                continue
+            # Every pending lease holds its share: the room left (others hold less) in turn.
+            share = max(1, room // len(self._pending))
+            for lease in list(self._pending):
+                room = scheduler.room()
+                if room <= 0:
+                    return
+                self._admit_from(lease, min(share, room))
+
+    def _open_of(self, lease: Lease) -> int:
+        tracker = self.trackers.get(lease)
+        return 0 if tracker is None else tracker.open
+
+    def _admit_from(self, lease: Lease, limit: int) -> None:
+        """Admit up to ``limit`` records of ``lease``'s oldest pending batch; the lease goes
+        to the back of the turn."""
+        batches = self._pending.pop(lease)
+        batch = batches[0]
+        scheduler, records, key = self.scheduler, batch.records, self._key
         tracker = self.trackers.get(lease)
         if tracker is None:
             tracker = self.trackers[lease] = LowWater(lease)
         admit = self.cursor.admit
-        index, end = self._index, min(len(records), self._index + room)
+        added = self.added.current
+        index = start = batch.index
+        end = min(len(records), index + limit)
         while index < end:
             record = records[index]
             if not admit(lease, record):
-                # Revoked or lost: the rest of the batch is the next owner's.
-                self._lease, self._records = None, []
+                # Revoked or lost: the rest of its batches are the next owner's.
+                self._pending_records -= sum(len(b.records) - b.index for b in batches)
                 return
             if lease.skipping and lease.already_done(record):
                 # The previous owner finished it (a done run of the checkpoint): done here too,
                 # so the mark moves past it, but no call.
                 tracker.finish(tracker.admit(record))
             else:
-                scheduler.add(tracker.admit(record), key(record))
+                entry = tracker.admit(record)
+                if added:
+                    entry.added = added
+                scheduler.add(entry, key(record))
+                tracker.open += 1
             index += 1
-        self._index = index
+        batch.index = index
+        self._pending_records -= index - start
         if index >= len(records):
-            self._lease, self._records = None, []
+            batches.popleft()
+        if batches:
+            self._pending[lease] = batches
 
     # -- calls ---------------------------------------------------------------------------------
     def next_call(self, now: float) -> Call[Entry] | None:
@@ -165,6 +234,8 @@ class Dispatch:
         """``call`` came back, with the error it raised (None: its records are done)."""
         self.running -= 1
         self.scheduler.done(call)
+        for entry in call.items:
+            entry.tracker.open -= 1
         if error is None:
             return
         if isinstance(error, AbandonedError):
@@ -177,11 +248,13 @@ class Dispatch:
             if call.keys:  # (of the same leases: another shard's must not be stranded)
                 keys, key = set(call.keys), self._key
                 trackers = {entry.tracker for entry in call.items}
-                self.scheduler.drop(
-                    lambda entry: (
-                        _dropping(entry)
-                        if entry.tracker in trackers and key(entry.record) in keys
-                        else False
+                _closed(
+                    self.scheduler.drop(
+                        lambda entry: (
+                            _dropping(entry)
+                            if entry.tracker in trackers and key(entry.record) in keys
+                            else False
+                        )
                     )
                 )
             return
@@ -195,7 +268,10 @@ class Dispatch:
 
     # -- leases that ended ---------------------------------------------------------------------
     def drop(self, lease: Lease) -> None:
-        """Forget the queued records of ``lease`` and its tracker."""
+        """Forget the queued records of ``lease``, its pending batches and its tracker."""
+        batches = self._pending.pop(lease, None)
+        if batches is not None:
+            self._pending_records -= sum(len(b.records) - b.index for b in batches)
         tracker = self.trackers.pop(lease, None)
         if tracker is not None:
             self.scheduler.drop(lambda entry: entry.tracker is tracker)
@@ -218,7 +294,7 @@ class Dispatch:
     def _forget(self, entries: list[Entry]) -> None:
         """Take ``entries`` (queued, not started) out of the scheduler."""
         given_up = set(map(id, entries))
-        self.scheduler.drop(lambda entry: id(entry) in given_up)
+        _closed(self.scheduler.drop(lambda entry: id(entry) in given_up))
 
     def handler_error(self) -> BaseException | None:
         """What ``run()`` raises: the handler's own exception for a policy's stop."""
@@ -228,6 +304,22 @@ class Dispatch:
             error.add_note(f"kinesumer: {failure}")
             return error
         return failure
+
+
+class _Pending:
+    """An engine batch and the index of its next record to admit."""
+
+    __slots__ = ("index", "records")
+
+    def __init__(self, records: list[Record]) -> None:
+        self.records = records
+        self.index = 0
+
+
+def _closed(entries: list[Entry]) -> None:
+    """``entries`` left the scheduler without a call: their leases hold fewer records."""
+    for entry in entries:
+        entry.tracker.open -= 1
 
 
 def _dropping(entry: Entry) -> bool:

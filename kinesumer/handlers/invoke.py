@@ -17,7 +17,6 @@ differ in how they sleep, call and write.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import threading
 import time
@@ -30,6 +29,7 @@ from ..errors import DecodeError
 from ..models import Position, Record
 from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
 from ..telemetry import instrument_handler, traced_sink
+from .age import KinesisClock
 from .counters import HandlerCounters
 from .deadletter import (
     WRITE_ATTEMPTS,
@@ -41,32 +41,26 @@ from .decode import RecordDecoder, make_decoder
 from .options import RunOptions
 from .policies import (
     AbandonedError,
-    Block,
-    HandlerFailedError,
     RetryLater,
     after_failure,
-    backoff_delay,
     check_policy,
     describe,
 )
+from .reporting import CallReporter
 from .retry_later import (
     Identity,
     Item,
-    Outcome,
     Step,
     Unit,
-    describe_items,
     due_time,
     end_of,
+    halves,
     plan,
     prepare,
     unit_end,
     units,
-    worth_a_warning,
 )
 from .stopping import AsyncCallEnds, SyncCallEnds
-
-log = logging.getLogger("kinesumer.handlers")
 
 #: A sink's refusals caused by the handler's own writes (a condition of theirs failed, too many
 #: of them): the handler's failure, through the policy. The fence's refusal (LeaseLostError) and
@@ -122,7 +116,15 @@ class Invocation:
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
         )
-        self._plain = not (self.batched or self.sink is not None or self.extra_streams)
+        #: run(max_record_age) and what it is measured by (see .age).
+        # (read leniently: callers' stand-in options may predate these fields)
+        self.max_age: float | None = getattr(options, "max_record_age", None)
+        self.kinesis_clock = KinesisClock()
+        self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
+        self.report = CallReporter(self.name, counters, self.policy, uniform)
+        self._plain = not (
+            self.batched or self.sink is not None or self.extra_streams or self.max_age
+        )
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
         self._writer = DeadLetterWriter(aws, attempts=write_attempts)
@@ -146,7 +148,7 @@ class Invocation:
                     ends = self.sync_ends(stopping, lease, records)
                     self._run_sync(unit, lease, end_of(records), ends, error)
                     return
-                self.counters.add("ok")
+                self.report.ok()
                 return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - self.clock()
@@ -155,7 +157,7 @@ class Invocation:
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
         committed = False
-        for unit in units(items, self.decoder, self.batched, self._decode_failed):
+        for unit in self._units(items, records, lease):
             committed = self._run_sync(unit, lease, unit_end(unit), ends)
         if self.sink is not None and not committed:
             # The call's last unit was disposed of by the policy: no handler transaction
@@ -187,15 +189,20 @@ class Invocation:
                 except _HandlerRaised as raised:
                     error = raised.error
                 else:
-                    self.counters.add("ok", len(unit.items))
+                    self.report.ok(len(unit.items))
                     return True
             if not after_failure(self.policy, attempts, error):
+                if self.bisect and len(unit.items) > 1:
+                    self.report.bisecting(unit, error)
+                    first, second = halves(unit)
+                    self._run_sync(first, lease, unit_end(first), ends)
+                    return self._run_sync(second, lease, unit_end(second), ends)
                 self._finish_sync(
                     plan(unit.items, self.policy, error, attempts, self._now_ms(), self.identity),
                     error,
                 )
                 return False
-            delay = self._retrying(unit, error, attempts)
+            delay = self.report.retrying(unit, error, attempts)
             if ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
@@ -227,8 +234,8 @@ class Invocation:
                 try:
                     self._writer.put(step.stream, step.item.original, step.envelope)
                 except DeadLetterWriteError as failed:
-                    self._failed(step, failed)
-            self._done(step, error)
+                    self.report.failed(step, failed)
+            self.report.done(step, error)
 
     def close_sync(self) -> None:
         """Nothing to release: the blocking client is the process's shared session's."""
@@ -250,7 +257,7 @@ class Invocation:
                     ends = self.async_ends(stopping, lease, records)
                     await self._run_async(unit, lease, end_of(records), ends, error)
                     return
-                self.counters.add("ok")
+                self.report.ok()
                 return
         items = [prepare(record, self.policy) for record in records]
         wait = due_time(items) - self.clock()
@@ -259,7 +266,7 @@ class Invocation:
             raise AbandonedError(f"closing before {describe(items[0].delivered)} was due")
         end = end_of(records)
         committed = False
-        for unit in units(items, self.decoder, self.batched, self._decode_failed):
+        for unit in self._units(items, records, lease):
             committed = await self._run_async(unit, lease, unit_end(unit), ends)
         if self.sink is not None and not committed:  # as in call_sync
             await self.sink.transact_async(lease, end, _no_writes_async)
@@ -283,15 +290,20 @@ class Invocation:
                 except _HandlerRaised as raised:
                     error = raised.error
                 else:
-                    self.counters.add("ok", len(unit.items))
+                    self.report.ok(len(unit.items))
                     return True
             if not after_failure(self.policy, attempts, error):
+                if self.bisect and len(unit.items) > 1:  # as in _run_sync
+                    self.report.bisecting(unit, error)
+                    first, second = halves(unit)
+                    await self._run_async(first, lease, unit_end(first), ends)
+                    return await self._run_async(second, lease, unit_end(second), ends)
                 await self._finish_async(
                     plan(unit.items, self.policy, error, attempts, self._now_ms(), self.identity),
                     error,
                 )
                 return False
-            delay = self._retrying(unit, error, attempts)
+            delay = self.report.retrying(unit, error, attempts)
             if await ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
@@ -323,8 +335,8 @@ class Invocation:
                 try:
                     await self._async_writer.put(step.stream, step.item.original, step.envelope)
                 except DeadLetterWriteError as failed:
-                    self._failed(step, failed)
-            self._done(step, error)
+                    self.report.failed(step, failed)
+            self.report.done(step, error)
 
     async def close_async(self) -> None:
         """Close the dead-letter client, if one was opened."""
@@ -343,53 +355,28 @@ class Invocation:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def _decode_failed(self) -> None:
-        self.counters.add("decode_error")
+    def _too_old(self, item: Item) -> Exception | None:
+        """``run(max_record_age)``: the error that sends ``item`` to the policy, if it is old."""
+        assert self.max_age is not None
+        error = self.kinesis_clock.too_old(item.delivered, self.max_age)
+        if error is not None:
+            self.report.too_old(item)
+        return error
 
-    def _retrying(self, unit: Unit, error: Exception, attempts: int) -> float:
-        """Count and log one more try of ``unit``; the seconds to wait before it."""
-        self.counters.add("retried", len(unit.items))
-        policy = self.policy
-        delay = backoff_delay(policy.retry, attempts, self.uniform)
-        blocking = isinstance(policy, Block) and attempts >= policy.retry.attempts
-        warn = blocking and worth_a_warning(attempts, policy.retry.attempts)
-        level = logging.WARNING if warn else logging.INFO
-        log.log(
-            level,
-            "handler %s failed on %s (attempt %d%s): %s: %s; retrying in %.2fs",
-            self.name,
-            describe_items(unit.items),
-            attempts,
-            ", blocking until it succeeds" if blocking else "",
-            type(error).__name__,
-            error,
-            delay,
-        )
-        return delay
+    def observe(self, records: list[Record], lease: Lease) -> None:
+        """The runner got ``records`` (an engine batch) of ``lease``: what they show of
+        Kinesis's clock (their arrivals, the shard's ``MillisBehindLatest``) ages every record
+        of the batch alike, not only those of the call that holds the last one."""
+        if self.max_age is not None:
+            self.kinesis_clock.observe(records, lease.millis_behind)
 
-    def _done(self, step: Step, error: Exception) -> None:
-        record = step.item.original
-        if step.outcome is Outcome.STOP:
-            self.counters.add(Outcome.STOP.value)
-            raise HandlerFailedError(error, record, self.name) from error
-        self.counters.add(step.outcome.value)
-        level, what = logging.WARNING, "discarded"
-        if step.outcome is Outcome.DEAD_LETTER:
-            what = f"dead-lettered to {step.stream}"
-        elif step.outcome is Outcome.RETRY_LATER:
-            round_number = step.envelope.round if step.envelope else 0
-            level, what = logging.INFO, f"sent to {step.stream} for round {round_number}"
-        why = f" ({step.note})" if step.note else ""
-        log.log(
-            level,
-            "handler %s: %s %s after %s: %s%s",
-            *(self.name, what, describe(record), type(error).__name__, error, why),
-        )
-
-    def _failed(self, step: Step, failed: DeadLetterWriteError) -> None:
-        self.counters.add(Outcome.STOP.value)
-        log.error("handler %s: %s; the run stops", self.name, failed)
-        raise HandlerFailedError(failed, step.item.original, self.name) from failed
+    def _units(self, items: list[Item], records: list[Record], lease: Lease) -> list[Unit]:
+        """The calls to make (see :func:`.retry_later.units`), records past max_record_age
+        failing alone."""
+        if self.max_age is None:
+            return units(items, self.decoder, self.batched, self.report.decode_failed)
+        self.kinesis_clock.observe(records, lease.millis_behind)
+        return units(items, self.decoder, self.batched, self.report.decode_failed, self._too_old)
 
 
 def _no_writes(tx: Any) -> None:

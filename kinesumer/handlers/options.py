@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from .policies import POLICY_TYPES, FailurePolicy, Stop
+from .policies import POLICY_TYPES, Block, FailurePolicy, Stop
 
 Ordering = Literal["key", "shard", "none"]
 
@@ -35,9 +35,20 @@ class Batch:
 
     max_size: int = 100
     max_wait: float = 0.2
+    #: When a batch fails and the policy gives up on it, split it in two halves and try each
+    #: (with the policy's retries), down to the failing record(s) alone, as Lambda's
+    #: ``BisectBatchOnFunctionError``: only the records that fail alone reach the policy's
+    #: final action. At-least-once: a record of a half that succeeds was passed to the handler
+    #: in every failing call that held it before (a handler's writes must be idempotent); it is
+    #: counted ``ok`` once and, with a sink, committed once (with its half).
+    bisect_on_error: bool = False
 
     def __post_init__(self) -> None:
         size, wait = self.max_size, self.max_wait
+        if not isinstance(self.bisect_on_error, bool):
+            raise ConfigError(
+                "bisect_on_error", f"must be True or False, got {self.bisect_on_error!r}", "Batch"
+            )
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
             raise ConfigError(
                 "max_size", f"must be an int from 1 to {MAX_BATCH_SIZE}, got {size!r}", "Batch"
@@ -73,6 +84,9 @@ class RunOptions:
     sink: Any
     #: The handler's name in metrics, stats and dead letters.
     name: str
+    #: Seconds: records older than this (by Kinesis's clock, see handlers.age) go to the
+    #: failure policy instead of the handler. None: no limit.
+    max_record_age: float | None = None
 
     @property
     def batch_size(self) -> int:
@@ -100,6 +114,7 @@ def calls_plainly(options: RunOptions) -> bool:
         and options.decode is None
         and options.sink is None
         and options.batch is None
+        and options.max_record_age is None
     )
 
 
@@ -140,6 +155,7 @@ def run_options(
     sink: object,
     name: str | None,
     is_async: bool,
+    max_record_age: float | None = None,
 ) -> RunOptions:
     """Check every argument of ``run()``; a bad one raises ConfigError naming it."""
     check_handler(handler, is_async)
@@ -187,6 +203,7 @@ def run_options(
                 f"a sink commits a shard's position with each call, so it needs "
                 f'ordering="shard", got {ordering!r}',
             )
+    _check_max_record_age(max_record_age, on_failure)
     if name is None:
         name = handler_name(handler)
     elif not isinstance(name, str) or not name:
@@ -200,4 +217,23 @@ def run_options(
         decode=decode,
         sink=sink,
         name=name,
+        max_record_age=None if max_record_age is None else float(max_record_age),
     )
+
+
+def _check_max_record_age(value: object, policy: object) -> None:
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise _fail("max_record_age", f"must be None or seconds > 0, got {value!r}")
+    if isinstance(policy, Block):
+        raise _fail(
+            "max_record_age",
+            "Block never gives a record up, and a record too old stays too old; use Stop, "
+            "Discard, DeadLetter or RetryLater with max_record_age",
+        )

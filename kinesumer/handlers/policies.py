@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError, DecodeError, KinesumerError
 from ..models import Record
+from .age import RecordTooOldError
 
 #: Kinesis stream names: 1-128 of letters, digits, ``_``, ``.`` and ``-``.
 STREAM_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -209,8 +210,8 @@ def after_failure(policy: FailurePolicy, attempts: int, error: BaseException) ->
     """
     if isinstance(policy, Block):
         return True
-    if isinstance(error, DecodeError):
-        return False
+    if isinstance(error, (DecodeError, RecordTooOldError)):
+        return False  # (run() refuses max_record_age with Block)
     return attempts < policy.retry.attempts
 
 

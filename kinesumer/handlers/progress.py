@@ -26,12 +26,13 @@ from collections import deque
 from ..core.done_ranges import Run, runs_of
 from ..engine.leases import Lease
 from ..models import Position, Record
+from .registry import NONE, AddedHandler
 
 
 class Entry:
     """One admitted record: what the scheduler queues and the handler call gets."""
 
-    __slots__ = ("done", "dropped", "position", "record", "started", "tracker")
+    __slots__ = ("added", "done", "dropped", "position", "record", "started", "tracker")
 
     def __init__(self, record: Record, position: Position, tracker: LowWater) -> None:
         self.record = record
@@ -43,6 +44,8 @@ class Entry:
         #: Out of the scheduler for good (abandoned, or given up by a handoff): no call will
         #: take it here; the next owner delivers it.
         self.dropped = False
+        #: The handlers added at runtime when it was admitted (see .registry).
+        self.added: tuple[AddedHandler, ...] = NONE
 
     @property
     def lease(self) -> Lease:
@@ -63,6 +66,9 @@ class LowWater:
         # Records at the end were given up (the lease is being handed off): once the rest are
         # done, ``delivered`` goes back to ``processed`` so the handoff stops waiting.
         self._cut = False
+        #: Records of the lease in the scheduler (queued or in a call): the dispatcher's
+        #: count, on its thread only, for sharing max_in_flight among leases (dispatch.py).
+        self.open = 0
         lease.set_done_source(self.done_marks)
 
     def done_marks(self) -> tuple[Position | None, list[Run]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import DecodeError
 from ..models import Position, Record
+from .age import RecordTooOldError
 from .deadletter import DeadLetterEnvelope, make_envelope, read_envelope
 from .policies import (
     DeadLetter,
@@ -81,6 +82,7 @@ def units(
     decoder: Callable[[Record], Any] | None,
     batched: bool,
     on_decode_error: Callable[[], None],
+    too_old: Callable[[Item], Exception | None] | None = None,
 ) -> list[Unit]:
     """The calls to make, in the records' order: records that cannot be decoded each fail
     alone (one bad payload must not sink a batch; each is reported to ``on_decode_error``); the
@@ -89,7 +91,8 @@ def units(
     In order, so that a bad record's dead letter is written after the records before it were
     handled and before the ones after it: a reader of the dead-letter stream sees each key in
     the order a handler without batches would give (and an exactly-once sink's commits never
-    pass a record not handled yet)."""
+    pass a record not handled yet). ``too_old``: the error of a record past ``max_record_age``
+    (it fails alone, like a bad payload, before decoding)."""
     made: list[Unit] = []
     ready: list[Item] = []
     values: list[Any] = []
@@ -102,6 +105,8 @@ def units(
 
     for item in items:
         failure: Exception | None = item.error
+        if failure is None and too_old is not None:
+            failure = too_old(item)
         value: Any = item.original
         if failure is None and decoder is not None:
             try:
@@ -119,6 +124,15 @@ def units(
             flush()
     flush()
     return made
+
+
+def halves(unit: Unit) -> tuple[Unit, Unit]:
+    """A batch of two or more records split in two, in order (bisect-on-error)."""
+    middle = len(unit.items) // 2
+    return (
+        Unit(unit.items[:middle], unit.values[:middle]),
+        Unit(unit.items[middle:], unit.values[middle:]),
+    )
 
 
 def due_time(items: list[Item]) -> float:
@@ -176,6 +190,9 @@ def plan(
         note = ""
         if isinstance(action, RetryLater) and isinstance(error, DecodeError):
             note = "a payload that does not decode is not retried later"
+            action = action.then
+        elif isinstance(action, RetryLater) and isinstance(error, RecordTooOldError):
+            note = "a record past max_record_age is not retried later"
             action = action.then
         if isinstance(action, RetryLater):
             envelope = _envelope(

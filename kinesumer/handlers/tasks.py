@@ -28,6 +28,7 @@ from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
+from .registry import HandlerSet, wanted
 from .scheduler import Call
 from .stopping import AsyncEngineStopping, engine_stopping
 from .threads import is_inline
@@ -45,6 +46,8 @@ class AsyncInvocation(Protocol):
         self, records: list[Record], lease: Lease, stopping: asyncio.Event
     ) -> None: ...
 
+    def observe(self, records: list[Record], lease: Lease) -> None: ...
+
 
 class TaskRunner:
     """Runs one ``AsyncKinesumer.run``: built by the face once the member joined."""
@@ -57,7 +60,10 @@ class TaskRunner:
         close: Callable[[bool], Awaitable[None]],
         handler: Callable[[Any], Awaitable[object]],
         counters: HandlerCounters,
+        added: HandlerSet | None = None,
     ) -> None:
+        #: Handlers added while it runs (AsyncKinesumer.add_handler).
+        self._added = added if added is not None else HandlerSet()
         self._engine = engine
         self._options = options
         self._invocation = invocation
@@ -87,6 +93,10 @@ class TaskRunner:
                 lease, records = await engine.next_batch()
             except ConsumerClosedError:
                 return
+            if self._added.current:  # handlers were added: the full path, record by record
+                if not await self._inline_batch(lease, records):
+                    return
+                continue
             handled = 0
             try:
                 for record in records:
@@ -107,39 +117,52 @@ class TaskRunner:
                     counters.add("ok", handled)
 
     async def _run_inline(self) -> None:
-        engine, call, stopping = self._engine, self._invocation.call_async, self.stopping
-        admit = engine.cursor.admit
         while True:
             try:
-                lease, records = await engine.next_batch()
+                lease, records = await self._engine.next_batch()
             except ConsumerClosedError:
                 return
-            for record in records:
-                if not admit(lease, record):
-                    break  # revoked or lost: the rest is the next owner's
-                if lease.skipping and lease.already_done(record):
-                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
-                    continue  # the previous owner finished it
-                try:
-                    await call([record], lease, stopping)
-                except AbandonedError:
-                    # Closing (or failed), or the shard was handed off, while it waited: the
-                    # record stays undone (the next owner's); the handoff need not wait for it.
-                    lease.discard_delivered()
-                    if not engine_stopping(engine):
-                        break
-                    if engine.failure is not None:
-                        raise engine.failure from None
-                    return
-                except Exception as exc:
-                    await self._fail(exc)
-                # admit() set ``delivered`` to this record's position.
+            if not await self._inline_batch(lease, records):
+                return
+
+    async def _inline_batch(self, lease: Lease, records: list[Record]) -> bool:
+        """One engine batch, record by record: the handler, then the added handlers that want
+        the record (see .registry). False: the run is over."""
+        engine, call, stopping = self._engine, self._invocation.call_async, self.stopping
+        admit = engine.cursor.admit
+        added = self._added.current
+        self._invocation.observe(records, lease)
+        for record in records:
+            if not admit(lease, record):
+                break  # revoked or lost: the rest is the next owner's
+            if lease.skipping and lease.already_done(record):
                 lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                continue  # the previous owner finished it
+            try:
+                await call([record], lease, stopping)
+                for handler, mine in wanted([(record, added)]):
+                    await handler.invocation.call_async(mine, lease, stopping)
+            except AbandonedError:
+                # Closing (or failed), or the shard was handed off, while it waited: the
+                # record stays undone (the next owner's); the handoff need not wait for it.
+                lease.discard_delivered()
+                if not engine_stopping(engine):
+                    break
+                if engine.failure is not None:
+                    raise engine.failure from None
+                return False
+            except Exception as exc:
+                await self._fail(exc)
+            # admit() set ``delivered`` to this record's position.
+            lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+        return True
 
     async def _run_tasks(self) -> None:
         engine = self._engine
         loop = asyncio.get_running_loop()
-        dispatch = Dispatch(self._options, engine.cursor)
+        dispatch = Dispatch(
+            self._options, engine.cursor, engine.config.max_buffered_records, self._added
+        )
         wake = asyncio.Event()
         ended: list[tuple[Call[Entry], BaseException | None]] = []
         calls: set[asyncio.Task[None]] = set()
@@ -149,9 +172,11 @@ class TaskRunner:
             entries = call.items
             error: BaseException | None = None
             try:
-                await self._invocation.call_async(
-                    [entry.record for entry in entries], entries[0].lease, self.stopping
-                )
+                lease = entries[0].lease
+                records = [entry.record for entry in entries]
+                await self._invocation.call_async(records, lease, self.stopping)
+                for handler, mine in wanted((entry.record, entry.added) for entry in entries):
+                    await handler.invocation.call_async(mine, lease, self.stopping)
             except BaseException as exc:
                 error = exc
             else:
@@ -190,7 +215,9 @@ class TaskRunner:
                 if fetch is not None and fetch.done():
                     got, fetch = fetch, None
                     try:
-                        dispatch.set_batch(*got.result())
+                        lease, records = got.result()
+                        self._invocation.observe(records, lease)
+                        dispatch.set_batch(lease, records)
                     except ConsumerClosedError:
                         dispatch.closed = True
                     except Exception as exc:  # the engine failed: raise it after the calls

@@ -45,6 +45,7 @@ from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
 from .policies import AbandonedError, HandlerFailedError
 from .progress import Entry
+from .registry import HandlerSet, wanted
 from .scheduler import Call
 from .stopping import EngineStopping, engine_stopping
 
@@ -61,6 +62,8 @@ class SyncInvocation(Protocol):
     """What the runner calls (kinesumer.handlers.invoke.Invocation)."""
 
     def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
+
+    def observe(self, records: list[Record], lease: Lease) -> None: ...
 
 
 def is_inline(options: RunOptions) -> bool:
@@ -85,7 +88,10 @@ class ThreadRunner:
         close: Callable[[bool], None],
         handler: Callable[[Any], object],
         counters: HandlerCounters,
+        added: HandlerSet | None = None,
     ) -> None:
+        #: Handlers added while it runs (Kinesumer.add_handler).
+        self._added = added if added is not None else HandlerSet()
         self._engine = engine
         self._options = options
         self._invocation = invocation
@@ -147,6 +153,10 @@ class ThreadRunner:
             if got is None:
                 return
             lease, records = got
+            if self._added.current:  # handlers were added: the full path, record by record
+                if not self._inline_batch(lease, records):
+                    return
+                continue
             handled = 0
             try:
                 for record in records:
@@ -167,38 +177,50 @@ class ThreadRunner:
                     counters.add("ok", handled)
 
     def _run_inline(self) -> None:
-        call, stopping = self._invocation.call_sync, self.stopping
-        admit = self._engine.cursor.admit
         while True:
             got = self._next_batch()
             if got is None:
                 return
-            lease, records = got
-            for record in records:
-                if not admit(lease, record):
-                    break  # revoked or lost: the rest is the next owner's
-                if lease.skipping and lease.already_done(record):
-                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
-                    continue  # the previous owner finished it
-                try:
-                    call([record], lease, stopping)
-                except AbandonedError:
-                    # Closing (or failed), or the shard was handed off, while it waited: the
-                    # record stays undone (the next owner's); the handoff need not wait for it.
-                    lease.discard_delivered()
-                    if not engine_stopping(self._engine):
-                        break
-                    self._engine_ended()  # a failed engine's error is raised
-                    return
-                except Exception as exc:
-                    self._fail(exc)
-                # admit() set ``delivered`` to this record's position.
+            if not self._inline_batch(*got):
+                return
+
+    def _inline_batch(self, lease: Lease, records: list[Record]) -> bool:
+        """One engine batch, record by record: the handler, then the added handlers that want
+        the record (see .registry). False: the run is over."""
+        call, stopping = self._invocation.call_sync, self.stopping
+        admit = self._engine.cursor.admit
+        added = self._added.current
+        self._invocation.observe(records, lease)
+        for record in records:
+            if not admit(lease, record):
+                break  # revoked or lost: the rest is the next owner's
+            if lease.skipping and lease.already_done(record):
                 lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                continue  # the previous owner finished it
+            try:
+                call([record], lease, stopping)
+                for handler, mine in wanted([(record, added)]):
+                    handler.invocation.call_sync(mine, lease, stopping)
+            except AbandonedError:
+                # Closing (or failed), or the shard was handed off, while it waited: the
+                # record stays undone (the next owner's); the handoff need not wait for it.
+                lease.discard_delivered()
+                if not engine_stopping(self._engine):
+                    break
+                self._engine_ended()  # a failed engine's error is raised
+                return False
+            except Exception as exc:
+                self._fail(exc)
+            # admit() set ``delivered`` to this record's position.
+            lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+        return True
 
     # -- pooled --------------------------------------------------------------------------------
     def _run_pooled(self) -> None:
         options = self._options
-        dispatch = Dispatch(options, self._engine.cursor)
+        dispatch = Dispatch(
+            options, self._engine.cursor, self._engine.config.max_buffered_records, self._added
+        )
         events: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
         pool = ThreadPoolExecutor(options.concurrency, thread_name_prefix="kinesumer-handler")
         request: Future[tuple[Lease, list[Record]]] | None = None
@@ -245,7 +267,9 @@ class ThreadRunner:
                 else:
                     request = None
                     try:
-                        dispatch.set_batch(*item.result())
+                        lease, records = item.result()
+                        self._invocation.observe(records, lease)
+                        dispatch.set_batch(lease, records)
                     except ConsumerClosedError:
                         dispatch.closed = True
                     except BaseException as exc:  # the engine failed: raise it after the calls
@@ -264,9 +288,10 @@ class ThreadRunner:
         entries = call.items
         error: BaseException | None = None
         try:
-            self._invocation.call_sync(
-                [entry.record for entry in entries], entries[0].lease, self.stopping
-            )
+            lease = entries[0].lease
+            self._invocation.call_sync([entry.record for entry in entries], lease, self.stopping)
+            for handler, mine in wanted((entry.record, entry.added) for entry in entries):
+                handler.invocation.call_sync(mine, lease, self.stopping)
         except BaseException as exc:
             error = exc
         else:

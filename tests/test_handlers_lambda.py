@@ -1,0 +1,203 @@
+"""Lambda-style controls (issue 23): ``run(max_record_age)``, ``Batch(bisect_on_error=True)``.
+
+A record older than ``max_record_age`` goes to the failure policy instead of the handler; its age
+is measured on Kinesis's clock as the reads showed it (arrival timestamps and
+``MillisBehindLatest``), never against this host's wall clock. A failing batch is split in halves
+until the failing record is alone: only it reaches the policy's final action.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from test_handlers_policies import FakeKinesis, invocation, lease
+
+from kinesumer import ConfigError, Record
+from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
+from kinesumer.handlers.age import KinesisClock, RecordTooOldError
+from kinesumer.handlers.options import run_options
+
+#: Far from this host's clock on purpose: only Kinesis's timestamps may decide a record's age.
+T0 = datetime(2001, 1, 1, tzinfo=timezone.utc)
+
+
+def at(seconds: float, seq: int, data: bytes = b"x") -> Record:
+    arrival = T0 + timedelta(seconds=seconds)
+    return Record("orders", "shardId-000000000001", str(seq), 0, f"k{seq}", data, arrival)
+
+
+def handled_by(**options: Any) -> tuple[Any, Any, list[Any], FakeKinesis]:
+    client = FakeKinesis()
+    seen: list[Any] = []
+    made, counters = invocation(seen.append, client, **options)
+    return made, counters, seen, client
+
+
+def test_records_older_than_max_record_age_go_to_the_policy() -> None:
+    """Read together: the newest arrived at T0+300 s, so Kinesis's clock is past that; the
+    record of T0 is 300 s old there (> 60 s), the one of T0+290 s 10 s old."""
+    made, counters, seen, client = handled_by(
+        max_record_age=60.0, on_failure=DeadLetter("orders-dlq")
+    )
+    owned = lease()
+    records = [at(0, 1), at(290, 2), at(300, 3)]
+    made.observe(records, owned)  # the runner, as the engine's batch arrives
+    for record in records:
+        made.call_sync([record], owned, threading.Event())
+    assert [r.sequence_number for r in seen] == ["2", "3"]
+    [dead] = client.puts
+    assert dead["PartitionKey"] == "k1"
+    assert counters.counts == {"too_old": 1, "dead_lettered": 1, "ok": 2}
+
+
+def test_this_hosts_wall_clock_is_not_used() -> None:
+    """Records stamped in 2001, read at the tip (MillisBehindLatest 0): young by Kinesis's
+    clock, however old by this host's."""
+    made, counters, seen, _ = handled_by(max_record_age=60.0, on_failure=Discard())
+    owned = lease()
+    owned.observe_read(0, 2)
+    made.call_sync([at(0, 1)], owned, threading.Event())
+    made.call_sync([at(1, 2)], owned, threading.Event())
+    assert len(seen) == 2 and counters.counts == {"ok": 2}
+
+
+def test_millis_behind_latest_moves_the_clock() -> None:
+    """One record read 5 minutes behind the tip: the tip arrived 300 s after it, so it is at
+    least 300 s old."""
+    made, counters, seen, _ = handled_by(max_record_age=60.0, on_failure=Discard())
+    owned = lease()
+    owned.observe_read(300_000, 1)
+    made.call_sync([at(0, 1)], owned, threading.Event())
+    assert seen == [] and counters.counts == {"too_old": 1, "discarded": 1}
+
+
+def test_too_old_is_not_retried_nor_sent_to_retry_later() -> None:
+    made, counters, seen, client = handled_by(
+        max_record_age=1.0,
+        on_failure=RetryLater("orders-retry", retry=Retry(attempts=5), then=DeadLetter("dlq")),
+    )
+    owned = lease()
+    owned.observe_read(10_000, 1)
+    made.call_sync([at(0, 1)], owned, threading.Event())
+    assert seen == []
+    assert [put["StreamName"] for put in client.puts] == ["dlq"]
+    assert counters.counts == {"too_old": 1, "dead_lettered": 1}
+
+
+def test_the_kinesis_clock_advances_by_elapsed_monotonic_time_only() -> None:
+    now = [100.0]
+    clock = KinesisClock(monotonic=lambda: now[0])
+    assert clock.now_ms() is None and clock.age(at(0, 1)) is None
+    clock.observe([at(10, 1)], 0)
+    now[0] += 50
+    assert clock.age(at(10, 1)) == pytest.approx(50.0)
+    error = clock.too_old(at(0, 1), 30.0)
+    assert isinstance(error, RecordTooOldError) and error.age == pytest.approx(60.0)
+    clock.observe([at(5, 2)], 0)  # an older instant never moves the clock back
+    assert clock.age(at(10, 1)) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "60", True])
+def test_bad_max_record_age_is_named(value: object) -> None:
+    with pytest.raises(ConfigError, match="max_record_age"):
+        options(max_record_age=value)
+
+
+def test_max_record_age_with_block_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"max_record_age.*Block"):
+        options(max_record_age=60.0, on_failure=Block())
+
+
+def options(**given: Any) -> Any:
+    every = {
+        "concurrency": 1,
+        "ordering": "shard",
+        "max_in_flight": None,
+        "batch": None,
+        "on_failure": None,
+        "decode": None,
+        "sink": None,
+        "name": None,
+        **given,
+    }
+    return run_options(lambda record: None, is_async=False, **every)
+
+
+# ---- bisect on error -------------------------------------------------------------------------
+class FailsOn:
+    """A batch handler failing every call that holds a record with data in ``bad``."""
+
+    def __init__(self, *bad: bytes) -> None:
+        self.bad = set(bad)
+        self.calls: list[list[bytes]] = []
+        self.succeeded: list[bytes] = []
+
+    def __call__(self, records: list[Record]) -> None:
+        datas = [r.data for r in records]
+        self.calls.append(datas)
+        if self.bad & set(datas):
+            raise RuntimeError("bad record in the batch")
+        self.succeeded += datas
+
+
+def batch_of(n: int) -> list[Record]:
+    return [at(i, i, b"%d" % i) for i in range(n)]
+
+
+def test_bisect_isolates_the_failing_record() -> None:
+    handler = FailsOn(b"5")
+    client = FakeKinesis()
+    made, counters = invocation(
+        handler,
+        client,
+        batch=Batch(max_size=8, bisect_on_error=True),
+        on_failure=DeadLetter("orders-dlq", retry=Retry(attempts=1)),
+    )
+    made.call_sync(batch_of(8), lease(), threading.Event())
+    assert handler.calls == [
+        [b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7"],
+        [b"0", b"1", b"2", b"3"],
+        [b"4", b"5", b"6", b"7"],
+        [b"4", b"5"],
+        [b"4"],
+        [b"5"],
+        [b"6", b"7"],
+    ]
+    assert sorted(handler.succeeded) == sorted(b"%d" % i for i in range(8) if i != 5)
+    assert [put["PartitionKey"] for put in client.puts] == ["k5"]
+    assert counters.counts["ok"] == 7 and counters.counts["dead_lettered"] == 1
+
+
+def test_without_bisect_the_whole_batch_goes_to_the_policy() -> None:
+    handler = FailsOn(b"5")
+    client = FakeKinesis()
+    made, counters = invocation(
+        handler,
+        client,
+        batch=Batch(max_size=8),
+        on_failure=DeadLetter("orders-dlq", retry=Retry(attempts=1)),
+    )
+    made.call_sync(batch_of(8), lease(), threading.Event())
+    assert len(handler.calls) == 1 and len(client.puts) == 8
+    assert counters.counts == {"dead_lettered": 8}
+
+
+def test_bisect_with_two_failing_records_and_stop() -> None:
+    """Under Stop the first isolated failing record stops the run; the records before it in
+    its key order were handled."""
+    from kinesumer.handlers.policies import HandlerFailedError
+
+    handler = FailsOn(b"2", b"6")
+    made, _ = invocation(handler, batch=Batch(max_size=8, bisect_on_error=True))
+    with pytest.raises(HandlerFailedError) as raised:
+        made.call_sync(batch_of(8), lease(), threading.Event())
+    assert raised.value.record.data == b"2"
+    assert sorted(handler.succeeded) == [b"0", b"1"]
+
+
+def test_bisect_on_error_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="bisect_on_error"):
+        Batch(bisect_on_error="yes")  # type: ignore[arg-type]
