@@ -57,9 +57,9 @@ pytestmark = pytest.mark.slow
 Names = Callable[[str], str]
 ProxyFactory = Callable[[str], FaultProxy]
 
-THROTTLE_SECONDS = 60.0
+THROTTLE_SECONDS = 20.0
 """Scenario 5: how long 20% of GetRecords and DynamoDB writes are throttled."""
-OUTAGE_SECONDS = 20.0
+OUTAGE_SECONDS = 10.0
 """Scenario 5: then how long 5xx, resets and slow responses go on."""
 
 
@@ -323,7 +323,7 @@ def test_split_and_merge_parents_drained_before_children_across_members(
 def test_throttling_then_server_errors_slow_consumption_but_lose_nothing(
     world: Scenario, unique_name: Names, fault_proxy: ProxyFactory
 ) -> None:
-    """For a minute 20% of GetRecords and of DynamoDB writes are throttled, then for ~20 s calls
+    """For 20 s, 20% of GetRecords and of DynamoDB writes are throttled, then for ~10 s calls
     fail with 5xx, connection resets and slow answers, then all is clean. The members slow down
     and recover by themselves: nothing lost, no crash, and the faults are visible to the
     application in ``stats().retries`` and as WARNING lines in the log."""

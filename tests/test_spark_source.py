@@ -209,9 +209,9 @@ def test_missing_stream_or_table_fail_at_load(spark: Any, group: dict[str, Any])
 def test_a_restarted_query_takes_over_from_its_stopped_run_at_once(
     spark: Any, group: dict[str, Any], tmp_path: Any
 ) -> None:
-    """query.stop() kills the source worker (its member cannot leave); the next run of the same
-    query deregisters that member before joining, instead of waiting client_timeout (a minute
-    here, so nothing else can have removed it)."""
+    """query.stop() ends the source worker: its member leaves (SIGTERM) or, if the worker dies
+    first, stays registered; either way the next run of the same query does not wait
+    client_timeout (a minute here, so nothing else can have removed it)."""
     from _wait import wait_until
 
     config = group["config"].replace(client_timeout=60.0)
@@ -225,10 +225,11 @@ def test_a_restarted_query_takes_over_from_its_stopped_run_at_once(
         wait_until(lambda: len(first.rows()) >= 20, 120, "the first run's records")
     finally:
         query.stop()
-    (stopped,) = members(config)
+    stopped = members(config)  # empty if the member left on the stop: both are fine
+    assert len(stopped) <= 1, stopped
     put(group["url"], stream, 20, 20)
     second = run_available_now(spark, config, stream, path)
-    assert stopped not in members(config)
+    assert not set(stopped) & set(members(config))
     new = Counter(str(i).encode() for i in range(20, 40))
     replayed = Counter(second.datas()) - new
     # The stop may have come before Spark committed the first batch: then it is replayed,
