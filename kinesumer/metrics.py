@@ -63,6 +63,9 @@ class Metrics:
         """``records`` records given to ``run()``'s ``handler`` had ``outcome`` (ok,
         retried, discarded, dead_lettered, retry_later, failed, decode_error)."""
 
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        """Enhanced fan-out: a subscription of the shard stalled (no event for 10 s)."""
+
     def unaggregated(self, stream: str, shard_id: str) -> None:
         """A record had the KPL magic and digest but was not a valid aggregate: delivered as
         is."""
@@ -118,6 +121,13 @@ class _Families:
             "Latency of AWS requests (GetRecords, DynamoDB, ...).",
             call,
             buckets=_LATENCY_BUCKETS,
+            **kw,
+        )
+        self.efo_stalls = Counter(
+            "kinesumer_efo_stalls",
+            "Enhanced fan-out subscriptions that gave no event for 10 s (read by polling after "
+            "Config.efo_stall_limit in a row).",
+            shard,
             **kw,
         )
         self.throttles = Counter(
@@ -273,6 +283,9 @@ class PrometheusMetrics(Metrics):
 
     def handled(self, handler: str, outcome: str, records: int) -> None:
         self._f.handled.labels(*self._member, handler, outcome).inc(records)
+
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        self._f.efo_stalls.labels(*self._member, stream, shard_id).inc()
 
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self._f.unaggregated.labels(*self._member, stream).inc()
