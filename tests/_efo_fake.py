@@ -50,6 +50,7 @@ class FakeEfo:
     send_children: bool = False
     never_end: bool = False  # kinesis-local: a closed shard's subscription never says SHARD_END
     event_records: int = 25  # at most this many records per event
+    refuse: set[str] = field(default_factory=set)  # shards whose subscriptions are refused
     positions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)
     registrations: list[tuple[str, str]] = field(default_factory=list)
@@ -80,7 +81,8 @@ class FakeEfo:
         with self._lock:
             self.positions.append((shard_id, position))
             self._attempts[shard_id] += 1
-            if key in self._open or self._attempts[shard_id] <= self.busy_first:
+            busy = key in self._open or shard_id in self.refuse
+            if busy or self._attempts[shard_id] <= self.busy_first:
                 raise FakeSubscribeError("ResourceInUseException")
             self._open.add(key)
         client = boto3.client("kinesis", endpoint_url=self.url, region_name="us-east-1")

@@ -81,9 +81,9 @@ class PollingInterlude:
         #: GetRecords calls made (tests read it).
         self.reads = 0
 
-    async def run(self, period: float = POLL_FOR) -> bool:
+    async def run(self) -> bool:
         loop = asyncio.get_running_loop()
-        until = loop.time() + period
+        until = loop.time() + POLL_FOR
         iterator = await self._open()
         if iterator is None:
             return False

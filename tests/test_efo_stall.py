@@ -1,0 +1,82 @@
+"""A stalled enhanced fan-out shard is read by polling from the same position, then by
+subscriptions again: kinesalite + dynalite, the stand-in transport of ``_efo_fake.py``.
+
+The stand-in refuses every subscription of the shard (ResourceInUse, as kinesis-mock does for
+as long as it believes an earlier subscription is open) while the test says so: the records put
+meanwhile can only arrive by GetRecords. The stall window and the polling period are shortened
+(module constants); the stall limit is the default.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _efo_fake import FakeEfo
+from _group import Member, create_stream, datas, duplicates, make_config, put
+from _group import setup_table as create_table
+from _wait import eventually
+
+from kinesumer import Record
+from kinesumer.consumer.base import engine_of
+from kinesumer.engine import efo_fallback, efo_fetcher
+
+Names = Callable[[str], str]
+SHARD = "shardId-000000000000"
+
+
+async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay(
+    kinesalite: Any,
+    dynalite: Any,
+    unique_name: Names,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 1.0)
+    monkeypatch.setattr(efo_fallback, "STALL_AFTER", 1.0)
+    monkeypatch.setattr(efo_fallback, "POLL_FOR", 3.0)
+    caplog.set_level(logging.INFO, logger="kinesumer.fetcher")
+    url, stream = kinesalite.url, unique_name("s")
+    config = make_config(
+        url, dynalite.url, unique_name("app"), unique_name("state"), enhanced_fan_out=True
+    )
+    assert config.efo_stall_limit == 2  # the default
+    create_table(config)
+    create_stream(url, stream, 1)
+    fake = FakeEfo(url, expire_after=2, event_records=10)
+    sink: list[tuple[str, Record]] = []
+    member = Member(config.replace(client_id="a"), [stream], sink)
+    engine_of(member.consumer).efo_transport = fake.transport()
+    member.start()
+    try:
+        produced = put(url, stream, 0, 50)
+        await eventually(lambda: len(sink) >= 50, what="records through subscriptions")
+        fake.refuse.add(SHARD)  # every subscription refused from now on: a stall
+        produced += put(url, stream, 50, 50)
+        await eventually(lambda: len(sink) >= 100, what="records by polling", timeout=60)
+        assert "EFO stalled" in caplog.text
+        assert "reading by polling" in caplog.text
+        subscribed_before = len(fake.positions)
+        fake.refuse.clear()
+        await eventually(
+            lambda: "polled " in caplog.text,
+            what="EFO tried again",
+            timeout=60,
+        )
+        produced += put(url, stream, 100, 50)
+        await eventually(lambda: len(sink) >= 150, what="records after", timeout=60)
+    finally:
+        await member.close()
+    assert member.error is None
+    assert datas(sink) == produced  # one shard: in order, each once
+    assert duplicates(sink) == {}
+    # Back on subscriptions, first AFTER the last record polling buffered (no replay, no gap),
+    # and records came through them again.
+    first_after_polling = fake.positions[subscribed_before]
+    assert first_after_polling == (
+        SHARD,
+        {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": sink[99][1].sequence_number},
+    )
+    assert fake.events_sent[SHARD] > 0
