@@ -55,9 +55,14 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
         await eventually(lambda: len(sink) >= 50, what="records through subscriptions")
         fake.refuse.add(SHARD)  # every subscription refused from now on: a stall
         produced += put(url, stream, 50, 50)
+        await eventually(
+            lambda: member.consumer.stats().shards[0].efo_polling, what="polling", timeout=60
+        )
         await eventually(lambda: len(sink) >= 100, what="records by polling", timeout=60)
         assert "EFO stalled" in caplog.text
         assert "reading by polling" in caplog.text
+        shard = member.consumer.stats().shards[0]
+        assert shard.efo_stalls >= 2  # the default efo_stall_limit
         subscribed_before = len(fake.positions)
         fake.refuse.clear()
         await eventually(

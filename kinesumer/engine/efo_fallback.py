@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..aws import error_code, is_transient
 from ..config import Config
 from ..errors import TransientAWSError
 from ..kinesis.reader import IteratorExpired, KinesisReader, arrived_since
@@ -39,6 +40,36 @@ STALL_AFTER = 10.0
 POLL_FOR = 60.0
 #: A sequence number's every sub-record (skip through the whole record).
 WHOLE_RECORD = 2**31
+
+
+#: Errors that heal by subscribing again later: another subscription to the shard is still
+#: open (a takeover, or our own previous one closing), the 1/s/shard limit, server trouble.
+RETRY_CODES = frozenset(
+    {
+        "ResourceInUseException",
+        "LimitExceededException",
+        "InternalFailure",
+        "InternalFailureException",
+        "ServiceUnavailable",
+        "SubscriptionEnded",
+        "SubscriptionStalled",
+    }
+)
+
+
+class SubscriptionStalled(Exception):
+    """A subscription gave no event for STALL_AFTER seconds (AWS sends one every 5 s at
+    least): closed, and counted as a stall."""
+
+    code = "SubscriptionStalled"
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether subscribing again later may succeed; anything else reaches the application."""
+    if isinstance(exc, (TransientAWSError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    code = getattr(exc, "code", None) or error_code(exc)
+    return code in RETRY_CODES or is_transient(exc)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from ..aws import error_code, is_transient
+from ..aws import error_code
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
 from ..kinesis.kpl import Unaggregated, to_records
@@ -37,7 +37,14 @@ from ..kinesis.reader import KinesisReader, arrived_since
 from ..metrics import Metrics
 from ..models import Position, Record
 from .buffer import RecordBuffer
-from .efo_fallback import END_CHECK_INTERVAL, STALL_AFTER, PollingInterlude, ResumePoint
+from .efo_fallback import (
+    END_CHECK_INTERVAL,
+    STALL_AFTER,
+    PollingInterlude,
+    ResumePoint,
+    SubscriptionStalled,
+    retryable,
+)
 from .efo_fallback import EndCheck as EndCheck  # re-exported: the engine builds it
 from .fetcher import FAILURE_PAUSE, RecordStart, wait_for_parents
 from .leases import Lease
@@ -48,26 +55,6 @@ log = logging.getLogger("kinesumer.fetcher")
 MIN_SUBSCRIBE_INTERVAL = 1.0
 #: Longest pause between failed subscriptions (exponential backoff with full jitter up to it).
 MAX_FAILURE_PAUSE = 5.0
-#: Errors that heal by subscribing again later: another subscription to the shard is still
-#: open (a takeover, or our own previous one closing), the 1/s/shard limit, server trouble.
-RETRY_CODES = frozenset(
-    {
-        "ResourceInUseException",
-        "LimitExceededException",
-        "InternalFailure",
-        "InternalFailureException",
-        "ServiceUnavailable",
-        "SubscriptionEnded",
-        "SubscriptionStalled",
-    }
-)
-
-
-class SubscriptionStalled(Exception):
-    """A subscription gave no event for STALL_AFTER seconds (AWS sends one every 5 s at
-    least): closed, and counted as a stall."""
-
-    code = "SubscriptionStalled"
 
 
 class ShardEvent(Protocol):
@@ -89,14 +76,6 @@ class Subscriber(Protocol):
     def subscribe(
         self, consumer_arn: str, shard_id: str, position: dict[str, Any]
     ) -> AsyncIterator[ShardEvent]: ...
-
-
-def retryable(exc: BaseException) -> bool:
-    """Whether subscribing again later may succeed; anything else reaches the application."""
-    if isinstance(exc, (TransientAWSError, ConnectionError, asyncio.TimeoutError)):
-        return True
-    code = getattr(exc, "code", None) or error_code(exc)
-    return code in RETRY_CODES or is_transient(exc)
 
 
 def start_position(after: Position | None, initial: InitialPosition) -> dict[str, Any]:
@@ -223,6 +202,7 @@ class EfoShardFetcher:
             return
         self._progress = now
         self.stalls += 1
+        self._lease.efo_stalls = self.stalls
         self._stalls_in_row += 1
         self._metrics.efo_stalled(self._stream, self._shard_id)
         log.warning(
@@ -248,7 +228,11 @@ class EfoShardFetcher:
         )  # fmt: skip
         self.interludes += 1
         log.warning("%s EFO stalled: reading by polling (GetRecords) for now", self._where)
-        go_on = await interlude.run()
+        self._lease.efo_polling = True
+        try:
+            go_on = await interlude.run()
+        finally:
+            self._lease.efo_polling = False
         self._position, self._skip = point.position, point.skip
         self._skip_before = point.skip_before
         self._stalls_in_row = 0

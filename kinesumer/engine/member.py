@@ -363,6 +363,8 @@ class GroupMember:
                 lease.caught_up,
                 ended=lease.reached_end,
                 finished=lease.finished,
+                efo_stalls=lease.efo_stalls,
+                efo_polling=lease.efo_polling,
             )
             for (stream, shard_id), lease in leases
         )
