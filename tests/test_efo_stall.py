@@ -34,7 +34,7 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 1.0)
+    monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 1.0, raising=False)
     monkeypatch.setattr(efo_fallback, "STALL_AFTER", 1.0)
     monkeypatch.setattr(efo_fallback, "POLL_FOR", 3.0)
     caplog.set_level(logging.INFO, logger="kinesumer.fetcher")
