@@ -1,8 +1,7 @@
 """One task per owned shard read by enhanced fan-out: SubscribeToShard events into the buffer.
 
 The twin of :class:`~.fetcher.ShardFetcher` for ``Config(enhanced_fan_out=True)``: the same
-lease, buffer, parents-first wait, KPL unpacking (:func:`~kinesumer.kinesis.kpl.to_records`) and
-SHARD_END path, with the records pushed by a subscription instead of pulled by GetRecords.
+lease, buffer, parents-first wait, KPL unpacking and SHARD_END path, records pushed not pulled.
 
 :meth:`EfoShardFetcher.run` subscribes from the lease's start (AT the checkpoint's sequence
 number, skipping what was processed, as the polling path does inside KPL aggregates; or the
@@ -18,6 +17,11 @@ read began, by Kinesis's clock, in the checkpoint item): a subscription that end
 first event (refused with ResourceInUse during a takeover, reset) and the next owner subscribe
 from that instant, never later. A subscription that finds the consumer gone (deregistered) has
 the session look the stream and consumer up again, registering it, and goes on from where it was.
+
+No silent stall: a subscription that gives no event for STALL_AFTER seconds, or refusals and
+failures lasting that long, count as a stall (logged, ``stats()``, metrics); after
+``Config.efo_stall_limit`` in a row the shard is read by polling from the same position for a
+while, then subscribed again (:mod:`.efo_fallback`).
 """
 
 from __future__ import annotations
