@@ -51,6 +51,7 @@ class FakeEfo:
     never_end: bool = False  # kinesis-local: a closed shard's subscription never says SHARD_END
     event_records: int = 25  # at most this many records per event
     refuse: set[str] = field(default_factory=set)  # shards whose subscriptions are refused
+    starve: set[str] = field(default_factory=set)  # shards sent empty events "5 s behind"
     positions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)
     registrations: list[tuple[str, str]] = field(default_factory=list)
@@ -91,6 +92,10 @@ class FakeEfo:
             sent = 0
             last: str | None = position.get("SequenceNumber")
             while True:
+                if shard_id in self.starve and last is not None:
+                    await asyncio.sleep(0.2)
+                    yield FakeEvent([], last, 5000, None)
+                    continue
                 response = await asyncio.to_thread(
                     client.get_records, ShardIterator=iterator, Limit=self.event_records
                 )

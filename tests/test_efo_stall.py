@@ -1,9 +1,10 @@
 """A stalled enhanced fan-out shard is read by polling from the same position, then by
 subscriptions again: kinesalite + dynalite, the stand-in transport of ``_efo_fake.py``.
 
-The stand-in refuses every subscription of the shard (ResourceInUse, as kinesis-mock does for
-as long as it believes an earlier subscription is open) while the test says so: the records put
-meanwhile can only arrive by GetRecords. The stall window and the polling period are shortened
+While the test says so, the stand-in refuses every subscription of the shard (ResourceInUse, as
+kinesis-mock does for as long as it believes an earlier subscription is open), or sends only
+empty events that say the shard is 5 s behind: the records put meanwhile can only arrive by
+GetRecords. The stall window and the polling period are shortened
 (module constants); the stall limit is the default.
 """
 
@@ -27,7 +28,9 @@ Names = Callable[[str], str]
 SHARD = "shardId-000000000000"
 
 
+@pytest.mark.parametrize("stall", ["refused", "empty_while_behind"])
 async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay(
+    stall: str,
     kinesalite: Any,
     dynalite: Any,
     unique_name: Names,
@@ -53,7 +56,8 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
     try:
         produced = put(url, stream, 0, 50)
         await eventually(lambda: len(sink) >= 50, what="records through subscriptions")
-        fake.refuse.add(SHARD)  # every subscription refused from now on: a stall
+        # From now on every subscription is refused, or sends empty events while "behind".
+        (fake.refuse if stall == "refused" else fake.starve).add(SHARD)
         produced += put(url, stream, 50, 50)
         await eventually(
             lambda: member.consumer.stats().shards[0].efo_polling, what="polling", timeout=60
@@ -65,6 +69,7 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
         assert shard.efo_stalls >= 2  # the default efo_stall_limit
         subscribed_before = len(fake.positions)
         fake.refuse.clear()
+        fake.starve.clear()
         await eventually(
             lambda: "polled " in caplog.text,
             what="EFO tried again",

@@ -94,8 +94,7 @@ def start_position(after: Position | None, initial: InitialPosition) -> dict[str
 
 class EfoShardFetcher:
     """Reads ``lease``'s shard into ``buffer`` through enhanced fan-out. Retryable trouble is
-    retried here for as long as the lease lasts (logged); anything else propagates to the
-    engine, which reports it."""
+    retried here while the lease lasts (logged); anything else propagates to the engine."""
 
     def __init__(
         self,
@@ -146,9 +145,7 @@ class EfoShardFetcher:
         #: Subscriptions opened (the first one included): tests and logs read it.
         self.subscriptions = 0
         #: Stalls seen (see efo_fallback), in all and in a row; polling interludes run.
-        self.stalls = 0
-        self._stalls_in_row = 0
-        self.interludes = 0
+        self.stalls, self._stalls_in_row, self.interludes = 0, 0, 0
         self._progress = 0.0  # loop time of the last event (or of the last stall counted)
 
     async def run(self) -> None:
@@ -331,8 +328,11 @@ class EfoShardFetcher:
                     raise SubscriptionStalled(f"no event for {STALL_AFTER:.0f}s") from None
                 if not self._lease.deliverable:
                     return False
-                self._progress = asyncio.get_running_loop().time()
-                self._stalls_in_row = 0
+                now = asyncio.get_running_loop().time()
+                if event.records or not event.millis_behind_latest:
+                    self._progress, self._stalls_in_row = now, 0
+                elif now - self._progress >= STALL_AFTER:  # events, but empty while behind
+                    raise SubscriptionStalled(f"no records for {STALL_AFTER:.0f}s while behind")
                 if not await self._take(event):
                     return False
         finally:
