@@ -10,8 +10,9 @@ GetRecords. The stall window and the polling period are shortened
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,11 +22,33 @@ from _group import setup_table as create_table
 from _wait import eventually
 
 from kinesumer import Record
+from kinesumer.cli import main as cli_main
 from kinesumer.consumer.base import engine_of
 from kinesumer.engine import efo_fallback, efo_fetcher
+from kinesumer.models import ClientInfo
+from kinesumer.statestore.dynamodb.codecs import (
+    CLIENT_ITEM_BUDGET,
+    MAX_STALLED_REPORTED,
+    client_item,
+    decode_client,
+)
+from kinesumer.statestore.schema import item_size
 
 Names = Callable[[str], str]
 SHARD = "shardId-000000000000"
+
+
+async def eventually_async(
+    read: Callable[[], Awaitable[str]], ok: Callable[[str], bool], what: str
+) -> None:
+    """Until ``ok(await read())``, for at most 30 s."""
+    seen = ""
+    for _ in range(60):
+        seen = await read()
+        if ok(seen):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last:\n{seen}")
 
 
 @pytest.mark.parametrize("stall", ["refused", "empty_while_behind"])
@@ -36,6 +59,7 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
     unique_name: Names,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 1.0, raising=False)
     monkeypatch.setattr(efo_fallback, "STALL_AFTER", 1.0)
@@ -67,6 +91,19 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
         assert "reading by polling" in caplog.text
         shard = member.consumer.stats().shards[0]
         assert shard.efo_stalls >= 2  # the default efo_stall_limit
+        # kinesumer status shows it for every member (from the client item's heartbeat).
+        where = ["--app", config.app, "--table", config.dynamodb_table, "--region", "us-east-1"]
+        where += ["--dynamodb-endpoint", dynalite.url]
+
+        async def status() -> str:
+            capsys.readouterr()
+            code = await asyncio.to_thread(cli_main, ["status", *where])
+            assert code == 0
+            return capsys.readouterr().out
+
+        await eventually_async(
+            status, lambda out: f"shard {SHARD}: EFO stalled " in out, "the status line"
+        )
         subscribed_before = len(fake.positions)
         fake.refuse.clear()
         fake.starve.clear()
@@ -90,3 +127,18 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
         {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": sink[99][1].sequence_number},
     )
     assert fake.events_sent[SHARD] > 0
+
+
+def test_the_client_item_reports_the_most_stalled_shards_within_its_budget() -> None:
+    """``kinesumer status`` reads stalls from the client item: the most stalled few are kept,
+    and the item stays within its 1 KB budget however many shards the member reads."""
+    stream = "s" * 128
+    owned = {f"{stream}/shardId-{i:012d}": 5 for i in range(200)}
+    stalls = {f"{stream}/shardId-{i:012d}": i for i in range(1, 11)}
+    client = ClientInfo("m", 1, frozenset([stream]), owned=owned, efo_stalls=stalls)
+    item = client_item("app", client, 3600)
+    assert item_size(item) <= CLIENT_ITEM_BUDGET
+    back = decode_client(item)
+    assert back.efo_stalls == {k: v for k, v in stalls.items() if v > 10 - MAX_STALLED_REPORTED}
+    assert back.owned  # the lags keep the rest of the budget
+    assert decode_client(client_item("app", ClientInfo("m", 1), 3600)).efo_stalls == {}

@@ -178,7 +178,12 @@ class GroupMember:
         )
         self.checkpointer = Checkpointer(self.store, client_id, self.hooks, self._on_lost, metrics)
         self.heartbeat = Heartbeat(
-            config, client_id, lambda: self.coordinator.streams, self.owned_lag, self.requests
+            config,
+            client_id,
+            lambda: self.coordinator.streams,
+            self.owned_lag,
+            self.requests,
+            efo_stalls=self.efo_stall_counts,
         )
         membership = Membership(
             client_id,
@@ -337,6 +342,10 @@ class GroupMember:
             for key, lease in sorted(self.leases.items())
             if lease.status is LeaseStatus.ACTIVE
         }
+
+    def efo_stall_counts(self) -> dict[str, int]:
+        """``stream/shard`` -> EFO stalls of the active leases that stalled (client item)."""
+        return {f"{s}/{i}": x.efo_stalls for (s, i), x in list(self.leases.items()) if x.efo_stalls}
 
     def owned_lag(self) -> dict[str, int]:
         """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the
