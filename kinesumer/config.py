@@ -74,6 +74,10 @@ class Config:
     metrics_address: str = "127.0.0.1"
     enhanced_fan_out: bool = False
     consumer_name: str | None = None
+    #: Enhanced fan-out: after this many stalls in a row on a shard (a subscription that gives
+    #: no event for 10 s, refused or failing included), the member reads that shard by polling
+    #: (GetRecords) from the same position for a minute, then subscribes again.
+    efo_stall_limit: int = 2
     allow_insecure_endpoints: bool = False
     #: OpenTelemetry spans go here (the ``otel`` extra); None: the global tracer provider.
     #: Neither compared nor shown in repr.
@@ -104,6 +108,7 @@ class Config:
                 raise ConfigError("external_id", "is only used with role_arn; set role_arn too")
             _check_name("external_id", self.external_id, _EXTERNAL_ID, "2-1224 characters")
         _check_int("scan_limit", self.scan_limit, 1, 10_000)
+        _check_int("efo_stall_limit", self.efo_stall_limit, 1, 1_000)
         _check_number("scan_interval", self.scan_interval, MIN_SCAN_INTERVAL)
         _check_number("idle_poll_interval", self.idle_poll_interval, MIN_SCAN_INTERVAL)
         _check_initial_position(self.initial_position)

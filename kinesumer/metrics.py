@@ -80,6 +80,9 @@ class Metrics:
     def efo_subscribe_failed(self, stream: str, error: str) -> None:
         """Enhanced fan-out: a subscription failed with ``error`` (subscribed again later)."""
 
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        """Enhanced fan-out: a subscription of the shard stalled (no event for 10 s)."""
+
     def unaggregated(self, stream: str, shard_id: str) -> None:
         """A record had the KPL magic and digest but was not a valid aggregate: delivered as
         is."""
@@ -135,6 +138,13 @@ class _Families:
             "Latency of AWS requests (GetRecords, DynamoDB, ...).",
             call,
             buckets=_LATENCY_BUCKETS,
+            **kw,
+        )
+        self.efo_stalls = Counter(
+            "kinesumer_efo_stalls",
+            "Enhanced fan-out subscriptions that gave no event for 10 s (read by polling after "
+            "Config.efo_stall_limit in a row).",
+            shard,
             **kw,
         )
         self.throttles = Counter(
@@ -278,7 +288,8 @@ class PrometheusMetrics(Metrics):
 
     def shard_dropped(self, stream: str, shard_id: str) -> None:
         labels = (*self._member, stream, shard_id)
-        for family in (self._f.behind, self._f.records, self._f.bytes, self._f.efo_subscriptions):
+        per_shard = (self._f.behind, self._f.records, self._f.bytes, self._f.efo_subscriptions)
+        for family in (*per_shard, self._f.efo_stalls):
             with contextlib.suppress(KeyError):  # never reported, or already removed
                 family.remove(*labels)
         self._shards.discard((stream, shard_id))
@@ -320,6 +331,9 @@ class PrometheusMetrics(Metrics):
 
     def efo_subscribe_failed(self, stream: str, error: str) -> None:
         self._f.efo_failures.labels(*self._member, stream, error).inc()
+
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        self._f.efo_stalls.labels(*self._member, stream, shard_id).inc()
 
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self._f.unaggregated.labels(*self._member, stream).inc()

@@ -53,6 +53,9 @@ class ClientInfo:
     #: furthest behind when they are too many for a 1 KB item (``owned_count`` is the total).
     owned: dict[str, int] = field(default_factory=dict)
     owned_count: int = -1  # -1: not reported (an older version)
+    #: Enhanced fan-out: ``"stream/shard"`` -> stalls of its subscriptions under this member's
+    #: lease, for the shards that stalled (the most stalled few); empty from an older version.
+    efo_stalls: dict[str, int] = field(default_factory=dict)
     #: ``Config.assignment`` of that member ("" from an older version: it assigns by range).
     assignment: str = ""
     #: Heartbeats this member process has sent (0 from an older version): with ``last_update_ms``

@@ -72,6 +72,9 @@ class OpenTelemetryMetrics(Metrics):
         self._efo_failures = counter(
             "kinesumer_efo_subscription_failures", "Enhanced fan-out subscriptions that failed."
         )
+        self._efo_stalls = counter(
+            "kinesumer_efo_stalls", "Enhanced fan-out subscriptions stalled."
+        )
         self._unaggregated = counter(
             "kinesumer_unaggregated_records", "Records delivered unaggregated."
         )
@@ -141,6 +144,9 @@ class OpenTelemetryMetrics(Metrics):
 
     def efo_subscribe_failed(self, stream: str, error: str) -> None:
         self._efo_failures.add(1, self._with(stream=stream, error=error))
+
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        self._efo_stalls.add(1, self._with(stream=stream, shard_id=shard_id))
 
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self._unaggregated.add(1, self._with(stream=stream))

@@ -29,6 +29,12 @@ class ShardStatus:
     ended: bool = False
     #: The shard was checkpointed finished (its children may be read).
     finished: bool = False
+    #: Enhanced fan-out: how many times the shard's subscriptions stalled (no event for 10 s,
+    #: refused or failing included) while this member held it.
+    efo_stalls: int = 0
+    #: Enhanced fan-out: the shard is read by polling (GetRecords) for now, after
+    #: ``Config.efo_stall_limit`` stalls in a row; subscriptions are tried again later.
+    efo_polling: bool = False
 
 
 @dataclass(frozen=True)

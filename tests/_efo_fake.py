@@ -50,6 +50,8 @@ class FakeEfo:
     send_children: bool = False
     never_end: bool = False  # kinesis-local: a closed shard's subscription never says SHARD_END
     event_records: int = 25  # at most this many records per event
+    refuse: set[str] = field(default_factory=set)  # shards whose subscriptions are refused
+    starve: set[str] = field(default_factory=set)  # shards sent empty events "5 s behind"
     positions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)
     registrations: list[tuple[str, str]] = field(default_factory=list)
@@ -80,7 +82,8 @@ class FakeEfo:
         with self._lock:
             self.positions.append((shard_id, position))
             self._attempts[shard_id] += 1
-            if key in self._open or self._attempts[shard_id] <= self.busy_first:
+            busy = key in self._open or shard_id in self.refuse
+            if busy or self._attempts[shard_id] <= self.busy_first:
                 raise FakeSubscribeError("ResourceInUseException")
             self._open.add(key)
         client = boto3.client("kinesis", endpoint_url=self.url, region_name="us-east-1")
@@ -89,6 +92,10 @@ class FakeEfo:
             sent = 0
             last: str | None = position.get("SequenceNumber")
             while True:
+                if shard_id in self.starve and last is not None:
+                    await asyncio.sleep(0.2)
+                    yield FakeEvent([], last, 5000, None)
+                    continue
                 response = await asyncio.to_thread(
                     client.get_records, ShardIterator=iterator, Limit=self.event_records
                 )

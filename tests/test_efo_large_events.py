@@ -150,3 +150,63 @@ def test_kinesis_local_drops_a_window_update_sent_with_the_preface(
     late = _subscribe_raw(url, wanted["late"], late_window_update=True, enough=150_000)
     assert late >= 150_000, f"late WINDOW_UPDATE: {late} bytes"
     assert early == 65_535, f"early WINDOW_UPDATE: {early} bytes after {time.monotonic() - started}"
+
+
+@pytest.mark.timeout(90)
+async def test_our_subscriber_gets_events_over_64_kib_from_kinesis_local(
+    kinesis_local: KinesisLocalStandIn, unique_name: Any
+) -> None:
+    """The fix for the bug pinned above: our transport grants the connection window after the
+    response headers, so kinesis-local's events of any size arrive (before: the first event
+    over 64 KiB stalled until the read timed out). 4 records of 768 KiB: one 4 MiB event."""
+    url = kinesis_local.url
+    client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+    stream = unique_name("big")
+    client.create_stream(StreamName=stream, ShardCount=1)
+    wait_until(
+        lambda: (
+            client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+                "StreamStatus"
+            ]
+            == "ACTIVE"
+        ),
+        10,
+        "stream ACTIVE",
+    )
+    arn = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    sent = [bytes([i]) * BIG_RECORD for i in range(4)]
+    for i, data in enumerate(sent):
+        client.put_record(StreamName=stream, Data=data, PartitionKey=str(i))
+    consumer_arn = client.register_stream_consumer(StreamARN=arn, ConsumerName="big")["Consumer"][
+        "ConsumerARN"
+    ]
+    wait_until(
+        lambda: (
+            client.describe_stream_consumer(ConsumerARN=consumer_arn)["ConsumerDescription"][
+                "ConsumerStatus"
+            ]
+            == "ACTIVE"
+        ),
+        10,
+        "consumer ACTIVE",
+    )
+    config = Config(
+        app="efo-big",
+        dynamodb_table="efo-table",
+        region="us-east-1",
+        kinesis_endpoint=url,
+        enhanced_fan_out=True,
+    )
+    sub = ShardSubscriber(config, Credentials("x", "x"), RequestStats())
+    await sub.open()
+    got: list[dict[str, Any]] = []
+    try:
+        events = sub.subscribe(consumer_arn, "shardId-000000000000", {"Type": "TRIM_HORIZON"})
+        async for event in events:
+            got.extend(event.records)
+            if len(got) >= len(sent):
+                break
+        await events.aclose()
+    finally:
+        await sub.close()
+    assert [r["Data"] for r in got] == sent

@@ -323,14 +323,6 @@ async def test_efo_a_subscription_refused_before_its_first_event_skips_nothing(
     assert sorted(datas(sink)) == sorted(produced)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (1 of 2 clean CI runs, session 5): after the consumer is registered "
-    "again, kinesis-local kept refusing one shard's SubscribeToShard with ResourceInUse for 60 s; "
-    "cause (the stand-in's subscription bookkeeping or ours) not found yet. The same behaviour "
-    "is covered deterministically on the stand-in transport (test_efo_a_deregistered_consumer_"
-    "is_registered_again_and_reading_resumes)",
-)
 async def test_efo_kinesis_local_deregistered_consumer_is_registered_again(
     kinesis_local: Any, dynalite: Any, unique_name: Names
 ) -> None:

@@ -44,6 +44,11 @@ def render(status: GroupStatus) -> list[str]:
         finished = sum(1 for s in shards if s.finished)
         lines += ["", f"stream {stream}: {len(shards)} shards, {finished} finished"]
         lines += shard_table(shards, status.now_ms)
+        lines += [
+            f"  shard {s.shard_id}: EFO stalled {s.efo_stalls} times"
+            for s in shards
+            if s.efo_stalls
+        ]
     if not status.streams:
         lines += ["", "no streams: no member has joined this app yet"]
     return lines

@@ -50,6 +50,7 @@ class ShardView:
     checkpoint: Checkpoint | None
     owner_live: bool
     lag_ms: int | None  # MillisBehindLatest the (live) owner reports; None when unknown
+    efo_stalls: int = 0  # enhanced fan-out stalls the (live) owner reports
 
     @property
     def shard_id(self) -> str:
@@ -136,6 +137,7 @@ def shard_json(view: ShardView) -> dict[str, Any]:
         "sub_sequence_number": checkpoint.sub_sequence_number if checkpoint else None,
         "finished": view.finished,
         "millis_behind_latest": view.lag_ms,
+        "efo_stalls": view.efo_stalls,
         "last_update": iso_time(checkpoint.last_update_ms) if checkpoint else None,
     }
 
@@ -197,6 +199,7 @@ async def stream_shards(
         checkpoint = checkpoints.get(shard_id)
         owner = checkpoint.owner if checkpoint else None
         lag = live[owner].owned.get(f"{stream}/{shard_id}") if owner in live else None
+        stalls = live[owner].efo_stalls.get(f"{stream}/{shard_id}", 0) if owner in live else 0
         views.append(
             ShardView(
                 stream=stream,
@@ -204,6 +207,7 @@ async def stream_shards(
                 checkpoint=checkpoint,
                 owner_live=owner in live,
                 lag_ms=None if lag is None or lag < 0 else lag,
+                efo_stalls=stalls,
             )
         )
     return tuple(views)

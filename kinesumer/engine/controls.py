@@ -134,6 +134,9 @@ class LoadMeter(Metrics):
     def efo_subscribe_failed(self, stream: str, error: str) -> None:
         self.inner.efo_subscribe_failed(stream, error)
 
+    def efo_stalled(self, stream: str, shard_id: str) -> None:
+        self.inner.efo_stalled(stream, shard_id)
+
     def unaggregated(self, stream: str, shard_id: str) -> None:
         self.inner.unaggregated(stream, shard_id)
 

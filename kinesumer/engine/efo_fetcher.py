@@ -1,8 +1,7 @@
 """One task per owned shard read by enhanced fan-out: SubscribeToShard events into the buffer.
 
 The twin of :class:`~.fetcher.ShardFetcher` for ``Config(enhanced_fan_out=True)``: the same
-lease, buffer, parents-first wait, KPL unpacking (:func:`~kinesumer.kinesis.kpl.to_records`) and
-SHARD_END path, with the records pushed by a subscription instead of pulled by GetRecords.
+lease, buffer, parents-first wait, KPL unpacking and SHARD_END path, records pushed not pulled.
 
 :meth:`EfoShardFetcher.run` subscribes from the lease's start (AT the checkpoint's sequence
 number, skipping what was processed, as the polling path does inside KPL aggregates; or the
@@ -18,6 +17,11 @@ read began, by Kinesis's clock, in the checkpoint item): a subscription that end
 first event (refused with ResourceInUse during a takeover, reset) and the next owner subscribe
 from that instant, never later. A subscription that finds the consumer gone (deregistered) has
 the session look the stream and consumer up again, registering it, and goes on from where it was.
+
+No silent stall: a subscription that gives no event for STALL_AFTER seconds, or refusals and
+failures lasting that long, count as a stall (logged, ``stats()``, metrics); after
+``Config.efo_stall_limit`` in a row the shard is read by polling from the same position for a
+while, then subscribed again (:mod:`.efo_fallback`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from ..aws import error_code, is_transient
+from ..aws import error_code
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
 from ..kinesis.kpl import Unaggregated, to_records
@@ -37,6 +41,15 @@ from ..kinesis.reader import KinesisReader, arrived_since
 from ..metrics import Metrics
 from ..models import Position, Record
 from .buffer import RecordBuffer
+from .efo_fallback import (
+    END_CHECK_INTERVAL,
+    STALL_AFTER,
+    PollingInterlude,
+    ResumePoint,
+    SubscriptionStalled,
+    retryable,
+)
+from .efo_fallback import EndCheck as EndCheck  # re-exported: the engine builds it
 from .fetcher import FAILURE_PAUSE, RecordStart, wait_for_parents
 from .leases import Lease
 
@@ -46,18 +59,6 @@ log = logging.getLogger("kinesumer.fetcher")
 MIN_SUBSCRIBE_INTERVAL = 1.0
 #: Longest pause between failed subscriptions (exponential backoff with full jitter up to it).
 MAX_FAILURE_PAUSE = 5.0
-#: Errors that heal by subscribing again later: another subscription to the shard is still
-#: open (a takeover, or our own previous one closing), the 1/s/shard limit, server trouble.
-RETRY_CODES = frozenset(
-    {
-        "ResourceInUseException",
-        "LimitExceededException",
-        "InternalFailure",
-        "InternalFailureException",
-        "ServiceUnavailable",
-        "SubscriptionEnded",
-    }
-)
 
 
 class ShardEvent(Protocol):
@@ -81,53 +82,6 @@ class Subscriber(Protocol):
     ) -> AsyncIterator[ShardEvent]: ...
 
 
-#: How often an idle subscription of a closed shard checks, with GetRecords, that it is drained.
-END_CHECK_INTERVAL = 5.0
-#: GetRecords calls one check makes at most before concluding "not drained yet".
-MAX_END_CHECK_READS = 3
-
-
-class EndCheck:
-    """Whether a closed shard has nothing after ``continuation`` (GetRecords gives no record past
-    it and no next iterator): its SHARD_END, for endpoints whose subscriptions of a closed shard
-    never say so. Open shards (per the group's shard cache) are never checked."""
-
-    def __init__(self, reader: KinesisReader, stream: str, closed: Callable[[str], bool]) -> None:
-        self._reader = reader
-        self._stream = stream
-        self._closed = closed
-
-    async def __call__(self, shard_id: str, continuation: str) -> bool:
-        if not self._closed(shard_id):
-            return False
-        after = Position(continuation, 2**31)  # every sub-record of that record was read
-        try:
-            iterator = await self._reader.shard_iterator(
-                self._stream, shard_id, after, "TRIM_HORIZON"
-            )
-            next_iterator: str | None = iterator
-            for _ in range(MAX_END_CHECK_READS):  # the end may take a read or two to show
-                if next_iterator is None:
-                    return True
-                batch = await self._reader.get_records(
-                    self._stream, shard_id, next_iterator, 10, after
-                )
-                if batch.records:
-                    return False  # more to come through the subscription
-                next_iterator = batch.next_iterator
-        except TransientAWSError:
-            return False
-        return next_iterator is None
-
-
-def retryable(exc: BaseException) -> bool:
-    """Whether subscribing again later may succeed; anything else reaches the application."""
-    if isinstance(exc, (TransientAWSError, ConnectionError, asyncio.TimeoutError)):
-        return True
-    code = getattr(exc, "code", None) or error_code(exc)
-    return code in RETRY_CODES or is_transient(exc)
-
-
 def start_position(after: Position | None, initial: InitialPosition) -> dict[str, Any]:
     """SubscribeToShard's StartingPosition for a lease: AT the checkpoint (the caller skips what
     was processed, which also works inside a KPL aggregate), else the initial position."""
@@ -140,8 +94,7 @@ def start_position(after: Position | None, initial: InitialPosition) -> dict[str
 
 class EfoShardFetcher:
     """Reads ``lease``'s shard into ``buffer`` through enhanced fan-out. Retryable trouble is
-    retried here for as long as the lease lasts (logged); anything else propagates to the
-    engine, which reports it."""
+    retried here while the lease lasts (logged); anything else propagates to the engine."""
 
     def __init__(
         self,
@@ -191,6 +144,9 @@ class EfoShardFetcher:
         self._last_subscribe = float("-inf")
         #: Subscriptions opened (the first one included): tests and logs read it.
         self.subscriptions = 0
+        #: Stalls seen (see efo_fallback), in all and in a row; polling interludes run.
+        self.stalls, self._stalls_in_row, self.interludes = 0, 0, 0
+        self._progress = 0.0  # loop time of the last event (or of the last stall counted)
 
     async def run(self) -> None:
         lease = self._lease
@@ -204,8 +160,12 @@ class EfoShardFetcher:
             return
         log.info("%s subscribing from %s", self._where, self._position or self._since_ms)
         self._buffer.fetchers += 1
+        self._progress = asyncio.get_running_loop().time()
         try:
             while lease.deliverable:
+                stalled = self._stalls_in_row >= self._config.efo_stall_limit
+                if stalled and self._reader and not await self._poll_instead(self._reader):
+                    return
                 await self._pace()
                 try:
                     if arn is None:  # the consumer was gone: registered again here
@@ -230,9 +190,57 @@ class EfoShardFetcher:
                         arn, gone = None, arn
                     elif not retryable(exc):
                         raise
+                    self._count_stall(exc)
                     await self._pause_after(exc)
         finally:
             self._buffer.fetchers -= 1
+
+    def _count_stall(self, exc: BaseException) -> None:
+        """A failure after STALL_AFTER seconds without an event is a stall (a ResourceInUse
+        past AWS's takeover window, a read that waits, resets again and again)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._progress < STALL_AFTER:
+            return
+        self._progress = now
+        self.stalls += 1
+        self._lease.efo_stalls = self.stalls
+        self._stalls_in_row += 1
+        self._metrics.efo_stalled(self._stream, self._shard_id)
+        log.warning(
+            "%s EFO stalled (%d times, %d in a row; %s): %s",
+            self._where,
+            self.stalls,
+            self._stalls_in_row,
+            getattr(exc, "code", None) or error_code(exc) or type(exc).__name__,
+            "reading by polling next"
+            if self._stalls_in_row >= self._config.efo_stall_limit
+            else "subscribing again",
+        )
+
+    async def _poll_instead(self, reader: KinesisReader) -> bool:
+        """Read the shard by GetRecords from where the subscriptions were, for a while, then
+        subscribe again from where polling got to. False: stop reading."""
+        point = ResumePoint(self._position, self._skip, self._skip_before, self._since_ms)
+        if point.position is not None and point.position.get("Type") == "LATEST":
+            point.position = None  # a recorded LATEST start: from that instant
+        interlude = PollingInterlude(
+            self._lease, reader, self._buffer, self._config, self._metrics, point,
+            self._on_shard_end, self._where,
+        )  # fmt: skip
+        self.interludes += 1
+        log.warning("%s EFO stalled: reading by polling (GetRecords) for now", self._where)
+        self._lease.efo_polling = True
+        try:
+            go_on = await interlude.run()
+        finally:
+            self._lease.efo_polling = False
+        self._position, self._skip = point.position, point.skip
+        self._skip_before = point.skip_before
+        self._stalls_in_row = 0
+        self._progress = asyncio.get_running_loop().time()
+        if go_on:
+            log.info("%s polled %d times; subscribing again", self._where, interlude.reads)
+        return go_on
 
     def _consumer_gone(self, exc: BaseException) -> bool:
         code = getattr(exc, "code", None) or error_code(exc)
@@ -314,9 +322,20 @@ class EfoShardFetcher:
         if self._position == {"Type": "LATEST"} and self._since_ms is not None:
             self._position = None  # until an event says where it is: from the recorded start
         try:
-            async for event in events:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), STALL_AFTER)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    raise SubscriptionStalled(f"no event for {STALL_AFTER:.0f}s") from None
                 if not self._lease.deliverable:
                     return False
+                now = asyncio.get_running_loop().time()
+                if event.records or not event.millis_behind_latest:
+                    self._progress, self._stalls_in_row = now, 0
+                elif now - self._progress >= STALL_AFTER:  # events, but empty while behind
+                    raise SubscriptionStalled(f"no records for {STALL_AFTER:.0f}s while behind")
                 if not await self._take(event):
                     return False
         finally:

@@ -89,8 +89,10 @@ class Heartbeat:
         streams: Callable[[], tuple[str, ...]],
         owned: Callable[[], dict[str, int]] = dict,
         stats: RequestStats | None = None,
+        efo_stalls: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self._config = config
+        self._efo_stalls = efo_stalls
         self._stats = stats
         self._client_id = client_id
         self._streams = streams
@@ -164,6 +166,7 @@ class Heartbeat:
             pid=os.getpid(),
             version=__version__,
             owned=self._owned(),
+            efo_stalls=self._efo_stalls(),
             assignment=self._config.assignment,
         )
 

@@ -77,6 +77,10 @@ class Lease:
     millis_behind: int | None = None
     #: The last GetRecords came back empty at the tip: nothing more to fetch now.
     caught_up: bool = False
+    #: Enhanced fan-out: stalls of this shard's subscriptions under this lease, and whether it
+    #: is read by polling for now (efo_fallback).
+    efo_stalls: int = 0
+    efo_polling: bool = False
     #: Batches read elsewhere (external members) begun and not yet completed or abandoned.
     open_batches: int = 0
     #: Records are being checked against the done runs inherited from the previous owner

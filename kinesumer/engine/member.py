@@ -182,7 +182,12 @@ class GroupMember:
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
         )
         self.heartbeat = Heartbeat(
-            config, client_id, lambda: self.coordinator.streams, self.owned_lag, self.requests
+            config,
+            client_id,
+            lambda: self.coordinator.streams,
+            self.owned_lag,
+            self.requests,
+            efo_stalls=self.efo_stall_counts,
         )
         membership = Membership(
             client_id,
@@ -342,6 +347,10 @@ class GroupMember:
             if lease.status is LeaseStatus.ACTIVE
         }
 
+    def efo_stall_counts(self) -> dict[str, int]:
+        """``stream/shard`` -> EFO stalls of the active leases that stalled (client item)."""
+        return {f"{s}/{i}": x.efo_stalls for (s, i), x in list(self.leases.items()) if x.efo_stalls}
+
     def owned_lag(self) -> dict[str, int]:
         """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the
         client item (``kinesumer status`` shows it for every member)."""
@@ -367,6 +376,8 @@ class GroupMember:
                 lease.caught_up,
                 ended=lease.reached_end,
                 finished=lease.finished,
+                efo_stalls=lease.efo_stalls,
+                efo_polling=lease.efo_polling,
             )
             for (stream, shard_id), lease in leases
         )

@@ -2,9 +2,10 @@
 iterator of :class:`SubscribeEvent`.
 
 Nothing here hand-writes a protocol: the request is serialized from the Kinesis service model
-and signed with botocore's SigV4 signer, HTTP/2 is httpx with h2, the response is framed by
-botocore's event-stream buffer and parsed by its event-stream parser against the service model's
-shapes (records come out exactly as GetRecords returns them).
+and signed with botocore's SigV4 signer, HTTP/2 is httpx with h2 (:mod:`.transport`), the
+response is split into botocore's event-stream messages (:class:`EventFrames`) and parsed by its
+event-stream parser against the service model's shapes (records come out exactly as GetRecords
+returns them).
 
 Each subscription gets its own HTTP/2 connection, closed with it. httpcore does not reset a
 stream its caller abandons: the server's frames for it would keep eating the connection's flow
@@ -18,12 +19,15 @@ caller has not taken is not acknowledged, so the server stops once the stream's 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
 import ssl
+import struct
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +44,12 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 import botocore.session
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserError
+from botocore.eventstream import (
+    EventStreamHeaderParser,
+    EventStreamMessage,
+    MessagePrelude,
+    ParserError,
+)
 from botocore.exceptions import ClientError
 from botocore.parsers import EventStreamJSONParser, JSONParser
 from botocore.serialize import create_serializer
@@ -49,12 +58,18 @@ from ...aws import RequestStats, error_code
 from ...aws.clients import assumed_role_session, moto_loaded, parse_timestamp, session_for
 from ...config import Config
 from .errors import error_for, reset_error
+from .transport import Http2Transport
 
 log = logging.getLogger("kinesumer.kinesis")
 
 #: AWS sends an event at least every 5 seconds (empty ones included): a read that waits much
 #: longer than that means a dead connection.
 READ_TIMEOUT = 30.0
+#: Largest event-stream message accepted (AWS's are far smaller; kinesis-mock's can be larger:
+#: see :class:`EventFrames`). A larger one resets the subscription.
+MAX_MESSAGE = 256 * 1024 * 1024
+#: An event-stream message's prelude: total length, headers length, prelude CRC.
+PRELUDE = 12
 
 
 @dataclass(frozen=True)
@@ -162,13 +177,16 @@ class ShardSubscriber:
         if self._ssl is None:
             raise RuntimeError("ShardSubscriber.subscribe() before open() or after close()")
         timeout = httpx.Timeout(READ_TIMEOUT, connect=10.0)
-        client = httpx.AsyncClient(http1=False, http2=True, verify=self._ssl, timeout=timeout)
+        client = httpx.AsyncClient(transport=Http2Transport(self._ssl), timeout=timeout)
         self._open.add(client)
         try:
-            async with client:
-                yield client
+            yield client
         finally:
             self._open.discard(client)
+            # Closing the connection is what ends the subscription on a kinesis-mock server
+            # (its lease of the shard lasts as long as the stream does): shielded, so that a
+            # second cancellation (a handoff during a close) cannot leave it open.
+            await asyncio.shield(client.aclose())
 
     async def _signed(
         self, consumer_arn: str, shard_id: str, position: dict[str, Any]
@@ -258,7 +276,7 @@ class ShardSubscriber:
                     self._account(started, error_code(failure) or "HTTP")
                     raise error_for(failure, where)
                 self._account(started, None)
-                frames = EventStreamBuffer()
+                frames = EventFrames()
                 chunks = response.aiter_raw()
                 while True:
                     try:
@@ -284,9 +302,46 @@ class ShardSubscriber:
                     await response_cm.__aexit__(None, None, None)
 
 
-def _messages(frames: EventStreamBuffer, where: str) -> list[EventStreamMessage]:
+def _messages(frames: EventFrames, where: str) -> list[EventStreamMessage]:
     """The whole messages buffered so far; a broken frame (CRC, length) is a reset."""
     try:
         return list(frames)
     except ParserError as exc:
         raise reset_error(exc, where) from exc
+
+
+class EventFrames:
+    """The event-stream messages in the bytes read so far, CRCs checked, as botocore's
+    ``EventStreamBuffer`` parses them but up to :data:`MAX_MESSAGE` bytes a message: botocore
+    refuses payloads over 24 MiB, and kinesis-mock puts up to 10,000 records (of up to 1 MiB)
+    in one event."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._headers = EventStreamHeaderParser()
+
+    def add_data(self, data: bytes) -> None:
+        self._data += data
+
+    def __iter__(self) -> Iterator[EventStreamMessage]:
+        data = self._data
+        while len(data) >= PRELUDE:
+            total, headers_length, prelude_crc = struct.unpack("!III", data[:PRELUDE])
+            if zlib.crc32(data[:8]) != prelude_crc:
+                raise ParserError("event-stream prelude checksum mismatch")
+            if not PRELUDE + 4 + headers_length <= total <= MAX_MESSAGE:
+                raise ParserError(f"event-stream message of {total} bytes (at most {MAX_MESSAGE})")
+            if len(data) < total:
+                return
+            message = bytes(data[:total])
+            del data[:total]
+            (crc,) = struct.unpack("!I", message[-4:])
+            if zlib.crc32(message[:-4]) != crc:
+                raise ParserError("event-stream message checksum mismatch")
+            headers_end = PRELUDE + headers_length
+            yield EventStreamMessage(
+                MessagePrelude(total, headers_length, prelude_crc),
+                self._headers.parse(message[PRELUDE:headers_end]),
+                message[headers_end:-4],
+                crc,
+            )

@@ -46,6 +46,9 @@ from .attributes import attribute, corrupt, element
 #: ``kinesumer status``; past the budget the shards furthest behind are kept, and
 #: ``owned_count`` says how many the member reads in all.
 CLIENT_ITEM_BUDGET = 1024
+#: Enhanced fan-out: the most stalled shards a client item reports (``efo_stalls``), so that
+#: the lags keep most of the budget.
+MAX_STALLED_REPORTED = 4
 
 #: Longest sequence number a checkpoint may hold (Kinesis's are ~56 digits; more is corruption).
 MAX_SEQUENCE_DIGITS = 128
@@ -93,6 +96,10 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         item["beat"] = {"N": str(client.beat)}
     if client.assignment:
         item["assignment"] = {"S": client.assignment}
+    stalled = sorted(client.efo_stalls.items(), key=lambda kv: (-kv[1], kv[0]))
+    if stalled:  # before the lags: a stalled shard is what an operator looks for first
+        kept_stalls = stalled[:MAX_STALLED_REPORTED]
+        item["efo_stalls"] = {"M": {k: {"N": str(v)} for k, v in sorted(kept_stalls)}}
     room = CLIENT_ITEM_BUDGET - item_size(item) - len("owned") - 3
     kept: dict[str, Any] = {}
     for key, lag in sorted(client.owned.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -110,6 +117,7 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
     """A client item; :class:`CorruptStateError` naming it when an attribute is mistyped."""
     streams = attribute(item, "streams", "L", [])
     owned = attribute(item, "owned", "M", {})
+    stalls = attribute(item, "efo_stalls", "M", {})
     return ClientInfo(
         client_id=attribute(item, SORT_KEY, "S"),
         last_update_ms=attribute(item, "last_update", "N", 0),
@@ -119,6 +127,7 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
         version=attribute(item, "version", "S", ""),
         owned={k: element(item, "owned", v, "N") for k, v in owned.items()},
         owned_count=attribute(item, "owned_count", "N", -1),
+        efo_stalls={k: element(item, "efo_stalls", v, "N") for k, v in stalls.items()},
         assignment=attribute(item, "assignment", "S", ""),
         beat=attribute(item, "beat", "N", 0),
     )
