@@ -28,7 +28,7 @@ from ..kinesis.reader import IteratorExpired, KinesisReader, arrived_since
 from ..metrics import Metrics
 from ..models import Position
 from .buffer import RecordBuffer
-from .fetcher import FAILURE_PAUSE, MAX_IDLE_INTERVAL
+from .fetcher import FAILURE_PAUSE, read_wait
 from .leases import Lease
 
 log = logging.getLogger("kinesumer.fetcher")
@@ -131,7 +131,8 @@ class PollingInterlude:
                 await asyncio.sleep(FAILURE_PAUSE)
             if iterator is None:
                 return False
-            wait = min(wait * 2, MAX_IDLE_INTERVAL) if empty else self._config.scan_interval
+            config = self._config
+            wait = read_wait(wait, not empty, config.scan_interval, config.idle_poll_interval)
             await asyncio.sleep(max(0.0, started + wait - loop.time()))
         return self._lease.deliverable
 
