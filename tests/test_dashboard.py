@@ -42,6 +42,7 @@ CALLS: dict[str, tuple[Any, ...] | list[tuple[Any, ...]]] = {
     "handler_call": ("h", 0.003),
     "efo_subscribed": ("orders", "shardId-0"),
     "efo_subscribe_failed": ("orders", "ResourceInUseException"),
+    "efo_stalled": ("orders", "shardId-0"),
     "unaggregated": ("orders", "shardId-0"),
     "corrupt_state_item": ("client",),
     "produced": ("orders", 10, 1000, 0.05),

@@ -206,15 +206,12 @@ class EfoShardFetcher:
         self._lease.efo_stalls = self.stalls
         self._stalls_in_row += 1
         self._metrics.efo_stalled(self._stream, self._shard_id)
+        cause = getattr(exc, "code", None) or error_code(exc) or type(exc).__name__
+        polls = self._stalls_in_row >= self._config.efo_stall_limit
+        then = "reading by polling next" if polls else "subscribing again"
         log.warning(
             "%s EFO stalled (%d times, %d in a row; %s): %s",
-            self._where,
-            self.stalls,
-            self._stalls_in_row,
-            getattr(exc, "code", None) or error_code(exc) or type(exc).__name__,
-            "reading by polling next"
-            if self._stalls_in_row >= self._config.efo_stall_limit
-            else "subscribing again",
+            *(self._where, self.stalls, self._stalls_in_row, cause, then),
         )
 
     async def _poll_instead(self, reader: KinesisReader) -> bool:
@@ -283,10 +280,8 @@ class EfoShardFetcher:
             if scan:
                 self._position, self._skip_before = {"Type": "TRIM_HORIZON"}, since
             else:
-                self._position, self._skip_before = (
-                    {"Type": "AT_TIMESTAMP", "Timestamp": since},
-                    None,
-                )
+                self._position = {"Type": "AT_TIMESTAMP", "Timestamp": since}
+                self._skip_before = None
             return True
         return False
 

@@ -181,14 +181,9 @@ class GroupMember:
         self.checkpointer = Checkpointer(
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
         )
-        self.heartbeat = Heartbeat(
-            config,
-            client_id,
-            lambda: self.coordinator.streams,
-            self.owned_lag,
-            self.requests,
-            efo_stalls=self.efo_stall_counts,
-        )
+        streams, lag = (lambda: self.coordinator.streams), self.owned_lag
+        stalls = self.efo_stall_counts  # the client item's EFO stall report
+        self.heartbeat = Heartbeat(config, client_id, streams, lag, self.requests, stalls)
         membership = Membership(
             client_id,
             config.client_timeout,
