@@ -136,3 +136,166 @@ def test_typed_topic_is_encoded_at_publish(
     wait_until(relays.drained, what="the relay to empty the outbox")
     (record,) = read_all(kinesalite.url, orders.stream)
     assert orders.decode(record.data) == Order(1, "pen")
+
+
+def waiting_on_lock(postgres: PostgresServer, pid: int) -> bool:
+    with postgres.connect() as conn:
+        row = conn.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def test_a_key_reaches_kinesis_in_commit_order_not_id_order(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Transaction A publishes first (drawing the smaller id without the key lock) and commits
+    last if it can: B's record must then come first. With the key lock B waits for A instead,
+    and A's record comes first; either way Kinesis holds the key's records in commit order."""
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    committed: list[bytes] = []
+    b_conn = psycopg.connect(postgres.conninfo)
+
+    def writer_b() -> None:
+        with b_conn.transaction():
+            outbox.publish(b_conn, stream, b"B", partition_key="k")
+        committed.append(b"B")
+
+    with psycopg.connect(postgres.conninfo) as a_conn:
+        with a_conn.transaction():
+            outbox.publish(a_conn, stream, b"A", partition_key="k")
+            thread = threading.Thread(target=writer_b)
+            thread.start()
+            wait_until(
+                lambda: bool(committed) or waiting_on_lock(postgres, b_conn.info.backend_pid),
+                what="B to commit or to wait for A's key lock",
+            )
+            # B is committed or blocked until A's COMMIT: A's place in the order is now.
+            committed.append(b"A")
+    thread.join(timeout=30)
+    b_conn.close()
+    relays.start()
+    wait_until(relays.drained, what="the relay to empty the outbox")
+    assert by_key(read_all(kinesalite.url, stream))["k"] == committed
+
+
+def test_concurrent_writers_and_two_relays_keep_each_keys_commit_order(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Four writers commit or roll back small transactions over shared keys while two relays
+    run: every committed record reaches Kinesis exactly once (two live relays never put the same
+    row), no rolled-back one does, and each key's records follow commit order."""
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 2)
+    relays.start(2, batch_size=50)
+    order: dict[str, list[bytes]] = {}
+    order_lock = threading.Lock()
+    rolled_back: set[bytes] = set()
+
+    def writer(number: int) -> None:
+        rng = random.Random(number)
+        with psycopg.connect(postgres.conninfo) as conn:
+            for txn in range(40):
+                keys = rng.sample([f"k{i}" for i in range(8)], 2)
+                datas = [f"w{number}-t{txn}-{key}".encode() for key in keys]
+                commit = rng.random() < 0.75
+                try:
+                    with conn.transaction():
+                        for key, data in zip(keys, datas, strict=True):
+                            outbox.publish(conn, stream, data, partition_key=key)
+                        if not commit:
+                            raise psycopg.Rollback
+                        # The order of commits per key: recorded under the key locks.
+                        with order_lock:
+                            for key, data in zip(keys, datas, strict=True):
+                                order.setdefault(key, []).append(data)
+                except psycopg.errors.DeadlockDetected:
+                    commit = False  # two keys locked in opposite orders: PostgreSQL chose us
+                if not commit:
+                    rolled_back.update(datas)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join(timeout=120)
+    wait_until(relays.drained, timeout=60, what="the relays to empty the outbox")
+    landed = by_key(read_all(kinesalite.url, stream))
+    assert landed == order
+    assert not rolled_back & {d for datas in landed.values() for d in datas}
+    stats = outbox.stats()
+    assert stats.relays == 2 and stats.partitions == 64 and stats.dead_letters == 0
+
+
+def test_a_row_kinesis_refuses_moves_aside_and_blocks_no_key(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    """A row over 1 MiB (written by SQL: publish() refuses it) sits first in the table; the
+    relay moves it to the dead-letter table and puts the rest, its own key's later row too."""
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
+        with pytest.raises(InvalidRecordError, match="1 MiB"):
+            outbox.publish(conn, stream, b"x" * (1024 * 1024 + 1), partition_key="big")
+        conn.execute(
+            f"INSERT INTO {outbox.table} (stream, partition_key, data, record_id, part) "
+            "VALUES (%s, 'big', %s, 'r-big', 0)",
+            (stream, b"x" * (1024 * 1024 + 1)),
+        )
+        outbox.publish(conn, stream, b"after", partition_key="big")
+        outbox.publish(conn, stream, b"other", partition_key="other")
+    relays.start()
+    wait_until(relays.drained, what="the relay to empty the outbox")
+    assert by_key(read_all(kinesalite.url, stream)) == {"big": [b"after"], "other": [b"other"]}
+    assert outbox.stats().dead_letters == 1 and outbox.stats().moved_aside == 1
+    with postgres.connect() as conn:
+        row = conn.execute(f"SELECT record_id, error FROM {outbox.table}_dead").fetchone()
+    assert row is not None and row[0] == "r-big" and "RecordTooLargeError" in row[1]
+
+
+def test_bad_input_raises_named_errors(
+    postgres: PostgresServer, unique_name: Callable[[str], str]
+) -> None:
+    missing = PostgresOutbox(postgres.conninfo, table=unique_name("none").replace("-", "_"))
+    with psycopg.connect(postgres.conninfo) as conn:
+        with pytest.raises(OutboxTableNotFoundError, match="create-table"), conn.transaction():
+            missing.publish(conn, "s", b"x", partition_key="k")
+    with pytest.raises(OutboxTableNotFoundError):
+        missing.stats()
+    closed = psycopg.connect(postgres.conninfo)
+    closed.close()
+    with pytest.raises(OutboxConnectionError, match="closed"):
+        missing.publish(closed, "s", b"x", partition_key="k")
+    with postgres.connect() as autocommit, pytest.raises(OutboxConnectionError, match="autocommit"):
+        missing.publish(autocommit, "s", b"x", partition_key="k")
+    with psycopg.connect(postgres.conninfo) as conn:
+        with pytest.raises(InvalidRecordError, match="bytes"):
+            missing.publish(conn, "s", "text", partition_key="k")
+        with pytest.raises(InvalidRecordError, match="partition_key"):
+            missing.publish(conn, "s", b"x", partition_key="")
+    with pytest.raises(ConfigError, match="Producer"):
+        missing.relay(None)
+    with pytest.raises(ConfigError, match="table"):
+        PostgresOutbox(postgres.conninfo, table="bad name; drop")
+
+
+def test_a_relay_without_the_table_says_so(
+    postgres: PostgresServer, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    missing = PostgresOutbox(postgres.conninfo, table=unique_name("none").replace("-", "_"))
+    with Producer(kinesis_endpoint=kinesalite.url, region="us-east-1") as producer:
+        with pytest.raises(OutboxTableNotFoundError, match="create_table"):
+            missing.relay(producer, stop=threading.Event())
