@@ -166,17 +166,16 @@ def test_a_key_reaches_kinesis_in_commit_order_not_id_order(
             outbox.publish(b_conn, stream, b"B", partition_key="k")
         committed.append(b"B")
 
-    with psycopg.connect(postgres.conninfo) as a_conn:
-        with a_conn.transaction():
-            outbox.publish(a_conn, stream, b"A", partition_key="k")
-            thread = threading.Thread(target=writer_b)
-            thread.start()
-            wait_until(
-                lambda: bool(committed) or waiting_on_lock(postgres, b_conn.info.backend_pid),
-                what="B to commit or to wait for A's key lock",
-            )
-            # B is committed or blocked until A's COMMIT: A's place in the order is now.
-            committed.append(b"A")
+    with psycopg.connect(postgres.conninfo) as a_conn, a_conn.transaction():
+        outbox.publish(a_conn, stream, b"A", partition_key="k")
+        thread = threading.Thread(target=writer_b)
+        thread.start()
+        wait_until(
+            lambda: bool(committed) or waiting_on_lock(postgres, b_conn.info.backend_pid),
+            what="B to commit or to wait for A's key lock",
+        )
+        # B is committed or blocked until A's COMMIT: A's place in the order is now.
+        committed.append(b"A")
     thread.join(timeout=30)
     b_conn.close()
     relays.start()
@@ -270,9 +269,10 @@ def test_bad_input_raises_named_errors(
     postgres: PostgresServer, unique_name: Callable[[str], str]
 ) -> None:
     missing = PostgresOutbox(postgres.conninfo, table=unique_name("none").replace("-", "_"))
-    with psycopg.connect(postgres.conninfo) as conn:
-        with pytest.raises(OutboxTableNotFoundError, match="create-table"), conn.transaction():
-            missing.publish(conn, "s", b"x", partition_key="k")
+    conn = psycopg.connect(postgres.conninfo)
+    with pytest.raises(OutboxTableNotFoundError, match="create-table"), conn.transaction():
+        missing.publish(conn, "s", b"x", partition_key="k")
+    conn.close()
     with pytest.raises(OutboxTableNotFoundError):
         missing.stats()
     closed = psycopg.connect(postgres.conninfo)
@@ -296,6 +296,6 @@ def test_a_relay_without_the_table_says_so(
     postgres: PostgresServer, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
 ) -> None:
     missing = PostgresOutbox(postgres.conninfo, table=unique_name("none").replace("-", "_"))
-    with Producer(kinesis_endpoint=kinesalite.url, region="us-east-1") as producer:
-        with pytest.raises(OutboxTableNotFoundError, match="create_table"):
-            missing.relay(producer, stop=threading.Event())
+    producer = Producer(kinesis_endpoint=kinesalite.url, region="us-east-1")
+    with producer, pytest.raises(OutboxTableNotFoundError, match="create_table"):
+        missing.relay(producer, stop=threading.Event())
