@@ -169,10 +169,12 @@ def relay_command(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
     )
     with producer, stop_on_signals(lambda name: stop.set()):
+        print(f"relaying outbox {args.table} until Ctrl-C or SIGTERM", flush=True)
         try:
             outbox.relay(
                 producer, stop=stop, batch_size=args.batch_size, poll_interval=args.poll_interval
             )
         except psycopg.OperationalError as exc:
             raise _connecting(exc) from exc
+    print(f"relay stopped: {outbox.stats().pending} row(s) pending", flush=True)
     return EXIT_OK
