@@ -6,7 +6,9 @@ bad input raises named errors.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 
-from kinesumer import ConfigError, InvalidRecordError, Producer, Topic
+from kinesumer import ConfigError, InvalidRecordError, Producer, Topic, cli
 from kinesumer.outbox import (
     OutboxConnectionError,
     OutboxTableNotFoundError,
@@ -61,7 +63,7 @@ class Relays:
     def _run(self, **options: Any) -> None:
         try:
             with Producer(kinesis_endpoint=self.url, region="us-east-1", linger=0.01) as producer:
-                self.outbox.relay(producer, stop=self.stop, poll_interval=0.5, **options)
+                self.outbox.relay(producer, stop=self.stop, **{"poll_interval": 0.5, **options})
         except BaseException as exc:
             self.errors.append(exc)
 
@@ -315,3 +317,86 @@ def test_a_relay_without_the_table_says_so(
     producer = Producer(kinesis_endpoint=kinesalite.url, region="us-east-1")
     with producer, pytest.raises(OutboxTableNotFoundError, match="create_table"):
         missing.relay(producer, stop=threading.Event())
+
+
+def test_a_notify_wakes_the_relay_long_before_its_poll(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    """With a 60 s poll interval, a commit is relayed within the wait below only because its
+    NOTIFY woke the relay (the first row is read at start; the second finds the relay waiting)."""
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    relays.start(poll_interval=60.0)
+    for data in (b"first", b"second"):
+        with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
+            outbox.publish(conn, stream, data, partition_key="k")
+        wait_until(relays.drained, timeout=20, what=f"{data!r} relayed")
+    assert by_key(read_all(kinesalite.url, stream)) == {"k": [b"first", b"second"]}
+
+
+def test_async_publish_and_prometheus_series(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kinesumer.metrics import PrometheusMetrics
+
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+
+    async def write() -> None:
+        conn = await psycopg.AsyncConnection.connect(postgres.conninfo)
+        async with conn, conn.transaction():
+            await outbox.publish_async(conn, stream, b"a1", partition_key="a")
+            await outbox.publish_async(conn, stream, b"a2", partition_key="a")
+
+    asyncio.run(write())
+    registry = CollectorRegistry()
+    relays.start(metrics=PrometheusMetrics("app", "relay", registry=registry))
+    wait_until(relays.drained, what="the relay to empty the outbox")
+    labels = {"app": "app", "client_id": "relay", "stream": stream}
+    assert registry.get_sample_value("kinesumer_outbox_relayed_total", labels) == 2
+    wait_until(
+        lambda: (
+            registry.get_sample_value(
+                "kinesumer_outbox_pending", {"app": "app", "client_id": "relay"}
+            )
+            == 0
+        ),
+        what="the pending gauge at 0",
+    )
+    assert by_key(read_all(kinesalite.url, stream)) == {"a": [b"a1", b"a2"]}
+
+
+def test_cli_create_table_status_and_a_relay_without_a_region(
+    postgres: PostgresServer,
+    unique_name: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = unique_name("cli").replace("-", "_")
+    where = ["--conninfo", postgres.conninfo, "--table", table]
+    assert cli.main(["outbox", "create-table", *where]) == 0
+    box = PostgresOutbox(postgres.conninfo, table=table)
+    with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
+        box.publish(conn, "s", b"x", partition_key="k")
+    capsys.readouterr()
+    assert cli.main(["outbox", "status", *where, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["pending"] == 1 and status["dead_letters"] == 0
+    assert status["oldest_pending_seconds"] >= 0
+    assert cli.main(["outbox", "status", *where]) == 0
+    assert "1 pending" in capsys.readouterr().out
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    assert cli.main(["outbox", "relay", *where]) == 2
+    assert "--region" in capsys.readouterr().err

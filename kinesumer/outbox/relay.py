@@ -122,22 +122,29 @@ class Relay:
     # -- the loop -------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         backoff = RECONNECT_BACKOFF[0]
+        read = True  # read rows now: at start, after a NOTIFY, a full batch, new partitions
+        next_poll = 0.0
         try:
             while not stop.is_set():
                 try:
                     self._connect()
                     if time.monotonic() - self._rebalanced >= REBALANCE_INTERVAL:
-                        self._rebalance()
-                    more = self._cycle()
+                        read = self._rebalance() or read
+                    if read or time.monotonic() >= next_poll:
+                        read = self._cycle()
+                        next_poll = time.monotonic() + self.poll_interval
                     backoff = RECONNECT_BACKOFF[0]
                 except psycopg.OperationalError as exc:
                     log.warning("outbox relay: PostgreSQL failed (%s); reconnecting", exc)
                     self._disconnect()
                     stop.wait(backoff)
                     backoff = min(backoff * 2, RECONNECT_BACKOFF[1])
+                    read = True
                     continue
-                if not more:
-                    self._wait(stop)
+                if not read:
+                    # Until a NOTIFY, the next poll or the next rebalance, whichever is first.
+                    wake = min(next_poll, self._rebalanced + REBALANCE_INTERVAL)
+                    read = self._wait(stop, wake)
         finally:
             self._disconnect()
 
@@ -175,17 +182,20 @@ class Relay:
         with self.counters.lock:
             self.counters.partitions = 0
 
-    def _wait(self, stop: threading.Event) -> None:
+    def _wait(self, stop: threading.Event, until: float) -> bool:
+        """Wait for a NOTIFY (True) until the monotonic time ``until`` or a stop (False)."""
         assert self._listen is not None
-        deadline = time.monotonic() + self.poll_interval
-        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
-            # Short slices: a stop is noticed within 0.2 s even with a long poll interval.
+        while not stop.is_set() and (left := until - time.monotonic()) > 0:
+            # Short slices: a stop is noticed within 0.2 s.
             for _ in self._listen.notifies(timeout=min(left, 0.2), stop_after=1):
-                return
+                return True
+        return False
 
     # -- partitions -----------------------------------------------------------------------------
-    def _rebalance(self) -> None:
+    def _rebalance(self) -> bool:
+        """Count the relays, take or give back partitions; whether this relay took any."""
         assert self._conn is not None
+        taken: list[tuple[int]] = []
         cls = self.names.lock_class
         row = self._conn.execute(_LIVE, (cls, PRESENCE)).fetchone()
         share = math.ceil(PARTITIONS / max(1, int(row[0]) if row else 1))
@@ -203,12 +213,14 @@ class Relay:
             self.held |= {int(p) for (p,) in taken}
             if taken:
                 log.info("outbox relay: took %d partition(s), holds %d", len(taken), len(self.held))
-        lag = self._conn.execute(self.names.query(LAG)).fetchone()
-        if lag is not None:
-            self.metrics.outbox_lag(int(lag[0]), None if lag[1] is None else float(lag[1]))
+        if type(self.metrics) is not Metrics:  # metrics on: the backlog's gauges (a count)
+            lag = self._conn.execute(self.names.query(LAG)).fetchone()
+            if lag is not None:
+                self.metrics.outbox_lag(int(lag[0]), None if lag[1] is None else float(lag[1]))
         with self.counters.lock:
             self.counters.partitions = len(self.held)
         self._rebalanced = time.monotonic()
+        return bool(taken)
 
     # -- one cycle ------------------------------------------------------------------------------
     def _cycle(self) -> bool:
