@@ -46,7 +46,8 @@ from .schema import INSERT, LAG, Names, key_lock, partition
 from .stats import OutboxStats, summarize
 
 _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
-_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}(\.[A-Za-z_][A-Za-z0-9_]{0,57})?$")
+#: Lower case: the name is quoted in SQL and read back unquoted (``to_regclass``).
+_TABLE = re.compile(r"^[a-z_][a-z0-9_]{0,57}(\.[a-z_][a-z0-9_]{0,57})?$")
 #: The INSERT draws the row's id only after the key's lock is held (see schema.py's "Why a
 #: key lock"), and queues the relays' wake-up, which PostgreSQL delivers at COMMIT only.
 _PUBLISH = INSERT.replace(
@@ -67,7 +68,7 @@ class PostgresOutbox:
     def __init__(self, conninfo: str, *, table: str = "kinesumer_outbox") -> None:
         if not isinstance(table, str) or not _TABLE.match(table):
             raise ConfigError(
-                "table", f"a name or schema.name of [A-Za-z0-9_], got {table!r}", "PostgresOutbox"
+                "table", f"a name or schema.name of [a-z0-9_], got {table!r}", "PostgresOutbox"
             )
         self.conninfo = conninfo
         self.table = table

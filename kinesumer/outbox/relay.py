@@ -163,9 +163,14 @@ class Relay:
                 "SELECT pg_advisory_lock_shared(%s, %s)", (self.names.lock_class, PRESENCE)
             )
             listen = psycopg.connect(self.conninfo, autocommit=True)
+        except BaseException:
+            conn.close()
+            raise
+        try:
             listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.channel)))
         except BaseException:
             conn.close()
+            listen.close()
             raise
         self._conn, self._listen = conn, listen
         self._rebalanced = -math.inf
