@@ -20,6 +20,7 @@ In production run the relay as its own service (``kinesumer outbox relay``) inst
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -28,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from kinesumer import Config, Kinesumer, Producer, Topic
+from kinesumer import Config, FlushError, Kinesumer, Producer, Topic
 from kinesumer.handlers import Batch, Message
 from kinesumer.outbox import PostgresOutbox
 from kinesumer.signals import stop_on_signals
@@ -138,7 +139,8 @@ def main() -> None:
         total = applied()
     stopping.set()
     relay.join()
-    producer.close()
+    with contextlib.suppress(FlushError):  # failed puts: the relay tried their rows again
+        producer.close()
     if failures:
         raise failures[0]
     print(f"done: {total} payments applied", flush=True)

@@ -7,6 +7,7 @@ bad input raises named errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import random
@@ -22,7 +23,7 @@ from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 
-from kinesumer import ConfigError, InvalidRecordError, Producer, Topic, cli
+from kinesumer import ConfigError, FlushError, InvalidRecordError, Producer, Topic, cli
 from kinesumer.outbox import (
     OutboxConnectionError,
     OutboxTableNotFoundError,
@@ -62,8 +63,13 @@ class Relays:
 
     def _run(self, **options: Any) -> None:
         try:
-            with Producer(kinesis_endpoint=self.url, region="us-east-1", linger=0.01) as producer:
+            producer = Producer(kinesis_endpoint=self.url, region="us-east-1", linger=0.01)
+            try:
                 self.outbox.relay(producer, stop=self.stop, **{"poll_interval": 0.5, **options})
+            finally:
+                # Puts that failed were the relay's to retry (it did): not an error here.
+                with contextlib.suppress(FlushError):
+                    producer.close()
         except BaseException as exc:
             self.errors.append(exc)
 
@@ -400,3 +406,62 @@ def test_cli_create_table_status_and_a_relay_without_a_region(
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     assert cli.main(["outbox", "relay", *where]) == 2
     assert "--region" in capsys.readouterr().err
+
+
+def test_rows_wait_for_a_stream_created_later_and_keep_their_order(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Puts that fail and may heal (here the stream does not exist yet) leave their rows; they
+    go, in order, once the stream exists."""
+    stream = unique_name("ob")
+    with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
+        for data in (b"a1", b"a2", b"a3"):
+            outbox.publish(conn, stream, data, partition_key="a")
+    relays.start()
+    wait_until(lambda: outbox.stats().failed_attempts >= 2, what="puts failing, tried again")
+    assert outbox.stats().pending == 3
+    create_stream(kinesalite.url, stream, 1)
+    wait_until(relays.drained, what="the relay to empty the outbox")
+    assert by_key(read_all(kinesalite.url, stream)) == {"a": [b"a1", b"a2", b"a3"]}
+    assert outbox.stats().dead_letters == 0
+
+
+def test_a_relay_whose_sessions_are_killed_reconnects_and_loses_nothing(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    relays.start()
+    wait_until(lambda: partition_holders(postgres, outbox) == 1, what="the relay's partitions")
+    with psycopg.connect(postgres.conninfo) as conn:
+        for i in range(40):
+            with conn.transaction():
+                outbox.publish(conn, stream, b"%d" % i, partition_key=f"k{i % 4}")
+            if i == 20:  # the relay's sessions (locks and LISTEN) die under it
+                with postgres.connect() as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory') "
+                        "OR query LIKE 'LISTEN%%'"
+                    )
+    wait_until(relays.drained, what="the relay to empty the outbox after reconnecting")
+    landed = by_key(read_all(kinesalite.url, stream))
+    for k in range(4):
+        expected = [b"%d" % i for i in range(k, 40, 4)]
+        assert first_occurrences(landed[f"k{k}"]) == expected
+    assert partition_holders(postgres, outbox) == 1
+    assert "reconnecting" in caplog.text
+
+
+def first_occurrences(datas: list[bytes]) -> list[bytes]:
+    seen: set[bytes] = set()
+    return [d for d in datas if not (d in seen or seen.add(d))]

@@ -9,12 +9,13 @@ The connection string comes from ``--conninfo`` or ``$KINESUMER_OUTBOX_CONNINFO`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 from typing import Any
 
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, FlushError
 from ..signals import stop_on_signals
 from .errors import EXIT_CODES, EXIT_OK, CliError
 from .options import env_option, positive_float, positive_int
@@ -168,13 +169,21 @@ def relay_command(args: argparse.Namespace) -> int:
         delivery_timeout=args.delivery_timeout,
         max_in_flight=args.max_in_flight,
     )
-    with producer, stop_on_signals(lambda name: stop.set()):
-        print(f"relaying outbox {args.table} until Ctrl-C or SIGTERM", flush=True)
-        try:
-            outbox.relay(
-                producer, stop=stop, batch_size=args.batch_size, poll_interval=args.poll_interval
-            )
-        except psycopg.OperationalError as exc:
-            raise _connecting(exc) from exc
+    try:
+        with stop_on_signals(lambda name: stop.set()):
+            print(f"relaying outbox {args.table} until Ctrl-C or SIGTERM", flush=True)
+            try:
+                outbox.relay(
+                    producer,
+                    stop=stop,
+                    batch_size=args.batch_size,
+                    poll_interval=args.poll_interval,
+                )
+            except psycopg.OperationalError as exc:
+                raise _connecting(exc) from exc
+    finally:
+        # Puts that failed were tried again by the relay (their rows stay until written).
+        with contextlib.suppress(FlushError):
+            producer.close()
     print(f"relay stopped: {outbox.stats().pending} row(s) pending", flush=True)
     return EXIT_OK
