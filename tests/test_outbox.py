@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _faultproxy import Fault, FaultProxy
 from _group import create_stream
 from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
@@ -55,15 +56,18 @@ class Relays:
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
 
-    def start(self, count: int = 1, **options: Any) -> None:
+    def start(self, count: int = 1, producer: dict[str, Any] | None = None, **options: Any) -> None:
+        """``count`` relays; ``producer``: their Producer's keywords, ``options`` relay()'s."""
         for _ in range(count):
-            thread = threading.Thread(target=self._run, kwargs=options, daemon=True)
+            kwargs = {"producer_options": producer or {}, **options}
+            thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
             thread.start()
             self.threads.append(thread)
 
-    def _run(self, **options: Any) -> None:
+    def _run(self, producer_options: dict[str, Any], **options: Any) -> None:
         try:
-            producer = Producer(kinesis_endpoint=self.url, region="us-east-1", linger=0.01)
+            settings = {"kinesis_endpoint": self.url, "linger": 0.01, **producer_options}
+            producer = Producer(region="us-east-1", **settings)
             try:
                 self.outbox.relay(producer, stop=self.stop, **{"poll_interval": 0.5, **options})
             finally:
@@ -465,3 +469,27 @@ def test_a_relay_whose_sessions_are_killed_reconnects_and_loses_nothing(
 def first_occurrences(datas: list[bytes]) -> list[bytes]:
     seen: set[bytes] = set()
     return [d for d in datas if not (d in seen or seen.add(d))]
+
+
+def test_key_order_holds_through_refused_entries_even_with_an_unordered_producer(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    relays: Relays,
+    fault_proxy: Callable[[str], FaultProxy],
+    unique_name: Callable[[str], str],
+) -> None:
+    """A third of every PutRecords call's entries refused, through a Producer with
+    ``ordering="none"`` (which resends refused entries behind later ones): the relay puts a
+    key's next row only after the previous one was acknowledged, so each key stays in order."""
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 2)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.refuse_entries(0.34), service="kinesis", operation="PutRecords", seed=3)
+    with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
+        for i in range(120):
+            outbox.publish(conn, stream, b"%d" % i, partition_key=f"k{i % 3}")
+    relays.start(producer={"kinesis_endpoint": proxy.url, "ordering": "none"})
+    wait_until(relays.drained, what="the relay to empty the outbox")
+    landed = by_key(read_all(kinesalite.url, stream))
+    assert landed == {f"k{k}": [b"%d" % i for i in range(k, 120, 3)] for k in range(3)}
