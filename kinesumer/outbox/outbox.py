@@ -103,9 +103,11 @@ class PostgresOutbox:
         new UUID, hex); a resend carries the same bytes, so put the id inside the payload if
         consumers must see it (see the docs' "Outbox"). The row commits with the transaction;
         the call takes the key's advisory lock until then (another transaction publishing the
-        same stream and key waits for this one). Raises :class:`InvalidRecordError` (payload
-        the topic cannot encode, bad key, over 1 MiB), :class:`OutboxConnectionError`,
-        :class:`OutboxTableNotFoundError`.
+        same stream and key waits for this one; publish a transaction's keys in a fixed order,
+        e.g. sorted, or two transactions taking the same keys in opposite orders deadlock and
+        PostgreSQL aborts one with ``psycopg.errors.DeadlockDetected``). Raises
+        :class:`InvalidRecordError` (payload the topic cannot encode, bad key, over 1 MiB),
+        :class:`OutboxConnectionError`, :class:`OutboxTableNotFoundError`.
         """
         _check_connection(conn)
         params = self._params(stream, data, partition_key, explicit_hash_key, record_id)
@@ -184,8 +186,11 @@ class PostgresOutbox:
         Several relays (threads, processes, hosts) may run at once: each holds some of the
         table's key partitions (PostgreSQL session advisory locks), so a key has one relay at a
         time; a relay that dies (even by SIGKILL) frees its partitions as PostgreSQL ends its
-        session, and the others take them within about a second. ``poll_interval``: the
-        longest a relay waits without a NOTIFY. Metrics: the producer's config's (``metrics``
+        session, and the others take them within about a second (so a relay needs a session
+        of its own: not a pooler in transaction mode). ``poll_interval``: the longest a relay
+        waits without a NOTIFY. Give it a producer without ``topics=``: rows are bytes already.
+        The producer's ``close()`` may raise FlushError for puts that failed and that the relay
+        put again (their rows stayed): suppress it. Metrics: the producer's config's (``metrics``
         overrides). Errors that retrying will not heal (no table, a closed producer) raise here.
         """
         if not isinstance(producer, Producer):
