@@ -12,7 +12,9 @@ next cycle, which starts again from the failed row. So every relay puts a key's 
 order, each after all earlier ones were acknowledged at least once (by it or, before they were
 deleted, by another): the first occurrences of a key's records in Kinesis follow commit order,
 even with two relays briefly holding one partition (a session PostgreSQL ended while its relay
-still ran) and across kills, which only add duplicates.
+still ran) and across kills, which only add duplicates. The price: a key moves one row per
+PutRecords round trip (the producer's own ``ordering="key"`` lets a key's next record go once
+the previous one failed for good, and ``aggregate=True`` cannot pack a key's rows here).
 
 **Several relays.** The table's keys fall into PARTITIONS partitions; a relay holds partitions
 by PostgreSQL session advisory locks (``pg_try_advisory_lock``), so one relay publishes a key
