@@ -68,7 +68,10 @@ REBALANCE_INTERVAL = 1.0
 #: The wait after PostgreSQL failed, doubling up to the maximum (seconds).
 RECONNECT_BACKOFF = (0.2, 5.0)
 
+#: Advisory locks are per database, but pg_locks lists the whole server's: count this
+#: database's relays only (another database's outbox of the same table name shares the class).
 _LIVE = """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 2"""
 _TAKE = """SELECT p FROM generate_series(0, %s) AS p
     WHERE NOT (p = ANY(%s)) AND pg_try_advisory_lock(%s, p) LIMIT %s"""
@@ -136,17 +139,18 @@ class Relay:
                         read = self._cycle()
                         next_poll = time.monotonic() + self.poll_interval
                     backoff = RECONNECT_BACKOFF[0]
+                    if not read:
+                        # Until a NOTIFY, the next poll or the next rebalance, whichever is
+                        # first. Inside the try: the LISTEN session failing while the relay
+                        # waits on it (where it spends most of its time) means reconnecting.
+                        wake = min(next_poll, self._rebalanced + REBALANCE_INTERVAL)
+                        read = self._wait(stop, wake)
                 except psycopg.OperationalError as exc:
                     log.warning("outbox relay: PostgreSQL failed (%s); reconnecting", exc)
                     self._disconnect()
                     stop.wait(backoff)
                     backoff = min(backoff * 2, RECONNECT_BACKOFF[1])
                     read = True
-                    continue
-                if not read:
-                    # Until a NOTIFY, the next poll or the next rebalance, whichever is first.
-                    wake = min(next_poll, self._rebalanced + REBALANCE_INTERVAL)
-                    read = self._wait(stop, wake)
         finally:
             self._disconnect()
 
