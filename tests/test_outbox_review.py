@@ -1,6 +1,6 @@
 """The outbox relay under faults a first review missed: relays of another database on the
-same PostgreSQL server, the LISTEN session dying while the relay waits on it, and the delay
-statistics of a key whose rows queue behind each other.
+same PostgreSQL server, the LISTEN session dying while the relay waits on it, and a stream's
+encryption key disabled for a while (every entry refused with a KMS error).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _faultproxy import Fault, FaultProxy
 from _group import create_stream
 from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
@@ -126,3 +127,37 @@ def test_a_relay_whose_listen_session_dies_while_it_waits_keeps_relaying(
         wait_until(drained(outbox, errors), what="the relay to go on after reconnecting")
     landed = by_key(read_all(kinesalite.url, stream))
     assert landed == {f"k{k}": [b"%d" % i for i in range(k, 20, 4)] for k in range(4)}
+
+
+def test_rows_refused_for_a_disabled_kms_key_wait_for_it_instead_of_moving_aside(
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    fault_proxy: Callable[[str], FaultProxy],
+    unique_name: Callable[[str], str],
+) -> None:
+    """Kinesis refuses every entry with ``KMSDisabledException`` while the stream's key is
+    disabled: a stream's configuration, healed by the operator, not a bad row. The rows stay
+    in the outbox (counted as failed attempts) and go out, in order, once the key is back; none
+    is moved to the dead-letter table."""
+    outbox = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
+    outbox.create_table()
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    disabled = proxy.add_rule(
+        Fault.refuse_entries(1.0, code="KMSDisabledException"),
+        service="kinesis",
+        operation="PutRecords",
+    )
+    publish(outbox, stream, 12, keys=3)
+    with relaying(outbox, proxy.url) as errors:
+        wait_until(lambda: disabled.fired >= 3, what="puts refused for the disabled key")
+        assert not errors, errors
+        stats = outbox.stats()
+        assert (stats.dead_letters, stats.moved_aside, stats.pending) == (0, 0, 12)
+        assert stats.failed_attempts > 0
+        disabled.remove()  # the key is enabled again
+        wait_until(drained(outbox, errors), what="the rows once the key is back")
+    assert outbox.stats().dead_letters == 0
+    landed = by_key(read_all(kinesalite.url, stream))
+    assert landed == {f"k{k}": [b"%d" % i for i in range(k, 12, 3)] for k in range(3)}

@@ -31,7 +31,8 @@ deduplicate on the record's id). A rolled-back transaction's row was never visib
 **Refused for good.** A row the producer refuses at ``put()`` (over 1 MiB, a bad key: rows
 written by SQL skip ``publish()``'s checks) or Kinesis refuses with a permanent error
 (:class:`~kinesumer.errors.RecordRejectedError`) moves to ``<table>_dead`` with the error, is
-counted, and the key's next row follows; other keys never wait for it.
+counted, and the key's next row follows; other keys never wait for it. A refusal for the
+stream's KMS key (``KMSDisabledException`` ...) is the stream's, not the row's: rows wait.
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ def _answered(
 ) -> None:
     """The producer's callback (on its thread): hand the answer to the relay's thread."""
     answers.put((key, future, sent))
+
+
+def refused_for_good(error: BaseException) -> bool:
+    """Whether Kinesis refused the row itself, so that putting it again cannot succeed.
+
+    A ``KMS*`` refusal (the stream's key disabled, deleted, pending import, or the account not
+    opted in) is the stream's configuration, which an operator heals: every row of the stream
+    gets it, so moving rows aside would empty the outbox into the dead-letter table; the rows
+    wait instead, as for a stream not created yet."""
+    return isinstance(error, RecordRejectedError) and not error.code.startswith("KMS")
 
 
 class Row(NamedTuple):
@@ -301,7 +312,7 @@ class Relay:
             if error is None:
                 acked.append(row._replace(age=row.age + time.monotonic() - sent))
                 put_next(key)
-            elif isinstance(error, RecordRejectedError):
+            elif refused_for_good(error):
                 dead.append((row, f"{type(error).__name__}: {error}"))
                 put_next(key)
             else:  # may heal (timeout, throttling, a missing stream): this key waits
