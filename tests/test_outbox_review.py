@@ -161,3 +161,27 @@ def test_rows_refused_for_a_disabled_kms_key_wait_for_it_instead_of_moving_aside
     assert outbox.stats().dead_letters == 0
     landed = by_key(read_all(kinesalite.url, stream))
     assert landed == {f"k{k}": [b"%d" % i for i in range(k, 12, 3)] for k in range(3)}
+
+
+def test_the_delay_of_a_row_queued_behind_its_keys_earlier_rows_counts_its_wait(
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    fault_proxy: Callable[[str], FaultProxy],
+    unique_name: Callable[[str], str],
+) -> None:
+    """Six rows of one key, each PutRecords held 0.4 s by the proxy: the relay puts them one
+    after another, so the last one reaches Kinesis at least 6 x 0.4 s after its publish(); the
+    delay statistics must say so (not only its own round trip)."""
+    outbox = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
+    outbox.create_table()
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    with relaying(outbox, proxy.url) as errors:
+        wait_until(lambda: outbox.stats().partitions == 64, what="the relay's partitions")
+        proxy.add_rule(Fault.delay(0.4), service="kinesis", operation="PutRecords")
+        publish(outbox, stream, 6, keys=1)
+        wait_until(drained(outbox, errors), what="the six rows")
+        stats = outbox.stats()
+    assert stats.published == 6
+    assert stats.delay_p99 is not None and stats.delay_p99 >= 6 * 0.4, stats

@@ -78,14 +78,12 @@ _TAKE = """SELECT p FROM generate_series(0, %s) AS p
     WHERE NOT (p = ANY(%s)) AND pg_try_advisory_lock(%s, p) LIMIT %s"""
 
 
-Answers = queue.SimpleQueue[tuple[tuple[str, str], "Future[PutResult]", float]]
+Answers = queue.SimpleQueue[tuple[tuple[str, str], "Future[PutResult]"]]
 
 
-def _answered(
-    answers: Answers, key: tuple[str, str], sent: float, future: Future[PutResult]
-) -> None:
+def _answered(answers: Answers, key: tuple[str, str], future: Future[PutResult]) -> None:
     """The producer's callback (on its thread): hand the answer to the relay's thread."""
-    answers.put((key, future, sent))
+    answers.put((key, future))
 
 
 def refused_for_good(error: BaseException) -> bool:
@@ -251,10 +249,11 @@ class Relay:
             return False
         assert self._conn is not None
         query = self.names.query(READ)
+        read_at = time.monotonic()  # the rows' ages are PostgreSQL's at this query
         rows = [Row(*r) for r in self._conn.execute(query, (sorted(self.held), self.batch_size))]
         if not rows:
             return False
-        acked, dead = self._put(rows)
+        acked, dead = self._put(rows, read_at)
         self._settle([row.id for row in acked], dead)
         by_stream: dict[str, int] = {}
         for row in acked:
@@ -263,7 +262,7 @@ class Relay:
             self.metrics.outbox_relayed(stream, count)
         return len(rows) == self.batch_size and bool(acked or dead)
 
-    def _put(self, rows: list[Row]) -> tuple[list[Row], list[tuple[Row, str]]]:
+    def _put(self, rows: list[Row], read_at: float) -> tuple[list[Row], list[tuple[Row, str]]]:
         """Put the rows, each key's one at a time in id order; the acknowledged rows and the
         rows refused for good (with the error)."""
         keys: OrderedDict[tuple[str, str], deque[Row]] = OrderedDict()
@@ -296,21 +295,21 @@ class Relay:
                 except InvalidRecordError as exc:  # Kinesis would refuse it: never retried
                     dead.append((waiting.popleft(), f"{type(exc).__name__}: {exc}"))
                     continue
-                future.add_done_callback(
-                    functools.partial(_answered, answers, key, time.monotonic())
-                )
+                future.add_done_callback(functools.partial(_answered, answers, key))
                 in_flight += 1
                 return
 
         for key in list(keys):
             put_next(key)
         while in_flight:
-            key, future, sent = answers.get()
+            key, future = answers.get()
             in_flight -= 1
             row = keys[key].popleft()
             error = future.exception()
             if error is None:
-                acked.append(row._replace(age=row.age + time.monotonic() - sent))
+                # Its age when read plus the time since: a row that waited for its key's
+                # earlier rows counts that wait (the delay is publish() to acknowledgement).
+                acked.append(row._replace(age=row.age + time.monotonic() - read_at))
                 put_next(key)
             elif refused_for_good(error):
                 dead.append((row, f"{type(error).__name__}: {error}"))
