@@ -185,3 +185,22 @@ def test_the_delay_of_a_row_queued_behind_its_keys_earlier_rows_counts_its_wait(
         stats = outbox.stats()
     assert stats.published == 6
     assert stats.delay_p99 is not None and stats.delay_p99 >= 6 * 0.4, stats
+
+
+def test_a_row_written_by_sql_outside_the_partitions_is_refused_not_stranded(
+    postgres: PostgresServer, unique_name: Callable[[str], str]
+) -> None:
+    """The schema is public and writers in other languages compute ``part`` themselves: a
+    ``part`` outside 0..63 belongs to no relay, so the row would wait forever, unseen except
+    as lag. The table refuses it at INSERT instead."""
+    outbox = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
+    outbox.create_table()
+    insert = psycopg.sql.SQL(
+        "INSERT INTO {} (stream, partition_key, data, record_id, part) "
+        "VALUES ('s', 'k', '', 'r', %s)"
+    ).format(psycopg.sql.Identifier(outbox.table))
+    with psycopg.connect(postgres.conninfo, autocommit=True) as conn:
+        for part in (64, -1):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute(insert, (part,))
+        conn.execute(insert, (63,))

@@ -12,6 +12,7 @@ computes ``part`` as :func:`partition` does. ::
     data              bytea                     the record's bytes, as they will be put
     record_id         text                      the record's id to deduplicate on
     part              smallint                  0 .. PARTITIONS-1: which relay publishes it
+                                                (CHECKed: a row outside would wait forever)
     created_at        timestamptz               when publish() ran (clock_timestamp())
 
 **Why a key lock.** A ``bigserial`` id is drawn at INSERT, not at COMMIT: transaction A may draw
@@ -29,7 +30,8 @@ import zlib
 
 from psycopg import sql
 
-#: Relays split the table into this many partitions by key (a relay owns whole partitions).
+#: Relays split the table into this many partitions by key (a relay owns whole partitions;
+#: the table CHECKs its range: change both together).
 PARTITIONS = 64
 #: The advisory-lock object id a relay holds (shared) while it runs: relays count each other.
 PRESENCE = 65535
@@ -41,7 +43,7 @@ _TABLE = """CREATE TABLE IF NOT EXISTS {table} (
     explicit_hash_key text,
     data bytea NOT NULL,
     record_id text NOT NULL,
-    part smallint NOT NULL,
+    part smallint NOT NULL CHECK (part >= 0 AND part < 64),
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )"""
 _INDEX = "CREATE INDEX IF NOT EXISTS {index} ON {table} (part, id)"
