@@ -19,7 +19,7 @@ from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 
-from kinesumer import FlushError, Producer
+from kinesumer import ConfigError, FlushError, Producer
 from kinesumer.outbox import PostgresOutbox
 
 
@@ -204,3 +204,21 @@ def test_a_row_written_by_sql_outside_the_partitions_is_refused_not_stranded(
             with pytest.raises(psycopg.errors.CheckViolation):
                 conn.execute(insert, (part,))
         conn.execute(insert, (63,))
+
+
+def test_a_relay_refuses_a_producer_with_topics_instead_of_moving_rows_aside(
+    postgres: PostgresServer, unique_name: Callable[[str], str]
+) -> None:
+    """Rows hold bytes already, for any stream: a producer limited to ``topics=`` would refuse
+    (or encode again) every row outside or inside them, and each would move to the dead-letter
+    table. A configuration error, said at once, before any row is touched."""
+    outbox = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
+    outbox.create_table()
+    producer = Producer(region="us-east-1", kinesis_endpoint="http://127.0.0.1:9", topics=["a"])
+    stopped = threading.Event()
+    stopped.set()  # the check comes first: a relay told to stop still refuses
+    try:
+        with pytest.raises(ConfigError, match="topics"):
+            outbox.relay(producer, stop=stopped)
+    finally:
+        producer.close()

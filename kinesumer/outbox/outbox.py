@@ -188,7 +188,8 @@ class PostgresOutbox:
         time; a relay that dies (even by SIGKILL) frees its partitions as PostgreSQL ends its
         session, and the others take them within about a second (so a relay needs a session
         of its own: not a pooler in transaction mode). ``poll_interval``: the longest a relay
-        waits without a NOTIFY. Give it a producer without ``topics=``: rows are bytes already.
+        waits without a NOTIFY. Give it a producer without ``topics=`` (rows are bytes
+        already): one with topics raises ConfigError.
         The producer's ``close()`` may raise FlushError for puts that failed and that the relay
         put again (their rows stayed): suppress it. Metrics: the producer's config's (``metrics``
         overrides). Errors that retrying will not heal (no table, a closed producer) raise here.
@@ -198,6 +199,15 @@ class PostgresOutbox:
                 "producer",
                 f"a kinesumer.Producer configured for the streams (region or endpoint), not "
                 f"{type(producer).__name__}",
+                "PostgresOutbox.relay",
+            )
+        if producer.topics is not None:
+            # Rows are bytes for any stream: such a producer would refuse or encode them again,
+            # and every row would move to the dead-letter table.
+            raise ConfigError(
+                "producer",
+                f"a Producer without topics= (rows are bytes already, for any stream), not one "
+                f"limited to {sorted(producer.topics)}",
                 "PostgresOutbox.relay",
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
