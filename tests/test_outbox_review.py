@@ -6,6 +6,10 @@ encryption key disabled for a while (every entry refused with a KMS error).
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +20,7 @@ from _faultproxy import Fault, FaultProxy
 from _group import create_stream
 from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
-from _standins import NodeStandIn
+from _standins import LOOPBACK, NodeStandIn, find_free_port
 from _wait import wait_until
 
 from kinesumer import ConfigError, FlushError, Producer
@@ -222,3 +226,27 @@ def test_a_relay_refuses_a_producer_with_topics_instead_of_moving_rows_aside(
             outbox.relay(producer, stop=stopped)
     finally:
         producer.close()
+
+
+def test_cli_relay_stopped_by_sigterm_while_postgres_is_down_exits_cleanly(
+    unique_name: Callable[[str], str],
+) -> None:
+    """The relay keeps reconnecting while PostgreSQL is down; SIGTERM then stops it with exit 0
+    and a line saying so, not a traceback from the pending count it prints on the way out."""
+    conninfo = f"host={LOOPBACK} port={find_free_port()} user=nobody dbname=none connect_timeout=2"
+    command = [sys.executable, "-m", "kinesumer.cli", "outbox", "relay", "--region", "us-east-1"]
+    command += ["--conninfo", conninfo, "--kinesis-endpoint", f"http://{LOOPBACK}:9"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    ) as relay:
+        try:
+            assert relay.stdout is not None
+            assert "relaying outbox" in relay.stdout.readline()
+            relay.send_signal(signal.SIGTERM)
+            out, err = relay.communicate(timeout=60)
+        finally:
+            relay.kill()
+    assert "Traceback" not in err, err
+    assert relay.returncode == 0, err
+    assert "relay stopped" in out

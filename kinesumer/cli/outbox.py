@@ -185,5 +185,9 @@ def relay_command(args: argparse.Namespace) -> int:
         # Puts that failed were tried again by the relay (their rows stay until written).
         with contextlib.suppress(FlushError):
             producer.close()
-    print(f"relay stopped: {outbox.stats().pending} row(s) pending", flush=True)
+    try:
+        pending = f"{outbox.stats().pending} row(s) pending"
+    except psycopg.OperationalError:  # stopped while PostgreSQL is away: still a clean stop
+        pending = "PostgreSQL unreachable, pending rows unknown"
+    print(f"relay stopped: {pending}", flush=True)
     return EXIT_OK
