@@ -250,3 +250,40 @@ def test_cli_relay_stopped_by_sigterm_while_postgres_is_down_exits_cleanly(
     assert "Traceback" not in err, err
     assert relay.returncode == 0, err
     assert "relay stopped" in out
+
+
+def test_a_hot_keys_backlog_does_not_hold_other_keys_out_of_the_batch(
+    postgres: PostgresServer, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """A key's rows go one per round trip, so a batch filled with one key's backlog takes a
+    round trip per row while every other key waits outside it: after an outage, the outbox
+    would crawl at one row per round trip. A key brings at most a tenth of a batch per cycle,
+    so a later key's row gets in at once (and the hot key's rows still keep their order)."""
+    outbox = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
+    outbox.create_table()
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    with psycopg.connect(outbox.conninfo) as conn, conn.transaction():
+        for i in range(60):
+            outbox.publish(conn, stream, b"%d" % i, partition_key="hot")
+        outbox.publish(conn, stream, b"other", partition_key="cold")
+    stop, errors = threading.Event(), list[BaseException]()
+
+    def run() -> None:
+        try:
+            with Producer(region="us-east-1", kinesis_endpoint=kinesalite.url, linger=0.01) as p:
+                outbox.relay(p, stop=stop, batch_size=20, poll_interval=0.5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_until(drained(outbox, errors), what="the relay to empty the outbox")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    landed = [record.data for record in read_all(kinesalite.url, stream)]
+    assert [d for d in landed if d != b"other"] == [b"%d" % i for i in range(60)]
+    assert landed.index(b"other") < 20, landed.index(b"other")  # in the first cycle

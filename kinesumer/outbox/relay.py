@@ -1,9 +1,10 @@
 """The relay: committed outbox rows to Kinesis through a Producer, deleted once acknowledged.
 
-One cycle: read up to ``batch_size`` rows of the partitions this relay holds, in id order; put
-them; delete the acknowledged ones (and move the refused-for-good ones aside) in one
-transaction; again at once if rows remain, else wait for a NOTIFY (``publish()`` sends one at
-commit) or ``poll_interval``.
+One cycle: read up to ``batch_size`` rows of the partitions this relay holds, in id order, at
+most a tenth of them from one key (a prefix of each key's rows; see schema.READ); put them;
+delete the acknowledged ones (and move the refused-for-good ones aside) in one transaction;
+again at once if rows remain, else wait for a NOTIFY (``publish()`` sends one at commit) or
+``poll_interval``.
 
 **Per-key order.** Within a key, ids grow in commit order (schema.py's key lock), and a relay
 puts a key's rows one at a time: the next only after Kinesis acknowledged the previous one. A
@@ -43,7 +44,7 @@ import math
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
@@ -66,6 +67,11 @@ log = logging.getLogger("kinesumer.outbox")
 
 #: How often a relay counts the others and takes or gives back partitions (seconds).
 REBALANCE_INTERVAL = 1.0
+#: A key brings at most batch_size // KEY_SHARE rows to a cycle (its rows go one per round
+#: trip: a cycle lasts as many round trips as its busiest key has rows) ...
+KEY_SHARE = 10
+#: ... chosen among the first batch_size * HEAD_WINDOW rows by id (bounded work per read).
+HEAD_WINDOW = 4
 #: The wait after PostgreSQL failed, doubling up to the maximum (seconds).
 RECONNECT_BACKOFF = (0.2, 5.0)
 
@@ -244,15 +250,25 @@ class Relay:
 
     # -- one cycle ------------------------------------------------------------------------------
     def _cycle(self) -> bool:
-        """One batch; whether to go again at once (a full batch that made progress)."""
+        """One batch; whether to go again at once (a full batch, or a key that brought all
+        it may, that made progress)."""
         if not self.held:
             return False
         assert self._conn is not None
         query = self.names.query(READ)
+        per_key = max(1, self.batch_size // KEY_SHARE)
+        params = {
+            "parts": sorted(self.held),
+            "head": self.batch_size * HEAD_WINDOW,
+            "per_key": per_key,
+            "batch": self.batch_size,
+        }
         read_at = time.monotonic()  # the rows' ages are PostgreSQL's at this query
-        rows = [Row(*r) for r in self._conn.execute(query, (sorted(self.held), self.batch_size))]
+        rows = [Row(*r) for r in self._conn.execute(query, params)]
         if not rows:
             return False
+        counts = Counter((row.stream, row.partition_key) for row in rows)
+        capped = max(counts.values()) >= per_key  # a key may have more rows than it brought
         acked, dead = self._put(rows, read_at)
         self._settle([row.id for row in acked], dead)
         by_stream: dict[str, int] = {}
@@ -260,7 +276,7 @@ class Relay:
             by_stream[row.stream] = by_stream.get(row.stream, 0) + 1
         for stream, count in by_stream.items():
             self.metrics.outbox_relayed(stream, count)
-        return len(rows) == self.batch_size and bool(acked or dead)
+        return (len(rows) == self.batch_size or capped) and bool(acked or dead)
 
     def _put(self, rows: list[Row], read_at: float) -> tuple[list[Row], list[tuple[Row, str]]]:
         """Put the rows, each key's one at a time in id order; the acknowledged rows and the

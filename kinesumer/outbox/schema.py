@@ -62,9 +62,22 @@ _DEAD = """CREATE TABLE IF NOT EXISTS {dead} (
 INSERT = """INSERT INTO {table}
     (stream, partition_key, explicit_hash_key, data, record_id, part)
 VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"""
-READ = """SELECT id, stream, partition_key, explicit_hash_key, data, record_id,
-    extract(epoch FROM clock_timestamp() - created_at)::float8
-FROM {table} WHERE part = ANY(%s) ORDER BY id LIMIT %s"""
+#: A cycle's rows: among the first ``%(head)s`` rows by id, each key's first ``%(per_key)s``,
+#: then the first ``%(batch)s`` of those by id. Each key gets a prefix of its rows (its order),
+#: and one key's backlog cannot fill the batch: its rows go one per round trip, and every
+#: other key would wait outside the batch meanwhile. The window works on ids and keys only
+#: (no payloads); the payloads of the rows picked are read by the join.
+READ = """SELECT t.id, t.stream, t.partition_key, t.explicit_hash_key, t.data, t.record_id,
+    extract(epoch FROM clock_timestamp() - t.created_at)::float8
+FROM {table} AS t JOIN (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY stream, partition_key ORDER BY id) AS nth
+        FROM (SELECT id, stream, partition_key FROM {table}
+              WHERE part = ANY(%(parts)s) ORDER BY id LIMIT %(head)s) AS head
+    ) AS keyed
+    WHERE nth <= %(per_key)s ORDER BY id LIMIT %(batch)s
+) AS picked USING (id)
+ORDER BY t.id"""
 DELETE = "DELETE FROM {table} WHERE id = ANY(%s)"
 MOVE_ASIDE = """INSERT INTO {dead}
     (id, stream, partition_key, explicit_hash_key, data, record_id, part, created_at, error)
