@@ -24,6 +24,10 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     │   ├── RecordRejectedError         Kinesis refused the entry for good (names its code)
     │   ├── ProducerClosedError         the producer was closed; make a new one
     │   └── FlushError                  flush() found records that failed (counts by error)
+    ├── OutboxError                 the PostgreSQL outbox (kinesumer.outbox) cannot work
+    │   ├── OutboxTableNotFoundError    the outbox table does not exist (create_table())
+    │   └── OutboxConnectionError       publish() got a closed or broken connection, or one
+    │                                   outside a transaction
     ├── MetricsNotInstalledError    Config.metrics without prometheus_client (also ImportError)
     ├── EnhancedFanOutNotInstalledError  Config.enhanced_fan_out without httpx[http2] (also
     │                               ImportError)
@@ -184,3 +188,20 @@ class FlushError(ProducerError):
             f"{total} record(s) were not written ({detail}); first: {first}; each record's "
             f"future holds its error"
         )
+
+
+class OutboxError(KinesumerError):
+    """The PostgreSQL outbox (:mod:`kinesumer.outbox`) cannot do what was asked; the message
+    says what to fix. A payload its topic cannot encode raises
+    :class:`InvalidRecordError` at ``publish()``, as at ``Producer.put()``."""
+
+
+class OutboxTableNotFoundError(OutboxError):
+    """The outbox table does not exist in the database: create it with
+    ``PostgresOutbox.create_table()`` or ``kinesumer outbox create-table``."""
+
+
+class OutboxConnectionError(OutboxError):
+    """``publish()`` was given a connection it cannot write the row on: closed, broken, or
+    not inside a transaction (the row would commit on its own, apart from the caller's
+    changes)."""

@@ -101,6 +101,15 @@ class Metrics:
         """Producer, once per answer with refusals: entries to send again, ``throttled`` of
         them refused for throughput."""
 
+    def outbox_relayed(self, stream: str, records: int) -> None:
+        """Outbox relay, once per cycle and stream: rows acknowledged by Kinesis."""
+
+    def outbox_moved_aside(self, stream: str) -> None:
+        """Outbox relay: a row Kinesis refuses for good moved to the dead-letter table."""
+
+    def outbox_lag(self, pending: int, oldest_seconds: float | None) -> None:
+        """Outbox relay, about once a second: rows not yet acknowledged, the oldest's age."""
+
     def close(self) -> None:
         """The member left."""
 
@@ -249,6 +258,24 @@ class _Families:
             buckets=_LATENCY_BUCKETS,
             **kw,
         )
+        self.outbox_relayed = Counter(
+            "kinesumer_outbox_relayed", "Outbox rows acknowledged by Kinesis.", stream, **kw
+        )
+        self.outbox_moved_aside = Counter(
+            "kinesumer_outbox_moved_aside",
+            "Outbox rows Kinesis refuses for good, moved to the dead-letter table.",
+            stream,
+            **kw,
+        )
+        self.outbox_pending = Gauge(
+            "kinesumer_outbox_pending", "Outbox rows not yet acknowledged by Kinesis.", member, **kw
+        )
+        self.outbox_oldest = Gauge(
+            "kinesumer_outbox_oldest_pending_seconds",
+            "Age of the oldest outbox row not yet acknowledged (0 when none).",
+            member,
+            **kw,
+        )
 
 
 _families: dict[int, _Families] = {}
@@ -354,6 +381,16 @@ class PrometheusMetrics(Metrics):
         self._f.produce_retries.labels(*self._member, stream).inc(entries)
         if throttled:
             self._f.produce_throttled.labels(*self._member, stream).inc(throttled)
+
+    def outbox_relayed(self, stream: str, records: int) -> None:
+        self._f.outbox_relayed.labels(*self._member, stream).inc(records)
+
+    def outbox_moved_aside(self, stream: str) -> None:
+        self._f.outbox_moved_aside.labels(*self._member, stream).inc()
+
+    def outbox_lag(self, pending: int, oldest_seconds: float | None) -> None:
+        self._f.outbox_pending.labels(*self._member).set(pending)
+        self._f.outbox_oldest.labels(*self._member).set(oldest_seconds or 0.0)
 
     def close(self) -> None:
         """The member left: its gauges would otherwise report stale values forever."""

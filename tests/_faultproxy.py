@@ -106,8 +106,8 @@ class FaultKind(enum.Enum):
     TCP RST instead of relaying the answer: a write that landed but whose answer was lost."""
     REFUSE_ENTRIES = "refuse_entries"
     """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
-    ``ProvisionedThroughputExceededException``; forward the rest and merge the answers (a
-    partial failure, as AWS answers when a shard is over its limit)."""
+    ``ProvisionedThroughputExceededException`` (or ``Fault.code``); forward the rest and merge
+    the answers (a partial failure, as AWS answers when a shard is over its limit)."""
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,14 @@ class Fault:
     kind: FaultKind
     seconds: float = 0.0
     share: float = 0.0
+    code: str = ""
 
     def __post_init__(self) -> None:
         if self.kind is FaultKind.REFUSE_ENTRIES:
             if not 0.0 <= self.share <= 1.0:
                 raise ValueError(f"share must be within [0, 1], got {self.share}")
-        elif self.share:
-            raise ValueError(f"{self.kind.value} takes no share parameter")
+        elif self.share or self.code:
+            raise ValueError(f"{self.kind.value} takes no share or code parameter")
         if self.kind is FaultKind.DELAY:
             if self.seconds < 0:
                 raise ValueError(f"delay must be >= 0 seconds, got {self.seconds}")
@@ -174,9 +175,12 @@ class Fault:
         return cls(FaultKind.LOST_RESPONSE)
 
     @classmethod
-    def refuse_entries(cls, share: float) -> Fault:
-        """PutRecords: refuse about ``share`` of each call's entries (throughput exceeded)."""
-        return cls(FaultKind.REFUSE_ENTRIES, share=share)
+    def refuse_entries(
+        cls, share: float, code: str = "ProvisionedThroughputExceededException"
+    ) -> Fault:
+        """PutRecords: refuse about ``share`` of each call's entries with the entry error
+        ``code`` (default: throughput exceeded; e.g. ``KMSDisabledException``)."""
+        return cls(FaultKind.REFUSE_ENTRIES, share=share, code=code)
 
     @classmethod
     def expired_iterator(cls) -> Fault:
@@ -597,8 +601,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             if out:
                 merged.append(
                     {
-                        "ErrorCode": "ProvisionedThroughputExceededException",
-                        "ErrorMessage": "Rate exceeded for shard (fault proxy)",
+                        "ErrorCode": rule.fault.code or "ProvisionedThroughputExceededException",
+                        "ErrorMessage": "refused by the fault proxy",
                     }
                 )
             else:

@@ -27,6 +27,7 @@ from .options import (
     positive_int,
     sequence_number,
 )
+from .outbox import add_outbox
 from .produce import add_produce
 from .status import status_command
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
     add_produce(commands)
+    add_outbox(commands)
     add_controls(commands, shared)
     return parser
 

@@ -113,6 +113,11 @@ class BaseProducer:
         """Counters since creation and what is buffered now (see :class:`ProducerStats`)."""
         return self._core.stats()
 
+    @property
+    def topics(self) -> frozenset[str] | None:
+        """The streams this producer may put to (its ``topics=``), or None: any stream."""
+        return None if self._topics is None else frozenset(self._topics)
+
     def _record(
         self,
         stream: str | Topic[Any],

@@ -1,0 +1,123 @@
+"""The outbox's tables, its SQL, and the hashes that place a row: its key lock and partition.
+
+One row per record waiting for Kinesis, in ``<table>``; a row Kinesis refuses for good moves to
+``<table>_dead`` with the error. The schema is public: a writer in another language may insert
+rows itself, provided it takes the same per-key lock (:func:`key_lock`) in its transaction and
+computes ``part`` as :func:`partition` does. ::
+
+    id                bigserial PRIMARY KEY     the order of a key's rows, and their stable id
+    stream            text                      the Kinesis stream
+    partition_key     text
+    explicit_hash_key text NULL
+    data              bytea                     the record's bytes, as they will be put
+    record_id         text                      the record's id to deduplicate on
+    part              smallint                  0 .. PARTITIONS-1: which relay publishes it
+                                                (CHECKed: a row outside would wait forever)
+    created_at        timestamptz               when publish() ran (clock_timestamp())
+
+**Why a key lock.** A ``bigserial`` id is drawn at INSERT, not at COMMIT: transaction A may draw
+id 5, transaction B id 6, and B commit first. Ordering a key's rows by id would then publish
+them out of commit order. ``publish()`` therefore takes a transaction-scoped advisory lock on
+the (stream, partition key) before drawing the id: a second transaction writing the same key
+waits until the first commits or rolls back, so within a key ids grow in commit order, and a
+relay reading committed rows sees, per key, a prefix of that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+from psycopg import sql
+
+#: Relays split the table into this many partitions by key (a relay owns whole partitions;
+#: the table CHECKs its range: change both together).
+PARTITIONS = 64
+#: The advisory-lock object id a relay holds (shared) while it runs: relays count each other.
+PRESENCE = 65535
+
+_TABLE = """CREATE TABLE IF NOT EXISTS {table} (
+    id bigserial PRIMARY KEY,
+    stream text NOT NULL,
+    partition_key text NOT NULL,
+    explicit_hash_key text,
+    data bytea NOT NULL,
+    record_id text NOT NULL,
+    part smallint NOT NULL CHECK (part >= 0 AND part < 64),
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)"""
+_INDEX = "CREATE INDEX IF NOT EXISTS {index} ON {table} (part, id)"
+_DEAD = """CREATE TABLE IF NOT EXISTS {dead} (
+    id bigint PRIMARY KEY,
+    stream text NOT NULL,
+    partition_key text NOT NULL,
+    explicit_hash_key text,
+    data bytea NOT NULL,
+    record_id text NOT NULL,
+    part smallint NOT NULL,
+    created_at timestamptz NOT NULL,
+    failed_at timestamptz NOT NULL DEFAULT now(),
+    error text NOT NULL
+)"""
+INSERT = """INSERT INTO {table}
+    (stream, partition_key, explicit_hash_key, data, record_id, part)
+VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"""
+#: A cycle's rows: among the first ``%(head)s`` rows by id, each key's first ``%(per_key)s``,
+#: then the first ``%(batch)s`` of those by id. Each key gets a prefix of its rows (its order),
+#: and one key's backlog cannot fill the batch: its rows go one per round trip, and every
+#: other key would wait outside the batch meanwhile. The window works on ids and keys only
+#: (no payloads); the payloads of the rows picked are read by the join.
+READ = """SELECT t.id, t.stream, t.partition_key, t.explicit_hash_key, t.data, t.record_id,
+    extract(epoch FROM clock_timestamp() - t.created_at)::float8
+FROM {table} AS t JOIN (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY stream, partition_key ORDER BY id) AS nth
+        FROM (SELECT id, stream, partition_key FROM {table}
+              WHERE part = ANY(%(parts)s) ORDER BY id LIMIT %(head)s) AS head
+    ) AS keyed
+    WHERE nth <= %(per_key)s ORDER BY id LIMIT %(batch)s
+) AS picked USING (id)
+ORDER BY t.id"""
+DELETE = "DELETE FROM {table} WHERE id = ANY(%s)"
+MOVE_ASIDE = """INSERT INTO {dead}
+    (id, stream, partition_key, explicit_hash_key, data, record_id, part, created_at, error)
+SELECT id, stream, partition_key, explicit_hash_key, data, record_id, part, created_at, %s
+FROM {table} WHERE id = %s ON CONFLICT (id) DO NOTHING"""
+LAG = """SELECT count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8,
+    (SELECT count(*) FROM {dead}) FROM {table}"""
+
+
+class Names:
+    """The SQL names of one outbox: its table, its dead-letter table, its index, the NOTIFY
+    channel and the advisory-lock class of its relays, all derived from ``table``."""
+
+    def __init__(self, table: str) -> None:
+        parts = table.split(".")
+        self.text = table
+        self.table = sql.Identifier(*parts)
+        self.dead = sql.Identifier(*parts[:-1], parts[-1] + "_dead")
+        self.index = sql.Identifier(parts[-1] + "_part_id")
+        digest = hashlib.blake2b(table.encode(), digest_size=8).digest()
+        #: LISTEN/pg_notify channel (identifiers stop at 63 bytes: a hash, not the name).
+        self.channel = "kinesumer_outbox_" + digest.hex()
+        #: First key of the relays' two-int advisory locks (0 .. 2**31-1).
+        self.lock_class = int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    def query(self, template: str) -> sql.Composed:
+        return sql.SQL(template).format(table=self.table, dead=self.dead, index=self.index)
+
+    def schema(self) -> list[sql.Composed]:
+        """The statements that create the outbox (each idempotent)."""
+        return [self.query(_TABLE), self.query(_INDEX), self.query(_DEAD)]
+
+
+def key_lock(table: str, stream: str, partition_key: str) -> int:
+    """The bigint of the transaction-scoped advisory lock ``publish()`` takes per key (a
+    64-bit hash: two keys share a lock only by a collision, which costs waiting, never order)."""
+    digest = hashlib.blake2b(f"{table}\0{stream}\0{partition_key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def partition(stream: str, partition_key: str) -> int:
+    """The relay partition of a key: CRC-32 of ``stream NUL key`` (UTF-8) modulo PARTITIONS."""
+    return zlib.crc32(f"{stream}\0{partition_key}".encode()) % PARTITIONS
