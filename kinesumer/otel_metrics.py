@@ -15,11 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._version import __version__
+from .metric_families import HANDOFF_BUCKETS, LATENCY_BUCKETS
 from .metrics import Metrics
-
-#: Histogram bucket boundaries, as the Prometheus histograms have them (seconds).
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class OpenTelemetryMetrics(Metrics):
@@ -95,6 +92,14 @@ class OpenTelemetryMetrics(Metrics):
             "Per PutRecords answer, from its oldest put.",
             LATENCY_BUCKETS,
         )
+        self._outbox_relayed = counter("kinesumer_outbox_relayed", "Outbox rows acknowledged.")
+        self._outbox_moved = counter("kinesumer_outbox_moved_aside", "Outbox rows moved aside.")
+        self._outbox_pending = meter.create_gauge(
+            "kinesumer_outbox_pending", description="Outbox rows not yet acknowledged."
+        )
+        self._outbox_oldest = meter.create_gauge(
+            "kinesumer_outbox_oldest_pending_seconds", description="Oldest outbox row's age."
+        )
 
     def _with(self, **attributes: Any) -> dict[str, Any]:
         return {**self._member, **attributes}
@@ -167,3 +172,13 @@ class OpenTelemetryMetrics(Metrics):
         self._produce_retries.add(entries, self._with(stream=stream))
         if throttled:
             self._produce_throttled.add(throttled, self._with(stream=stream))
+
+    def outbox_relayed(self, stream: str, records: int) -> None:
+        self._outbox_relayed.add(records, self._with(stream=stream))
+
+    def outbox_moved_aside(self, stream: str) -> None:
+        self._outbox_moved.add(1, self._with(stream=stream))
+
+    def outbox_lag(self, pending: int, oldest_seconds: float | None) -> None:
+        self._outbox_pending.set(pending, self._member)
+        self._outbox_oldest.set(oldest_seconds or 0.0, self._member)
