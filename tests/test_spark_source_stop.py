@@ -75,7 +75,9 @@ def test_a_stopped_query_hands_its_shards_over_at_once(
     thread.start()
     try:
         with local_spark() as spark:
-            query = start_query(spark, config, [stream], Collector(), str(tmp_path / "ck"))
+            query = start_query(
+                spark, config, [stream], Collector(), str(tmp_path / "ck"), shared_group=True
+            )
             wait_until(
                 lambda: len(set(owners(config, stream).values())) == 2 and query.lastProgress,
                 WAIT,

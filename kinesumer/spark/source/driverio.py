@@ -34,8 +34,11 @@ T = TypeVar("T")
 class DriverIO:
     """Clients and a loop thread for the planner; :meth:`close` ends both (idempotent)."""
 
-    def __init__(self, config: Config, query: str, ledger_ttl: int) -> None:
+    def __init__(self, config: Config, query: str, ledger_ttl: int, group: str) -> None:
+        """``group``: the app name of the query's consumer group (:mod:`.groups`): the pins and
+        client items it reads live there; the ledger lives under ``config.app``."""
         self._config = config
+        self._group = group
         self._stats = RequestStats()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -53,9 +56,7 @@ class DriverIO:
             ledger_ttl,
         )
         self._table = StateTable(self._clients.dynamodb, config.dynamodb_table, self._stats)
-        self._pins = LatestPins(
-            self._clients.dynamodb, config.dynamodb_table, config.app, self._stats
-        )
+        self._pins = LatestPins(self._clients.dynamodb, config.dynamodb_table, group, self._stats)
         self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
         self._closed = False
 
@@ -89,12 +90,12 @@ class DriverIO:
         return self._run(self._delete(client_id, seen))
 
     async def _last_update(self, client_id: str) -> int | None:
-        item = await self._table.get(client_key(self._config.app, client_id))
+        item = await self._table.get(client_key(self._group, client_id))
         return None if item is None else decode_client(item).last_update_ms
 
     async def _delete(self, client_id: str, seen: int) -> bool:
         # The leader's prune condition: deleted only if it did not heartbeat since ``seen``.
-        key = client_key(self._config.app, client_id)
+        key = client_key(self._group, client_id)
         return await self._table.delete_if(key, prune_condition(ClientInfo(client_id, seen)))
 
     def closed_shards(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:

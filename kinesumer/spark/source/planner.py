@@ -40,6 +40,7 @@ from typing import Any
 
 from ...config import Config
 from .driverio import DriverIO
+from .groups import group_config
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
@@ -85,18 +86,25 @@ class Planner:
         if self._query != query or self._io is None:
             if self._io is not None:
                 self._io.close()
-            self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds)
+            group = self.group_config(query).app
+            self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds, group)
             self._query = query
         return self._io
+
+    def group_config(self, query: str) -> Config:
+        """The member's Config for ledger id ``query``: ``app`` names its group (:mod:`.groups`)."""
+        return group_config(self.options.config, query, self.options.shared_group)
 
     def _join(self, query: str, previous_owner: str = "") -> Member:
         """The member, joined; ``previous_owner``: the member that planned the offset Spark
         resumes from (see :meth:`_forget_previous_run`)."""
         self._open(query)
         if self._member is None:
-            member = self._member_factory(self.options.config)
+            config = self.group_config(query)
+            member = self._member_factory(config)
             self._forget_previous_run(previous_owner)
             member.start(self.options.streams)  # named errors (table, streams) raised here
+            log.info("query %s: a member of group %s", query, config.app)
             self._member = member
         return self._member
 
