@@ -270,3 +270,29 @@ def test_trigger_once_runs_one_bounded_batch(
     query.awaitTermination(300)
     assert [b for b, _ in sink.batches] == [0]
     assert len(sink.rows()) == 20 and set(sink.datas()) <= set(produced)  # 10 per shard
+
+
+def test_an_error_in_the_query_s_source_worker_comes_as_the_named_error_alone(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """The state table deleted between load() (which checked it) and start(): the member's
+    join in initialOffset fails, and the query's exception gives the named error, no frames."""
+    import boto3
+
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 1)
+    frame = spark.readStream.format("kinesumer").options(**option_strings(config, [stream]))
+    loaded = frame.load()
+    boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    ).delete_table(TableName=config.dynamodb_table)
+    query = (
+        loaded.writeStream.foreachBatch(Collector())
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination(300)
+    text = str(caught.value)
+    assert "kinesumer.errors.StateTableNotFoundError: " in text, text[:2000]
+    assert "Traceback (most recent call last)" not in text, text[:2000]

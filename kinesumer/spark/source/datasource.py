@@ -42,7 +42,7 @@ from .compat import (
     SupportsTriggerAvailableNow,
     require_source_api,
 )
-from .errors import named_error_first
+from .errors import named_error_first, named_errors
 from .executor import read_partition
 from .options import (
     SourceOptions,
@@ -132,34 +132,43 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
+    @named_errors
     def initialOffset(self) -> dict[str, Any]:
         self._leave_on_exit()
         return self._planner.initial_offset()
 
+    @named_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._leave_on_exit()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self._planner.latest_offset(start, max_rows)
 
+    @named_errors
     def getDefaultReadLimit(self) -> ReadLimit:
         bound = self._planner.options.max_records_per_trigger
         return ReadMaxRows(bound) if bound else ReadAllAvailable()
 
+    @named_errors
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._planner.report_latest()
 
+    @named_errors
     def prepareForTriggerAvailableNow(self) -> None:
         self._planner.prepare_available_now()
 
+    @named_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         return self._planner.partitions(end)
 
+    @named_errors
     def read(self, partition: ShardPartition) -> Iterator[Any]:  # type: ignore[override]
         return read_partition(partition)
 
+    @named_errors
     def commit(self, end: dict[str, Any]) -> None:
         self._planner.commit(end)
 
+    @named_errors
     def stop(self) -> None:
         self._planner.close()
 
