@@ -170,6 +170,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @named_errors
     def stop(self) -> None:
+        _hold_sigterm()
         self._planner.close()
 
 
@@ -178,6 +179,18 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     then atexit). A second SIGTERM while leaving is ignored: the leave is short."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
+
+
+def _hold_sigterm() -> None:
+    """Ignore SIGTERM while the member leaves (``stop()``). The runner's ``finally`` may call
+    ``stop()`` on its own, before any signal: when the JVM closed the worker's socket first
+    (``spark.stop()`` interrupts the query's thread, which closes its channel), and sends its
+    SIGTERM (``destroy()``) only after. Raised inside the leave, that SIGTERM's ``SystemExit``
+    would abort it halfway (the member's loop stops with the leave unfinished, and the group
+    sees a crash: the shards wait ``client_timeout``)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def check_resources(options: SourceOptions) -> None:
