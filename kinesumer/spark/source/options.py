@@ -46,6 +46,9 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Kafka source); True: it joins the app's group, sharing its shards with the app's other
     # queries and plain Kinesumer processes (see kinesumer.spark.source.groups).
     "shared_group": False,
+    # Kinesis or DynamoDB failing: how long (seconds) the source retries a step, with backoff,
+    # before the query fails with SourceOutageError naming the service and since when.
+    "outage_timeout": 300.0,
     # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
     "log_level": None,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
@@ -124,6 +127,7 @@ class SourceOptions:
     test_fail_first_read_dir: str | None = None
     log_level: str | None = None
     shared_group: bool = False
+    outage_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         # Built in each Spark worker that parses the options (the planner's among them).

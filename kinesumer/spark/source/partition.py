@@ -34,6 +34,8 @@ class ShardPartition(InputPartition):
     #: TEST ONLY (option ``test_fail_first_read_dir``): fail the first read of this
     #: (batch, shard) once, after its ledger item was written.
     fail_first_read_dir: str | None = None
+    #: How long a read rides out a Kinesis or DynamoDB outage (option ``outage_timeout``).
+    outage_timeout: float = 300.0
 
     @property
     def key(self) -> tuple[str, str]:

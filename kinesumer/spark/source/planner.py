@@ -87,7 +87,8 @@ class Planner:
             if self._io is not None:
                 self._io.close()
             group = self.group_config(query).app
-            self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds, group)
+            o = self.options
+            self._io = DriverIO(o.config, query, o.ledger_ttl_seconds, group, o.outage_timeout)
             self._query = query
         return self._io
 
@@ -216,6 +217,7 @@ class Planner:
                 max_read_seconds=o.max_read_seconds,
                 ledger_ttl=o.ledger_ttl_seconds,
                 fail_first_read_dir=o.test_fail_first_read_dir,
+                outage_timeout=o.outage_timeout,
             )
             for (stream, shard_id), start in sorted(end.shards.items())
         ]
