@@ -44,7 +44,7 @@ from .groups import group_config
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
-from .partition import ShardPartition
+from .partition import ShardPartition, partitions_of
 from .pins import initial_start, local_now_ms, pinned
 from .rotation import Rotation, bound_of
 from .settle import Key, Member, Owned, Settlement, await_claims
@@ -202,25 +202,7 @@ class Planner:
         return self._latest
 
     def partitions(self, end_json: dict[str, Any]) -> list[ShardPartition]:
-        end = SourceOffset.from_json(end_json)
-        o = self.options
-        return [
-            ShardPartition(
-                config=o.config,
-                query=end.query,
-                batch=end.batch,
-                stream=stream,
-                shard_id=shard_id,
-                start=start,
-                limit=end.limits.get((stream, shard_id), o.max_records_per_shard),
-                owner=end.owner,
-                max_read_seconds=o.max_read_seconds,
-                ledger_ttl=o.ledger_ttl_seconds,
-                fail_first_read_dir=o.test_fail_first_read_dir,
-                outage_timeout=o.outage_timeout,
-            )
-            for (stream, shard_id), start in sorted(end.shards.items())
-        ]
+        return partitions_of(self.options, SourceOffset.from_json(end_json))
 
     def commit(self, end_json: dict[str, Any]) -> None:
         """Settle ``end`` (when the member is here) and clean the ledger up. Never joins: after
