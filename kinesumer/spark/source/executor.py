@@ -219,8 +219,10 @@ class _ShardReader:
         out: list[Record] = []
         caught_up = shard_end = False
         empty = 0
+        behind: int | None = None  # the last answer's MillisBehindLatest (for progress)
         deadline = time.monotonic() + p.max_read_seconds
         async for batch in self._records(deadline):
+            behind = batch.millis_behind
             out.extend(batch.records)
             if len(out) > p.limit:
                 del out[p.limit :]  # the rest of this answer belongs to the next batch
@@ -256,6 +258,7 @@ class _ShardReader:
             last_arrival_ms=last_arrival,
             owner=p.owner,
             lease=p.start.lease,
+            millis_behind=behind,
         )
         return out, entry
 

@@ -46,6 +46,7 @@ from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
 from .partition import ShardPartition, partitions_of
 from .pins import initial_start, local_now_ms, pinned
+from .progress import log_read, read_report
 from .rotation import Rotation, bound_of
 from .settle import Key, Member, Owned, Settlement, await_claims
 
@@ -78,6 +79,7 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self.last_read: dict[str, Any] | None = None  # the batch read last (:mod:`.progress`)
         self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -199,7 +201,10 @@ class Planner:
         return self._latest
 
     def report_latest(self) -> dict[str, Any] | None:
-        return self._latest
+        """The last planned offset, with ``"read"``: the batch read last (:mod:`.progress`)."""
+        if self._latest is None or self.last_read is None:
+            return self._latest
+        return {**self._latest, "read": self.last_read}
 
     def partitions(self, end_json: dict[str, Any]) -> list[ShardPartition]:
         return partitions_of(self.options, SourceOffset.from_json(end_json))
@@ -236,6 +241,8 @@ class Planner:
                     offset.batch, sorted(missing),
                 )  # fmt: skip
             self._ends[offset.batch] = ends
+            self.last_read = read_report(offset.batch, ends)
+            log_read(self.last_read)
         return ends
 
     def _settle(self, offset: SourceOffset) -> None:
