@@ -241,6 +241,9 @@ def test_two_sinks_of_one_dataframe_each_get_every_record_at_latest(
         putter.join(10)
         for query in queries:
             query.stop()
+    # The progress's latestOffset (reportLatestOffset) tells the batch read last, with its lag.
+    reported = [p["sources"][0].get("latestOffset") or "" for p in queries[0].recentProgress]
+    assert any('"read"' in r and '"max_millis_behind"' in r for r in reported), reported[-3:]
     for sink in sinks:
         seen = Counter(numbers(sink.datas()))
         assert {n: c for n, c in seen.items() if n < 10_000} == dict.fromkeys(range(100), 1)
