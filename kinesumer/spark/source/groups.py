@@ -21,13 +21,12 @@ read by one of them), and a ``LATEST`` shard resumes where any of them first ope
 The ledger (:mod:`.ledger`) stays keyed by ``<app>`` and the ledger id in both cases: an
 executor's read needs nothing from the group.
 
-State a per-query group leaves in the table once its checkpoint folder is gone for good:
-its client item (deleted at a graceful leave, else expired by its TTL), its ledger items
-(TTL ``ledger_ttl_seconds``), its shard-list cache (TTL one day), and, without TTL, one
-checkpoint item and at most one ``LATEST`` pin item per shard read (about 200 bytes each).
-Remove those with ``kinesumer checkpoints reset --app <app>.spark-<query> ...`` or by deleting
-the items whose key holds that group name; :func:`group_of` names it, and the source logs it at
-INFO when the query starts.
+State a per-query group leaves in the table once its checkpoint folder is gone for good: its
+client item (deleted at a graceful leave, else expired by TTL), its ledger items (TTL
+``ledger_ttl_seconds``), and, without TTL, one checkpoint item and at most one ``LATEST`` pin
+per shard read (about 200 bytes each) plus a few small items of the group's leader.
+:func:`~.cleanup.forget_query` deletes them all; the source logs the group's name at INFO when
+the query starts.
 """
 
 from __future__ import annotations
