@@ -513,6 +513,10 @@ def table(r: dict[str, Any]) -> str:
             f"{c['steady_driver_cpu']:.2f} s | {cpu.get('workers', 0.0):.2f} s | "
             f"{cpu.get('jvm', 0.0):.2f} s |"
         )
+    if r.get("latency"):  # bench_spark_latency.py, as benchmarks/run.py measured it
+        import bench_spark_latency
+
+        lines += ["", bench_spark_latency.table(r["latency"])]
     return "\n".join(lines)
 
 

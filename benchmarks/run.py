@@ -202,13 +202,17 @@ def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
         print("  spark: skipped (pip install 'kinesumer[spark]')", flush=True)
         return None
     import bench_spark
+    import bench_spark_latency
 
     if quick:  # the two paths side by side on local[2], no Parquet: one JVM, two short runs
         noop = ("foreach_batch/noop", "source/noop")
-        return bench_spark.suite(
+        result = bench_spark.suite(
             kurl, durl, records=20_000, rounds=1, masters=("local[2]",), contenders=noop
         )
-    return bench_spark.suite(kurl, durl, records=60_000, rounds=1)
+    else:
+        result = bench_spark.suite(kurl, durl, records=60_000, rounds=1)
+    result["latency"] = bench_spark_latency.suite(kurl, durl, quick)  # the source, under load
+    return result
 
 
 def machine() -> str:

@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 from _group import create_stream, put
-from _spark_source import Collector, checkpoints, local_spark, members, spark_group, start_query
+from _spark_source import (
+    Collector,
+    checkpoints,
+    local_spark,
+    members,
+    query_group,
+    spark_group,
+    start_query,
+)
 
 from kinesumer import Config, ConfigError, StateTableNotFoundError, StreamNotFoundError
 from kinesumer.spark.source import option_strings
@@ -74,10 +82,13 @@ def test_available_now_drains_four_shards_exactly_once(
     last: dict[str, int] = {}
     for r in sink.rows():
         last[r[1]] = max(last.get(r[1], 0), int(r[2]))
-    stored = checkpoints(config, stream)
+    # The query is a group of its own (shared_group=false, the default), named after it.
+    own = query_group(config, str(tmp_path / "ck"))
+    stored = checkpoints(own, stream)
+    assert checkpoints(config, stream) == {}
     assert {k: int(v["sequence_number"]["S"]) for k, v in stored.items()} == last
     # The run left the group when it ended (Spark kills the worker: it left before that).
-    assert members(config) == []
+    assert members(own) == []
     assert all("owner" not in v for v in stored.values())
     # A second run with the same checkpoint finds nothing new ...
     again = run_available_now(spark, config, stream, str(tmp_path / "ck"))
@@ -225,11 +236,12 @@ def test_a_restarted_query_takes_over_from_its_stopped_run_at_once(
         wait_until(lambda: len(first.rows()) >= 20, 120, "the first run's records")
     finally:
         query.stop()
-    stopped = members(config)  # empty if the member left on the stop: both are fine
+    own = query_group(config, path)  # the same group in both runs: one checkpoint folder
+    stopped = members(own)  # empty if the member left on the stop: both are fine
     assert len(stopped) <= 1, stopped
     put(group["url"], stream, 20, 20)
     second = run_available_now(spark, config, stream, path)
-    assert not set(stopped) & set(members(config))
+    assert not set(stopped) & set(members(own))
     new = Counter(str(i).encode() for i in range(20, 40))
     replayed = Counter(second.datas()) - new
     # The stop may have come before Spark committed the first batch: then it is replayed,
@@ -259,3 +271,29 @@ def test_trigger_once_runs_one_bounded_batch(
     query.awaitTermination(300)
     assert [b for b, _ in sink.batches] == [0]
     assert len(sink.rows()) == 20 and set(sink.datas()) <= set(produced)  # 10 per shard
+
+
+def test_an_error_in_the_query_s_source_worker_comes_as_the_named_error_alone(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """The state table deleted between load() (which checked it) and start(): the member's
+    join in initialOffset fails, and the query's exception gives the named error, no frames."""
+    import boto3
+
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 1)
+    frame = spark.readStream.format("kinesumer").options(**option_strings(config, [stream]))
+    loaded = frame.load()
+    boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    ).delete_table(TableName=config.dynamodb_table)
+    query = (
+        loaded.writeStream.foreachBatch(Collector())
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination(300)
+    text = str(caught.value)
+    assert "kinesumer.errors.StateTableNotFoundError: " in text, text[:2000]
+    assert "Traceback (most recent call last)" not in text, text[:2000]

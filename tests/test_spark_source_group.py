@@ -1,6 +1,7 @@
 """The streaming source as a group member (local Spark, kinesalite + dynalite): a split and a
 merge while a query runs (parents before children, nothing lost), two queries of one app split
-the shards and a stopped one hands over, a query and a plain ``Kinesumer`` split them likewise.
+the shards and a stopped one hands over, a query and a plain ``Kinesumer`` split them likewise
+(both with ``shared_group=true``; by default each query is a group of its own).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from _spark_source import Collector, checkpoints, local_spark, spark_group, star
 from _wait import wait_until
 
 from kinesumer import Kinesumer, Record
+from kinesumer.spark.source import option_strings
 
 pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
 
@@ -107,8 +109,8 @@ def test_two_queries_split_the_shards_and_a_stopped_one_hands_over(
     url, stream, config = group["url"], group["stream"], group["config"]
     create_stream(url, stream, 4)
     first, second = Collector(), Collector()
-    one = start_query(spark, config, [stream], first, str(tmp_path / "one"))
-    two = start_query(spark, config, [stream], second, str(tmp_path / "two"))
+    one = start_query(spark, config, [stream], first, str(tmp_path / "one"), shared_group=True)
+    two = start_query(spark, config, [stream], second, str(tmp_path / "two"), shared_group=True)
     try:
         wait_until(
             lambda: len(owners(group)) == 2, WAIT, "both queries owning shards", status(one, two)
@@ -157,7 +159,7 @@ def test_a_query_and_a_plain_kinesumer_split_the_shards(
     thread = threading.Thread(target=consume, name="plain-kinesumer", daemon=True)
     thread.start()
     sink = Collector()
-    query = start_query(spark, config, [stream], sink, str(tmp_path / "ck"))
+    query = start_query(spark, config, [stream], sink, str(tmp_path / "ck"), shared_group=True)
     try:
         wait_until(
             lambda: len(owners(group)) == 2,
@@ -186,3 +188,63 @@ def test_a_query_and_a_plain_kinesumer_split_the_shards(
         stop.set()
         query.stop()
     assert Counter(numbers(sink.datas() + [r.data for r in plain])) == Counter(range(300))
+
+
+def read_some(query: Any) -> bool:
+    """Whether the query has had a batch with rows (its shards opened and read)."""
+    return any(p["numInputRows"] for p in query.recentProgress)
+
+
+def test_two_sinks_of_one_dataframe_each_get_every_record_at_latest(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """The default (no shared_group), at the default LATEST: each query of one DataFrame is a
+    group of its own and reads the whole stream, like Spark's Kafka source. (A thread keeps
+    putting records meanwhile: kinesalite answers AT_TIMESTAMP, where a LATEST start is pinned,
+    only once some record arrived at or after the instant, STANDINS.md.)"""
+    url, stream = group["url"], group["stream"]
+    config = group["config"].replace(initial_position="LATEST")
+    create_stream(url, stream, 2)
+    frame = spark.readStream.format("kinesumer").options(**option_strings(config, [stream])).load()
+    sinks = [Collector(), Collector()]
+    queries = [
+        frame.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / f"ck{i}"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+        for i, sink in enumerate(sinks)
+    ]
+    stop = threading.Event()
+
+    def keep_putting() -> None:  # numbered from 10_000, on both shards
+        n = 10_000
+        while not stop.wait(0.3):
+            put(url, stream, n, 4, key=lambda i: f"k{i % 4}")
+            n += 4
+
+    putter = threading.Thread(target=keep_putting, name="putter", daemon=True)
+    putter.start()
+    try:
+        wait_until(  # each has opened the shards (LATEST: what arrives from then on) and read
+            lambda: all(read_some(q) for q in queries), WAIT, "both queries reading",
+            status(*queries),
+        )  # fmt: skip
+        put(url, stream, 0, 100)
+        wait_until(
+            lambda: all(set(range(100)) <= set(numbers(s.datas())) for s in sinks),
+            WAIT,
+            "every record in both sinks",
+            lambda: f"{[len(s.datas()) for s in sinks]} {status(*queries)()}",
+        )
+    finally:
+        stop.set()
+        putter.join(10)
+        for query in queries:
+            query.stop()
+    # The progress's latestOffset (reportLatestOffset) tells the batch read last, with its lag.
+    reported = [p["sources"][0].get("latestOffset") or "" for p in queries[0].recentProgress]
+    assert any('"read"' in r and '"max_millis_behind"' in r for r in reported), reported[-3:]
+    for sink in sinks:
+        seen = Counter(numbers(sink.datas()))
+        assert {n: c for n, c in seen.items() if n < 10_000} == dict.fromkeys(range(100), 1)
+        assert set(seen.values()) == {1}  # nothing twice

@@ -41,9 +41,14 @@ def latest(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
     return {"config": config, "stream": stream, "url": kinesalite.url}
 
 
-def new_run(latest: dict[str, Any], **member: Any) -> tuple[Planner, list[SoloMember]]:
-    """A run of a new query (an empty checkpoint folder) with a member of its own."""
-    options = SourceOptions(config=latest["config"], streams=(latest["stream"],))
+def new_run(
+    latest: dict[str, Any], shared: bool = False, **member: Any
+) -> tuple[Planner, list[SoloMember]]:
+    """A run of a new query (an empty checkpoint folder) with a member of its own; ``shared``:
+    in the app's group (``shared_group``), else in a group of its own (the default)."""
+    options = SourceOptions(
+        config=latest["config"], streams=(latest["stream"],), shared_group=shared
+    )
     members: list[SoloMember] = []
 
     def factory(config: Any) -> SoloMember:
@@ -84,16 +89,16 @@ def test_records_put_between_the_plan_and_a_retried_read_are_all_read(
         planner.close()
 
 
-def test_a_new_query_reads_from_where_the_first_opened_the_shards_at_latest(
+def test_in_the_apps_group_a_new_query_reads_from_where_the_first_opened_the_shards_at_latest(
     latest: dict[str, Any],
 ) -> None:
-    before, _ = new_run(latest)
+    before, _ = new_run(latest, shared=True)
     first_batch(before)  # the shards opened at LATEST; the driver died before any read
     before.close()
     time.sleep(0.05)
     new = put(latest["url"], latest["stream"], 10, 20)  # while no query runs
     time.sleep(1.1)
-    after, members = new_run(latest)  # a new, empty checkpoint folder
+    after, members = new_run(latest, shared=True)  # a new, empty checkpoint folder
     try:
         second = first_batch(after)
         assert members[0].positions == {}  # the group has no checkpoint for them
@@ -112,7 +117,9 @@ def test_a_shard_a_plain_member_began_at_latest_is_read_from_there(
     time.sleep(1.1)
     client = boto3.client("kinesis", endpoint_url=latest["url"], region_name="us-east-1")
     shards = client.list_shards(StreamName=latest["stream"])["Shards"]
-    planner, _ = new_run(latest, started={(latest["stream"], s["ShardId"]): began for s in shards})
+    planner, _ = new_run(
+        latest, shared=True, started={(latest["stream"], s["ShardId"]): began for s in shards}
+    )
     try:
         first = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
         assert {s["at_timestamp"] for s in first["shards"].values()} == {began}

@@ -327,3 +327,12 @@ def test_log_level_brings_the_workers_info_lines_to_the_drivers_stderr(
     lines = [ln for ln in err.splitlines() if " INFO kinesumer.spark.source [pid " in ln]
     assert any(re.search(r": 5 records", ln) for ln in lines), err[-3000:]
     assert all(f"[pid {os.getpid()}]" not in ln for ln in lines)
+
+
+def test_shared_group_and_outage_timeout_are_parsed_and_checked() -> None:
+    parsed = parse_options(BASE)
+    assert parsed.shared_group is False and parsed.outage_timeout == 300.0
+    parsed = parse_options({**BASE, "shared_group": "true", "outage_timeout": "30"})
+    assert parsed.shared_group is True and parsed.outage_timeout == 30.0
+    assert "shared_group" in str(refused({**BASE, "shared_group": "maybe"}))
+    assert "outage_timeout" in str(refused({**BASE, "outage_timeout": "0"}))

@@ -71,7 +71,8 @@ def run(spark: Any, config: Config, stream: str, path: str, trigger: str) -> Col
 def _options(config: Config, stream: str) -> Any:
     from kinesumer.spark.source import option_strings
 
-    return option_strings(config, [stream], max_records_per_shard=20)
+    # The app's group (shared_group): the tests look at its checkpoint items by the app's name.
+    return option_strings(config, [stream], max_records_per_shard=20, shared_group=True)
 
 
 def assert_children_read(group: dict[str, Any], *sinks: Collector) -> None:
@@ -137,7 +138,11 @@ def test_at_latest_a_query_with_a_new_checkpoint_folder_reads_from_the_first_ope
     def ignore(df: Any, batch_id: int) -> None:
         pass
 
-    query = start_query(spark, config, [stream], ignore, str(tmp_path / "a"), available_now=True)
+    # shared_group: a new checkpoint folder joins the same group (by default it is a new group,
+    # a new reader, that starts at LATEST as of its own start).
+    query = start_query(
+        spark, config, [stream], ignore, str(tmp_path / "a"), available_now=True, shared_group=True
+    )
     query.awaitTermination(300)
     time.sleep(0.05)
     between = put(url, stream, 5, 20)  # after the first run opened the shard
@@ -217,7 +222,9 @@ def test_a_query_stopped_once_its_batch_settled_leaves_nothing_to_read_twice(
     create_stream(url, stream, 2)
     first = put(url, stream, 0, 30)
     sink = Collector()
-    query = start_query(spark, config, [stream], sink, str(tmp_path / "ck"))  # 200 ms trigger
+    query = start_query(  # 200 ms trigger; the app's group, which a plain member then joins
+        spark, config, [stream], sink, str(tmp_path / "ck"), shared_group=True
+    )
     try:
         wait_until(lambda: sorted(sink.datas()) == sorted(first), WAIT, "the first records")
 

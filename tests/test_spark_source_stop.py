@@ -32,21 +32,7 @@ def owners(config: Any, stream: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize(
-    "how",
-    [
-        "query.stop()",
-        pytest.param(
-            "spark.stop()",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="intermittent (1 of 2 clean CI runs, session 5): after spark.stop() the "
-                "query's member sometimes does not leave, and its shards are freed only by the "
-                "crash path after client_timeout; query.stop() leaves every time",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("how", ["query.stop()", "spark.stop()"])
 def test_a_stopped_query_hands_its_shards_over_at_once(
     how: str, kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Any
 ) -> None:
@@ -75,7 +61,9 @@ def test_a_stopped_query_hands_its_shards_over_at_once(
     thread.start()
     try:
         with local_spark() as spark:
-            query = start_query(spark, config, [stream], Collector(), str(tmp_path / "ck"))
+            query = start_query(
+                spark, config, [stream], Collector(), str(tmp_path / "ck"), shared_group=True
+            )
             wait_until(
                 lambda: len(set(owners(config, stream).values())) == 2 and query.lastProgress,
                 WAIT,
@@ -104,3 +92,48 @@ def test_a_stopped_query_hands_its_shards_over_at_once(
     finally:
         stop.set()
         thread.join(60)
+
+
+#: The source worker's end when Spark closes its socket first (the runner's ``finally`` calls
+#: ``reader.stop()``) and sends SIGTERM while the member is leaving.
+SIGTERM_DURING_THE_LEAVE = """
+import os, signal, sys, threading, time
+from kinesumer import Config
+from kinesumer.spark.source.datasource import KinesumerStreamReader
+from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.planner import Planner
+
+closes = []
+
+def slow_leave(self):
+    if closes:
+        return  # as the member's close: once its loop stopped, a second close does nothing
+    closes.append(1)
+    print("leaving", flush=True)
+    time.sleep(2.0)
+    print("left", flush=True)
+
+Planner.close = slow_leave
+Planner.initial_offset = lambda self: {}
+reader = KinesumerStreamReader(
+    SourceOptions(config=Config(app="a", dynamodb_table="tab"), streams=("s",))
+)
+reader.initialOffset()  # the source worker's exit hooks are set on its first offset call
+pid = os.getpid()
+threading.Thread(target=lambda: (time.sleep(0.5), os.kill(pid, signal.SIGTERM))).start()
+reader.stop()  # the runner's finally, after the socket closed
+print("stopped", flush=True)
+"""
+
+
+def test_a_sigterm_during_the_leave_does_not_abort_it(tmp_path: Any) -> None:
+    """What made ``spark.stop()`` sometimes leave no graceful leave: its SIGTERM landed in a
+    leave that had already begun (the socket closed first) and cut it short."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave.py"
+    script.write_text(SIGTERM_DURING_THE_LEAVE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["leaving", "left", "stopped"], done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr

@@ -511,7 +511,7 @@ def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> 
     db = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
     key = client_key(config.app, "old-1")
     db.put_item(TableName=config.dynamodb_table, Item={**key, "last_update": {"N": "1000"}})
-    io = DriverIO(config, "q", 3600)
+    io = DriverIO(config, "q", 3600, config.app)
     try:
         seen = io.member_last_update("old-1")
         assert seen == 1000

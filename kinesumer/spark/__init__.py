@@ -38,7 +38,7 @@ from .arrow import (
 from .batches import BatchFunction, BatchInfo, RunSummary, ShardRange
 from .deps import SparkNotInstalledError
 from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
-from .source import KinesumerDataSource, ReplayMismatchError, read_stream
+from .source import KinesumerDataSource, ReplayMismatchError, SourceOutageError, read_stream
 
 __all__ = [
     "BATCH_HANDOFF_TIMEOUT",
@@ -50,6 +50,7 @@ __all__ = [
     "ReplayMismatchError",
     "RunSummary",
     "ShardRange",
+    "SourceOutageError",
     "SparkNotInstalledError",
     "arrow_schema",
     "foreach_batch",

@@ -42,7 +42,7 @@ from .compat import (
     SupportsTriggerAvailableNow,
     require_source_api,
 )
-from .errors import named_error_first
+from .errors import named_error_first, named_errors
 from .executor import read_partition
 from .options import (
     SourceOptions,
@@ -132,35 +132,45 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
+    @named_errors
     def initialOffset(self) -> dict[str, Any]:
         self._leave_on_exit()
         return self._planner.initial_offset()
 
+    @named_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._leave_on_exit()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self._planner.latest_offset(start, max_rows)
 
+    @named_errors
     def getDefaultReadLimit(self) -> ReadLimit:
         bound = self._planner.options.max_records_per_trigger
         return ReadMaxRows(bound) if bound else ReadAllAvailable()
 
+    @named_errors
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._planner.report_latest()
 
+    @named_errors
     def prepareForTriggerAvailableNow(self) -> None:
         self._planner.prepare_available_now()
 
+    @named_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         return self._planner.partitions(end)
 
+    @named_errors
     def read(self, partition: ShardPartition) -> Iterator[Any]:  # type: ignore[override]
         return read_partition(partition)
 
+    @named_errors
     def commit(self, end: dict[str, Any]) -> None:
         self._planner.commit(end)
 
+    @named_errors
     def stop(self) -> None:
+        _hold_sigterm()
         self._planner.close()
 
 
@@ -169,6 +179,18 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     then atexit). A second SIGTERM while leaving is ignored: the leave is short."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
+
+
+def _hold_sigterm() -> None:
+    """Ignore SIGTERM while the member leaves (``stop()``). The runner's ``finally`` may call
+    ``stop()`` on its own, before any signal: when the JVM closed the worker's socket first
+    (``spark.stop()`` interrupts the query's thread, which closes its channel), and sends its
+    SIGTERM (``destroy()``) only after. Raised inside the leave, that SIGTERM's ``SystemExit``
+    would abort it halfway (the member's loop stops with the leave unfinished, and the group
+    sees a crash: the shards wait ``client_timeout``)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def check_resources(options: SourceOptions) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from ...statestore.dynamodb.codecs import client_key, decode_client, prune_condi
 from ...statestore.dynamodb.table import StateTable
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
+from .outage import ride_out
 from .pins import LatestPins
 
 T = TypeVar("T")
@@ -34,8 +35,15 @@ T = TypeVar("T")
 class DriverIO:
     """Clients and a loop thread for the planner; :meth:`close` ends both (idempotent)."""
 
-    def __init__(self, config: Config, query: str, ledger_ttl: int) -> None:
+    def __init__(
+        self, config: Config, query: str, ledger_ttl: int, group: str, outage_timeout: float = 300.0
+    ) -> None:
+        """``group``: the app name of the query's consumer group (:mod:`.groups`): the pins and
+        client items it reads live there; the ledger lives under ``config.app``.
+        ``outage_timeout``: how long each call rides out an outage (:mod:`.outage`)."""
         self._config = config
+        self._group = group
+        self._outage_timeout = outage_timeout
         self._stats = RequestStats()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -53,9 +61,7 @@ class DriverIO:
             ledger_ttl,
         )
         self._table = StateTable(self._clients.dynamodb, config.dynamodb_table, self._stats)
-        self._pins = LatestPins(
-            self._clients.dynamodb, config.dynamodb_table, config.app, self._stats
-        )
+        self._pins = LatestPins(self._clients.dynamodb, config.dynamodb_table, group, self._stats)
         self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
         self._closed = False
 
@@ -63,15 +69,19 @@ class DriverIO:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return future.result()
 
+    def _call(self, what: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``make()``'s coroutine run on the loop, riding out an outage (:mod:`.outage`)."""
+        return ride_out(lambda: self._run(make()), self._outage_timeout, what)
+
     def batch(self, batch: int) -> dict[tuple[str, str], LedgerEntry]:
-        return self._run(self.ledger.batch(batch))
+        return self._call(f"ledger read of batch {batch}", lambda: self.ledger.batch(batch))
 
     def delete_before(self, batch: int) -> int:
-        return self._run(self.ledger.delete_before(batch))
+        return self._call("ledger clean-up", lambda: self.ledger.delete_before(batch))
 
     def latest_pin(self, key: tuple[str, str], now_ms: int) -> int:
         """Where reading ``key`` at LATEST began (``now_ms`` if nowhere yet, :mod:`.pins`)."""
-        return self._run(self._pins.pin(key, now_ms))
+        return self._call("LATEST pin", lambda: self._pins.pin(key, now_ms))
 
     def remove_member(self, client_id: str) -> bool:
         """Delete ``client_id``'s client item (the member is believed dead), on condition that
@@ -82,25 +92,25 @@ class DriverIO:
 
     def member_last_update(self, client_id: str) -> int | None:
         """``client_id``'s ``last_update`` (epoch ms), or None when it has no client item."""
-        return self._run(self._last_update(client_id))
+        return self._call("member read", lambda: self._last_update(client_id))
 
     def delete_member(self, client_id: str, seen: int) -> bool:
         """Delete ``client_id``'s client item if its ``last_update`` is still ``seen``."""
-        return self._run(self._delete(client_id, seen))
+        return self._call("member removal", lambda: self._delete(client_id, seen))
 
     async def _last_update(self, client_id: str) -> int | None:
-        item = await self._table.get(client_key(self._config.app, client_id))
+        item = await self._table.get(client_key(self._group, client_id))
         return None if item is None else decode_client(item).last_update_ms
 
     async def _delete(self, client_id: str, seen: int) -> bool:
         # The leader's prune condition: deleted only if it did not heartbeat since ``seen``.
-        key = client_key(self._config.app, client_id)
+        key = client_key(self._group, client_id)
         return await self._table.delete_if(key, prune_condition(ClientInfo(client_id, seen)))
 
     def closed_shards(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of ``keys`` are closed shards (split or merged: they end at SHARD_END)."""
         wanted = set(keys)
-        return self._run(self._list_closed(wanted)) if wanted else set()
+        return self._call("shard list", lambda: self._list_closed(wanted)) if wanted else set()
 
     async def _list_closed(self, wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
         closed: set[tuple[str, str]] = set()
@@ -112,7 +122,7 @@ class DriverIO:
 
     def any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
         """Whether any shard holds a record past its start (probes run concurrently)."""
-        return bool(starts) and self._run(self._any_new(starts))
+        return bool(starts) and self._call("probe", lambda: self._any_new(starts))
 
     async def _any_new(self, starts: Mapping[tuple[str, str], Start]) -> bool:
         found = await asyncio.gather(*(self._probe(k, s) for k, s in starts.items()))

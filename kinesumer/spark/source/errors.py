@@ -11,16 +11,26 @@ the library's own errors (whose message says what to fix; a frame list adds noth
 in a Spark worker process, which exits right after reporting the error
 (``pyspark.sql.worker.utils``: ``handle_worker_exception`` then ``sys.exit(-1)``), so nothing
 else runs with the setting. Any other exception keeps its traceback.
+
+:func:`named_errors` puts every method of the stream reader in such a block: the offset calls
+of the query's long-lived source worker (whose failure ends the query:
+``StreamingQueryException``), the planning worker's, and ``read()`` on the executors (a Python
+worker exits after reporting a task's error too, ``pyspark.worker``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 from ...errors import KinesumerError
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: pyspark's switch (``pyspark.util.handle_worker_exception``): the exception's own lines only.
 HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
@@ -44,3 +54,14 @@ def named_error_first() -> Iterator[None]:
         if in_spark_worker():
             os.environ[HIDE_TRACEBACK_ENV] = "1"
         raise
+
+
+def named_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """``method`` inside :func:`named_error_first` (for the stream reader's methods)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        with named_error_first():
+            return method(*args, **kwargs)
+
+    return wrapper

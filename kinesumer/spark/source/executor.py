@@ -38,6 +38,7 @@ from ...models import Position, Record
 from ..arrow import records_to_batches
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
+from .outage import ride_out
 from .partition import ShardPartition
 
 log = logging.getLogger("kinesumer.spark.source")
@@ -59,7 +60,10 @@ def read_partition(partition: ShardPartition) -> Iterator[Any]:
     """The partition's records as ``pyarrow.RecordBatch``es in Spark's exact schema
     (:func:`kinesumer.spark.arrow.arrow_schema`, which equals what Spark expects for
     :data:`~kinesumer.spark.arrow.SCHEMA_DDL`)."""
-    records = worker_clients().read(partition)
+    clients = worker_clients()
+    records = ride_out(
+        lambda: clients.read(partition), partition.outage_timeout, f"read of {partition.describe()}"
+    )
     return records_to_batches(records, ARROW_BATCH_ROWS)
 
 
@@ -215,8 +219,10 @@ class _ShardReader:
         out: list[Record] = []
         caught_up = shard_end = False
         empty = 0
+        behind: int | None = None  # the last answer's MillisBehindLatest (for progress)
         deadline = time.monotonic() + p.max_read_seconds
         async for batch in self._records(deadline):
+            behind = batch.millis_behind
             out.extend(batch.records)
             if len(out) > p.limit:
                 del out[p.limit :]  # the rest of this answer belongs to the next batch
@@ -252,6 +258,7 @@ class _ShardReader:
             last_arrival_ms=last_arrival,
             owner=p.owner,
             lease=p.start.lease,
+            millis_behind=behind,
         )
         return out, entry
 

@@ -6,7 +6,8 @@ Items live in the state table beside the group's own (``pk``/``sk`` from
     pk = spark_ledger#<app>#<query id>      sk = <batch, 10 digits>#<stream>#<shard id>
     end_sequence_number (S, absent when the read found nothing), end_sub_sequence_number (N),
     count (N), caught_up (BOOL), shard_end (BOOL), last_arrival (N, epoch ms), owner (S),
-    lease (N), written_at (N, epoch ms), expires_at (N, TTL epoch s)
+    lease (N), written_at (N, epoch ms), expires_at (N, TTL epoch s), millis_behind (N: the
+    last answer's MillisBehindLatest, how far the read stopped behind the shard's tip)
 
 Executors write an item with ``attribute_not_exists(pk)``: the first attempt of a task fixes the
 batch's range for that shard, and every later attempt (a retry, a speculative copy, a replay
@@ -54,6 +55,7 @@ class LedgerEntry:
     last_arrival_ms: int | None = None
     owner: str = ""
     lease: int = 0
+    millis_behind: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -125,6 +127,8 @@ def _attributes(entry: LedgerEntry) -> dict[str, Any]:
         item["end_sub_sequence_number"] = {"N": str(entry.end.sub_sequence_number)}
     if entry.last_arrival_ms is not None:
         item["last_arrival"] = {"N": str(entry.last_arrival_ms)}
+    if entry.millis_behind is not None:
+        item["millis_behind"] = {"N": str(entry.millis_behind)}
     return item
 
 
@@ -134,6 +138,7 @@ def _parse(item: dict[str, Any]) -> LedgerEntry:
     if "end_sequence_number" in item:
         end = Position(item["end_sequence_number"]["S"], int(item["end_sub_sequence_number"]["N"]))
     arrival = item.get("last_arrival", {}).get("N")
+    behind = item.get("millis_behind", {}).get("N")
     return LedgerEntry(
         batch=int(batch_text),
         stream=stream,
@@ -145,4 +150,5 @@ def _parse(item: dict[str, Any]) -> LedgerEntry:
         last_arrival_ms=int(arrival) if arrival is not None else None,
         owner=item.get("owner", {}).get("S", ""),
         lease=int(item.get("lease", {}).get("N", "0")),
+        millis_behind=int(behind) if behind is not None else None,
     )

@@ -42,6 +42,13 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Ledger items (per batch and shard) expire after this many seconds (DynamoDB TTL); at
     # least LEDGER_TTL_FLOOR: a replay after a restart needs its batch's items.
     "ledger_ttl_seconds": 7 * 24 * 3600,
+    # False: the query is a group of its own (every query reads every record, as with the
+    # Kafka source); True: it joins the app's group, sharing its shards with the app's other
+    # queries and plain Kinesumer processes (see kinesumer.spark.source.groups).
+    "shared_group": False,
+    # Kinesis or DynamoDB failing: how long (seconds) the source retries a step, with backoff,
+    # before the query fails with SourceOutageError naming the service and since when.
+    "outage_timeout": 300.0,
     # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
     "log_level": None,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
@@ -119,6 +126,8 @@ class SourceOptions:
     ledger_ttl_seconds: int = 7 * 24 * 3600
     test_fail_first_read_dir: str | None = None
     log_level: str | None = None
+    shared_group: bool = False
+    outage_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         # Built in each Spark worker that parses the options (the planner's among them).
@@ -154,8 +163,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         # no claim in broadcast mode, and Spark's own checkpoint already replays per query.
         raise ConfigError(
             "broadcast",
-            "is not supported by the Spark source (its reads follow the group's claims); run "
-            "one query per reader, each with its own app, to give every query every record",
+            "is not supported by the Spark source (its reads follow the group's claims); every "
+            "query reads every record already (a group of its own unless shared_group=true)",
         )
     streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
     source: dict[str, Any] = {}
@@ -229,6 +238,8 @@ def _source_value(name: str, raw: str) -> Any:
         return text or None
     if name == "log_level":
         return parse_log_level(text)
+    if name == "shared_group":
+        return _bool(name, text)
     if name == "max_records_per_trigger" and text.lower() in ("", "none", "null"):
         return None
     if name in ("max_records_per_trigger", "max_records_per_shard", "ledger_ttl_seconds"):

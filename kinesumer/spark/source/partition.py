@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ...config import Config
 from .compat import InputPartition
-from .offsets import Start
+from .offsets import SourceOffset, Start
+from .options import SourceOptions
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class ShardPartition(InputPartition):
     #: TEST ONLY (option ``test_fail_first_read_dir``): fail the first read of this
     #: (batch, shard) once, after its ledger item was written.
     fail_first_read_dir: str | None = None
+    #: How long a read rides out a Kinesis or DynamoDB outage (option ``outage_timeout``).
+    outage_timeout: float = 300.0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -41,3 +44,24 @@ class ShardPartition(InputPartition):
 
     def describe(self) -> str:
         return f"batch {self.batch} {self.stream}/{self.shard_id} {self.start.describe()}"
+
+
+def partitions_of(o: SourceOptions, end: SourceOffset) -> list[ShardPartition]:
+    """One partition per shard of batch ``end`` (sorted by stream and shard)."""
+    return [
+        ShardPartition(
+            config=o.config,
+            query=end.query,
+            batch=end.batch,
+            stream=stream,
+            shard_id=shard_id,
+            start=start,
+            limit=end.limits.get((stream, shard_id), o.max_records_per_shard),
+            owner=end.owner,
+            max_read_seconds=o.max_read_seconds,
+            ledger_ttl=o.ledger_ttl_seconds,
+            fail_first_read_dir=o.test_fail_first_read_dir,
+            outage_timeout=o.outage_timeout,
+        )
+        for (stream, shard_id), start in sorted(end.shards.items())
+    ]

@@ -40,11 +40,13 @@ from typing import Any
 
 from ...config import Config
 from .driverio import DriverIO
+from .groups import group_config
 from .ledger import LedgerEntry
 from .offsets import SourceOffset, Start, sequence_after
 from .options import SourceOptions
-from .partition import ShardPartition
+from .partition import ShardPartition, partitions_of
 from .pins import initial_start, local_now_ms, pinned
+from .progress import log_read, read_report
 from .rotation import Rotation, bound_of
 from .settle import Key, Member, Owned, Settlement, await_claims
 
@@ -77,6 +79,7 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self.last_read: dict[str, Any] | None = None  # the batch read last (:mod:`.progress`)
         self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -85,18 +88,26 @@ class Planner:
         if self._query != query or self._io is None:
             if self._io is not None:
                 self._io.close()
-            self._io = DriverIO(self.options.config, query, self.options.ledger_ttl_seconds)
+            group = self.group_config(query).app
+            o = self.options
+            self._io = DriverIO(o.config, query, o.ledger_ttl_seconds, group, o.outage_timeout)
             self._query = query
         return self._io
+
+    def group_config(self, query: str) -> Config:
+        """The member's Config for ledger id ``query``: ``app`` names its group (:mod:`.groups`)."""
+        return group_config(self.options.config, query, self.options.shared_group)
 
     def _join(self, query: str, previous_owner: str = "") -> Member:
         """The member, joined; ``previous_owner``: the member that planned the offset Spark
         resumes from (see :meth:`_forget_previous_run`)."""
         self._open(query)
         if self._member is None:
-            member = self._member_factory(self.options.config)
+            config = self.group_config(query)
+            member = self._member_factory(config)
             self._forget_previous_run(previous_owner)
             member.start(self.options.streams)  # named errors (table, streams) raised here
+            log.info("query %s: a member of group %s", query, config.app)
             self._member = member
         return self._member
 
@@ -190,27 +201,13 @@ class Planner:
         return self._latest
 
     def report_latest(self) -> dict[str, Any] | None:
-        return self._latest
+        """The last planned offset, with ``"read"``: the batch read last (:mod:`.progress`)."""
+        if self._latest is None or self.last_read is None:
+            return self._latest
+        return {**self._latest, "read": self.last_read}
 
     def partitions(self, end_json: dict[str, Any]) -> list[ShardPartition]:
-        end = SourceOffset.from_json(end_json)
-        o = self.options
-        return [
-            ShardPartition(
-                config=o.config,
-                query=end.query,
-                batch=end.batch,
-                stream=stream,
-                shard_id=shard_id,
-                start=start,
-                limit=end.limits.get((stream, shard_id), o.max_records_per_shard),
-                owner=end.owner,
-                max_read_seconds=o.max_read_seconds,
-                ledger_ttl=o.ledger_ttl_seconds,
-                fail_first_read_dir=o.test_fail_first_read_dir,
-            )
-            for (stream, shard_id), start in sorted(end.shards.items())
-        ]
+        return partitions_of(self.options, SourceOffset.from_json(end_json))
 
     def commit(self, end_json: dict[str, Any]) -> None:
         """Settle ``end`` (when the member is here) and clean the ledger up. Never joins: after
@@ -244,6 +241,8 @@ class Planner:
                     offset.batch, sorted(missing),
                 )  # fmt: skip
             self._ends[offset.batch] = ends
+            self.last_read = read_report(offset.batch, ends)
+            log_read(self.last_read)
         return ends
 
     def _settle(self, offset: SourceOffset) -> None:

@@ -1,0 +1,60 @@
+"""A per-query group's state removed once its checkpoint folder is gone (kinesumer.spark.source.
+cleanup): refused while its member heartbeats, then every item of the group and its ledger
+deleted. The planner with the real group member, executor reads and ledger on kinesalite +
+dynalite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from _group import create_stream, make_config, put, setup_table
+
+from kinesumer import ConfigError
+from kinesumer.spark.source.cleanup import forget_query, group_partitions
+from kinesumer.spark.source.executor import read_partition
+from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.planner import Planner
+
+pytest.importorskip("pyarrow")
+
+
+def items_in(config: Any, pks: list[str]) -> int:
+    db = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
+    return sum(
+        db.query(
+            TableName=config.dynamodb_table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": pk}},
+        )["Count"]
+        for pk in pks
+    )
+
+
+def test_a_query_s_own_group_is_forgotten_once_it_stopped(
+    kinesalite: Any, dynalite: Any, unique_name: Any
+) -> None:
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 2)
+    put(kinesalite.url, stream, 0, 20, key=lambda i: f"k{i % 5}")
+    planner = Planner(SourceOptions(config=config, streams=(stream,)))
+    planner.initial_offset()
+    query = planner.query or ""
+    try:
+        first = planner.latest_offset(SourceOffset(query, 0).to_json(), None)
+        for partition in planner.partitions(first):
+            list(read_partition(partition))
+        planner.latest_offset(first, None)  # settles batch 1: the group's checkpoints
+        planner.commit(first)
+        with pytest.raises(ConfigError, match="live member"):
+            forget_query(config, [stream], query)
+    finally:
+        planner.close()
+    pks = group_partitions(config.app, query, [stream])
+    assert items_in(config, pks) >= 2  # the checkpoints of both shards at least
+    assert forget_query(config, [stream], query) >= 2
+    assert items_in(config, pks) == 0
