@@ -891,7 +891,8 @@ def test_rendered_consumer_policy_with_keys(rendered: dict[str, Any]) -> None:
     }
     # Both apps' keys, nobody else's.
     patterns = _conditions(statements["StateTable"])["ForAllValues:StringLike"]
-    assert {p.split("#")[1] for p in patterns["dynamodb:LeadingKeys"]} == {APP, "billing"}
+    apps = {p.split("#")[1].split(".spark-")[0] for p in patterns["dynamodb:LeadingKeys"]}
+    assert apps == {APP, "billing"}
     # create_policy = false: only the document.
     assert _output(rendered, "policy_with_keys_arn") is None
     assert _resources(rendered, "policy_with_keys") == {}
@@ -1384,6 +1385,9 @@ def _partition_key_forms() -> dict[str, bool]:
     return forms
 
 
+from kinesumer.spark.source.groups import group_of  # noqa: E402  (beside its pk functions)
+
+
 def _library_partition_keys(app: str) -> list[str]:
     """The partition keys of app ``app``'s items, made by the library's own functions."""
     from kinesumer.spark.source.ledger import ledger_pk
@@ -1429,11 +1433,16 @@ def test_rendered_state_table_access_is_limited_to_the_apps_keys(rendered: dict[
     # Exactly one pattern per item kind: "<kind>#<app>", or "<kind>#<app>#*" for kinds keyed
     # further (by stream, client id or query).
     forms = _partition_key_forms()
-    assert sorted(patterns) == sorted(
-        f"{kind}#{APP}#*" if more else f"{kind}#{APP}" for kind, more in forms.items()
-    )
-    # Every key the library makes for the app is admitted ...
-    for pk in _library_partition_keys(APP):
+    own = [f"{kind}#{APP}#*" if more else f"{kind}#{APP}" for kind, more in forms.items()]
+    # ... and each kind a Spark query's own group keeps, under "<app>.spark-<query>".
+    group_kinds = [kind for kind in forms if kind not in ("broadcast", "spark_ledger")]
+    assert sorted(patterns) == sorted(own + [f"{kind}#{APP}.spark-*" for kind in group_kinds])
+    # Every key the library makes for the app, or for one of its queries' groups, is admitted ...
+    query_group = group_of(APP, "5f0c9a1e-query", shared=False)
+    group_keys = [
+        pk for pk in _library_partition_keys(query_group) if pk.split("#")[0] in group_kinds
+    ]
+    for pk in _library_partition_keys(APP) + group_keys:
         assert any(_iam_string_like(p, pk) for p in patterns), pk
     # ... and none of another app's, not even one whose name starts with this app's.
     for other in (f"{APP}2", f"{APP}-v2", APP[:-1], APP.upper(), "billing"):

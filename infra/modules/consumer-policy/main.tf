@@ -50,10 +50,15 @@ locals {
     "check_point",  # check_point#A#<stream>: checkpoints
     "spark_ledger", # spark_ledger#A#<query>: the Spark source's batch ledger
   ]
+  # A Spark streaming query is a consumer group of its own, "<app>.spark-<query>"
+  # (kinesumer/spark/source/groups.py): the kinds of item a group keeps, under that
+  # name. Its batch ledger stays under the app (spark_ledger#A#<query>).
+  query_group_kinds = concat(local.app_partitions, ["check_point"])
   state_table_leading_keys = sort(flatten([
     for app in distinct(var.apps) : concat(
       [for p in local.app_partitions : "${p}#${app}"],
       [for p in local.app_partition_families : "${p}#${app}#*"],
+      var.spark_query_groups ? [for p in local.query_group_kinds : "${p}#${app}.spark-*"] : [],
     )
   ]))
 

@@ -186,3 +186,10 @@ variable "consumer_name" {
     error_message = "enhanced_fan_out = true needs consumer_name (Config.consumer_name, or the app's name)."
   }
 }
+
+variable "spark_query_groups" {
+  description = "Whether the apps' Spark streaming queries may keep their own consumer groups (\"<app>.spark-<query>\": each query reads the whole stream, the source's default). false: only the apps' own keys, for queries run with shared_group=true or no Spark at all."
+  type        = bool
+  default     = true
+  nullable    = false
+}
