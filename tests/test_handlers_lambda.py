@@ -16,6 +16,8 @@ import pytest
 from test_handlers_policies import FakeKinesis, invocation, lease
 
 from kinesumer import ConfigError, Record
+from kinesumer.engine.leases import Lease
+from kinesumer.models import Checkpoint
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
 from kinesumer.handlers.options import run_options
@@ -98,6 +100,27 @@ def test_the_kinesis_clock_advances_by_elapsed_monotonic_time_only() -> None:
     assert isinstance(error, RecordTooOldError) and error.age == pytest.approx(60.0)
     clock.observe([at(5, 2)], 0)  # an older instant never moves the clock back
     assert clock.age(at(10, 1)) == pytest.approx(50.0)
+
+
+def test_a_batch_spanning_shards_is_aged_by_each_shards_own_lag() -> None:
+    """Default ordering ("key"), batches, no sink: one call may hold records of two shards and
+    is made with the first record's lease. Shard 1 is an hour behind its tip, shard 2 is at its
+    tip: shard 1's MillisBehindLatest says nothing of shard 2's records. Added with shard 2's
+    newest arrival it would put Kinesis's clock an hour in the future, and the record that just
+    arrived on shard 2 would be an hour old (discarded without ever reaching the handler)."""
+    made, counters, seen, _ = handled_by(
+        max_record_age=60.0, batch=Batch(max_size=8), on_failure=Discard()
+    )
+    behind, at_tip = lease(), Lease(Checkpoint("orders", "shardId-000000000002"))
+    behind.observe_read(3_600_000, 1)
+    at_tip.observe_read(0, 1)
+    old = at(0, 1)  # shard 1: an hour behind its tip, T0 + 3600 s
+    fresh = Record("orders", "shardId-000000000002", "2", 0, "k2", b"x", T0 + timedelta(hours=1))
+    made.observe([old], behind)  # the runner, as each engine batch arrives
+    made.observe([fresh], at_tip)
+    made.call_sync([old, fresh], behind, threading.Event())  # one call, the first one's lease
+    assert [r.sequence_number for r in seen[0]] == ["2"]
+    assert counters.counts == {"too_old": 1, "discarded": 1, "ok": 1}
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "60", True])

@@ -375,7 +375,14 @@ class Invocation:
         failing alone."""
         if self.max_age is None:
             return units(items, self.decoder, self.batched, self.report.decode_failed)
-        self.kinesis_clock.observe(records, lease.millis_behind)
+        # Only ``lease``'s own records go with its MillisBehindLatest: a call without a sink
+        # may hold other shards' records (ordering "key"/"none" with a batch), and another
+        # shard's lag added to their arrivals would put Kinesis's clock in the future (records
+        # at the tip counted too old). The runner observed every engine batch with its lease.
+        key = lease.key
+        own = [r for r in records if (r.stream, r.shard_id) == key]
+        if own:
+            self.kinesis_clock.observe(own, lease.millis_behind)
         return units(items, self.decoder, self.batched, self.report.decode_failed, self._too_old)
 
 
