@@ -13,14 +13,22 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from test_handlers_policies import FakeKinesis, invocation, lease
+from test_handlers_policies import (
+    Counters,
+    FakeFactory,
+    FakeKinesis,
+    Options,
+    invocation,
+    lease,
+)
 
 from kinesumer import ConfigError, Record
 from kinesumer.engine.leases import Lease
-from kinesumer.models import Checkpoint
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
+from kinesumer.handlers.invoke import Invocation
 from kinesumer.handlers.options import run_options
+from kinesumer.models import Checkpoint
 
 #: Far from this host's clock on purpose: only Kinesis's timestamps may decide a record's age.
 T0 = datetime(2001, 1, 1, tzinfo=timezone.utc)
@@ -224,3 +232,38 @@ def test_bisect_with_two_failing_records_and_stop() -> None:
 def test_bisect_on_error_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="bisect_on_error"):
         Batch(bisect_on_error="yes")  # type: ignore[arg-type]
+
+
+def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
+    """add_handler(keys=..., key_of=...) whose key_of raises on one payload (the field is
+    missing): that handler's policy (here DeadLetter) disposes of the record and the handler is
+    not called with it; the filter does not stop the whole run (a poison record would stop
+    every restart) nor skip the record silently."""
+    from kinesumer.handlers.registry import AddedHandler, KeyOfError, key_error, wanted
+
+    def owner(record: Record) -> str:
+        return str(record.data.split(b"=")[1], "ascii")
+
+    seen: list[Any] = []
+    client = FakeKinesis()
+    counters = Counters()
+    made = Invocation(  # as add_handler builds it
+        seen.append,
+        Options(on_failure=DeadLetter("audit-dlq")),
+        FakeFactory(client),  # type: ignore[arg-type]
+        counters,  # type: ignore[arg-type]
+        False,
+        write_attempts=2,
+        refuse=key_error("audit", owner),
+    )
+    audit = AddedHandler("audit", made, None, frozenset({"o7"}), owner)
+    good, other, bad = at(0, 1, b"owner=o7"), at(1, 2, b"owner=o8"), at(2, 3, b"no owner")
+    calls = wanted([(good, (audit,)), (other, (audit,)), (bad, (audit,))])
+    assert [(h, [r.sequence_number for r in rs]) for h, rs in calls] == [(audit, ["1", "3"])]
+    for record in calls[0][1]:
+        made.call_sync([record], lease(), threading.Event())
+    assert [r.sequence_number for r in seen] == ["1"]
+    [dead] = client.puts
+    assert dead["StreamName"] == "audit-dlq" and dead["PartitionKey"] == "k3"
+    assert counters.counts == {"ok": 1, "dead_lettered": 1}
+    assert isinstance(key_error("audit", owner)(bad), KeyOfError)

@@ -27,7 +27,7 @@ from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
-from ..handlers.registry import AddedHandler, HandlerSet
+from ..handlers.registry import AddedHandler, HandlerSet, key_error
 from ..models import Record
 from ..stats import ConsumerStats
 from ..topics import run_streams
@@ -216,6 +216,7 @@ class BaseKinesumer:
             counters,
             self._handlers_are_async,
             client_id=self.client_id,
+            refuse=None if keys is None or key_of is None else key_error(name, key_of),
         )
         wanted_keys = None if keys is None else frozenset(keys)
         only = None if names is None else frozenset(names)

@@ -59,8 +59,18 @@ class KinesisClock:
         self._seen_ms: int | None = None
         self._seen_at = 0.0
 
-    def observe(self, records: Sequence[Record], millis_behind: int | None) -> None:
-        """Records just read (in order) and the shard's latest ``MillisBehindLatest``."""
+    def observe(
+        self,
+        records: Sequence[Record],
+        millis_behind: int | None,
+        shard: tuple[str, str] | None = None,
+    ) -> None:
+        """Records just read (in order) and the shard's latest ``MillisBehindLatest``.
+        ``shard`` (stream, shard id): only that shard's records count. A handler call without
+        a sink may hold several shards' records; another shard's lag added to their arrivals
+        would put the clock in the future (records at the tip counted too old)."""
+        if shard is not None:
+            records = [r for r in records if (r.stream, r.shard_id) == shard]
         arrivals = [r.approximate_arrival_timestamp for r in records]
         known = [a for a in arrivals if a is not None]
         if not known:

@@ -100,6 +100,7 @@ class Invocation:
         clock: Callable[[], float] = time.time,
         sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
         async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
+        refuse: Callable[[Record], Exception | None] | None = None,
     ) -> None:
         self.handler = handler
         self.policy = check_policy(options.on_failure)
@@ -122,8 +123,15 @@ class Invocation:
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
         self.report = CallReporter(self.name, counters, self.policy, uniform)
+        #: An added handler's key_of check (registry.key_error): the error of a record the
+        #: handler must not be called with (its policy disposes of it).
+        self.refuse = refuse
         self._plain = not (
-            self.batched or self.sink is not None or self.extra_streams or self.max_age
+            self.batched
+            or self.sink is not None
+            or self.extra_streams
+            or self.max_age
+            or refuse is not None
         )
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
@@ -371,19 +379,17 @@ class Invocation:
             self.kinesis_clock.observe(records, lease.millis_behind)
 
     def _units(self, items: list[Item], records: list[Record], lease: Lease) -> list[Unit]:
-        """The calls to make (see :func:`.retry_later.units`), records past max_record_age
-        failing alone."""
-        if self.max_age is None:
-            return units(items, self.decoder, self.batched, self.report.decode_failed)
-        # Only ``lease``'s own records go with its MillisBehindLatest: a call without a sink
-        # may hold other shards' records (ordering "key"/"none" with a batch), and another
-        # shard's lag added to their arrivals would put Kinesis's clock in the future (records
-        # at the tip counted too old). The runner observed every engine batch with its lease.
-        key = lease.key
-        own = [r for r in records if (r.stream, r.shard_id) == key]
-        if own:
-            self.kinesis_clock.observe(own, lease.millis_behind)
-        return units(items, self.decoder, self.batched, self.report.decode_failed, self._too_old)
+        """The calls to make (see :func:`.retry_later.units`), records past max_record_age (or
+        that an added handler's ``key_of`` raised on) failing alone."""
+        refuse: Callable[[Item], Exception | None] | None = None
+        if self.refuse is not None:
+            check = self.refuse
+            refuse = lambda item: check(item.delivered)  # noqa: E731
+        elif self.max_age is not None:
+            # Only ``lease``'s records go with its MillisBehindLatest (see KinesisClock.observe).
+            self.kinesis_clock.observe(records, lease.millis_behind, lease.key)
+            refuse = self._too_old
+        return units(items, self.decoder, self.batched, self.report.decode_failed, refuse)
 
 
 def _no_writes(tx: Any) -> None:
