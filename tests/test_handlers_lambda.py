@@ -267,3 +267,58 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
     assert dead["StreamName"] == "audit-dlq" and dead["PartitionKey"] == "k3"
     assert counters.counts == {"ok": 1, "dead_lettered": 1}
     assert isinstance(key_error("audit", owner)(bad), KeyOfError)
+
+
+def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
+    """RetryLater(delay=120) with max_record_age=60: a record read back from the retry stream
+    waits out its delay before it is handled. Aged by its arrival there, every round would be
+    120 s old once due, and go to ``then`` without the handler ever being tried again. Its age
+    counts from its arrival plus the delay (a duration: no clock of this host compared with
+    Kinesis's)."""
+    wall, mono = [1_000_000.0], [50.0]
+    seen: list[Any] = []
+    fails = [True]
+
+    def handler(record: Record) -> None:
+        if fails.pop(0) if fails else False:
+            raise RuntimeError("down")
+        seen.append(record)
+
+    client = FakeKinesis()
+    policy = RetryLater("orders-retry", delay=120.0, retry=Retry(attempts=1), then=Discard())
+    counters = Counters()
+    made = Invocation(
+        handler,
+        Options(on_failure=policy, max_record_age=60.0),
+        FakeFactory(client),  # type: ignore[arg-type]
+        counters,  # type: ignore[arg-type]
+        False,
+        write_attempts=2,
+        clock=lambda: wall[0],
+    )
+    made.kinesis_clock = KinesisClock(monotonic=lambda: mono[0])
+    first = at(0, 1)
+    owned = lease()
+    owned.observe_read(0, 1)
+    made.observe([first], owned)
+    made.call_sync([first], owned, threading.Event())  # fails: to the retry stream
+    [put] = client.puts
+    assert put["StreamName"] == "orders-retry"
+    # Read back at once (arrived 1 s later on the retry stream, at its tip), due 120 s later.
+    back = Record(
+        "orders-retry",
+        "shardId-000000000001",
+        "7",
+        0,
+        put["PartitionKey"],
+        put["Data"],
+        T0 + timedelta(seconds=1),
+    )
+    retry_lease = Lease(Checkpoint("orders-retry", "shardId-000000000001"))
+    retry_lease.observe_read(0, 1)
+    made.observe([back], retry_lease)
+    wall[0] += 120.0
+    mono[0] += 120.0
+    made.call_sync([back], retry_lease, threading.Event())
+    assert [r.sequence_number for r in seen] == ["1"]  # the original, handled on its round
+    assert counters.counts == {"retry_later": 1, "ok": 1}

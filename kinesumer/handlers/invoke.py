@@ -117,22 +117,15 @@ class Invocation:
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
         )
-        #: run(max_record_age) and what it is measured by (see .age).
-        # (read leniently: callers' stand-in options may predate these fields)
+        #: run(max_record_age) and what it is measured by (see .age), read leniently.
         self.max_age: float | None = getattr(options, "max_record_age", None)
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
         self.report = CallReporter(self.name, counters, self.policy, uniform)
-        #: An added handler's key_of check (registry.key_error): the error of a record the
-        #: handler must not be called with (its policy disposes of it).
+        #: An added handler's key_of check (registry.key_error): a record's error, if any.
         self.refuse = refuse
-        self._plain = not (
-            self.batched
-            or self.sink is not None
-            or self.extra_streams
-            or self.max_age
-            or refuse is not None
-        )
+        special = self.sink is not None or self.extra_streams or refuse is not None
+        self._plain = not (self.batched or special or self.max_age)
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
         self._writer = DeadLetterWriter(aws, attempts=write_attempts)
@@ -366,7 +359,10 @@ class Invocation:
     def _too_old(self, item: Item) -> Exception | None:
         """``run(max_record_age)``: the error that sends ``item`` to the policy, if it is old."""
         assert self.max_age is not None
-        error = self.kinesis_clock.too_old(item.delivered, self.max_age)
+        policy, waited = self.policy, 0.0
+        if isinstance(policy, RetryLater) and item.delivered is not item.original:
+            waited = policy.delay  # a RetryLater round's delay is not age (see .age)
+        error = self.kinesis_clock.too_old(item.delivered, self.max_age, waited)
         if error is not None:
             self.report.too_old(item)
         return error
