@@ -210,3 +210,21 @@ async def test_async_handlers_added_and_removed(group: dict[str, Any], concurren
     assert sorted(main) == list(range(150))
     assert sorted(added) == [n for n in range(50, 100) if n % 10 == 3]
     assert consumer.stats().handled["audit"] == {"ok": 5}
+
+
+def test_a_handler_added_before_run_for_a_stream_run_does_not_read_is_named() -> None:
+    """add_handler before run() cannot know run()'s streams: run() checks them, before
+    anything starts (a handler for a stream never read would silently never be called).
+    The endpoints lead nowhere: nothing may be contacted."""
+    config = Config(
+        "app",
+        "state",
+        region="us-east-1",
+        kinesis_endpoint="http://127.0.0.1:9",
+        dynamodb_endpoint="http://127.0.0.1:9",
+    )
+    consumer = Kinesumer(config)
+    consumer.add_handler("audit", print, streams=["payments"])
+    with pytest.raises(ConfigError, match=r"payments not read by the run.*'audit'"):
+        consumer.run(["orders"], print)
+    consumer.close()
