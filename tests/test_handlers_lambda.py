@@ -322,3 +322,33 @@ def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
     made.call_sync([back], retry_lease, threading.Event())
     assert [r.sequence_number for r in seen] == ["1"]  # the original, handled on its round
     assert counters.counts == {"retry_later": 1, "ok": 1}
+
+
+@pytest.mark.parametrize("bad", [{0}, {5}, {7}, {3, 7}, {6, 7}])
+def test_bisect_with_a_sink_commits_each_record_exactly_once_in_order(bad: set[int]) -> None:
+    """With an exactly-once sink each half that succeeds commits its writes with its own end
+    (a failed attempt's writes are rolled back), so every good record is written once, the
+    committed ends only move forward, the last commit carries the call's end (a disposed last
+    half commits it alone), and the dead letters come in the records' order."""
+    from test_handlers_policies import FakeSink
+
+    def handler(values: list[Record], tx: list[int]) -> None:
+        numbers = [int(v.data) for v in values]
+        if bad & set(numbers):
+            raise RuntimeError("bad record in the batch")
+        tx.extend(numbers)
+
+    sink, client = FakeSink(), FakeKinesis()
+    made, _ = invocation(
+        handler,
+        client,
+        sink=sink,
+        batch=Batch(max_size=8, bisect_on_error=True),
+        on_failure=DeadLetter("orders-dlq", retry=Retry(attempts=1)),
+    )
+    made.call_sync(batch_of(8), lease(), threading.Event())
+    written = [n for _, tx in sink.commits for n in tx]
+    assert written == [n for n in range(8) if n not in bad]
+    ends = [int(end.sequence_number) for end, _ in sink.commits]
+    assert ends == sorted(set(ends)) and ends[-1] == 7
+    assert [put["PartitionKey"] for put in client.puts] == [f"k{n}" for n in sorted(bad)]
