@@ -228,3 +228,36 @@ def test_a_handler_added_before_run_for_a_stream_run_does_not_read_is_named() ->
     with pytest.raises(ConfigError, match=r"payments not read by the run.*'audit'"):
         consumer.run(["orders"], print)
     consumer.close()
+
+
+def test_an_added_handlers_key_of_raising_does_not_stop_the_run(group: dict[str, Any]) -> None:
+    """Payloads without the key the added handler filters on: its key_of raises. Its own
+    policy (Discard) disposes of those records (it is never called with them); run()'s handler
+    and the checkpoints go on to the end."""
+    from _group import kinesis
+
+    config, stream, url = group["config"], group["stream"], group["url"]
+    main, by_owner = Seen(), Seen()
+    consumer = Kinesumer(config)
+    consumer.add_handler(
+        "by-owner",
+        by_owner,
+        keys={"o2"},
+        key_of=lambda record: json.loads(record.data)["owner"],
+        on_failure=Discard(),
+    )
+    run = Run(consumer, [stream], main, concurrency=4, ordering="key")
+    put_json(url, stream, 0, 20)
+    kinesis(url).put_records(  # no "owner": key_of raises KeyError
+        StreamName=stream,
+        Records=[{"Data": json.dumps({"n": n}).encode(), "PartitionKey": "x"} for n in (20, 21)],
+    )
+    put_json(url, stream, 22, 18)
+    wait_until(lambda: len(main) >= 40, 60, "every record to run()'s handler")
+    last = checkpoints_wanted(config, stream)
+    run.stop()
+    assert sorted(main.numbers) == list(range(40))
+    assert sorted(by_owner.numbers) == [n for n in range(40) if n % 4 == 2 and n not in (20, 21)]
+    handled = consumer.stats().handled["by-owner"]
+    assert handled["discarded"] == 2 and handled["ok"] == len(by_owner.numbers)
+    assert checkpoints(config, stream) == last
