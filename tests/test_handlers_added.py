@@ -210,3 +210,54 @@ async def test_async_handlers_added_and_removed(group: dict[str, Any], concurren
     assert sorted(main) == list(range(150))
     assert sorted(added) == [n for n in range(50, 100) if n % 10 == 3]
     assert consumer.stats().handled["audit"] == {"ok": 5}
+
+
+def test_a_handler_added_before_run_for_a_stream_run_does_not_read_is_named() -> None:
+    """add_handler before run() cannot know run()'s streams: run() checks them, before
+    anything starts (a handler for a stream never read would silently never be called).
+    The endpoints lead nowhere: nothing may be contacted."""
+    config = Config(
+        "app",
+        "state",
+        region="us-east-1",
+        kinesis_endpoint="http://127.0.0.1:9",
+        dynamodb_endpoint="http://127.0.0.1:9",
+    )
+    consumer = Kinesumer(config)
+    consumer.add_handler("audit", print, streams=["payments"])
+    with pytest.raises(ConfigError, match=r"payments not read by the run.*'audit'"):
+        consumer.run(["orders"], print)
+    consumer.close()
+
+
+def test_an_added_handlers_key_of_raising_does_not_stop_the_run(group: dict[str, Any]) -> None:
+    """Payloads without the key the added handler filters on: its key_of raises. Its own
+    policy (Discard) disposes of those records (it is never called with them); run()'s handler
+    and the checkpoints go on to the end."""
+    from _group import kinesis
+
+    config, stream, url = group["config"], group["stream"], group["url"]
+    main, by_owner = Seen(), Seen()
+    consumer = Kinesumer(config)
+    consumer.add_handler(
+        "by-owner",
+        by_owner,
+        keys={"o2"},
+        key_of=lambda record: json.loads(record.data)["owner"],
+        on_failure=Discard(),
+    )
+    run = Run(consumer, [stream], main, concurrency=4, ordering="key")
+    put_json(url, stream, 0, 20)
+    kinesis(url).put_records(  # no "owner": key_of raises KeyError
+        StreamName=stream,
+        Records=[{"Data": json.dumps({"n": n}).encode(), "PartitionKey": "x"} for n in (20, 21)],
+    )
+    put_json(url, stream, 22, 18)
+    wait_until(lambda: len(main) >= 40, 60, "every record to run()'s handler")
+    last = checkpoints_wanted(config, stream)
+    run.stop()
+    assert sorted(main.numbers) == list(range(40))
+    assert sorted(by_owner.numbers) == [n for n in range(40) if n % 4 == 2 and n not in (20, 21)]
+    handled = consumer.stats().handled["by-owner"]
+    assert handled["discarded"] == 2 and handled["ok"] == len(by_owner.numbers)
+    assert checkpoints(config, stream) == last

@@ -16,7 +16,7 @@ from _group import create_stream, make_config, put, setup_table
 from _wait import wait_until
 from test_handlers_group import Run, checkpoints
 
-from kinesumer import Kinesumer, Record
+from kinesumer import Config, Kinesumer, Record
 from kinesumer.engine.delivery import Cursor
 from kinesumer.engine.leases import Lease
 from kinesumer.handlers.dispatch import Dispatch
@@ -159,3 +159,32 @@ def test_a_shard_with_few_keys_does_not_fill_the_window() -> None:
             calls_of[call.items[0].record.shard_id] += 1
     assert calls_of["shard-a"] <= 60
     assert calls_of["shard-b"] >= 4 * 55, calls_of
+
+
+def test_held_batches_are_bounded_by_bytes_too() -> None:
+    """The batches the runner holds have left the engine's buffer, and its byte bound
+    (Config.max_buffered_bytes) with them: counted by records only, 20 000 held records of
+    100 KB would be 2 GB past a 64 MB bound. The runner holds batches up to the byte bound too
+    (and, as before, one batch past it)."""
+    dispatch = dispatcher(hold=20_000, concurrency=4, ordering="key", max_in_flight=10)
+    config = Config("app", "state")
+    bounded = Dispatch(
+        dispatch.options,
+        dispatch.cursor,
+        config.max_buffered_records,
+        hold_bytes=config.max_buffered_bytes,
+    )
+    big = b"x" * 100_000
+    taken, leases = 0, []
+    while bounded.wants_records and taken < 20_000:  # the engine hands out batches of 500
+        leases.append(lease(f"shard-{taken // 500}"))
+        batch = [r._replace(data=big) for r in records(leases[-1].key[1], f"k{taken}", 500)]
+        bounded.set_batch(leases[-1], batch)
+        bounded.admit()
+        taken += 500
+    held = taken - bounded.scheduler.admitted
+    assert held * len(big) <= config.max_buffered_bytes + 500 * len(big), held
+    # Once the held batches are gone (their shards dropped), more are asked for again.
+    for held_lease in leases:
+        bounded.drop(held_lease)
+    assert bounded.wants_records

@@ -13,12 +13,22 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from test_handlers_policies import FakeKinesis, invocation, lease
+from test_handlers_policies import (
+    Counters,
+    FakeFactory,
+    FakeKinesis,
+    Options,
+    invocation,
+    lease,
+)
 
 from kinesumer import ConfigError, Record
+from kinesumer.engine.leases import Lease
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
+from kinesumer.handlers.invoke import Invocation
 from kinesumer.handlers.options import run_options
+from kinesumer.models import Checkpoint
 
 #: Far from this host's clock on purpose: only Kinesis's timestamps may decide a record's age.
 T0 = datetime(2001, 1, 1, tzinfo=timezone.utc)
@@ -98,6 +108,27 @@ def test_the_kinesis_clock_advances_by_elapsed_monotonic_time_only() -> None:
     assert isinstance(error, RecordTooOldError) and error.age == pytest.approx(60.0)
     clock.observe([at(5, 2)], 0)  # an older instant never moves the clock back
     assert clock.age(at(10, 1)) == pytest.approx(50.0)
+
+
+def test_a_batch_spanning_shards_is_aged_by_each_shards_own_lag() -> None:
+    """Default ordering ("key"), batches, no sink: one call may hold records of two shards and
+    is made with the first record's lease. Shard 1 is an hour behind its tip, shard 2 is at its
+    tip: shard 1's MillisBehindLatest says nothing of shard 2's records. Added with shard 2's
+    newest arrival it would put Kinesis's clock an hour in the future, and the record that just
+    arrived on shard 2 would be an hour old (discarded without ever reaching the handler)."""
+    made, counters, seen, _ = handled_by(
+        max_record_age=60.0, batch=Batch(max_size=8), on_failure=Discard()
+    )
+    behind, at_tip = lease(), Lease(Checkpoint("orders", "shardId-000000000002"))
+    behind.observe_read(3_600_000, 1)
+    at_tip.observe_read(0, 1)
+    old = at(0, 1)  # shard 1: an hour behind its tip, T0 + 3600 s
+    fresh = Record("orders", "shardId-000000000002", "2", 0, "k2", b"x", T0 + timedelta(hours=1))
+    made.observe([old], behind)  # the runner, as each engine batch arrives
+    made.observe([fresh], at_tip)
+    made.call_sync([old, fresh], behind, threading.Event())  # one call, the first one's lease
+    assert [r.sequence_number for r in seen[0]] == ["2"]
+    assert counters.counts == {"too_old": 1, "discarded": 1, "ok": 1}
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "60", True])
@@ -201,3 +232,123 @@ def test_bisect_with_two_failing_records_and_stop() -> None:
 def test_bisect_on_error_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="bisect_on_error"):
         Batch(bisect_on_error="yes")  # type: ignore[arg-type]
+
+
+def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
+    """add_handler(keys=..., key_of=...) whose key_of raises on one payload (the field is
+    missing): that handler's policy (here DeadLetter) disposes of the record and the handler is
+    not called with it; the filter does not stop the whole run (a poison record would stop
+    every restart) nor skip the record silently."""
+    from kinesumer.handlers.registry import AddedHandler, KeyOfError, key_error, wanted
+
+    def owner(record: Record) -> str:
+        return str(record.data.split(b"=")[1], "ascii")
+
+    seen: list[Any] = []
+    client = FakeKinesis()
+    counters = Counters()
+    made = Invocation(  # as add_handler builds it
+        seen.append,
+        Options(on_failure=DeadLetter("audit-dlq")),
+        FakeFactory(client),  # type: ignore[arg-type]
+        counters,  # type: ignore[arg-type]
+        False,
+        write_attempts=2,
+        refuse=key_error("audit", owner),
+    )
+    audit = AddedHandler("audit", made, None, frozenset({"o7"}), owner)
+    good, other, bad = at(0, 1, b"owner=o7"), at(1, 2, b"owner=o8"), at(2, 3, b"no owner")
+    calls = wanted([(good, (audit,)), (other, (audit,)), (bad, (audit,))])
+    assert [(h, [r.sequence_number for r in rs]) for h, rs in calls] == [(audit, ["1", "3"])]
+    for record in calls[0][1]:
+        made.call_sync([record], lease(), threading.Event())
+    assert [r.sequence_number for r in seen] == ["1"]
+    [dead] = client.puts
+    assert dead["StreamName"] == "audit-dlq" and dead["PartitionKey"] == "k3"
+    assert counters.counts == {"ok": 1, "dead_lettered": 1}
+    assert isinstance(key_error("audit", owner)(bad), KeyOfError)
+
+
+def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
+    """RetryLater(delay=120) with max_record_age=60: a record read back from the retry stream
+    waits out its delay before it is handled. Aged by its arrival there, every round would be
+    120 s old once due, and go to ``then`` without the handler ever being tried again. Its age
+    counts from its arrival plus the delay (a duration: no clock of this host compared with
+    Kinesis's)."""
+    wall, mono = [1_000_000.0], [50.0]
+    seen: list[Any] = []
+    fails = [True]
+
+    def handler(record: Record) -> None:
+        if fails.pop(0) if fails else False:
+            raise RuntimeError("down")
+        seen.append(record)
+
+    client = FakeKinesis()
+    policy = RetryLater("orders-retry", delay=120.0, retry=Retry(attempts=1), then=Discard())
+    counters = Counters()
+    made = Invocation(
+        handler,
+        Options(on_failure=policy, max_record_age=60.0),
+        FakeFactory(client),  # type: ignore[arg-type]
+        counters,  # type: ignore[arg-type]
+        False,
+        write_attempts=2,
+        clock=lambda: wall[0],
+    )
+    made.kinesis_clock = KinesisClock(monotonic=lambda: mono[0])
+    first = at(0, 1)
+    owned = lease()
+    owned.observe_read(0, 1)
+    made.observe([first], owned)
+    made.call_sync([first], owned, threading.Event())  # fails: to the retry stream
+    [put] = client.puts
+    assert put["StreamName"] == "orders-retry"
+    # Read back at once (arrived 1 s later on the retry stream, at its tip), due 120 s later.
+    back = Record(
+        "orders-retry",
+        "shardId-000000000001",
+        "7",
+        0,
+        put["PartitionKey"],
+        put["Data"],
+        T0 + timedelta(seconds=1),
+    )
+    retry_lease = Lease(Checkpoint("orders-retry", "shardId-000000000001"))
+    retry_lease.observe_read(0, 1)
+    made.observe([back], retry_lease)
+    wall[0] += 120.0
+    mono[0] += 120.0
+    made.call_sync([back], retry_lease, threading.Event())
+    assert [r.sequence_number for r in seen] == ["1"]  # the original, handled on its round
+    assert counters.counts == {"retry_later": 1, "ok": 1}
+
+
+@pytest.mark.parametrize("bad", [{0}, {5}, {7}, {3, 7}, {6, 7}])
+def test_bisect_with_a_sink_commits_each_record_exactly_once_in_order(bad: set[int]) -> None:
+    """With an exactly-once sink each half that succeeds commits its writes with its own end
+    (a failed attempt's writes are rolled back), so every good record is written once, the
+    committed ends only move forward, the last commit carries the call's end (a disposed last
+    half commits it alone), and the dead letters come in the records' order."""
+    from test_handlers_policies import FakeSink
+
+    def handler(values: list[Record], tx: list[int]) -> None:
+        numbers = [int(v.data) for v in values]
+        if bad & set(numbers):
+            raise RuntimeError("bad record in the batch")
+        tx.extend(numbers)
+
+    sink, client = FakeSink(), FakeKinesis()
+    made, _ = invocation(
+        handler,
+        client,
+        sink=sink,
+        batch=Batch(max_size=8, bisect_on_error=True),
+        on_failure=DeadLetter("orders-dlq", retry=Retry(attempts=1)),
+    )
+    made.call_sync(batch_of(8), lease(), threading.Event())
+    written = [n for _, tx in sink.commits for n in tx]
+    assert written == [n for n in range(8) if n not in bad]
+    ends = [int(end.sequence_number) for end, _ in sink.commits]
+    assert ends == sorted(set(ends)) and ends[-1] == 7
+    assert [put["PartitionKey"] for put in client.puts] == [f"k{n}" for n in sorted(bad)]

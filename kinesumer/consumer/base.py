@@ -27,7 +27,7 @@ from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
-from ..handlers.registry import AddedHandler, HandlerSet
+from ..handlers.registry import AddedHandler, HandlerSet, key_error
 from ..models import Record
 from ..stats import ConsumerStats
 from ..topics import run_streams
@@ -175,8 +175,8 @@ class BaseKinesumer:
         metrics) and dead letters. Records read before it was added never reach it. A
         record's checkpoint moves only once every handler it was read for has finished it.
         Safe from any thread. ``ConfigError`` for a bad argument, a name in use, or a stream
-        the run does not read (checked once ``run()`` was called; see
-        :mod:`kinesumer.handlers.registry`)."""
+        the run does not read (checked here once ``run()`` was called, by ``run()`` for a
+        handler added before it; see :mod:`kinesumer.handlers.registry`)."""
         names: list[str] | None = None
         if streams is not None:
             names, decode = run_streams(streams, decode)
@@ -216,6 +216,7 @@ class BaseKinesumer:
             counters,
             self._handlers_are_async,
             client_id=self.client_id,
+            refuse=None if keys is None or key_of is None else key_error(name, key_of),
         )
         wanted_keys = None if keys is None else frozenset(keys)
         only = None if names is None else frozenset(names)
@@ -257,6 +258,15 @@ class BaseKinesumer:
         stream); the sink is attached to the engine. Topics give their names and type."""
         streams, run_arguments["decode"] = run_streams(streams, run_arguments.get("decode"))
         names = self._stream_names(streams)
+        for added in self._added.current:  # added before run(): their streams are checked now
+            unread = sorted((added.streams or frozenset()) - set(names))
+            if unread:
+                raise ConfigError(
+                    "streams",
+                    f"{', '.join(unread)} not read by the run, but add_handler({added.name!r}) "
+                    "was given it: read it in run() or remove_handler() first",
+                    "run",
+                )
         self._run_names = names
         options = run_options(handler, is_async=is_async, **run_arguments)
         counters = self._handled.get(options.name)

@@ -17,7 +17,9 @@ with ``max_record_age``. The bound errs one way only: a record is never sent to 
 policy for being old unless Kinesis's own timestamps prove it is. It is exact while records keep
 arriving at the shards read; on a stream nobody writes to, the tip is old too and old records
 count as younger than they are (they reach the handler). A record read back from a RetryLater
-stream is aged by its arrival there (the round's record), not by its original's.
+stream is aged from when it became due, its arrival there plus the policy's ``delay`` (a delay
+of ``max_record_age`` or more would otherwise send every round to ``then`` unhandled), not by
+its original's arrival.
 """
 
 from __future__ import annotations
@@ -59,8 +61,18 @@ class KinesisClock:
         self._seen_ms: int | None = None
         self._seen_at = 0.0
 
-    def observe(self, records: Sequence[Record], millis_behind: int | None) -> None:
-        """Records just read (in order) and the shard's latest ``MillisBehindLatest``."""
+    def observe(
+        self,
+        records: Sequence[Record],
+        millis_behind: int | None,
+        shard: tuple[str, str] | None = None,
+    ) -> None:
+        """Records just read (in order) and the shard's latest ``MillisBehindLatest``.
+        ``shard`` (stream, shard id): only that shard's records count. A handler call without
+        a sink may hold several shards' records; another shard's lag added to their arrivals
+        would put the clock in the future (records at the tip counted too old)."""
+        if shard is not None:
+            records = [r for r in records if (r.stream, r.shard_id) == shard]
         arrivals = [r.approximate_arrival_timestamp for r in records]
         known = [a for a in arrivals if a is not None]
         if not known:
@@ -90,9 +102,16 @@ class KinesisClock:
             return None
         return max(0.0, (now - _ms(arrival)) / 1000)
 
-    def too_old(self, record: Record, limit: float) -> RecordTooOldError | None:
-        """The error that sends ``record`` to the failure policy, if it is past ``limit``."""
+    def too_old(
+        self, record: Record, limit: float, waited: float = 0.0
+    ) -> RecordTooOldError | None:
+        """The error that sends ``record`` to the failure policy, if it is past ``limit``.
+        ``waited``: seconds it was meant to wait after it arrived (a RetryLater round's delay),
+        which do not count: its age runs from when it became due."""
         age = self.age(record)
-        if age is None or age <= limit:
+        if age is None:
+            return None
+        age = max(0.0, age - waited)
+        if age <= limit:
             return None
         return RecordTooOldError(record, age, limit)

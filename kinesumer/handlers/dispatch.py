@@ -37,6 +37,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from ..engine.leases import Lease, LeaseStatus
+from ..kinesis.kpl import record_cost
 from ..models import Record
 from ..sinks.base import LeaseLostError
 from .options import RunOptions
@@ -65,6 +66,7 @@ class Dispatch:
         cursor: Cursor,
         hold: int = 0,
         added: HandlerSet | None = None,
+        hold_bytes: int | None = None,
     ) -> None:
         #: Handlers added at runtime: each admitted record takes the current snapshot.
         self.added = added if added is not None else HandlerSet()
@@ -83,8 +85,12 @@ class Dispatch:
         # admitted from first next time comes first (see admit()).
         self._pending: dict[Lease, deque[_Pending]] = {}
         self._pending_records = 0
-        #: Records held in pending batches before no more are asked for (besides one per lease).
+        #: Records held in pending batches before no more are asked for (besides one per lease),
+        #: and their bytes (Config.max_buffered_bytes, weighed as the engine's buffer does: the
+        #: records held here left the buffer's bound; None: records only).
         self._hold = hold
+        self._hold_bytes = hold_bytes
+        self._pending_bytes = 0
         #: Calls started and not reported back yet.
         self.running = 0
         #: What stops the run with an error (the handler's failure, or a bug below it).
@@ -112,7 +118,10 @@ class Dispatch:
         fill the whole bound with that shard's few keys (issue 23)."""
         if self.stopping:
             return False
-        return not self._pending or self._pending_records < self._hold
+        if not self._pending:
+            return True
+        under = self._hold_bytes is None or self._pending_bytes < self._hold_bytes
+        return under and self._pending_records < self._hold
 
     def set_batch(self, lease: Lease, records: list[Record]) -> None:
         if not records:
@@ -122,8 +131,10 @@ class Dispatch:
             # First in the turn: the leases already pending had their share of the room.
             batches = deque()
             self._pending = {lease: batches, **self._pending}
-        batches.append(_Pending(records))
+        batch = _Pending(records)
+        batches.append(batch)
         self._pending_records += len(records)
+        self._pending_bytes += batch.cost
 
     def admit(self) -> None:
         """Admit records of the pending engine batches while the bound leaves room (each
@@ -176,7 +187,7 @@ class Dispatch:
             record = records[index]
             if not admit(lease, record):
                 # Revoked or lost: the rest of its batches are the next owner's.
-                self._pending_records -= sum(len(b.records) - b.index for b in batches)
+                self._forget_pending(batches)
                 return
             if lease.skipping and lease.already_done(record):
                 # The previous owner finished it (a done run of the checkpoint): done here too,
@@ -192,7 +203,7 @@ class Dispatch:
         batch.index = index
         self._pending_records -= index - start
         if index >= len(records):
-            batches.popleft()
+            self._pending_bytes -= batches.popleft().cost
         if batches:
             self._pending[lease] = batches
 
@@ -271,10 +282,15 @@ class Dispatch:
         """Forget the queued records of ``lease``, its pending batches and its tracker."""
         batches = self._pending.pop(lease, None)
         if batches is not None:
-            self._pending_records -= sum(len(b.records) - b.index for b in batches)
+            self._forget_pending(batches)
         tracker = self.trackers.pop(lease, None)
         if tracker is not None:
             self.scheduler.drop(lambda entry: entry.tracker is tracker)
+
+    def _forget_pending(self, batches: deque[_Pending]) -> None:
+        """``batches`` (taken out of ``_pending``) will not be admitted."""
+        self._pending_records -= sum(len(b.records) - b.index for b in batches)
+        self._pending_bytes -= sum(b.cost for b in batches)
 
     def sweep(self) -> None:
         """Leases that ended (lost, or released after a handoff): drop their queued records.
@@ -309,11 +325,13 @@ class Dispatch:
 class _Pending:
     """An engine batch and the index of its next record to admit."""
 
-    __slots__ = ("index", "records")
+    __slots__ = ("cost", "index", "records")
 
     def __init__(self, records: list[Record]) -> None:
         self.records = records
         self.index = 0
+        #: Its weight in bytes, counted until it is admitted whole or dropped.
+        self.cost = sum(map(record_cost, records))
 
 
 def _closed(entries: list[Entry]) -> None:

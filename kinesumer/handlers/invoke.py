@@ -101,6 +101,7 @@ class Invocation:
         clock: Callable[[], float] = time.time,
         sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
         async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
+        refuse: Callable[[Record], Exception | None] | None = None,
     ) -> None:
         self.policy = check_policy(options.on_failure)
         self.name = options.name or getattr(handler, "__qualname__", None) or repr(handler)
@@ -116,15 +117,15 @@ class Invocation:
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
         )
-        #: run(max_record_age) and what it is measured by (see .age).
-        # (read leniently: callers' stand-in options may predate these fields)
+        #: run(max_record_age) and what it is measured by (see .age), read leniently.
         self.max_age: float | None = getattr(options, "max_record_age", None)
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
         self.report = CallReporter(self.name, counters, self.policy, uniform)
-        self._plain = not (
-            self.batched or self.sink is not None or self.extra_streams or self.max_age
-        )
+        #: An added handler's key_of check (registry.key_error): a record's error, if any.
+        self.refuse = refuse
+        special = self.sink is not None or self.extra_streams or refuse is not None
+        self._plain = not (self.batched or special or self.max_age)
         config = aws.config
         self.identity = Identity(self.name, config.app, client_id or config.client_id or "")
         self._writer = DeadLetterWriter(aws, attempts=write_attempts)
@@ -358,7 +359,10 @@ class Invocation:
     def _too_old(self, item: Item) -> Exception | None:
         """``run(max_record_age)``: the error that sends ``item`` to the policy, if it is old."""
         assert self.max_age is not None
-        error = self.kinesis_clock.too_old(item.delivered, self.max_age)
+        policy, waited = self.policy, 0.0
+        if isinstance(policy, RetryLater) and item.delivered is not item.original:
+            waited = policy.delay  # a RetryLater round's delay is not age (see .age)
+        error = self.kinesis_clock.too_old(item.delivered, self.max_age, waited)
         if error is not None:
             self.report.too_old(item)
         return error
@@ -371,12 +375,17 @@ class Invocation:
             self.kinesis_clock.observe(records, lease.millis_behind)
 
     def _units(self, items: list[Item], records: list[Record], lease: Lease) -> list[Unit]:
-        """The calls to make (see :func:`.retry_later.units`), records past max_record_age
-        failing alone."""
-        if self.max_age is None:
-            return units(items, self.decoder, self.batched, self.report.decode_failed)
-        self.kinesis_clock.observe(records, lease.millis_behind)
-        return units(items, self.decoder, self.batched, self.report.decode_failed, self._too_old)
+        """The calls to make (see :func:`.retry_later.units`), records past max_record_age (or
+        that an added handler's ``key_of`` raised on) failing alone."""
+        refuse: Callable[[Item], Exception | None] | None = None
+        if self.refuse is not None:
+            check = self.refuse
+            refuse = lambda item: check(item.delivered)  # noqa: E731
+        elif self.max_age is not None:
+            # Only ``lease``'s records go with its MillisBehindLatest (see KinesisClock.observe).
+            self.kinesis_clock.observe(records, lease.millis_behind, lease.key)
+            refuse = self._too_old
+        return units(items, self.decoder, self.batched, self.report.decode_failed, refuse)
 
 
 def _no_writes(tx: Any) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, DecodeError, KinesumerError
 from ..models import Record
 from .age import RecordTooOldError
+from .registry import KeyOfError
 
 #: Kinesis stream names: 1-128 of letters, digits, ``_``, ``.`` and ``-``.
 STREAM_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -205,12 +206,13 @@ def after_failure(policy: FailurePolicy, attempts: int, error: BaseException) ->
     """Whether to try again after ``attempts`` calls failed, the last with ``error``.
 
     Within ``retry.attempts`` yes; :class:`Block` always. A :class:`DecodeError` is not retried
-    (decoding the same bytes again gives the same answer), except under Block, whose contract is
+    (decoding the same bytes again gives the same answer), nor a record too old or one an added
+    handler's ``key_of`` raised on, except under Block, whose contract is
     that the checkpoint holds until the run closes.
     """
     if isinstance(policy, Block):
         return True
-    if isinstance(error, (DecodeError, RecordTooOldError)):
+    if isinstance(error, (DecodeError, RecordTooOldError, KeyOfError)):
         return False  # (run() refuses max_record_age with Block)
     return attempts < policy.retry.attempts
 

@@ -21,9 +21,11 @@ yet given to it skip it (done for it), a call of it in flight finishes; the othe
 checkpoints are not disturbed. A removed name may be added again (a new handler).
 
 Failures: an added handler's own policy decides (a ``Stop`` stops the whole run, as the main
-handler's would; ``DeadLetter``/``Discard`` dispose of the record for that handler only). When a
-call is abandoned (the shard handed off while it waited) its records are redelivered to the next
-owner, which calls every handler again: at-least-once per handler, as for the main one.
+handler's would; ``DeadLetter``/``Discard`` dispose of the record for that handler only), also
+for a record its ``key_of`` raises on (a :class:`KeyOfError`, not retried; the handler is not
+called with it: a payload without the key must not stop every restart, nor be skipped silently).
+When a call is abandoned (the shard handed off while it waited) its records are redelivered to
+the next owner, which calls every handler again: at-least-once per handler, as for the main one.
 """
 
 from __future__ import annotations
@@ -70,8 +72,43 @@ class AddedHandler:
             return False
         if self.keys is None:
             return True
-        key = record.partition_key if self.key_of is None else self.key_of(record)
+        if self.key_of is None:
+            return record.partition_key in self.keys
+        try:
+            key = self.key_of(record)
+        except Exception:
+            # Its key is unknown (a payload without it): the handler's own failure policy
+            # decides (its invocation raises the same error again, as a KeyOfError), never a
+            # stop of the whole run nor a silent skip.
+            return True
         return key in self.keys
+
+
+class KeyOfError(Exception):
+    """``add_handler(key_of=...)`` raised on a record: that handler's failure policy disposes
+    of the record (dead letter, discard, or stop) and the handler is not called with it."""
+
+    def __init__(self, name: str, record: Record, error: Exception) -> None:
+        super().__init__(
+            f"add_handler({name!r}): key_of raised on {record.stream}/{record.shard_id} "
+            f"record {record.sequence_number}: {error!r}"
+        )
+        self.record = record
+        self.error = error
+
+
+def key_error(name: str, key_of: Callable[[Record], str]) -> Callable[[Record], KeyOfError | None]:
+    """What an added handler's invocation checks before calling it: the :class:`KeyOfError`
+    of a record ``key_of`` raises on (None: the key was found)."""
+
+    def check(record: Record) -> KeyOfError | None:
+        try:
+            key_of(record)
+        except Exception as error:
+            return KeyOfError(name, record, error)
+        return None
+
+    return check
 
 
 #: No added handler: what an entry admitted with none carries.

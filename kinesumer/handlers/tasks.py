@@ -161,7 +161,11 @@ class TaskRunner:
         engine = self._engine
         loop = asyncio.get_running_loop()
         dispatch = Dispatch(
-            self._options, engine.cursor, engine.config.max_buffered_records, self._added
+            self._options,
+            engine.cursor,
+            engine.config.max_buffered_records,
+            self._added,
+            engine.config.max_buffered_bytes,
         )
         wake = asyncio.Event()
         ended: list[tuple[Call[Entry], BaseException | None]] = []

@@ -218,8 +218,13 @@ class ThreadRunner:
     # -- pooled --------------------------------------------------------------------------------
     def _run_pooled(self) -> None:
         options = self._options
+        config = self._engine.config
         dispatch = Dispatch(
-            options, self._engine.cursor, self._engine.config.max_buffered_records, self._added
+            options,
+            self._engine.cursor,
+            config.max_buffered_records,
+            self._added,
+            config.max_buffered_bytes,
         )
         events: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
         pool = ThreadPoolExecutor(options.concurrency, thread_name_prefix="kinesumer-handler")
