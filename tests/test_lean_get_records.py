@@ -23,12 +23,11 @@ from _group import create_stream
 from _produced import kinesis
 from _standins import NodeStandIn
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinesumer.aws import RequestStats
+from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader, ShardBatch
@@ -66,7 +65,7 @@ class _Pair:
         self.lean, self.plain = self.loop.run_until_complete(self._open())
 
     async def _open(self) -> tuple[KinesisReader, KinesisReader]:
-        session = get_session()
+        session = botocore_session()
         self.contexts: list[Any] = []
         self.clients: list[Any] = []
         readers = []

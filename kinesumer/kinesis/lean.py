@@ -38,8 +38,10 @@ from typing import Any
 import msgspec
 
 
-class RawRecord(msgspec.Struct):
-    """One Kinesis record of a GetRecords answer, as the readers need it."""
+class RawRecord(msgspec.Struct, gc=False):
+    """One Kinesis record of a GetRecords answer, as the readers need it. ``gc=False``: its
+    fields are text, bytes and a datetime, which cannot form a cycle; 10,000 of them per answer
+    would otherwise each be tracked (and walked) by the cyclic garbage collector."""
 
     SequenceNumber: str
     PartitionKey: str
@@ -47,7 +49,7 @@ class RawRecord(msgspec.Struct):
     ApproximateArrivalTimestamp: datetime | None = None
 
 
-class RecordsAnswer(msgspec.Struct):
+class RecordsAnswer(msgspec.Struct, gc=False):
     """A GetRecords answer: what the readers use of it (``ChildShards`` as botocore gives it)."""
 
     Records: list[RawRecord] = []

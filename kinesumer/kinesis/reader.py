@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ SERVER_CLOCK_MARGIN_MS = 5_000
 LOCAL_CLOCK_MARGIN_MS = 60_000
 
 
+#: Set to ``1``: readers parse GetRecords with botocore alone (the lean path's reference; the
+#: benchmarks' "before").
+BOTOCORE_GET_RECORDS_ENV = "KINESUMER_BOTOCORE_GET_RECORDS"
+
 #: Fresh iterators :meth:`KinesisReader.scan_since` probes with before an expiry is raised.
 PROBE_ATTEMPTS = 5
 
@@ -57,7 +62,9 @@ class KinesisReader:
     """Kinesis calls for one engine, with retries and errors named for the application.
 
     GetRecords goes the lean way (:mod:`.lean`: signed and sent by botocore, the answer decoded
-    by msgspec) unless ``lean_get_records`` is False or the client is not a JSON client."""
+    by msgspec) unless ``lean_get_records`` is False, or None (the default) and the environment
+    sets :data:`BOTOCORE_GET_RECORDS_ENV` to ``1`` (the benchmarks' "before"), or the client is
+    not a JSON client."""
 
     def __init__(
         self,
@@ -65,9 +72,11 @@ class KinesisReader:
         stats: RequestStats,
         region: str | None,
         *,
-        lean_get_records: bool = True,
+        lean_get_records: bool | None = None,
     ) -> None:
         self._kinesis = client
+        if lean_get_records is None:
+            lean_get_records = os.environ.get(BOTOCORE_GET_RECORDS_ENV) != "1"
         self._lean = lean_get_records and lean.install(client)
         self._stats = stats
         self._region = region or "the configured region"
