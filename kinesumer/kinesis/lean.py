@@ -29,13 +29,25 @@ Kinesis) is left alone: :func:`install` says so and the calls fall back to the o
 
 from __future__ import annotations
 
-import json
 import weakref
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 import msgspec
+
+
+class PutEntry(msgspec.Struct, omit_defaults=True, gc=False):
+    """One PutRecords entry as it goes in the call's body (``Data`` encoded to base64)."""
+
+    Data: bytes
+    PartitionKey: str
+    ExplicitHashKey: str | None = None
+
+
+class _PutBody(msgspec.Struct, gc=False):
+    StreamName: str
+    Records: list[PutEntry]
 
 
 class RawRecord(msgspec.Struct, gc=False):
@@ -61,6 +73,8 @@ class RecordsAnswer(msgspec.Struct, gc=False):
 #: ``strict=False``: an epoch-seconds number decodes to a UTC datetime, the instant botocore's
 #: timestamp parser gives (it picks the local zone; aware datetimes compare by instant).
 _DECODE_RECORDS = msgspec.json.Decoder(RecordsAnswer, strict=False).decode
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE_ANY = msgspec.json.Decoder().decode
 
 _PUT_BODY: ContextVar[bytes | None] = ContextVar("kinesumer_put_records_body", default=None)
 _GET_SLOT: ContextVar[list[RecordsAnswer] | None] = ContextVar(
@@ -97,11 +111,9 @@ def is_lean(client: Any) -> bool:
         return False
 
 
-def put_records_body(stream: str, wire_entries: list[dict[str, str]]) -> bytes:
-    """The PutRecords JSON body for entries already in wire form (base64 ``Data``)."""
-    return json.dumps(
-        {"StreamName": stream, "Records": wire_entries}, separators=(",", ":")
-    ).encode("utf-8")
+def put_records_body(stream: str, entries: list[PutEntry]) -> bytes:
+    """The PutRecords JSON body of ``entries``."""
+    return _ENCODE(_PutBody(stream, entries))
 
 
 async def put_records(
@@ -183,7 +195,10 @@ def _read_put_answer(
     body = _successful_body(response_dict)
     if body is None:
         return
-    answer = json.loads(body)
+    try:
+        answer = _DECODE_ANY(body)
+    except msgspec.DecodeError:
+        return  # not JSON: botocore's parser says what it is
     if not isinstance(answer, dict) or not isinstance(answer.get("Records"), list):
         return  # not the answer we know: botocore parses it
     customized_response_dict["FailedRecordCount"] = answer.get("FailedRecordCount", 0)
