@@ -77,13 +77,14 @@ def payload(i: int) -> bytes:
 def plain_loop(
     url: str, stream: str, records: int, keys: int, part: int = 0, parts: int = 1
 ) -> None:
-    """500-record PutRecords calls, resending the refused entries (``part`` of ``parts``: the
-    calls ``part``, ``part + parts``, ... of the whole run)."""
+    """500-record PutRecords calls, resending the refused entries; ``part`` of ``parts``: the
+    records of the keys ``k`` with ``k % parts == part`` (each key's records from one writer, in
+    order)."""
     client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
-    for start in range(part * 500, records, 500 * parts):
+    mine = [i for i in range(records) if (i % keys) % parts == part]
+    for start in range(0, len(mine), 500):
         entries = [
-            {"Data": payload(i), "PartitionKey": f"k{i % keys}"}
-            for i in range(start, min(start + 500, records))
+            {"Data": payload(i), "PartitionKey": f"k{i % keys}"} for i in mine[start : start + 500]
         ]
         while entries:
             results = client.put_records(StreamName=stream, Records=entries)["Records"]
