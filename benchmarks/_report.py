@@ -121,6 +121,16 @@ def tables(r: dict[str, Any]) -> str:
     lines += handlers_table(r.get("handlers"))
     lines += sinks_table(r.get("sinks"))
     lines += producer_table(r.get("producer"))
+    if r.get("read"):
+        import bench_read
+
+        read = r["read"]
+        lines += ["", bench_read.report(read["table"], read["records"], read["rounds"])]
+    if r.get("spark_sink"):
+        import bench_spark_sink
+
+        sink = r["spark_sink"]
+        lines += ["", bench_spark_sink.report(sink["table"], sink["records"], sink["master"])]
     lines += assignment_modes_table(r.get("assignment_modes"))
     if r.get("efo"):
         import bench_efo

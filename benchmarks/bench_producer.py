@@ -18,15 +18,24 @@ first, untimed boto3 loop warms kinesalite up, so that no row pays for its start
 delays each PutRecords call by that many seconds (rows without refused entries; the fault proxy
 applies one fault per call) as the round trip to AWS would: kinesalite answers in about a
 millisecond from the same host, where a loop with one call in flight waits out every trip.
+
+The fault proxy, when a row needs one, runs in a child process: in this process its forwarding
+threads would count in the client's CPU and take the GIL from the Producer's loop thread. Rows
+without faults talk to kinesalite directly. ``boto3 loops xN`` runs N plain loops in N processes
+on disjoint shares of the records (CPU: theirs, summed): what kinesalite itself takes from
+several writers, the ceiling of any unaggregated writer here.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +54,13 @@ from kinesumer import Producer  # noqa: E402
 KEYS = 100
 SIZE = 100
 
-#: (label, Producer keywords); None: the plain boto3 loop.
-CASES: list[tuple[str, dict[str, Any] | None]] = [
+#: Plain loops run side by side (processes) in the ceiling row.
+PARALLEL_LOOPS = 4
+
+#: (label, Producer keywords); None: the plain boto3 loop; an int: that many loops in parallel.
+CASES: list[tuple[str, dict[str, Any] | int | None]] = [
     ("boto3 loop", None),
+    (f"boto3 loops x{PARALLEL_LOOPS} (processes)", PARALLEL_LOOPS),
     ('Producer ordering="key"', {}),
     ('Producer ordering="none"', {"ordering": "none"}),
     ("Producer aggregate=True", {"aggregate": True}),
@@ -61,16 +74,75 @@ def payload(i: int) -> bytes:
     return (b"%d:" % i).ljust(SIZE, b"x")
 
 
-def plain_loop(url: str, stream: str, records: int, keys: int) -> None:
+def plain_loop(
+    url: str, stream: str, records: int, keys: int, part: int = 0, parts: int = 1
+) -> None:
+    """500-record PutRecords calls, resending the refused entries; ``part`` of ``parts``: the
+    records of the keys ``k`` with ``k % parts == part`` (each key's records from one writer, in
+    order)."""
     client = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
-    for start in range(0, records, 500):
+    mine = [i for i in range(records) if (i % keys) % parts == part]
+    for start in range(0, len(mine), 500):
         entries = [
-            {"Data": payload(i), "PartitionKey": f"k{i % keys}"}
-            for i in range(start, min(start + 500, records))
+            {"Data": payload(i), "PartitionKey": f"k{i % keys}"} for i in mine[start : start + 500]
         ]
         while entries:
             results = client.put_records(StreamName=stream, Records=entries)["Records"]
             entries = [e for e, r in zip(entries, results, strict=True) if "ErrorCode" in r]
+
+
+def _loop_part(args: tuple[str, str, int, int, int, int]) -> float:
+    cpu = time.process_time()
+    plain_loop(*args)
+    return time.process_time() - cpu
+
+
+def _warm(url: str) -> None:
+    boto3.client("kinesis", endpoint_url=url, region_name="us-east-1").list_streams()
+
+
+def parallel_loops(
+    url: str, stream: str, records: int, keys: int, parts: int
+) -> tuple[float, float]:
+    """``parts`` plain loops in as many (started, warm) processes: wall seconds, and their CPU
+    seconds summed."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(parts) as pool:
+        pool.map(_warm, [url] * parts)
+        wall = time.perf_counter()
+        cpus = pool.map(_loop_part, [(url, stream, records, keys, n, parts) for n in range(parts)])
+        wall = time.perf_counter() - wall
+    return wall, sum(cpus)
+
+
+def _serve_proxy(kurl: str, refused: float, rtt: float, conn: Any) -> None:
+    with FaultProxy(kurl) as proxy:
+        if refused:
+            proxy.add_rule(
+                Fault.refuse_entries(refused), service="kinesis", operation="PutRecords", seed=1
+            )
+        elif rtt:
+            proxy.add_rule(Fault.delay(rtt), service="kinesis", operation="PutRecords")
+        conn.send(proxy.url)
+        conn.recv()  # until told to stop
+
+
+@contextlib.contextmanager
+def endpoint(kurl: str, refused: float, rtt: float) -> Iterator[str]:
+    """kinesalite's URL, or a fault proxy's in front of it (in a child process)."""
+    if not refused and not rtt:
+        yield kurl
+        return
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(
+        target=_serve_proxy, args=(kurl, refused, rtt, theirs), daemon=True
+    )
+    process.start()
+    try:
+        yield ours.recv()
+    finally:
+        ours.send("stop")
+        process.join(10)
 
 
 def producer_run(url: str, stream: str, records: int, keys: int, options: dict[str, Any]) -> None:
@@ -95,26 +167,23 @@ def one(
     records: int,
     keys: int,
     refused: float,
-    case: dict[str, Any] | None,
+    case: dict[str, Any] | int | None,
     rtt: float = 0.0,
 ) -> Any:
     client = boto3.client("kinesis", endpoint_url=kurl, region_name="us-east-1")
     stream = f"bench-produce-{os.getpid()}-{time.monotonic_ns()}"
     client.create_stream(StreamName=stream, ShardCount=shards)
     client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-    with FaultProxy(kurl) as proxy:
-        if refused:
-            proxy.add_rule(
-                Fault.refuse_entries(refused), service="kinesis", operation="PutRecords", seed=1
-            )
-        elif rtt:
-            proxy.add_rule(Fault.delay(rtt), service="kinesis", operation="PutRecords")
-        cpu, wall = time.process_time(), time.perf_counter()
-        if case is None:
-            plain_loop(proxy.url, stream, records, keys)
+    with endpoint(kurl, refused, rtt) as url:
+        if isinstance(case, int):
+            wall, cpu = parallel_loops(url, stream, records, keys, case)
         else:
-            producer_run(proxy.url, stream, records, keys, case)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            cpu, wall = time.process_time(), time.perf_counter()
+            if case is None:
+                plain_loop(url, stream, records, keys)
+            else:
+                producer_run(url, stream, records, keys, case)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
         "records_per_s": records / wall,
         "cpu_us_per_record": cpu / records * 1e6,

@@ -134,12 +134,20 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["producer"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["read"] = read(kurl, durl, quick)
+        timings["read"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["efo"] = efo(quick)
         timings["efo"] = time.monotonic() - started
 
         started = time.monotonic()
         out["spark"] = spark(kurl, durl, quick)
         timings["spark"] = time.monotonic() - started
+
+        started = time.monotonic()
+        out["spark_sink"] = spark_sink(kurl, quick)
+        timings["spark_sink"] = time.monotonic() - started
     finally:
         kinesalite.stop()
         dynalite.stop()
@@ -182,6 +190,31 @@ def producer(kurl: str, quick: bool) -> dict[str, Any]:
     result = bench_producer.run(kurl, 6_000 if quick else 30_000)
     print(bench_producer.report(result), flush=True)
     return result
+
+
+def read(kurl: str, durl: str, quick: bool) -> dict[str, Any]:
+    """The lean GetRecords path vs botocore's parser vs plain loops (bench_read.py)."""
+    import bench_read
+
+    records, rounds = (40_000, 1) if quick else (160_000, 3)
+    table = bench_read.run(kurl, durl, records, rounds)
+    print(bench_read.report(table, records, rounds), flush=True)
+    return {"table": table, "records": records, "rounds": rounds}
+
+
+def spark_sink(kurl: str, quick: bool) -> dict[str, Any] | None:
+    """The Spark sink vs foreachBatch writing with boto3 (bench_spark_sink.py); None without
+    the spark extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+        return None
+    import bench_spark_sink
+
+    records = 6_000 if quick else 20_000
+    table = bench_spark_sink.run(kurl, records, 1, "local[2]")
+    print(bench_spark_sink.report(table, records, "local[2]"), flush=True)
+    return {"table": table, "records": records, "master": "local[2]"}
 
 
 def efo(quick: bool) -> dict[str, Any]:

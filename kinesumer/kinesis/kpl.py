@@ -17,12 +17,16 @@ import hashlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aws_kinesis_agg
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from ..models import Position, Record
+
+if TYPE_CHECKING:
+    from .lean import RawRecord
 
 log = logging.getLogger("kinesumer.kpl")
 
@@ -90,7 +94,9 @@ def to_records(
     for r in raw:
         data = r["Data"]
         if data[:4] == magic:
-            unpacked = _unpack(stream, shard_id, r)
+            unpacked = _unpack(
+                stream, shard_id, r["SequenceNumber"], data, r.get("ApproximateArrivalTimestamp")
+            )
             if unpacked is None:
                 append(_plain(stream, shard_id, r))
                 if counter is not None:
@@ -99,6 +105,48 @@ def to_records(
                 out.extend(unpacked)
         else:
             append(_plain(stream, shard_id, r))
+    return _skipped(out, skip_through)
+
+
+def records_of(
+    stream: str,
+    shard_id: str,
+    raw: Sequence[RawRecord],
+    skip_through: Position | None,
+    counter: Unaggregated | None = None,
+) -> list[Record]:
+    """:func:`to_records` for the lean reader's decoded records (:class:`.lean.RawRecord`):
+    the same records, the same aggregates unpacked, the same skipping."""
+    out: list[Record] = []
+    append = out.append
+    magic = _MAGIC
+    for r in raw:
+        data = r.Data
+        if data[:4] == magic:
+            unpacked = _unpack(
+                stream, shard_id, r.SequenceNumber, data, r.ApproximateArrivalTimestamp
+            )
+            if unpacked is not None:
+                out.extend(unpacked)
+                continue
+            if counter is not None:
+                counter.unaggregated(stream, shard_id)
+        append(
+            Record(
+                stream,
+                shard_id,
+                r.SequenceNumber,
+                0,
+                r.PartitionKey,
+                data,
+                r.ApproximateArrivalTimestamp,
+            )
+        )
+    return _skipped(out, skip_through)
+
+
+def _skipped(out: list[Record], skip_through: Position | None) -> list[Record]:
+    """``out`` without its leading records at or before ``skip_through``."""
     if skip_through is not None:
         seq, sub = skip_through
         drop = 0
@@ -124,17 +172,17 @@ def _plain(stream: str, shard_id: str, r: dict[str, Any]) -> Record:
     )
 
 
-def _unpack(stream: str, shard_id: str, r: dict[str, Any]) -> list[Record] | None:
+def _unpack(
+    stream: str, shard_id: str, sequence: str, data: bytes, arrival: datetime | None
+) -> list[Record] | None:
     """The user records of an aggregate; None when ``r`` is not a valid one (it is then delivered
     as the plain record it is). Magic bytes and a wrong digest are a plain record by chance and
     are not reported; a right digest over something that is not a valid aggregate is logged."""
-    data: bytes = r["Data"]
     if len(data) <= len(_MAGIC) + _DIGEST:
         return None
     body, digest = data[len(_MAGIC) : -_DIGEST], data[-_DIGEST:]
     if hashlib.md5(body).digest() != digest:
         return None
-    sequence = r["SequenceNumber"]
     try:
         users = _parse(body)
     except _Invalid as exc:
@@ -144,7 +192,6 @@ def _unpack(stream: str, shard_id: str, r: dict[str, Any]) -> list[Record] | Non
         # Python one: UnicodeDecodeError, RecursionError below protobuf 5.29.5).
         problem = f"{type(exc).__name__}: {exc}"
     else:
-        arrival = r.get("ApproximateArrivalTimestamp")
         return [
             Record(stream, shard_id, sequence, i, key, payload, arrival)
             for i, (key, payload) in enumerate(users)

@@ -65,8 +65,19 @@ class Aggregate:
             record += 1 + varint_size(hash_index)
         return growth + _field_size(record)
 
-    def add(self, data: bytes, key: str, explicit_hash_key: str | None = None) -> None:
-        self._body_size += self._growth(data, key, explicit_hash_key)
+    def add(
+        self,
+        data: bytes,
+        key: str,
+        explicit_hash_key: str | None = None,
+        size_with: int | None = None,
+    ) -> None:
+        """Add a record; ``size_with``: what :meth:`size_with` just said for it (spares
+        computing it again)."""
+        if size_with is None:
+            self._body_size += self._growth(data, key, explicit_hash_key)
+        else:
+            self._body_size = size_with - MAGIC_AND_DIGEST
         if self.first_key is None:
             self.first_key = key
         key_index = self._keys.setdefault(key, len(self._keys))

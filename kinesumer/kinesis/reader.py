@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from ..aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard
-from .kpl import to_records
+from . import lean
+from .kpl import records_of, to_records
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -32,6 +34,10 @@ SERVER_CLOCK_MARGIN_MS = 5_000
 #: ahead of Kinesis by more than this could skip records on a reopening.
 LOCAL_CLOCK_MARGIN_MS = 60_000
 
+
+#: Set to ``1``: readers parse GetRecords with botocore alone (the lean path's reference; the
+#: benchmarks' "before").
+BOTOCORE_GET_RECORDS_ENV = "KINESUMER_BOTOCORE_GET_RECORDS"
 
 #: Fresh iterators :meth:`KinesisReader.scan_since` probes with before an expiry is raised.
 PROBE_ATTEMPTS = 5
@@ -53,10 +59,25 @@ class ShardBatch:
 
 
 class KinesisReader:
-    """Kinesis calls for one engine, with retries and errors named for the application."""
+    """Kinesis calls for one engine, with retries and errors named for the application.
 
-    def __init__(self, client: Any, stats: RequestStats, region: str | None) -> None:
+    GetRecords goes the lean way (:mod:`.lean`: signed and sent by botocore, the answer decoded
+    by msgspec) unless ``lean_get_records`` is False, or None (the default) and the environment
+    sets :data:`BOTOCORE_GET_RECORDS_ENV` to ``1`` (the benchmarks' "before"), or the client is
+    not a JSON client."""
+
+    def __init__(
+        self,
+        client: Any,
+        stats: RequestStats,
+        region: str | None,
+        *,
+        lean_get_records: bool | None = None,
+    ) -> None:
         self._kinesis = client
+        if lean_get_records is None:
+            lean_get_records = os.environ.get(BOTOCORE_GET_RECORDS_ENV) != "1"
+        self._lean = lean_get_records and lean.install(client)
         self._stats = stats
         self._region = region or "the configured region"
 
@@ -206,6 +227,29 @@ class KinesisReader:
     ) -> ShardBatch:
         # Throttling on GetRecords is normal under load: retry patiently (up to ~1 minute of
         # backoff) before the fetcher reports it and starts over.
+        if not self._lean:
+            return await self._botocore_get_records(stream, shard_id, iterator, limit, skip_through)
+        answer = await self._call(
+            "GetRecords", stream, partial(lean.get_records, self._kinesis, iterator, limit), 15
+        )
+        raw = answer.Records
+        return ShardBatch(
+            records=records_of(stream, shard_id, raw, skip_through, self._stats),
+            next_iterator=answer.NextShardIterator,
+            millis_behind=answer.MillisBehindLatest,
+            raw_count=len(raw),
+        )
+
+    async def _botocore_get_records(
+        self,
+        stream: str,
+        shard_id: str,
+        iterator: str,
+        limit: int,
+        skip_through: Position | None,
+    ) -> ShardBatch:
+        """GetRecords parsed by botocore alone: a client the lean path cannot serve, and the
+        reference the lean path is tested against."""
         response = await self._call(
             "GetRecords",
             stream,

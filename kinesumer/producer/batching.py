@@ -32,11 +32,11 @@ one record per round trip; ``aggregate=True`` lifts that (many records of the ke
 
 from __future__ import annotations
 
-import base64
 from collections import deque
 from collections.abc import Iterable
 
 from ..kinesis.kpl_aggregate import Aggregate
+from ..kinesis.lean import PutEntry
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, MAX_RECORD_BYTES, PendingRecord
 from .shards import ShardPacer
@@ -63,7 +63,6 @@ class Entry:
     """One PutRecords entry: a record, or an aggregate of records of one lane."""
 
     __slots__ = (
-        "_wire",
         "data",
         "explicit_hash_key",
         "partition_key",
@@ -72,15 +71,23 @@ class Entry:
         "size",
     )
 
-    def __init__(self, records: list[PendingRecord], shard_id: str, aggregate: bool) -> None:
+    def __init__(
+        self,
+        records: list[PendingRecord],
+        shard_id: str,
+        aggregate: bool,
+        packed: Aggregate | None = None,
+    ) -> None:
+        """``packed``: ``records`` already packed (as :func:`_scan` does while it sizes them)."""
         self.records = records
         self.shard_id = shard_id
         first = records[0]
         self.partition_key = first.key
         if aggregate and len(records) > 1:
-            packed = Aggregate()
-            for record in records:
-                packed.add(record.data, record.key, record.explicit_hash_key)
+            if packed is None:
+                packed = Aggregate()
+                for record in records:
+                    packed.add(record.data, record.key, record.explicit_hash_key)
             self.data = packed.encode()
             # The aggregate goes where its first record would go (all of them, by the map).
             self.explicit_hash_key: str | None = str(first.hash_key)
@@ -88,7 +95,6 @@ class Entry:
             self.data = first.data
             self.explicit_hash_key = first.explicit_hash_key
         self.size = len(self.data) + len(self.partition_key.encode("utf-8"))
-        self._wire: dict[str, str] | None = None
 
     def request(self) -> dict[str, object]:
         entry: dict[str, object] = {"Data": self.data, "PartitionKey": self.partition_key}
@@ -96,17 +102,9 @@ class Entry:
             entry["ExplicitHashKey"] = self.explicit_hash_key
         return entry
 
-    def wire(self) -> dict[str, str]:
-        """The entry as it goes in a PutRecords JSON body (``Data`` in base64)."""
-        if self._wire is None:
-            wire = {
-                "Data": base64.b64encode(self.data).decode("ascii"),
-                "PartitionKey": self.partition_key,
-            }
-            if self.explicit_hash_key is not None:
-                wire["ExplicitHashKey"] = self.explicit_hash_key
-            self._wire = wire
-        return self._wire
+    def wire(self) -> PutEntry:
+        """The entry as it goes in a lean PutRecords body (:mod:`kinesumer.kinesis.lean`)."""
+        return PutEntry(self.data, self.partition_key, self.explicit_hash_key)
 
 
 def fill_call(
@@ -143,7 +141,7 @@ def fill_call(
             if lane.queue:
                 wake = min(wake, lane.pacer.wait(int(need), 0, now))
             continue
-        taken, passed_wake, starved = _scan(
+        taken, passed_wake, starved, packed = _scan(
             lane, now, by_key, busy, aggregate, byte_budget, int(record_budget)
         )
         wake = min(wake, passed_wake)
@@ -152,7 +150,7 @@ def fill_call(
         if not taken:
             continue
         if aggregate:
-            lane_entries = [Entry(taken, lane.shard_id, True)]
+            lane_entries = [Entry(taken, lane.shard_id, True, packed)]
         else:
             lane_entries = [Entry([record], lane.shard_id, False) for record in taken]
         spent = sum(entry.size for entry in lane_entries)
@@ -192,10 +190,10 @@ def _scan(
     aggregate: bool,
     byte_budget: float,
     record_budget: int,
-) -> tuple[list[PendingRecord], float, int | None]:
+) -> tuple[list[PendingRecord], float, int | None, Aggregate | None]:
     """Take records from the front part of one lane; see the module docstring for the rule.
-    Returns them, the seconds until a backed-off record may go, and the size of the record the
-    pace (or the call) had no room for, if any."""
+    Returns them, the seconds until a backed-off record may go, the size of the record the
+    pace (or the call) had no room for, if any, and (``aggregate``) the records packed."""
     taken: list[PendingRecord] = []
     keep: list[PendingRecord] = []
     passed: set[str] = set()
@@ -220,13 +218,13 @@ def _scan(
             keep.append(record)
             continue
         if packed is not None:
-            size = packed.size_with(record.data, record.key, record.explicit_hash_key)
-            size += len((packed.first_key or record.key).encode("utf-8"))
+            packed_size = packed.size_with(record.data, record.key, record.explicit_hash_key)
+            size = packed_size + len((packed.first_key or record.key).encode("utf-8"))
             if size > byte_budget:
                 starved = size
                 scanned -= 1
                 break
-            packed.add(record.data, record.key, record.explicit_hash_key)
+            packed.add(record.data, record.key, record.explicit_hash_key, packed_size)
         else:
             if len(taken) >= record_budget or record.size > byte_budget:
                 starved = record.size if record.size > byte_budget else None
@@ -241,4 +239,4 @@ def _scan(
         for _ in range(scanned):
             queue.popleft()
         queue.extendleft(reversed(keep))
-    return taken, wake, starved
+    return taken, wake, starved, packed

@@ -1,0 +1,222 @@
+"""Lean Kinesis calls: PutRecords with a body kinesumer builds itself, GetRecords with an answer
+kinesumer decodes itself; botocore still does everything else (endpoint, SigV4 signing, HTTP,
+retries of whole calls, error parsing and error codes). One module for the producer and the
+readers (the engine's fetchers, the Spark executors).
+
+Why: botocore validates, serializes and parses these calls shape by shape, record by record
+(base64 per record, a timestamp parser per record, a dict per record). That was about three
+quarters of the producer's CPU per record, and most of a reader's: a call's body and answer are
+plain JSON (Kinesis' ``x-amz-json-1.1`` protocol), which :func:`json.dumps` builds in C and
+:mod:`msgspec` decodes in C, base64 ``Data`` into ``bytes`` and epoch timestamps into aware
+datetimes included.
+
+How, through botocore's public events on clients :func:`install` was given:
+
+- PutRecords is made with its first entry alone (botocore validates and serializes that one);
+  ``before-call.kinesis.PutRecords`` then replaces the serialized body with the whole call's,
+  before the request is built and signed, so the signature covers the real body;
+- ``before-parse.kinesis.<operation>``, for a successful (HTTP 200) answer, decodes the JSON once
+  and hands botocore an empty body to parse. PutRecords' ``FailedRecordCount`` and ``Records``
+  (the names and string values botocore would return) become the response; GetRecords' decoded
+  answer (:class:`RecordsAnswer`) is handed to the caller directly. An answer the decoder does
+  not accept (not the shape Kinesis documents) is left to botocore, the reference.
+
+What a call needs travels in a context variable set around the call: each call runs in its own
+task, whose context the handlers see, so the same client's other calls (a user's own client, say)
+are untouched. A client whose protocol is not JSON (a future botocore might speak CBOR to
+Kinesis) is left alone: :func:`install` says so and the calls fall back to the ordinary ones.
+"""
+
+from __future__ import annotations
+
+import weakref
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+
+class PutEntry(msgspec.Struct, omit_defaults=True, gc=False):
+    """One PutRecords entry as it goes in the call's body (``Data`` encoded to base64)."""
+
+    Data: bytes
+    PartitionKey: str
+    ExplicitHashKey: str | None = None
+
+
+class _PutBody(msgspec.Struct, gc=False):
+    StreamName: str
+    Records: list[PutEntry]
+
+
+class RawRecord(msgspec.Struct, gc=False):
+    """One Kinesis record of a GetRecords answer, as the readers need it. ``gc=False``: its
+    fields are text, bytes and a datetime, which cannot form a cycle; 10,000 of them per answer
+    would otherwise each be tracked (and walked) by the cyclic garbage collector."""
+
+    SequenceNumber: str
+    PartitionKey: str
+    Data: bytes
+    ApproximateArrivalTimestamp: datetime | None = None
+
+
+class RecordsAnswer(msgspec.Struct, gc=False):
+    """A GetRecords answer: what the readers use of it (``ChildShards`` as botocore gives it)."""
+
+    Records: list[RawRecord] = []
+    NextShardIterator: str | None = None
+    MillisBehindLatest: int | None = None
+    ChildShards: list[dict[str, Any]] | None = None
+
+
+#: ``strict=False``: an epoch-seconds number decodes to a UTC datetime, the instant botocore's
+#: timestamp parser gives (it picks the local zone; aware datetimes compare by instant).
+_DECODE_RECORDS = msgspec.json.Decoder(RecordsAnswer, strict=False).decode
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE_ANY = msgspec.json.Decoder().decode
+
+_PUT_BODY: ContextVar[bytes | None] = ContextVar("kinesumer_put_records_body", default=None)
+_GET_SLOT: ContextVar[list[RecordsAnswer] | None] = ContextVar(
+    "kinesumer_get_records_answer", default=None
+)
+#: Clients whose PutRecords and GetRecords calls go leanly (:func:`install` registered them).
+_LEAN_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def install(client: Any) -> bool:
+    """Register the handlers on ``client`` (once; again is a no-op); False: not a JSON client,
+    whose calls then go the ordinary way."""
+    try:
+        if client in _LEAN_CLIENTS:
+            return True
+    except TypeError:  # not weakly referenceable: not a botocore client
+        return False
+    model = getattr(getattr(client, "meta", None), "service_model", None)
+    protocol = getattr(model, "resolved_protocol", None) or getattr(model, "protocol", None)
+    if protocol != "json":
+        return False
+    client.meta.events.register("before-call.kinesis.PutRecords", _swap_body)
+    client.meta.events.register("before-parse.kinesis.PutRecords", _read_put_answer)
+    client.meta.events.register("before-parse.kinesis.GetRecords", _read_get_answer)
+    _LEAN_CLIENTS.add(client)
+    return True
+
+
+def is_lean(client: Any) -> bool:
+    """Whether :func:`install` succeeded on ``client``."""
+    try:
+        return client in _LEAN_CLIENTS
+    except TypeError:
+        return False
+
+
+def put_records_body(stream: str, entries: list[PutEntry]) -> bytes:
+    """The PutRecords JSON body of ``entries``."""
+    return _ENCODE(_PutBody(stream, entries))
+
+
+async def put_records(
+    client: Any, stream: str, first: dict[str, object], body: bytes
+) -> dict[str, Any]:
+    """PutRecords with ``body`` (:func:`put_records_body`) on a client :func:`install`
+    succeeded on; ``first``: the call's first entry as botocore takes it (validated)."""
+    token = _PUT_BODY.set(body)
+    try:
+        response: dict[str, Any] = await client.put_records(StreamName=stream, Records=[first])
+    finally:
+        _PUT_BODY.reset(token)
+    return response
+
+
+async def get_records(client: Any, iterator: str, limit: int) -> RecordsAnswer:
+    """GetRecords, decoded by :mod:`msgspec` on a client :func:`install` succeeded on, by
+    botocore otherwise (or when the answer is not the documented shape). Errors are botocore's
+    ``ClientError`` either way."""
+    if not is_lean(client):
+        return from_botocore(await client.get_records(ShardIterator=iterator, Limit=limit))
+    slot: list[RecordsAnswer] = []
+    token = _GET_SLOT.set(slot)
+    try:
+        response = await client.get_records(ShardIterator=iterator, Limit=limit)
+    finally:
+        _GET_SLOT.reset(token)
+    if slot:
+        return slot[-1]
+    return from_botocore(response)
+
+
+def from_botocore(response: dict[str, Any]) -> RecordsAnswer:
+    """The answer botocore parsed, in the form the lean decoder gives."""
+    return RecordsAnswer(
+        Records=[
+            RawRecord(
+                r["SequenceNumber"],
+                r["PartitionKey"],
+                r["Data"],
+                r.get("ApproximateArrivalTimestamp"),
+            )
+            for r in response.get("Records", [])
+        ],
+        NextShardIterator=response.get("NextShardIterator"),
+        MillisBehindLatest=response.get("MillisBehindLatest"),
+        ChildShards=response.get("ChildShards"),
+    )
+
+
+def decode_records_answer(body: bytes) -> RecordsAnswer | None:
+    """A GetRecords answer's body decoded; None when it is not the shape Kinesis documents."""
+    try:
+        return _DECODE_RECORDS(body)
+    except (msgspec.DecodeError, ValueError):
+        return None
+
+
+def _swap_body(params: dict[str, Any], **_: Any) -> None:
+    body = _PUT_BODY.get()
+    if body is not None:
+        params["body"] = body
+
+
+def _successful_body(response_dict: dict[str, Any]) -> bytes | None:
+    if response_dict.get("status_code") != 200:
+        return None  # errors go through botocore's own parser (codes, messages, retries)
+    body = response_dict.get("body")
+    if not isinstance(body, (bytes, bytearray)) or not body:
+        return None
+    return bytes(body)
+
+
+def _read_put_answer(
+    response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any
+) -> None:
+    if _PUT_BODY.get() is None:
+        return
+    body = _successful_body(response_dict)
+    if body is None:
+        return
+    try:
+        answer = _DECODE_ANY(body)
+    except msgspec.DecodeError:
+        return  # not JSON: botocore's parser says what it is
+    if not isinstance(answer, dict) or not isinstance(answer.get("Records"), list):
+        return  # not the answer we know: botocore parses it
+    customized_response_dict["FailedRecordCount"] = answer.get("FailedRecordCount", 0)
+    customized_response_dict["Records"] = answer["Records"]
+    if "EncryptionType" in answer:
+        customized_response_dict["EncryptionType"] = answer["EncryptionType"]
+    response_dict["body"] = b"{}"
+
+
+def _read_get_answer(response_dict: dict[str, Any], **_: Any) -> None:
+    slot = _GET_SLOT.get()
+    if slot is None:
+        return
+    body = _successful_body(response_dict)
+    if body is None:
+        return
+    answer = decode_records_answer(body)
+    if answer is None:
+        return  # not the answer we know: botocore parses it
+    slot.append(answer)
+    response_dict["body"] = b"{}"
