@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,7 +28,7 @@ from aiobotocore.config import AioConfig
 from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
-from kinesumer.kinesis.reader import KinesisReader, ShardBatch
+from kinesumer.kinesis.reader import BOTOCORE_GET_RECORDS_ENV, KinesisReader, ShardBatch
 
 
 class Canned(BaseHTTPRequestHandler):
@@ -227,7 +228,99 @@ def test_standins_answer_lean_like_botocore(
 
     steps = run_with_client(url, ends)
     assert all(step[:3] == (True, True, True) for step in steps), steps
-    assert sum(step[3] for step in steps) == 12  # type: ignore[misc]
+    assert sum(step[3] for step in steps) == 12
     if standin == "kinesis_local":  # the only one giving ChildShards at a closed shard's end
         assert steps[-1][4]
     assert lean.refused_answers() == refused_before
+
+
+class Echo(BaseHTTPRequestHandler):
+    """Answers each GetRecords with one record whose key and data name the iterator asked for:
+    an answer handed to the wrong call shows."""
+
+    def do_POST(self) -> None:
+        asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["ShardIterator"]
+        record = {"SequenceNumber": "1", "PartitionKey": asked, "Data": "YWJj"}
+        body = json.dumps({"Records": [record], "NextShardIterator": asked + "+"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_concurrent_calls_get_their_own_answers() -> None:
+    """Many GetRecords at once on one client (the engine's fetchers, a Spark worker's partitions
+    on its one loop), in two threads with loops and clients of their own (Spark task threads),
+    and the same client's ordinary calls between them: each gets its own answer."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    failures: list[str] = []
+    answered: list[str] = []
+
+    async def many(client: Any, name: str) -> None:
+        async def one(i: int) -> None:
+            asked = f"{name}-{i}"
+            if i % 5 == 0:  # an ordinary call on the same client: botocore's parse, untouched
+                plain = await client.get_records(ShardIterator=asked, Limit=10)
+                got = (plain["Records"][0]["PartitionKey"], plain["NextShardIterator"])
+            else:
+                answer = await lean.get_records(client, asked, 10)
+                got = (answer.Records[0].PartitionKey, answer.NextShardIterator)
+            if got != (asked, asked + "+"):
+                failures.append(f"{asked}: {got}")
+            answered.append(asked)
+
+        await asyncio.gather(*(one(i) for i in range(40)))
+
+    try:
+        threads = [
+            threading.Thread(target=run_with_client, args=(url, partial(many, name=name)))
+            for name in ("a", "b")
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        server.shutdown()
+    assert not failures
+    assert len(answered) == 80  # every call answered (a thread's error would leave some out)
+
+
+def test_kill_switch_reads_through_botocore(
+    canned_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KINESUMER_BOTOCORE_GET_RECORDS=1``: a reader made then parses with botocore alone (the
+    lean decoder never sees an answer), with the same result."""
+    Canned.body = json.dumps(
+        {
+            "Records": [
+                {"SequenceNumber": "1", "PartitionKey": "k", "Data": "YWJj"},
+            ],
+            "NextShardIterator": "n",
+        }
+    ).encode()
+    decoded: list[bytes] = []
+    original = lean.decode_records_answer
+
+    def counting(body: bytes) -> lean.RecordsAnswer | None:
+        decoded.append(body)
+        return original(body)
+
+    monkeypatch.setattr(lean, "decode_records_answer", counting)
+
+    async def read(client: Any) -> ShardBatch:
+        reader = KinesisReader(client, RequestStats(), "us-east-1")
+        return await reader.get_records("s", "shardId-0", "it", 10, None)
+
+    monkeypatch.setenv(BOTOCORE_GET_RECORDS_ENV, "1")
+    switched = run_with_client(canned_url, read)
+    assert decoded == []
+    monkeypatch.delenv(BOTOCORE_GET_RECORDS_ENV)
+    assert run_with_client(canned_url, read) == switched
+    assert len(decoded) == 1
