@@ -107,12 +107,14 @@ def _refused(operation: str, reason: Callable[[], str]) -> None:
     if str(count).strip("0") == "1":  # 1, 10, 100, ...: a changed shape is seen, not a flood
         log.warning(
             "a %s answer is not in the shape kinesumer's lean decoder knows (%s): botocore "
-            "parsed it instead (%d such answers in this process so far); reading is correct "
-            "but slower. Set %s=1 to skip the lean decoder for GetRecords.",
+            "parsed it instead (%d such answers in this process so far); the result is "
+            "botocore's, only slower.%s",
             operation,
             reason(),
             count,
-            "KINESUMER_BOTOCORE_GET_RECORDS",
+            " Set KINESUMER_BOTOCORE_GET_RECORDS=1 to skip the lean decoder for GetRecords."
+            if operation == "GetRecords"
+            else "",
         )
 
 
@@ -236,14 +238,18 @@ def _read_put_answer(
     if not isinstance(answer, dict) or not isinstance(answer.get("Records"), list):
         _refused("PutRecords", lambda: "no list of Records")
         return  # not the answer we know: botocore parses it
-    # botocore leaves a member out when its value is null (kinesis-local, and LocalStack, send
-    # "ErrorCode": null, "ErrorMessage": null on every written entry): so does the lean path.
-    customized_response_dict["Records"] = [
-        {key: value for key, value in entry.items() if value is not None}
-        if isinstance(entry, dict)
-        else entry
-        for entry in answer["Records"]
-    ]
+    records = answer["Records"]
+    if b"null" in body:
+        # botocore leaves a member out when its value is null (kinesis-local, and LocalStack,
+        # send "ErrorCode": null, "ErrorMessage": null on every written entry): so does the
+        # lean path. AWS sends no nulls: its answers skip this loop (the search is C-fast).
+        records = [
+            {key: value for key, value in entry.items() if value is not None}
+            if isinstance(entry, dict)
+            else entry
+            for entry in records
+        ]
+    customized_response_dict["Records"] = records
     for name in ("FailedRecordCount", "EncryptionType"):
         if answer.get(name) is not None:
             customized_response_dict[name] = answer[name]
