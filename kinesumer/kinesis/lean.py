@@ -29,12 +29,17 @@ Kinesis) is left alone: :func:`install` says so and the calls fall back to the o
 
 from __future__ import annotations
 
+import logging
+import threading
 import weakref
+from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 import msgspec
+
+log = logging.getLogger("kinesumer.kinesis")
 
 
 class PutEntry(msgspec.Struct, omit_defaults=True, gc=False):
@@ -82,6 +87,35 @@ _GET_SLOT: ContextVar[list[RecordsAnswer] | None] = ContextVar(
 )
 #: Clients whose PutRecords and GetRecords calls go leanly (:func:`install` registered them).
 _LEAN_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Successful answers the lean decoders refused (handed to botocore), by operation.
+_refusals: dict[str, int] = {}
+_refusals_lock = threading.Lock()
+
+
+def refused_answers() -> dict[str, int]:
+    """How many successful answers, by operation (``GetRecords``, ``PutRecords``), this
+    process's lean decoders did not accept and handed to botocore's parser instead. Each such
+    answer still gives botocore's result, only slower; the 1st, 10th, 100th... are logged as
+    warnings (with the reason), since a steady count means the answers changed shape."""
+    with _refusals_lock:
+        return dict(_refusals)
+
+
+def _refused(operation: str, reason: Callable[[], str]) -> None:
+    with _refusals_lock:
+        count = _refusals[operation] = _refusals.get(operation, 0) + 1
+    if str(count).strip("0") == "1":  # 1, 10, 100, ...: a changed shape is seen, not a flood
+        log.warning(
+            "a %s answer is not in the shape kinesumer's lean decoder knows (%s): botocore "
+            "parsed it instead (%d such answers in this process so far); the result is "
+            "botocore's, only slower.%s",
+            operation,
+            reason(),
+            count,
+            " Set KINESUMER_BOTOCORE_GET_RECORDS=1 to skip the lean decoder for GetRecords."
+            if operation == "GetRecords"
+            else "",
+        )
 
 
 def install(client: Any) -> bool:
@@ -197,14 +231,28 @@ def _read_put_answer(
         return
     try:
         answer = _DECODE_ANY(body)
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
+        reason = str(exc)
+        _refused("PutRecords", lambda: reason)
         return  # not JSON: botocore's parser says what it is
     if not isinstance(answer, dict) or not isinstance(answer.get("Records"), list):
+        _refused("PutRecords", lambda: "no list of Records")
         return  # not the answer we know: botocore parses it
-    customized_response_dict["FailedRecordCount"] = answer.get("FailedRecordCount", 0)
-    customized_response_dict["Records"] = answer["Records"]
-    if "EncryptionType" in answer:
-        customized_response_dict["EncryptionType"] = answer["EncryptionType"]
+    records = answer["Records"]
+    if b"null" in body:
+        # botocore leaves a member out when its value is null (kinesis-local, and LocalStack,
+        # send "ErrorCode": null, "ErrorMessage": null on every written entry): so does the
+        # lean path. AWS sends no nulls: its answers skip this loop (the search is C-fast).
+        records = [
+            {key: value for key, value in entry.items() if value is not None}
+            if isinstance(entry, dict)
+            else entry
+            for entry in records
+        ]
+    customized_response_dict["Records"] = records
+    for name in ("FailedRecordCount", "EncryptionType"):
+        if answer.get(name) is not None:
+            customized_response_dict[name] = answer[name]
     response_dict["body"] = b"{}"
 
 
@@ -217,6 +265,16 @@ def _read_get_answer(response_dict: dict[str, Any], **_: Any) -> None:
         return
     answer = decode_records_answer(body)
     if answer is None:
+        _refused("GetRecords", lambda: _refusal_reason(body))
         return  # not the answer we know: botocore parses it
     slot.append(answer)
     response_dict["body"] = b"{}"
+
+
+def _refusal_reason(body: bytes) -> str:
+    """Why the decoder refused ``body`` (decoded again: refusals are the rare path)."""
+    try:
+        _DECODE_RECORDS(body)
+    except (msgspec.DecodeError, ValueError) as exc:
+        return str(exc)
+    return "refused"
