@@ -1139,6 +1139,13 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         "Each apps entry must be an app name as Config accepts it",
     ),
     (
+        "app_of_a_spark_query",
+        "consumer-policy",
+        {"apps": ["orders.spark-x"], "table_arn": TABLE_ARN, "stream_arns": STREAM_ARNS},
+        "apps",
+        'apps must not contain ".spark-"',
+    ),
+    (
         "stream_keys_without_streams",
         "consumer-policy",
         {

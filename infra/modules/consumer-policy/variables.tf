@@ -30,6 +30,13 @@ variable "apps" {
     condition     = alltrue([for app in var.apps : can(regex("^[A-Za-z0-9_.-]+$", app))])
     error_message = "Each apps entry must be an app name as Config accepts it: letters, digits, '_', '.', '-'."
   }
+
+  validation {
+    # "<app>.spark-<query>" is a Spark query's own group of app <app>, admitted by
+    # <app>'s grants (spark_query_groups): an app of that name would share them.
+    condition     = alltrue([for app in var.apps : !strcontains(app, ".spark-")])
+    error_message = "apps must not contain \".spark-\": names of that form belong to the Spark queries of the app before it."
+  }
 }
 
 variable "table_arn" {
