@@ -523,3 +523,28 @@ def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> 
         assert not io.remove_member("old-1")
     finally:
         io.close()
+
+
+def test_a_restart_before_the_first_commit_joins_the_querys_own_group(
+    setup: dict[str, Any],
+) -> None:
+    """A crash after offsets/0 was written but before its commit: at the restart Spark calls
+    initialOffset() again (no committed offset to start batch 0 from), which mints a fresh id,
+    then latestOffset(offsets/0). The member must end in the group of the id in offsets/0 (the
+    one the checkpoint carries), not in that of the fresh, throw-away id."""
+    put(setup["url"], setup["stream"], 0, 10)
+    before, _ = planner_for(setup)
+    try:
+        first = before.latest_offset(origin(before), None)
+        read_all(before, first)
+    finally:
+        before.close()
+    after, members = new_planner(setup)
+    try:
+        after.initial_offset()  # Spark's replay of batch 0 asks for its start again
+        after.latest_offset(first, None)
+        app = setup["config"].app
+        assert members[-1].config.app == f"{app}.spark-{first['query']}"
+        assert all(m.closed for m in members[:-1])  # the throw-away id's member left
+    finally:
+        after.close()

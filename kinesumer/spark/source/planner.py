@@ -79,6 +79,7 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self._member_group = ""  # the group ``_member`` joined
         self.last_read: dict[str, Any] | None = None  # the batch read last (:mod:`.progress`)
         self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
@@ -102,13 +103,20 @@ class Planner:
         """The member, joined; ``previous_owner``: the member that planned the offset Spark
         resumes from (see :meth:`_forget_previous_run`)."""
         self._open(query)
+        config = self.group_config(query)
+        if self._member is not None and self._member_group != config.app:
+            # A replay of batch 0 (crash before its commit) asks initialOffset() again: a fresh,
+            # throw-away id, whose group this member joined. Leave it (nothing begun there).
+            log.info("leaving group %s: the checkpoint's group is %s", self._member_group,
+                     config.app)  # fmt: skip
+            self._member.close()
+            self._member = None
         if self._member is None:
-            config = self.group_config(query)
             member = self._member_factory(config)
             self._forget_previous_run(previous_owner)
             member.start(self.options.streams)  # named errors (table, streams) raised here
             log.info("query %s: a member of group %s", query, config.app)
-            self._member = member
+            self._member, self._member_group = member, config.app
         return self._member
 
     def _forget_previous_run(self, owner: str) -> None:
