@@ -5,6 +5,7 @@ dynalite."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import boto3
@@ -12,7 +13,7 @@ import pytest
 from _group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
-from kinesumer.spark.source.cleanup import forget_query, group_partitions
+from kinesumer.spark.source.cleanup import forget_query, group_partitions, query_of_checkpoint
 from kinesumer.spark.source.executor import read_partition
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
@@ -58,3 +59,15 @@ def test_a_query_s_own_group_is_forgotten_once_it_stopped(
     assert items_in(config, pks) >= 2  # the checkpoints of both shards at least
     assert forget_query(config, [stream], query) >= 2
     assert items_in(config, pks) == 0
+
+
+def test_the_query_is_found_after_spark_purged_the_first_offsets(tmp_path: Any) -> None:
+    """Spark keeps only the last minBatchesToRetain (100) offset files: a query that ran
+    longer has no offsets/0, and its id is read from the newest file left."""
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    offset = SourceOffset("q-1234", 151, group="app.spark-q-1234").to_json()
+    for batch in (150, 151):
+        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offset)}\n')
+    (offsets / ".151.crc").write_text("")
+    assert query_of_checkpoint(tmp_path) == "q-1234"

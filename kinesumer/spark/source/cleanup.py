@@ -36,12 +36,17 @@ from .pins import pins_pk
 
 def query_of_checkpoint(checkpoint: str | Path) -> str:
     """The ledger id in a (local) checkpoint folder: the ``query`` of the kinesumer offset in
-    its first offsets file. :class:`ConfigError` if there is none."""
-    offsets = Path(checkpoint) / "offsets" / "0"
+    its newest offsets file (Spark deletes all but the last ``minBatchesToRetain``, 100 by
+    default, so ``offsets/0`` is gone once a query ran longer). :class:`ConfigError` if none."""
+    folder = Path(checkpoint) / "offsets"
     try:
+        newest = max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=None)
+        if newest is None:
+            raise OSError("no offsets file")
+        offsets = folder / str(newest)
         lines = offsets.read_text().splitlines()
     except OSError as exc:
-        raise ConfigError("checkpoint", f"has no {offsets}: {exc}") from None
+        raise ConfigError("checkpoint", f"has no offsets in {folder}: {exc}") from None
     for line in lines[1:]:
         try:
             value = json.loads(line)
