@@ -17,11 +17,11 @@ from kinesumer import ConfigError
 from kinesumer.engine.external import ExternalReadMember
 from kinesumer.spark.source.cleanup import forget_query, group_partitions, query_of_checkpoint
 from kinesumer.spark.source.executor import read_partition
-from kinesumer.statestore.dynamodb.table import StateTable
 from kinesumer.spark.source.groups import group_of
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
+from kinesumer.statestore.dynamodb.table import StateTable
 
 pytest.importorskip("pyarrow")
 
