@@ -5,6 +5,8 @@ dynalite."""
 
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any
 
 import boto3
@@ -12,11 +14,14 @@ import pytest
 from _group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
-from kinesumer.spark.source.cleanup import forget_query, group_partitions
+from kinesumer.engine.external import ExternalReadMember
+from kinesumer.spark.source.cleanup import forget_query, group_partitions, query_of_checkpoint
 from kinesumer.spark.source.executor import read_partition
+from kinesumer.spark.source.groups import group_of
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
+from kinesumer.statestore.dynamodb.table import StateTable
 
 pytest.importorskip("pyarrow")
 
@@ -58,3 +63,59 @@ def test_a_query_s_own_group_is_forgotten_once_it_stopped(
     assert items_in(config, pks) >= 2  # the checkpoints of both shards at least
     assert forget_query(config, [stream], query) >= 2
     assert items_in(config, pks) == 0
+
+
+def test_the_query_is_found_after_spark_purged_the_first_offsets(tmp_path: Any) -> None:
+    """Spark keeps only the last minBatchesToRetain (100) offset files: a query that ran
+    longer has no offsets/0, and its id is read from the newest file left."""
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    offset = SourceOffset("q-1234", 151, group="app.spark-q-1234").to_json()
+    for batch in (150, 151):
+        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offset)}\n')
+    (offsets / ".151.crc").write_text("")
+    assert query_of_checkpoint(tmp_path) == "q-1234"
+
+
+def test_forget_is_refused_when_the_query_joins_while_looking(
+    kinesalite: Any, dynalite: Any, unique_name: Any, monkeypatch: Any
+) -> None:
+    """No client item at the first look is no proof the query is down: it may be joining (a
+    restart racing the clean-up). A member that registers after the first look, while
+    forget_query looks, is seen. (client_timeout 10 s: the look's length; a join on the
+    stand-ins takes well under that.)"""
+    first_look = threading.Event()
+    real_query = StateTable.query
+
+    async def query(self: Any, pk: str, *args: Any, **kwargs: Any) -> Any:
+        found = await real_query(self, pk, *args, **kwargs)
+        if pk.startswith("client#"):
+            first_look.set()
+        return found
+
+    monkeypatch.setattr(StateTable, "query", query)
+    config = make_config(
+        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"), client_timeout=10
+    )
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    query = "q" + unique_name("x")
+    outcome: list[BaseException | int] = []
+
+    def forget() -> None:
+        try:
+            outcome.append(forget_query(config, [stream], query))
+        except ConfigError as exc:
+            outcome.append(exc)
+
+    looking = threading.Thread(target=forget, name="forget")
+    looking.start()
+    assert first_look.wait(60)
+    member = ExternalReadMember(config.replace(app=group_of(config.app, query, shared=False)))
+    try:
+        member.start([stream])  # the query's restart joins its group meanwhile
+        looking.join(60)
+    finally:
+        member.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome

@@ -18,9 +18,10 @@ from _faultproxy import Fault, FaultProxy
 from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
 
+from kinesumer.errors import AccessDeniedError, StreamNotFoundError, TransientAWSError
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.outage import SourceOutageError
+from kinesumer.spark.source.outage import SourceOutageError, ride_out
 from kinesumer.spark.source.planner import Planner
 
 pytest.importorskip("pyarrow")
@@ -125,3 +126,33 @@ def test_down_for_good_fails_with_the_named_error(proxied: dict[str, Any], servi
     name = {"kinesis": "Kinesis", "dynamodb": "DynamoDB"}[service]
     assert str(caught.value).startswith(f"{name} unavailable since 20"), str(caught.value)
     assert "outage_timeout" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [AccessDeniedError("kinesis.GetRecords denied"), StreamNotFoundError("kinesis: no stream s")],
+)
+def test_an_error_that_will_not_heal_is_never_ridden_out(error: Exception) -> None:
+    """Only TransientAWSError is tried again: a denied call or a missing stream fails at once
+    (no retry, no wait), whatever outage_timeout says."""
+    calls: list[int] = []
+
+    def step() -> None:
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error)):
+        ride_out(step, 300.0, "read")
+    assert calls == [1]
+
+
+def test_a_transient_error_is_tried_again_until_it_heals() -> None:
+    answers: list[Exception | str] = [TransientAWSError("dynamodb.Query kept failing"), "ok"]
+
+    def step() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert ride_out(step, 300.0, "ledger read") == "ok" and not answers

@@ -523,3 +523,52 @@ def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> 
         assert not io.remove_member("old-1")
     finally:
         io.close()
+
+
+def test_a_restart_before_the_first_commit_joins_the_querys_own_group(
+    setup: dict[str, Any],
+) -> None:
+    """A crash after offsets/0 was written but before its commit: at the restart Spark calls
+    initialOffset() again (no committed offset to start batch 0 from), which mints a fresh id,
+    then latestOffset(offsets/0). The member must end in the group of the id in offsets/0 (the
+    one the checkpoint carries), not in that of the fresh, throw-away id."""
+    put(setup["url"], setup["stream"], 0, 10)
+    before, _ = planner_for(setup)
+    try:
+        first = before.latest_offset(origin(before), None)
+        read_all(before, first)
+    finally:
+        before.close()
+    after, members = new_planner(setup)
+    try:
+        after.initial_offset()  # Spark's replay of batch 0 asks for its start again
+        after.latest_offset(first, None)
+        app = setup["config"].app
+        assert members[-1].config.app == f"{app}.spark-{first['query']}"
+        assert all(m.closed for m in members[:-1])  # the throw-away id's member left
+    finally:
+        after.close()
+
+
+def test_a_checkpoint_from_before_groups_per_query_keeps_the_apps_group(
+    setup: dict[str, Any],
+) -> None:
+    """Offsets written before groups per query have no "group": their query read in the app's
+    group (its claims, checkpoints, pins are there), and keeps doing so, resuming exactly."""
+    put(setup["url"], setup["stream"], 0, 10)
+    before, _ = planner_for(setup, shared_group=True)
+    try:
+        first = before.latest_offset(origin(before), None)
+        assert len(read_all(before, first)) == 10
+    finally:
+        before.close()
+    first.pop("group", None)  # as the code before this change wrote it
+    more = put(setup["url"], setup["stream"], 10, 6)
+    after, members = new_planner(setup)  # the default now: shared_group=false
+    try:
+        second = after.latest_offset(first, None)
+        assert [m.config.app for m in members] == [setup["config"].app]
+        assert second["group"] == setup["config"].app
+        assert sorted(r.data for r in read_all(after, second)) == sorted(more)
+    finally:
+        after.close()

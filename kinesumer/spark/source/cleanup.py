@@ -10,8 +10,10 @@ What a per-query group ``<app>.spark-<query>`` holds, and what bounds it without
   query down for a week must still resume), about 200 bytes each.
 
 :func:`forget_query` deletes all of them, after making sure no member of the group is alive:
-it reads the group's client items twice, ``client_timeout`` apart, and refuses if any
-heartbeat landed in between (judged by the items changing, never by comparing clocks).
+it reads the group's client items twice, ``client_timeout`` apart (also when there are none:
+the query may be joining), and refuses if any heartbeat or join landed in between (judged by
+the items changing, never by comparing clocks). A query started after that second look is not
+seen: run it only for a checkpoint folder that is gone for good.
 """
 
 from __future__ import annotations
@@ -36,12 +38,17 @@ from .pins import pins_pk
 
 def query_of_checkpoint(checkpoint: str | Path) -> str:
     """The ledger id in a (local) checkpoint folder: the ``query`` of the kinesumer offset in
-    its first offsets file. :class:`ConfigError` if there is none."""
-    offsets = Path(checkpoint) / "offsets" / "0"
+    its newest offsets file (Spark deletes all but the last ``minBatchesToRetain``, 100 by
+    default, so ``offsets/0`` is gone once a query ran longer). :class:`ConfigError` if none."""
+    folder = Path(checkpoint) / "offsets"
     try:
+        newest = max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=None)
+        if newest is None:
+            raise OSError("no offsets file")
+        offsets = folder / str(newest)
         lines = offsets.read_text().splitlines()
     except OSError as exc:
-        raise ConfigError("checkpoint", f"has no {offsets}: {exc}") from None
+        raise ConfigError("checkpoint", f"has no offsets in {folder}: {exc}") from None
     for line in lines[1:]:
         try:
             value = json.loads(line)
@@ -74,16 +81,16 @@ async def _forget(config: Config, streams: tuple[str, ...], query: str) -> int:
     try:
         table = StateTable(clients.dynamodb, config.dynamodb_table, RequestStats())
         group = group_of(config.app, query, shared=False)
+        # Looked at even when no member is registered: the query may be joining right now.
         before = await table.query(client_pk(group))
-        if before:
-            await asyncio.sleep(config.client_timeout)
-            after = await table.query(client_pk(group))
-            if _beats(after) - _beats(before):
-                raise ConfigError(
-                    "query",
-                    f"{query}: group {group} has a live member (a heartbeat landed while "
-                    "looking): stop the query first",
-                )
+        await asyncio.sleep(config.client_timeout)
+        after = await table.query(client_pk(group))
+        if _beats(after) - _beats(before):
+            raise ConfigError(
+                "query",
+                f"{query}: group {group} has a live member (a heartbeat or a join landed "
+                "while looking): stop the query first",
+            )
         keys: list[dict[str, Any]] = []
         for pk in group_partitions(config.app, query, streams):
             items = await table.query(pk, projection=f"{PARTITION_KEY}, {SORT_KEY}")

@@ -27,6 +27,13 @@ client item (deleted at a graceful leave, else expired by TTL), its ledger items
 per shard read (about 200 bytes each) plus a few small items of the group's leader.
 :func:`~.cleanup.forget_query` deletes them all; the source logs the group's name at INFO when
 the query starts.
+
+
+Spark's offsets carry the group (``"group"``), and the checkpoint's group wins over the option:
+a restart from a checkpoint folder stays in the group it began in even if ``shared_group`` was
+changed (the INFO line logged when the query starts names the group). A checkpoint folder
+written before groups per query (offsets of batch 1 and later without ``"group"``) keeps
+reading in the app's group, as it did: its claims, checkpoints and pins are there.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...config import Config
+from .offsets import SourceOffset
 
 #: Between the app and the ledger id in a per-query group's name.
 PER_QUERY_SEPARATOR = ".spark-"
@@ -44,7 +52,16 @@ def group_of(app: str, query: str, shared: bool) -> str:
     return app if shared else f"{app}{PER_QUERY_SEPARATOR}{query}"
 
 
-def group_config(config: Config, query: str, shared: bool) -> Config:
-    """``config`` for the member of ledger id ``query``: its ``app`` is the group's name."""
-    group = group_of(config.app, query, shared)
+def group_of_offset(app: str, offset: SourceOffset, shared: bool) -> str:
+    """The group of ``offset``'s query: the one it carries; ``shared``: the option, which
+    decides only for initialOffset's batch 0 (Spark never persists it); a later offset without
+    a group is from a checkpoint written before groups per query: the app's, as then."""
+    if offset.group is None:
+        return group_of(app, offset.query, shared) if offset.batch == 0 else app
+    return offset.group
+
+
+def group_config(config: Config, offset: SourceOffset, shared: bool) -> Config:
+    """``config`` for the member of ``offset``'s query: its ``app`` is the group's name."""
+    group = group_of_offset(config.app, offset, shared)
     return config if group == config.app else replace(config, app=group)

@@ -5,14 +5,16 @@ codec. Kinesis has no high-water mark, so an offset does not say where a batch *
 batch ``b`` and each shard's **start**; executors read from there up to the shard's limit and
 record where they stopped in the ledger (:mod:`.ledger`), from which the next offset is formed::
 
-    {"v": 1, "query": "<ledger id>", "batch": 7, "owner": "<client id>",
+    {"v": 1, "query": "<ledger id>", "batch": 7, "owner": "<client id>", "group": "<group>",
      "shards": {"orders/shardId-000": {"after": "4960...", "sub": 0, "lease": 3},
                 "orders/shardId-001": {"at": "TRIM_HORIZON", "lease": 1},
                 "orders/shardId-002": {"at_timestamp": 1767225600000, "lease": 2}},
      "limits": {"orders/shardId-000": 2500, ...}}
 
 ``query`` is made once per Spark checkpoint (by ``initialOffset``) and travels in every offset,
-so a restart finds the same ledger. Sequence numbers stay strings (up to 56 digits).
+so a restart finds the same ledger. ``group`` names the consumer group the query's member
+joined (:mod:`.groups`); offsets written before groups per query have none (their query was
+in the app's group). Sequence numbers stay strings (up to 56 digits).
 """
 
 from __future__ import annotations
@@ -92,9 +94,11 @@ class SourceOffset:
     owner: str = ""
     shards: dict[tuple[str, str], Start] = field(default_factory=dict)
     limits: dict[tuple[str, str], int] = field(default_factory=dict)
+    group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {} if self.group is None else {"group": self.group}
+        return out | {
             "v": VERSION,
             "query": self.query,
             "batch": self.batch,
@@ -116,6 +120,7 @@ class SourceOffset:
             owner=str(value.get("owner", "")),
             shards={shard_key(k): Start.from_json(v) for k, v in value["shards"].items()},
             limits={shard_key(k): int(v) for k, v in value.get("limits", {}).items()},
+            group=None if value.get("group") is None else str(value["group"]),
         )
 
 

@@ -79,36 +79,43 @@ class Planner:
         self._last_probe = 0.0
         self._last_plan = 0.0  # when the last batch was planned (monotonic)
         self._latest: dict[str, Any] | None = None
+        self._member_group = ""  # the group ``_member`` joined
         self.last_read: dict[str, Any] | None = None  # the batch read last (:mod:`.progress`)
         self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _open(self, query: str) -> DriverIO:
-        """The driver's own clients for ``query``'s ledger (no group member)."""
-        if self._query != query or self._io is None:
+    def _open(self, offset: SourceOffset) -> DriverIO:
+        """The driver's own clients for ``offset``'s ledger (no group member)."""
+        if self._query != offset.query or self._io is None:
             if self._io is not None:
                 self._io.close()
-            group = self.group_config(query).app
-            o = self.options
-            self._io = DriverIO(o.config, query, o.ledger_ttl_seconds, group, o.outage_timeout)
-            self._query = query
+            o, group, self._query = self.options, self.group_config(offset).app, offset.query
+            self._io = DriverIO(
+                o.config, self._query, o.ledger_ttl_seconds, group, o.outage_timeout
+            )
         return self._io
 
-    def group_config(self, query: str) -> Config:
-        """The member's Config for ledger id ``query``: ``app`` names its group (:mod:`.groups`)."""
-        return group_config(self.options.config, query, self.options.shared_group)
+    def group_config(self, offset: SourceOffset) -> Config:
+        """The member's Config for ``offset``'s query: ``app`` names its group (:mod:`.groups`)."""
+        return group_config(self.options.config, offset, self.options.shared_group)
 
-    def _join(self, query: str, previous_owner: str = "") -> Member:
-        """The member, joined; ``previous_owner``: the member that planned the offset Spark
+    def _join(self, offset: SourceOffset) -> Member:
+        """The member, joined; ``offset.owner``: the member that planned the offset Spark
         resumes from (see :meth:`_forget_previous_run`)."""
-        self._open(query)
+        self._open(offset)
+        config = self.group_config(offset)
+        if self._member is not None and self._member_group != config.app:
+            # A replay of batch 0 (crash before its commit) asks initialOffset() again: a fresh,
+            # throw-away id, whose group this member joined. Leave it (nothing begun there).
+            log.info("leaving group %s for the checkpoint's %s", self._member_group, config.app)
+            self._member.close()
+            self._member = None
         if self._member is None:
-            config = self.group_config(query)
             member = self._member_factory(config)
-            self._forget_previous_run(previous_owner)
+            self._forget_previous_run(offset.owner)
             member.start(self.options.streams)  # named errors (table, streams) raised here
-            log.info("query %s: a member of group %s", query, config.app)
-            self._member = member
+            log.info("query %s: a member of group %s", offset.query, config.app)
+            self._member, self._member_group = member, config.app
         return self._member
 
     def _forget_previous_run(self, owner: str) -> None:
@@ -155,16 +162,16 @@ class Planner:
 
     # -- Spark's calls ----------------------------------------------------------------------------
     def initial_offset(self) -> dict[str, Any]:
-        query = uuid.uuid4().hex
-        member = self._join(query)
-        return SourceOffset(query=query, batch=0, owner=str(member.stats().client_id)).to_json()
+        offset = SourceOffset(uuid.uuid4().hex, 0)  # its group: as the option says (:mod:`.groups`)
+        owner = str(self._join(offset).stats().client_id)
+        return replace(offset, owner=owner, group=self._member_group).to_json()
 
     def prepare_available_now(self) -> None:
         self._target_ms = int(time.time() * 1000)
 
     def latest_offset(self, start_json: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
         start = SourceOffset.from_json(start_json)
-        member = self._join(start.query, start.owner)
+        member = self._join(start)
         self._settle(start)
         ends = self._ledger(start)
         starts = self._next_starts(start, ends, self._owned(member, ends))
@@ -214,7 +221,7 @@ class Planner:
         an availableNow run left the group, a commit must not bring the member back (at the
         next start, the first ``latestOffset`` settles the batch instead)."""
         end = SourceOffset.from_json(end_json)
-        io = self._open(end.query)
+        io = self._open(end)
         if self._member is not None:
             self._settle(end)
         deleted = io.delete_before(end.batch)
@@ -382,6 +389,7 @@ class Planner:
             per_shard = min(per_shard, max(1, bound // len(starts)))
         planned = SourceOffset(
             query=start.query,
+            group=self._member_group,
             batch=start.batch + 1,
             owner=owner,
             shards=dict(starts),
