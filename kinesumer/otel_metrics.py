@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._version import __version__
+from .metric_events import Metrics
 from .metric_families import HANDOFF_BUCKETS, LATENCY_BUCKETS
-from .metrics import Metrics
 
 
 class OpenTelemetryMetrics(Metrics):
