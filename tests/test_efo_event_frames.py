@@ -4,6 +4,7 @@ boundary come out whole and once, a broken checksum or an impossible length is a
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 
@@ -52,7 +53,7 @@ def test_a_message_split_at_every_byte_boundary_arrives_whole_and_once() -> None
 @given(st.lists(st.integers(0, len(WIRE)), max_size=12))
 def test_any_chunking_gives_the_same_messages(cuts: list[int]) -> None:
     points = [0, *sorted(cuts), len(WIRE)]
-    chunks = [WIRE[a:b] for a, b in zip(points, points[1:])]
+    chunks = [WIRE[a:b] for a, b in itertools.pairwise(points)]
     assert feed(chunks) == [b'{"n":%d}' % i for i in range(3)]
     frames = EventFrames()
     frames.add_data(WIRE[:-1])  # truncated: the last message waits for its last byte

@@ -9,7 +9,7 @@ the default. Fast: no stand-in, no member process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -122,7 +122,11 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(efo_fetcher, "MAX_FAILURE_PAUSE", 0.01)
 
 
-def fetcher(shard: Shard, lease: Lease, buffer: RecordBuffer) -> EfoShardFetcher:
+def fetcher(
+    shard: Shard, lease: Lease, buffer: RecordBuffer, subscriber: Any = None
+) -> EfoShardFetcher:
+    """An enhanced fan-out fetcher of ``shard`` (subscriptions from ``subscriber`` if given)."""
+
     async def arn(stream: str) -> str:
         return "arn"
 
@@ -131,9 +135,27 @@ def fetcher(shard: Shard, lease: Lease, buffer: RecordBuffer) -> EfoShardFetcher
 
     config = Config(app="a", dynamodb_table="state", enhanced_fan_out=True)
     return EfoShardFetcher(
-        lease, shard, arn, buffer, config, "LATEST", parents_finished, lambda _: None, "m",
-        Metrics(), reader=shard,  # type: ignore[arg-type]
-    )  # fmt: skip
+        lease,
+        subscriber or shard,
+        arn,
+        buffer,
+        config,
+        "LATEST",
+        parents_finished,
+        lambda _: None,
+        "m",
+        Metrics(),
+        reader=shard,  # type: ignore[arg-type]
+    )
+
+
+async def until(done: Callable[[], bool], what: str) -> None:
+    """Until ``done()``, for at most 10 s."""
+    for _ in range(1000):
+        if done():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_a_checkpointed_record_polled_again_is_not_replayed_by_the_next_subscription(
@@ -147,10 +169,8 @@ async def test_a_checkpointed_record_polled_again_is_not_replayed_by_the_next_su
     buffer = RecordBuffer(1000, 1 << 20)
     task = asyncio.create_task(fetcher(shard, lease, buffer).run())
     try:
-        while not lease.efo_polling:
-            await asyncio.sleep(0.01)
-        while lease.efo_polling:
-            await asyncio.sleep(0.01)
+        await until(lambda: lease.efo_polling, "polling")
+        await until(lambda: not lease.efo_polling, "subscriptions again")
         shard.refusing = False
         shard.records.append(raw(101))
         got = await read(buffer, 1)
@@ -161,3 +181,42 @@ async def test_a_checkpointed_record_polled_again_is_not_replayed_by_the_next_su
         await asyncio.gather(task, return_exceptions=True)
     assert [r.sequence_number for r in got] == ["101"]
     assert replayed == 0
+
+
+@dataclass
+class Behind:
+    """A subscriber whose events are empty and say the shard is 5 s behind; the continuation
+    moves on with every event (``moving``: a stretch of the shard with no records, as AWS
+    crosses it) or stays put (a subscription that delivers nothing)."""
+
+    moving: bool
+    events: int = 0
+
+    def subscribe(self, arn: str, shard_id: str, position: dict[str, Any]) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        while True:
+            self.events += 1
+            yield Event([], str(1000 + self.events if self.moving else 1000), 5000)
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("moving", [True, False])
+async def test_empty_events_while_behind_are_a_stall_only_when_the_continuation_stays(
+    quick: None, moving: bool
+) -> None:
+    subscriber = Behind(moving)
+    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="100", owner="m", lease=1))
+    buffer = RecordBuffer(1000, 1 << 20)
+    efo = fetcher(Shard(records=[raw(100)], refusing=False), lease, buffer, subscriber)
+    task = asyncio.create_task(efo.run())
+    try:
+        for _ in range(200):  # 100 events (1 s: 20 stall windows), or 10 s of polling
+            if subscriber.events >= 100:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert (efo.stalls == 0) is moving, efo.stalls
