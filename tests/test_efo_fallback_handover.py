@@ -115,9 +115,9 @@ async def read(buffer: RecordBuffer, count: int) -> list[Record]:
 
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 0.05)
-    monkeypatch.setattr(efo_fallback, "STALL_AFTER", 0.05)
-    monkeypatch.setattr(efo_fallback, "POLL_FOR", 0.3)
+    monkeypatch.setattr(efo_fetcher, "STALL_AFTER", 0.3)
+    monkeypatch.setattr(efo_fallback, "STALL_AFTER", 0.3)
+    monkeypatch.setattr(efo_fallback, "POLL_FOR", 1.0)
     monkeypatch.setattr(efo_fetcher, "MIN_SUBSCRIBE_INTERVAL", 0.01)
     monkeypatch.setattr(efo_fetcher, "MAX_FAILURE_PAUSE", 0.01)
 
@@ -149,6 +149,14 @@ def fetcher(
     )
 
 
+async def stop(lease: Lease, task: asyncio.Task[None]) -> None:
+    """As a handoff does: the lease ends, then the fetcher is cancelled (a cancellation alone
+    can be lost in Python 3.11's ``asyncio.wait_for`` when the awaited event lands with it)."""
+    lease.begin_handoff()
+    task.cancel()
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+
+
 async def until(done: Callable[[], bool], what: str) -> None:
     """Until ``done()``, for at most 10 s."""
     for _ in range(1000):
@@ -177,8 +185,7 @@ async def test_a_checkpointed_record_polled_again_is_not_replayed_by_the_next_su
         await asyncio.sleep(0.1)  # anything replayed after it arrives meanwhile
         replayed = buffer.size[0]
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(lease, task)
     assert [r.sequence_number for r in got] == ["101"]
     assert replayed == 0
 
@@ -212,11 +219,10 @@ async def test_empty_events_while_behind_are_a_stall_only_when_the_continuation_
     efo = fetcher(Shard(records=[raw(100)], refusing=False), lease, buffer, subscriber)
     task = asyncio.create_task(efo.run())
     try:
-        for _ in range(200):  # 100 events (1 s: 20 stall windows), or 10 s of polling
+        for _ in range(400):  # 100 events (1 s+: 3 stall windows), or 20 s of polling
             if subscriber.events >= 100:
                 break
             await asyncio.sleep(0.05)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(lease, task)
     assert (efo.stalls == 0) is moving, efo.stalls
