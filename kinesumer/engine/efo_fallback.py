@@ -181,8 +181,6 @@ class PollingInterlude:
             )
             if not lease.deliverable:
                 return None, True
-            if batch.raw_count:
-                point.skip = None  # the resume point has been passed
             records = batch.records
             if point.skip_before is not None and records:
                 records, reached = arrived_since(records, point.skip_before)
@@ -196,6 +194,9 @@ class PollingInterlude:
                 lease.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
                 await buffer.put(lease, records, reserved)
                 reserved = 0
+                # Past the resume point only now: a read of nothing but the records skipped
+                # (the checkpointed one, processed) must leave the skip for the next reader.
+                point.skip = None
                 point.position = {
                     "Type": "AFTER_SEQUENCE_NUMBER",
                     "SequenceNumber": last.sequence_number,

@@ -18,10 +18,9 @@ first event (refused with ResourceInUse during a takeover, reset) and the next o
 from that instant, never later. A subscription that finds the consumer gone (deregistered) has
 the session look the stream and consumer up again, registering it, and goes on from where it was.
 
-No silent stall: a subscription that gives no event for STALL_AFTER seconds, or refusals and
-failures lasting that long, count as a stall (logged, ``stats()``, metrics); after
-``Config.efo_stall_limit`` in a row the shard is read by polling from the same position for a
-while, then subscribed again (:mod:`.efo_fallback`).
+No silent stall: STALL_AFTER seconds without progress (no event, refusals, failures, empty events
+that stay behind) is a stall (logged, ``stats()``, metrics); after ``Config.efo_stall_limit`` in
+a row the shard is polled from the same position for a while, then subscribed again (efo_fallback).
 """
 
 from __future__ import annotations
@@ -147,6 +146,7 @@ class EfoShardFetcher:
         #: Stalls seen (see efo_fallback), in all and in a row; polling interludes run.
         self.stalls, self._stalls_in_row, self.interludes = 0, 0, 0
         self._progress = 0.0  # loop time of the last event (or of the last stall counted)
+        self._continuation: str | None = None  # of the last event
 
     async def run(self) -> None:
         lease = self._lease
@@ -206,9 +206,9 @@ class EfoShardFetcher:
         self._lease.efo_stalls = self.stalls
         self._stalls_in_row += 1
         self._metrics.efo_stalled(self._stream, self._shard_id)
+        polling = self._stalls_in_row >= self._config.efo_stall_limit
+        then = "reading by polling next" if polling else "subscribing again"
         cause = getattr(exc, "code", None) or error_code(exc) or type(exc).__name__
-        polls = self._stalls_in_row >= self._config.efo_stall_limit
-        then = "reading by polling next" if polls else "subscribing again"
         log.warning(
             "%s EFO stalled (%d times, %d in a row; %s): %s",
             *(self._where, self.stalls, self._stalls_in_row, cause, then),
@@ -327,7 +327,10 @@ class EfoShardFetcher:
                 if not self._lease.deliverable:
                     return False
                 now = asyncio.get_running_loop().time()
-                if event.records or not event.millis_behind_latest:
+                # Empty while behind, but moving on: AWS crossing a stretch with no records.
+                moved = event.continuation_sequence_number != self._continuation
+                self._continuation = event.continuation_sequence_number
+                if event.records or not event.millis_behind_latest or moved:
                     self._progress, self._stalls_in_row = now, 0
                 elif now - self._progress >= STALL_AFTER:  # events, but empty while behind
                     raise SubscriptionStalled(f"no records for {STALL_AFTER:.0f}s while behind")
