@@ -298,13 +298,8 @@ class EfoShardFetcher:
         code = getattr(exc, "code", None) or error_code(exc)
         self._metrics.efo_subscribe_failed(self._stream, str(code or type(exc).__name__))
         pause = random.uniform(0, min(MAX_FAILURE_PAUSE, 0.5 * 2**self._failures))
-        log.warning(
-            "%s subscription failed (%s: %s); subscribing again in %.1fs",
-            self._where,
-            code,
-            exc,
-            pause,
-        )
+        what = "%s subscription failed (%s: %s); subscribing again in %.1fs"
+        log.warning(what, self._where, code, exc, pause)
         await asyncio.sleep(pause)
 
     async def _subscription(self, arn: str) -> bool:
