@@ -226,3 +226,89 @@ async def test_empty_events_while_behind_are_a_stall_only_when_the_continuation_
     finally:
         await stop(lease, task)
     assert (efo.stalls == 0) is moving, efo.stalls
+
+
+@dataclass
+class Reset:
+    """A subscriber whose first subscription sends ``first`` then resets; later ones send
+    empty events at the tip of the shard (caught up: progress)."""
+
+    first: list[Event]
+    subscriptions: int = 0
+    events: int = 0
+
+    def subscribe(self, arn: str, shard_id: str, position: dict[str, Any]) -> AsyncIterator[Event]:
+        self.subscriptions += 1
+        return self._events(self.subscriptions == 1)
+
+    async def _events(self, first: bool) -> AsyncIterator[Event]:
+        if first:
+            for event in self.first:
+                yield event
+            raise Refused("reset")
+        while True:
+            self.events += 1
+            yield Event([], "20", 0)
+            await asyncio.sleep(0.01)
+
+
+async def test_waiting_for_room_in_the_buffer_is_no_stall(quick: None) -> None:
+    """The application is slow: the second event waits for room in the buffer for longer than
+    STALL_AFTER (our own backpressure), then the subscription resets. Not a stall."""
+    subscriber = Reset([Event([raw(i) for i in range(1, 11)], "10", 0)])
+    subscriber.first.append(Event([raw(i) for i in range(11, 21)], "20", 0))
+    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
+    buffer = RecordBuffer(10, 1 << 20)  # the first event fills it
+    efo = fetcher(Shard(refusing=False), lease, buffer, subscriber)
+    task = asyncio.create_task(efo.run())
+    try:
+        await until(lambda: buffer.size[0] == 10, "the buffer full")
+        await asyncio.sleep(3 * efo_fetcher.STALL_AFTER)  # the application is busy
+        got = await read(buffer, 20)
+        await until(lambda: subscriber.events >= 5, "subscribed again after the reset")
+    finally:
+        await stop(lease, task)
+    assert [r.sequence_number for r in got] == [str(i) for i in range(1, 21)]
+    assert (efo.stalls, lease.efo_stalls) == (0, 0)
+
+
+@dataclass
+class CancelledOnArrival:
+    """A subscriber that cancels the fetcher's task just as its second event arrives, as the
+    engine's close (``Supervisor.cancel_all``) may while the lease is still ACTIVE."""
+
+    task: asyncio.Task[None] | None = None
+    asked_after_cancel: bool = False
+
+    def subscribe(self, arn: str, shard_id: str, position: dict[str, Any]) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        yield Event([raw(1)], "1", 0)
+        assert self.task is not None
+        self.task.cancel()
+        yield Event([raw(2)], "2", 0)
+        while True:
+            await asyncio.sleep(0)
+            self.asked_after_cancel = True  # the fetcher read on: its cancellation was lost
+            yield Event([], "2", 0)
+            await asyncio.sleep(0.01)
+
+
+async def test_a_fetcher_cancelled_as_an_event_arrives_stops_while_its_lease_is_active(
+    quick: None,
+) -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns the event and drops a cancellation that lands
+    with it; the fetcher must stop on the cancellation alone (the lease stays ACTIVE)."""
+    subscriber = CancelledOnArrival()
+    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
+    buffer = RecordBuffer(1000, 1 << 20)
+    task = asyncio.create_task(fetcher(Shard(refusing=False), lease, buffer, subscriber).run())
+    subscriber.task = task
+    try:
+        await until(lambda: task.done() or subscriber.asked_after_cancel, "the fetcher ended")
+        assert lease.deliverable
+    finally:
+        await stop(lease, task)
+    assert not subscriber.asked_after_cancel
+    assert task.cancelled()

@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..aws import error_code, is_transient
 from ..config import Config
@@ -62,6 +63,36 @@ class SubscriptionStalled(Exception):
     least): closed, and counted as a stall."""
 
     code = "SubscriptionStalled"
+
+
+T = TypeVar("T")
+
+
+async def next_event(events: AsyncIterator[T], timeout: float) -> T:
+    """The subscription's next event; SubscriptionStalled after ``timeout`` seconds without one.
+
+    Not ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event when the caller is
+    cancelled just as the event arrives (CPython gh-86296). A fetcher cancelled while its lease
+    is still ACTIVE (the engine closing or failing: ``Supervisor.cancel_all``) would then read
+    on for ever. ``asyncio.timeout`` (3.11+) awaits in the caller's own task, so a cancellation
+    always lands; on 3.10 ``asyncio.wait`` raises the caller's cancellation in every case.
+    """
+    if sys.version_info >= (3, 11):
+        try:
+            async with asyncio.timeout(timeout):
+                return await anext(events)
+        except TimeoutError:
+            raise SubscriptionStalled(f"no event for {timeout:.0f}s") from None
+    step = asyncio.ensure_future(anext(events))  # pragma: no cover (Python 3.10)
+    try:
+        done, _ = await asyncio.wait({step}, timeout=timeout)
+    finally:
+        if not step.done():  # cancelled, or timed out: the generator must stop before aclose
+            step.cancel()
+            await asyncio.wait({step})
+    if not done:
+        raise SubscriptionStalled(f"no event for {timeout:.0f}s")
+    return step.result()
 
 
 def retryable(exc: BaseException) -> bool:

@@ -46,6 +46,7 @@ from .efo_fallback import (
     PollingInterlude,
     ResumePoint,
     SubscriptionStalled,
+    next_event,
     retryable,
 )
 from .efo_fallback import EndCheck as EndCheck  # re-exported: the engine builds it
@@ -314,23 +315,22 @@ class EfoShardFetcher:
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(anext(events), STALL_AFTER)
+                    event = await next_event(events, STALL_AFTER)
                 except StopAsyncIteration:
                     break
-                except asyncio.TimeoutError:
-                    raise SubscriptionStalled(f"no event for {STALL_AFTER:.0f}s") from None
                 if not self._lease.deliverable:
                     return False
                 now = asyncio.get_running_loop().time()
                 # Empty while behind, but moving on: AWS crossing a stretch with no records.
                 moved = event.continuation_sequence_number != self._continuation
                 self._continuation = event.continuation_sequence_number
-                if event.records or not event.millis_behind_latest or moved:
-                    self._progress, self._stalls_in_row = now, 0
-                elif now - self._progress >= STALL_AFTER:  # events, but empty while behind
+                progress = bool(event.records) or not event.millis_behind_latest or moved
+                if not progress and now - self._progress >= STALL_AFTER:  # empty while behind
                     raise SubscriptionStalled(f"no records for {STALL_AFTER:.0f}s while behind")
                 if not await self._take(event):
                     return False
+                if progress:  # from when _take is done: waiting for room (backpressure) is no stall
+                    self._progress, self._stalls_in_row = asyncio.get_running_loop().time(), 0
         finally:
             closer = getattr(events, "aclose", None)
             if closer is not None:
