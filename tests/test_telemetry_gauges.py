@@ -60,3 +60,24 @@ def test_a_closed_member_reports_no_gauges() -> None:
     owned = series(memory, "kinesumer_owned_shards")
     assert [dict(key)["client_id"] for key in owned] == ["m-2"]
     assert shards(memory) == {}
+
+
+def test_a_closed_prometheus_member_forgets_shards_it_never_measured_the_lag_of() -> None:
+    """A subscription that stalled before its first event (no MillisBehindLatest yet, so no
+    lag reported) still counted the shard's subscriptions and stalls: close() removes them."""
+    from prometheus_client import CollectorRegistry
+
+    from kinesumer.metrics import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics("shop", "m-1", registry)
+    metrics.efo_subscribed("orders", "shardId-0")
+    metrics.efo_stalled("orders", "shardId-0")
+    metrics.delivered("orders", "shardId-1", 1, 10)  # a batch whose answer had no lag
+    labels = {"app": "shop", "client_id": "m-1", "stream": "orders", "shard_id": "shardId-0"}
+    assert registry.get_sample_value("kinesumer_efo_stalls_total", labels) == 1
+    metrics.close()
+    assert registry.get_sample_value("kinesumer_efo_stalls_total", labels) is None
+    assert registry.get_sample_value("kinesumer_efo_subscriptions_total", labels) is None
+    labels["shard_id"] = "shardId-1"
+    assert registry.get_sample_value("kinesumer_records_total", labels) is None
