@@ -53,6 +53,7 @@ class PrometheusMetrics(Metrics):
         self._shards: set[tuple[str, str]] = set()
 
     def delivered(self, stream: str, shard_id: str, records: int, nbytes: int) -> None:
+        self._shards.add((stream, shard_id))
         labels = (*self._member, stream, shard_id)
         self._f.records.labels(*labels).inc(records)
         self._f.bytes.labels(*labels).inc(nbytes)
@@ -103,12 +104,16 @@ class PrometheusMetrics(Metrics):
         self._f.handler_seconds.labels(*self._member, handler).observe(seconds)
 
     def efo_subscribed(self, stream: str, shard_id: str) -> None:
+        # Every per-shard series adds its shard (not only the lag): a subscription that stalls
+        # before its first event reported no lag, and close() must still forget it.
+        self._shards.add((stream, shard_id))
         self._f.efo_subscriptions.labels(*self._member, stream, shard_id).inc()
 
     def efo_subscribe_failed(self, stream: str, error: str) -> None:
         self._f.efo_failures.labels(*self._member, stream, error).inc()
 
     def efo_stalled(self, stream: str, shard_id: str) -> None:
+        self._shards.add((stream, shard_id))
         self._f.efo_stalls.labels(*self._member, stream, shard_id).inc()
 
     def unaggregated(self, stream: str, shard_id: str) -> None:

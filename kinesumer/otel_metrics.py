@@ -5,18 +5,86 @@ The instruments are the Prometheus series of :mod:`kinesumer.metrics`, with the 
 (without ``_total``: an OpenTelemetry exporter to Prometheus adds it back, so
 ``dashboards/kinesumer.json`` works on either path), the same attributes (``app``,
 ``client_id``, and each series' own) and the same meaning. Counters and histograms are
-OpenTelemetry's; the three gauges (lag per shard, shards owned, leader) are synchronous gauges,
-whose last value stays until the member sets another: OpenTelemetry has no removal of a series,
-so a shard that left keeps its last lag until the exporter's own staleness drops it.
+OpenTelemetry's. The three member gauges (lag per shard, shards owned, leader) are observable
+gauges reading :class:`_MemberGauges`, so that a series leaves as its Prometheus twin does: a
+shard that left this member stops reporting its lag, a member that closed its gauges. (A
+synchronous gauge cannot forget a series: with the SDK's default cumulative temporality its last
+value is exported at every collection for good, a handed-off shard's lag with it.) Counters and
+histograms keep their series, as OpenTelemetry has no removal: a shard's counters that stopped
+moving only add nothing.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._version import __version__
 from .metric_events import Metrics
 from .metric_families import HANDOFF_BUCKETS, LATENCY_BUCKETS
+
+#: The member gauges: name -> description.
+BEHIND = "kinesumer_millis_behind_latest"
+OWNED = "kinesumer_owned_shards"
+LEADER = "kinesumer_leader"
+_GAUGES = {
+    BEHIND: "MillisBehindLatest of each shard.",
+    OWNED: "Shards read.",
+    LEADER: "1 while leading.",
+}
+
+Attributes = tuple[tuple[str, Any], ...]
+
+
+class _MemberGauges:
+    """The member gauges' current values, by attributes, observed at each collection: a value
+    is reported until it is removed. One per meter, shared by every member reporting to it (the
+    SDK gives a second observable gauge of a name the first one, callbacks and all)."""
+
+    def __init__(self, meter: Any) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[Attributes, float]] = {name: {} for name in _GAUGES}
+        for name, description in _GAUGES.items():
+            meter.create_observable_gauge(
+                name, callbacks=[self._observer(name)], description=description
+            )
+
+    def _observer(self, name: str) -> Callable[[Any], Iterable[Any]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(_: Any) -> Iterable[Any]:
+            with self._lock:  # the reader's thread; members set values on theirs
+                values = list(self._values[name].items())
+            return [Observation(value, dict(attributes)) for attributes, value in values]
+
+        return observe
+
+    def set(self, name: str, value: float, attributes: dict[str, Any]) -> None:
+        with self._lock:
+            self._values[name][tuple(sorted(attributes.items()))] = value
+
+    def remove(self, name: str, where: Callable[[dict[str, Any]], bool]) -> None:
+        with self._lock:
+            values = self._values[name]
+            for attributes in [a for a in values if where(dict(a))]:
+                del values[attributes]
+
+
+_BOARDS: weakref.WeakKeyDictionary[Any, _MemberGauges] = weakref.WeakKeyDictionary()
+_BOARDS_LOCK = threading.Lock()
+
+
+def _gauges_of(meter: Any) -> _MemberGauges:
+    with _BOARDS_LOCK:
+        try:
+            board = _BOARDS.get(meter)
+        except TypeError:  # not weakly referenceable: its own board
+            return _MemberGauges(meter)
+        if board is None:
+            board = _BOARDS[meter] = _MemberGauges(meter)
+        return board
 
 
 class OpenTelemetryMetrics(Metrics):
@@ -38,9 +106,7 @@ class OpenTelemetryMetrics(Metrics):
 
         self._records = counter("kinesumer_records", "Records handed to the application.")
         self._bytes = counter("kinesumer_bytes", "Bytes of record data handed to the application.")
-        self._behind = meter.create_gauge(
-            "kinesumer_millis_behind_latest", description="MillisBehindLatest of each shard."
-        )
+        self._gauges = _gauges_of(meter)
         self._calls = counter("kinesumer_aws_requests", "AWS requests, every attempt, by outcome.")
         self._latency = histogram(
             "kinesumer_aws_request_seconds", "Latency of AWS requests.", LATENCY_BUCKETS
@@ -53,8 +119,6 @@ class OpenTelemetryMetrics(Metrics):
         self._conflicts = counter(
             "kinesumer_checkpoint_conflicts", "Checkpoint writes refused: another member owns it."
         )
-        self._owned = meter.create_gauge("kinesumer_owned_shards", description="Shards read.")
-        self._leader = meter.create_gauge("kinesumer_leader", description="1 while leading.")
         self._rebalances = counter("kinesumer_rebalances", "Changes of the member's assignment.")
         self._handoff = histogram(
             "kinesumer_handoff_seconds", "Graceful handoff of a shard.", HANDOFF_BUCKETS
@@ -111,7 +175,11 @@ class OpenTelemetryMetrics(Metrics):
 
     def behind(self, stream: str, shard_id: str, millis: int | None) -> None:
         if millis is not None:
-            self._behind.set(millis, self._with(stream=stream, shard_id=shard_id))
+            self._gauges.set(BEHIND, millis, self._with(stream=stream, shard_id=shard_id))
+
+    def shard_dropped(self, stream: str, shard_id: str) -> None:
+        shard = self._with(stream=stream, shard_id=shard_id)
+        self._gauges.remove(BEHIND, lambda attributes: attributes == shard)
 
     def aws_call(
         self, service: str, operation: str, seconds: float, error: str | None, capacity: float
@@ -129,8 +197,8 @@ class OpenTelemetryMetrics(Metrics):
         (self._conflicts if conflict else self._checkpoints).add(1, self._with(stream=stream))
 
     def membership(self, owned: int, leader: bool) -> None:
-        self._owned.set(owned, self._member)
-        self._leader.set(1 if leader else 0, self._member)
+        self._gauges.set(OWNED, owned, self._member)
+        self._gauges.set(LEADER, 1 if leader else 0, self._member)
 
     def rebalanced(self) -> None:
         self._rebalances.add(1, self._member)
@@ -182,3 +250,9 @@ class OpenTelemetryMetrics(Metrics):
     def outbox_lag(self, pending: int, oldest_seconds: float | None) -> None:
         self._outbox_pending.set(pending, self._member)
         self._outbox_oldest.set(oldest_seconds or 0.0, self._member)
+
+    def close(self) -> None:
+        """The member left: its gauges would otherwise report stale values forever."""
+        member = self._member.items()
+        for name in _GAUGES:
+            self._gauges.remove(name, lambda attributes: member <= attributes.items())

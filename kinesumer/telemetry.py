@@ -172,15 +172,24 @@ def call_attributes(handler: str, argument: Any, batched: bool) -> dict[str, Any
         attributes[SEQUENCE] = record.sequence_number
         attributes[HANDLER] = handler
         return attributes
+    attributes = {"messaging.system": SYSTEM, HANDLER: handler, COUNT: len(argument)}
     records = [r for r in map(_record_of, argument) if r is not None]
     if not records:
-        return {"messaging.system": SYSTEM, HANDLER: handler, COUNT: len(argument)}
-    # One call's records come from one lease, hence one shard.
-    attributes = _base(records[0].stream, records[0].shard_id)
-    attributes[COUNT] = len(argument)
-    attributes[FIRST_SEQUENCE] = records[0].sequence_number
-    attributes[LAST_SEQUENCE] = records[-1].sequence_number
-    attributes[HANDLER] = handler
+        return attributes
+    # The dispatcher holds several shards' batches: with ordering "key" or "none" one call can
+    # hold records of several shards (even streams). Only what all of them share is named: a
+    # shard and a sequence range would be false for the others.
+    first = records[0]
+    if any(r.stream != first.stream for r in records):
+        return attributes
+    attributes[STREAM] = first.stream
+    if any(r.shard_id != first.shard_id for r in records):
+        return attributes
+    attributes[SHARD] = first.shard_id
+    # A call holds its keys' records one key after another, not in the shard's order.
+    sequences = sorted({r.sequence_number for r in records}, key=lambda s: (len(s), s))
+    attributes[FIRST_SEQUENCE] = sequences[0]
+    attributes[LAST_SEQUENCE] = sequences[-1]
     return attributes
 
 
