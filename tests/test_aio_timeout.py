@@ -8,6 +8,8 @@ in the test's own step, so both land before the task runs again.
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,9 @@ from kinesumer.engine.delivery import Cursor
 from kinesumer.engine.engine import Engine
 from kinesumer.engine.leases import Lease
 from kinesumer.models import Checkpoint, Record
+from kinesumer.producer.options import ProducerOptions
+from kinesumer.producer.records import PendingRecord
+from kinesumer.producer.stream import StreamWriter
 
 STREAM, SHARD = "s", "shardId-000000000000"
 
@@ -89,4 +94,41 @@ async def test_poll_cancelled_as_a_batch_arrives_raises_the_cancellation() -> No
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert task.cancelled()
+
+
+class OneShardStream:
+    """A Kinesis client with one shard and no other call: the writer only lists it here."""
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        hash_range = {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)}
+        return {"Shards": [{"ShardId": SHARD, "HashKeyRange": hash_range}]}
+
+
+class NoOutcomes:
+    """The core's side: nothing may be written, failed or retried in this test."""
+
+    flushing = False
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the writer called {name} of the core")
+
+
+async def test_a_producer_writer_cancelled_as_it_is_woken_stops() -> None:
+    """A writer holding a lingering record waits for its wake-up with a bound; cancelled as the
+    wake-up arrives (the loop shutting down) it must stop, not wait again for ever."""
+    writer = StreamWriter(STREAM, OneShardStream(), ProducerOptions(linger=30), NoOutcomes())
+    record = PendingRecord(STREAM, b"one", "k", None, None)
+    record.put_time = time.monotonic()  # as the core stamps it at put()
+    record.deadline = record.put_time + 600
+    writer.add(record)
+    task = asyncio.create_task(writer.run())
+    await settle()
+    writer.wake.clear()  # the add's wake-up was taken: the writer now waits out the linger
+    await settle()
+    assert not task.done() and writer.pending == 1
+    writer.wake.set()
+    task.cancel()
+    await settle()
+    assert task.done(), "the writer's cancellation was lost: it waits again"
     assert task.cancelled()
