@@ -4,8 +4,12 @@
 cancellation, when the cancellation lands in the same loop iteration as the awaited thing
 completes (CPython gh-86296, fixed in 3.12). A loop around such a wait (a fetcher reading the
 next event, a writer waiting for its wake-up, ``poll`` waiting for a batch) then never sees its
-cancellation and runs on; a ``close()`` bounded by the caller's own timeout runs on past it.
-Every bounded await in kinesumer that a cancellation may hit goes through :func:`await_within`.
+cancellation and runs on. Every bounded await in kinesumer that sits in such a loop goes
+through :func:`await_within`.
+
+``GroupMember.close`` and ``BroadcastEngine.close`` keep ``wait_for``: a lost cancellation only
+lets the close run on to its end (it is bounded), and a cancelled close leaves the member
+CLOSING with its heartbeat still running, which a later ``close()`` does not finish.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ import contextlib
 import logging
 import time
 
-from ..aio_timeout import await_within
 from ..config import Config
 from ..errors import KinesumerError, TransientAWSError
 from ..kinesis.reader import KinesisReader
@@ -258,13 +257,13 @@ class BroadcastEngine(Engine):
         self._relist.set()
         if self._lister is not None:  # a listing in flight may still start shards
             with contextlib.suppress(Exception, asyncio.TimeoutError):
-                await await_within(asyncio.shield(self._lister), 30)
+                await asyncio.wait_for(asyncio.shield(self._lister), 30)
         self.on_leaving()
         active = [lease for lease in self.leases.values() if lease.status is LeaseStatus.ACTIVE]
         timeout = self.config.handoff_timeout
         try:
             # Bounded: the final save retries while DynamoDB is unreachable.
-            results = await await_within(
+            results = await asyncio.wait_for(
                 asyncio.gather(
                     *(self.checkpointer.handoff(lease, timeout) for lease in active),
                     return_exceptions=True,

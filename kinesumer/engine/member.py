@@ -17,7 +17,6 @@ import re
 import socket
 import uuid
 
-from ..aio_timeout import await_within
 from ..aws import AwsClients, RequestStats
 from ..config import Config
 from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
@@ -245,7 +244,7 @@ class GroupMember:
         # A tick in flight may still claim shards: let it finish before handing everything off,
         # or a shard claimed after the handoffs would stay owned by a member that has left.
         try:
-            await await_within(asyncio.shield(self._coordinator_task), 30)
+            await asyncio.wait_for(asyncio.shield(self._coordinator_task), 30)
         except (asyncio.TimeoutError, Exception) as exc:  # reported by its done callback
             log.debug("[%s] coordinator stopped with %r", self.client_id, exc)
         self.on_leaving()
@@ -256,7 +255,7 @@ class GroupMember:
             # Bounded: a handoff retries its final write while DynamoDB is unreachable.
             limit = self.config.handoff_timeout + 2 * self.config.client_timeout + 5
             try:
-                await await_within(self.leasing.wait_handoffs(), limit)
+                await asyncio.wait_for(self.leasing.wait_handoffs(), limit)
             except asyncio.TimeoutError:
                 log.warning("[%s] handoffs did not finish in %.0fs", self.client_id, limit)
             # No heartbeat may land after the deregistration (it would bring the item back).
