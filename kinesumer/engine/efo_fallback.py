@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..aio_timeout import await_within
 from ..aws import error_code, is_transient
 from ..config import Config
 from ..errors import TransientAWSError
@@ -75,24 +75,13 @@ async def next_event(events: AsyncIterator[T], timeout: float) -> T:
     cancelled just as the event arrives (CPython gh-86296). A fetcher cancelled while its lease
     is still ACTIVE (the engine closing or failing: ``Supervisor.cancel_all``) would then read
     on for ever. ``asyncio.timeout`` (3.11+) awaits in the caller's own task, so a cancellation
-    always lands; on 3.10 ``asyncio.wait`` raises the caller's cancellation in every case.
+    always lands; on 3.10 ``asyncio.wait`` raises the caller's cancellation in every case
+    (:func:`~kinesumer.aio_timeout.await_within`).
     """
-    if sys.version_info >= (3, 11):
-        try:
-            async with asyncio.timeout(timeout):
-                return await anext(events)
-        except TimeoutError:
-            raise SubscriptionStalled(f"no event for {timeout:.0f}s") from None
-    step = asyncio.ensure_future(anext(events))  # pragma: no cover (Python 3.10)
     try:
-        done, _ = await asyncio.wait({step}, timeout=timeout)
-    finally:
-        if not step.done():  # cancelled, or timed out: the generator must stop before aclose
-            step.cancel()
-            await asyncio.wait({step})
-    if not done:
-        raise SubscriptionStalled(f"no event for {timeout:.0f}s")
-    return step.result()
+        return await await_within(anext(events), timeout)
+    except asyncio.TimeoutError:
+        raise SubscriptionStalled(f"no event for {timeout:.0f}s") from None
 
 
 def retryable(exc: BaseException) -> bool:

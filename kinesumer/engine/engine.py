@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from ..aio_timeout import await_within
 from ..config import Config
 from ..errors import ConsumerClosedError
 from ..models import Position, Record
@@ -201,7 +202,7 @@ class Engine(GroupMember):
             if len(out) >= max_records or remaining <= 0:
                 return out
             try:
-                lease, records = await asyncio.wait_for(self.next_batch(), remaining)
+                lease, records = await await_within(self.next_batch(), remaining)
             except (asyncio.TimeoutError, ConsumerClosedError):
                 return out
             cursor.set_batch(lease, records)

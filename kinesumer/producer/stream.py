@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from ..aio_timeout import await_within
 from ..aws.accounting import RequestStats
 from ..aws.retry import call_with_retry, error_code, is_denied, is_transient
 from ..errors import (
@@ -153,7 +154,7 @@ class StreamWriter:
         if self.pending:
             wait = _EXPIRY_CHECK if wait is None else min(wait, _EXPIRY_CHECK)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), wait)
+            await await_within(self.wake.wait(), wait)
         self.wake.clear()
 
     def _linger_left(self, now: float) -> float:
