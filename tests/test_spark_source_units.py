@@ -572,3 +572,31 @@ def test_a_checkpoint_from_before_groups_per_query_keeps_the_apps_group(
         assert sorted(r.data for r in read_all(after, second)) == sorted(more)
     finally:
         after.close()
+
+
+def test_spark_asking_for_the_initial_offset_again_gets_the_same_query(
+    setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until batch 0 commits, Spark asks initialOffset() again for its start: the reader answers
+    with the same query (one id, one group), so a new query does not join a group, plan in it,
+    then leave it after a handoff wait (handoff_timeout, 30 s) for a second id's group."""
+    import atexit
+    import signal
+
+    from kinesumer.spark.source.datasource import KinesumerStreamReader
+
+    minted: list[dict[str, Any]] = []
+
+    def mint(planner: Planner) -> dict[str, Any]:
+        minted.append({"query": f"q{len(minted)}", "batch": 0})
+        return minted[-1]
+
+    monkeypatch.setattr(Planner, "initial_offset", mint)
+    sigterm = signal.getsignal(signal.SIGTERM)
+    reader = KinesumerStreamReader(SourceOptions(config=setup["config"], streams=("s",)))
+    try:
+        assert reader.initialOffset() == reader.initialOffset() == {"query": "q0", "batch": 0}
+        assert len(minted) == 1
+    finally:  # the reader's exit hooks belong to a source worker, not to this test process
+        atexit.unregister(reader.stop)
+        signal.signal(signal.SIGTERM, sigterm)

@@ -104,6 +104,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: SourceOptions) -> None:
         self._planner = Planner(options)
         self._exit_hooks = False
+        self._initial_offset: dict[str, Any] | None = None
 
     @property
     def options(self) -> SourceOptions:
@@ -117,6 +118,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._planner = Planner(state["options"])
         self._exit_hooks = False
+        self._initial_offset = None
 
     def _leave_on_exit(self) -> None:
         """In the query's long-lived source worker (the only process that calls the offset
@@ -135,7 +137,12 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @named_errors
     def initialOffset(self) -> dict[str, Any]:
         self._leave_on_exit()
-        return self._planner.initial_offset()
+        # Spark asks again for batch 0's start until that batch commits: one query id (and
+        # group) for the run, not a new one each time (a group joined, then left after a
+        # handoff wait). A restart is a new reader: there the stored offset decides the group.
+        if self._initial_offset is None:
+            self._initial_offset = self._planner.initial_offset()
+        return self._initial_offset
 
     @named_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
