@@ -239,9 +239,12 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
     missing): that handler's policy (here DeadLetter) disposes of the record and the handler is
     not called with it; the filter does not stop the whole run (a poison record would stop
     every restart) nor skip the record silently."""
-    from kinesumer.handlers.registry import AddedHandler, KeyOfError, key_error, wanted
+    from kinesumer.handlers.registry import AddedHandler, KeyOfCheck, KeyOfError, wanted
+
+    asked: list[str] = []
 
     def owner(record: Record) -> str:
+        asked.append(record.sequence_number)
         return str(record.data.split(b"=")[1], "ascii")
 
     seen: list[Any] = []
@@ -254,9 +257,9 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
         counters,  # type: ignore[arg-type]
         False,
         write_attempts=2,
-        refuse=key_error("audit", owner),
+        refuse=(check := KeyOfCheck("audit", owner)),
     )
-    audit = AddedHandler("audit", made, None, frozenset({"o7"}), owner)
+    audit = AddedHandler("audit", made, None, frozenset({"o7"}), check)
     good, other, bad = at(0, 1, b"owner=o7"), at(1, 2, b"owner=o8"), at(2, 3, b"no owner")
     calls = wanted([(good, (audit,)), (other, (audit,)), (bad, (audit,))])
     assert [(h, [r.sequence_number for r in rs]) for h, rs in calls] == [(audit, ["1", "3"])]
@@ -266,7 +269,8 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
     [dead] = client.puts
     assert dead["StreamName"] == "audit-dlq" and dead["PartitionKey"] == "k3"
     assert counters.counts == {"ok": 1, "dead_lettered": 1}
-    assert isinstance(key_error("audit", owner)(bad), KeyOfError)
+    assert sorted(asked) == ["1", "2", "3"], "key_of runs once per record"
+    assert audit.wants(bad) and isinstance(check(bad), KeyOfError) and check(bad) is None
 
 
 def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:

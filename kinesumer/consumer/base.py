@@ -27,7 +27,7 @@ from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
-from ..handlers.registry import AddedHandler, HandlerSet, key_error
+from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
 from ..models import Record
 from ..stats import ConsumerStats
 from ..topics import run_streams
@@ -209,6 +209,7 @@ class BaseKinesumer:
         counters = self._handled.get(name)
         if counters is None:
             counters = self._handled[name] = HandlerCounters(name, engine.metrics)
+        check = None if keys is None or key_of is None else KeyOfCheck(name, key_of)
         invocation = Invocation(
             handler,
             options,
@@ -216,12 +217,12 @@ class BaseKinesumer:
             counters,
             self._handlers_are_async,
             client_id=self.client_id,
-            refuse=None if keys is None or key_of is None else key_error(name, key_of),
+            refuse=check,
         )
         wanted_keys = None if keys is None else frozenset(keys)
         only = None if names is None else frozenset(names)
         try:
-            self._added.add(AddedHandler(name, invocation, only, wanted_keys, key_of))
+            self._added.add(AddedHandler(name, invocation, only, wanted_keys, check))
         except ValueError:
             raise ConfigError(
                 "name", f"a handler named {name!r} was added already", "add_handler"

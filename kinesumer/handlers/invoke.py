@@ -122,7 +122,7 @@ class Invocation:
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
         self.report = CallReporter(self.name, counters, self.policy, uniform)
-        #: An added handler's key_of check (registry.key_error): a record's error, if any.
+        #: An added handler's key_of check (registry.KeyOfCheck): a record's error, if any.
         self.refuse = refuse
         special = self.sink is not None or self.extra_streams or refuse is not None
         self._plain = not (self.batched or special or self.max_age)

@@ -60,7 +60,7 @@ class AddedHandler:
     invocation: AddedInvocation
     streams: frozenset[str] | None = None
     keys: frozenset[str] | None = None
-    key_of: Callable[[Record], str] | None = None
+    key_of: KeyOfCheck | None = None
     #: Set by remove_handler: records not yet given to it skip it.
     removed: bool = field(default=False)
 
@@ -74,14 +74,11 @@ class AddedHandler:
             return True
         if self.key_of is None:
             return record.partition_key in self.keys
-        try:
-            key = self.key_of(record)
-        except Exception:
-            # Its key is unknown (a payload without it): the handler's own failure policy
-            # decides (its invocation raises the same error again, as a KeyOfError), never a
-            # stop of the whole run nor a silent skip.
-            return True
-        return key in self.keys
+        # None: key_of raised (a payload without the key). The handler's own failure policy
+        # decides (its invocation finds the KeyOfError), never a stop of the whole run nor a
+        # silent skip.
+        key = self.key_of.key(record)
+        return key is None or key in self.keys
 
 
 class KeyOfError(Exception):
@@ -97,18 +94,32 @@ class KeyOfError(Exception):
         self.error = error
 
 
-def key_error(name: str, key_of: Callable[[Record], str]) -> Callable[[Record], KeyOfError | None]:
-    """What an added handler's invocation checks before calling it: the :class:`KeyOfError`
-    of a record ``key_of`` raises on (None: the key was found)."""
+class KeyOfCheck:
+    """An added handler's ``key_of``, run once per record: the filter (:meth:`AddedHandler.wants`)
+    asks for the key; the invocation, before calling the handler, asks for the
+    :class:`KeyOfError` the filter met on that record, if any (a record's entry leaves when
+    asked for, so only records whose key_of raised are held, until their call)."""
 
-    def check(record: Record) -> KeyOfError | None:
+    def __init__(self, name: str, key_of: Callable[[Record], str]) -> None:
+        self.name, self.key_of = name, key_of
+        self._failed: dict[tuple[str, str, str, int], Exception] = {}
+
+    def key(self, record: Record) -> str | None:
+        """``key_of(record)``; None when it raised (remembered for :meth:`__call__`)."""
         try:
-            key_of(record)
+            return self.key_of(record)
         except Exception as error:
-            return KeyOfError(name, record, error)
-        return None
+            self._failed[identity(record)] = error
+            return None
 
-    return check
+    def __call__(self, record: Record) -> KeyOfError | None:
+        error = self._failed.pop(identity(record), None)
+        return None if error is None else KeyOfError(self.name, record, error)
+
+
+def identity(record: Record) -> tuple[str, str, str, int]:
+    """A record's place: stream, shard, sequence and sub-sequence number."""
+    return record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number
 
 
 #: No added handler: what an entry admitted with none carries.
