@@ -64,3 +64,40 @@ def test_the_plugin_serves_a_users_suite(pytester: pytest.Pytester) -> None:
             "*arrived (1): [[]b'here'[]]*",
         ]
     )
+
+
+PER_WORKER_TESTS = """
+import os
+
+import pytest
+
+
+def test_each_worker_has_its_own_local_aws(make_stream, make_consumer, wait_for, local_aws):
+    stream = make_stream(name="shared-name", records=[b"a", b"b"])  # one name on each worker
+    consumer = make_consumer()
+    consumer.subscribe([stream])
+    assert sorted(r.data for r in wait_for([b"a", b"b"], consumer, timeout=30)) == [b"a", b"b"]
+    with open(os.environ["SERVERS_SEEN"], "a") as seen:
+        seen.write(f"{os.environ['PYTEST_XDIST_WORKER']} {local_aws.url}\\n")
+"""
+
+
+def test_the_plugin_serves_a_suite_run_by_pytest_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``pytest -n 2`` each worker starts its own local AWS (its session fixture): the same
+    stream name created, written and consumed on both workers at once, each against its own
+    server (``--dist each``: the test runs on each worker, so both are certain to run it)."""
+    pytest.importorskip("xdist")
+    seen = pytester.path / "servers-seen.txt"
+    monkeypatch.setenv("SERVERS_SEEN", str(seen))
+    pytester.makepyfile(test_workers=PER_WORKER_TESTS)
+    pytester.makeini("[pytest]\nasyncio_mode = auto\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:kinesumer", "-p", "kinesumer.testing.plugin", "-p", "asyncio",
+        "-n", "2", "--dist", "each",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    servers = dict(line.split() for line in seen.read_text().splitlines())
+    assert len(servers) == 2, servers  # both workers ran tests ...
+    assert len(set(servers.values())) == 2, servers  # ... each against its own server

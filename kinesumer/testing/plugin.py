@@ -1,8 +1,10 @@
 """The ``kinesumer.testing`` pytest plugin: fixtures a user's suite takes as they are.
 
-Registered by the ``testing`` extra's ``pytest11`` entry point (``pip install
-'kinesumer[testing]'``); without the entry point, ``-p kinesumer.testing.plugin`` or
-``pytest_plugins = ["kinesumer.testing.plugin"]``. Fixtures:
+Registered by kinesumer's ``pytest11`` entry point, so pytest loads it wherever kinesumer is
+installed (packaging has no entry point per extra); its fixtures need the ``testing`` extra
+(``pip install 'kinesumer[testing]'``: moto's server), and a fixture of the same name in the
+user's own conftest wins. Without the entry point (``-p no:kinesumer``): ``-p
+kinesumer.testing.plugin`` or ``pytest_plugins = ["kinesumer.testing.plugin"]``. Fixtures:
 
 - ``local_aws``: moto in server mode on a free 127.0.0.1 port, the environment pointing boto3,
   aiobotocore and kinesumer at it, and every stream and table of the previous test forgotten.
