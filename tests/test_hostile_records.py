@@ -252,6 +252,19 @@ def test_the_async_iterator_hands_out_the_plain_record(hostile_stream: dict[str,
     assert counted == 1
 
 
+def test_poll_hands_out_the_plain_record(hostile_stream: dict[str, Any]) -> None:
+    got: list[Record] = []
+    with Kinesumer(hostile_stream["config"]) as consumer:
+        consumer.subscribe([hostile_stream["stream"]])
+
+        def three_polled() -> bool:
+            got.extend(consumer.poll(10, 0.2))
+            return len(got) >= 3
+
+        wait_until(three_polled, 30, "three records polled")
+        check_delivered(got)
+
+
 def test_run_dead_letters_it_and_handles_the_next(
     hostile_stream: dict[str, Any], unique_name: Callable[[str], str]
 ) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, put
+from _group import create_stream, kinesis, put
 from _spark_source import (
     Collector,
     checkpoints,
@@ -298,3 +298,26 @@ def test_an_error_in_the_query_s_source_worker_comes_as_the_named_error_alone(
     text = str(caught.value)
     assert "kinesumer.errors.StateTableNotFoundError: " in text, text[:2000]
     assert "Traceback (most recent call last)" not in text, text[:2000]
+
+
+def test_a_hostile_aggregate_is_one_plain_row(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """A KPL aggregate whose key table is not UTF-8 (under a correct MD5) stopped the Arrow
+    conversion of the query's batch: it is the plain record it is, between its neighbours."""
+    from test_hostile_records import OUTER, bad_utf8_aggregate
+
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 1)
+    put(group["url"], stream, 0, 1)
+    kinesis(group["url"]).put_record(
+        StreamName=stream, Data=bad_utf8_aggregate(), PartitionKey=OUTER
+    )
+    put(group["url"], stream, 1, 1)
+    sink = run_available_now(spark, config, stream, str(tmp_path / "ck"))
+    rows = sorted(sink.rows(), key=lambda r: int(r[2]))
+    assert [(r[4], bytes(r[5])) for r in rows] == [
+        ("0", b"0"),
+        (OUTER, bad_utf8_aggregate()),
+        ("1", b"1"),
+    ]
