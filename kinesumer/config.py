@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import re
+import socket
+import uuid
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Union
@@ -308,3 +311,9 @@ def _check_initial_position(value: Any) -> None:
             "initial_position",
             f"must be 'LATEST', 'TRIM_HORIZON' or a datetime (AT_TIMESTAMP), got {value!r}",
         )
+
+
+def default_client_id() -> str:
+    """A member's id when :attr:`Config.client_id` is not set: host, process, a random tail."""
+    host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -255,6 +255,13 @@ class BroadcastEngine(Engine):
             return
         self.supervisor.stop.set()
         self._relist.set()
+        try:
+            await self._save_positions()
+        finally:
+            await self._shut_down()  # also when the close is cancelled: never half closed
+        log.info("[%s] left broadcast", self.client_id)
+
+    async def _save_positions(self) -> None:
         if self._lister is not None:  # a listing in flight may still start shards
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._lister), 30)
@@ -277,9 +284,6 @@ class BroadcastEngine(Engine):
                     raise result
         except asyncio.TimeoutError:
             log.warning("[%s] positions were not all saved at close", self.client_id)
-        finally:
-            await self._shut_down()
-        log.info("[%s] left broadcast", self.client_id)
 
     async def abort(self) -> None:
         """Stop like a killed process: nothing saved. (A test seam for crashes.)"""

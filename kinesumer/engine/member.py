@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-import socket
-import uuid
 
 from ..aws import AwsClients, RequestStats
-from ..config import Config
+from ..config import Config, default_client_id
 from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
 from ..kinesis.reader import KinesisReader
 from ..metrics import metrics_for
@@ -38,11 +34,6 @@ from .shard_sync import ShardStart, ShardSync
 from .supervisor import Supervisor
 
 log = logging.getLogger("kinesumer")
-
-
-def default_client_id() -> str:
-    host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:40] or "host"
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class GroupMember:
@@ -241,6 +232,16 @@ class GroupMember:
             lifecycle.closed()
             return
         self.supervisor.stop.set()
+        try:
+            await self._hand_off_and_deregister()
+        finally:
+            # Also when the close is cancelled: the member ends, never half closed (heartbeating
+            # with its shards unread); the others take them over after client_timeout.
+            self.heartbeat.halt()
+            await self._shut_down()
+        log.info("[%s] left app %r", self.client_id, self.config.app)
+
+    async def _hand_off_and_deregister(self) -> None:
         # A tick in flight may still claim shards: let it finish before handing everything off,
         # or a shard claimed after the handoffs would stay owned by a member that has left.
         try:
@@ -260,13 +261,10 @@ class GroupMember:
                 log.warning("[%s] handoffs did not finish in %.0fs", self.client_id, limit)
             # No heartbeat may land after the deregistration (it would bring the item back).
             await asyncio.get_running_loop().run_in_executor(None, self.heartbeat.stop)
-            if lifecycle.failure is None:
+            if self.lifecycle.failure is None:
                 await self.store.deregister(self.client_id)
         except (KinesumerError, TransientAWSError) as exc:
             log.warning("[%s] close could not finish cleanly: %s", self.client_id, exc)
-        finally:
-            await self._shut_down()
-        log.info("[%s] left app %r", self.client_id, self.config.app)
 
     async def _leave_quietly(self) -> None:
         """The on_assigned hook failed (the member is FAILED, the shards it had just claimed

@@ -1,0 +1,58 @@
+"""A close that is cancelled still ends the member (kinesalite + dynalite; A's table through the
+fault proxy). The close hands its shards off, and the handoff's final write retries while
+DynamoDB does not answer; cancelling it there (a supervisor's shutdown timeout, a task group
+torn down) left the member half closed: its heartbeat went on, so the others judged it live
+and nobody read its shards while its process lived. Now it stops heartbeating and closes what
+it opened; the others take its shards over after ``client_timeout``, as after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from _faultproxy import Fault, FaultProxy
+from _group import Member, create_stream, datas, make_config, put
+from _group import setup_table as create_table
+from _wait import eventually
+
+from kinesumer import Record
+
+
+async def test_a_close_cancelled_during_its_handoff_still_ends_the_member(
+    kinesalite: Any,
+    dynalite: Any,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    table_proxy = fault_proxy(dynalite.url)
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    create_table(config)
+    url, stream = kinesalite.url, unique_name("s")
+    create_stream(url, stream, 1)
+    produced = put(url, stream, 0, 20)
+    sink: list[tuple[str, Record]] = []
+    first = Member(config.replace(client_id="a", dynamodb_endpoint=table_proxy.url), [stream], sink)
+    first.start()
+    await eventually(lambda: len(sink) >= 20, what="A read the records")
+
+    # Checkpoint and release writes are UpdateItems; the heartbeat is a PutItem and goes on.
+    held = table_proxy.add_rule(Fault.blackhole(), service="dynamodb", operation="UpdateItem")
+    closing = asyncio.create_task(first.consumer.aclose())
+    await eventually(lambda: held.fired >= 1, what="the handoff's write held")
+    closing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await closing
+    assert first.consumer.stats().state == "closed"
+
+    second = Member(config.replace(client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(second.owned()) == 1, timeout=30, what="B took A's shard")
+    produced += put(url, stream, 20, 10)
+    await eventually(lambda: set(datas(sink)) >= set(produced), timeout=30, what="every record")
+    held.remove()
+    await second.close()
+    if first.task is not None:
+        first.task.cancel()
+        await asyncio.gather(first.task, return_exceptions=True)
