@@ -495,30 +495,43 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(r: dict[str, Any]) -> str:
-    """The results as a Markdown table, for docs/measured.md and ``benchmarks/results``."""
+    """The results as a Markdown table, for docs/measured.md and ``benchmarks/results``.
+    Results measured before the Python workers' CPU was split (no ``executors`` figure) keep
+    their one ``executors' Python`` column: every worker but the reader."""
+    split = any("executors" in c["cpu"] for c in r["cells"])
     lines = [
         f"{r['records']} records x 100 B on {r['shards']} shards, kinesalite + dynalite, "
         f"batches of at most {r['batch']} records, median of {r['rounds']} (pyspark "
         f"{r['pyspark']}, pyarrow {r['pyarrow']}). CPU: seconds per 100k records. Driver: the "
         "driver-side Python processes (the application, plus the source's reader worker), "
-        "over the whole run and from the first batch to the last (steady); beside it, whole "
-        "run: the executors' Python (PySpark's task worker daemon and the workers it forks, "
-        "which read the shards), Spark's other Python workers (looking the source up, creating "
-        "it, pickling its read function: a fixed cost per query), and the JVM.",
+        "over the whole run and from the first batch to the last (steady); "
+        + (
+            "beside it, whole run: the executors' Python (PySpark's task worker daemon and the "
+            "workers it forks, which read the shards), Spark's other Python workers (looking "
+            "the source up, creating it, pickling its read function: a fixed cost per query), "
+            "and the JVM."
+            if split
+            else "beside it the executors' Python workers and the JVM, whole run."
+        ),
         "",
         "| path | sink | master | batches | rows/s whole | rows/s steady | driver CPU | "
-        "(app + reader) | driver CPU steady | executors' Python | other Python workers | JVM |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "(app + reader) | driver CPU steady | executors' Python | "
+        + ("other Python workers | JVM |" if split else "JVM |"),
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|" + ("---:|" if split else ""),
     ]
     for c in r["cells"]:
         face, sink = c["contender"].split("/")
         cpu = c["cpu"]
         parts = f"{cpu.get('app', 0.0):.2f} + {cpu.get('reader', 0.0):.2f}"
+        workers = (
+            f"{cpu.get('executors', 0.0):.2f} s | {cpu.get('planning', 0.0):.2f} s"
+            if split
+            else f"{cpu.get('workers', 0.0):.2f} s"
+        )
         lines.append(
             f"| {face} | {sink} | {c['master']} | {c['batches']:.0f} | {c['rate']:.0f} | "
             f"{c['steady']:.0f} | {c['driver_cpu']:.2f} s | {parts} | "
-            f"{c['steady_driver_cpu']:.2f} s | {cpu.get('executors', 0.0):.2f} s | "
-            f"{cpu.get('planning', 0.0):.2f} s | {cpu.get('jvm', 0.0):.2f} s |"
+            f"{c['steady_driver_cpu']:.2f} s | {workers} | {cpu.get('jvm', 0.0):.2f} s |"
         )
     if r.get("latency"):  # bench_spark_latency.py, as benchmarks/run.py measured it
         import bench_spark_latency
