@@ -28,8 +28,11 @@ source: the ``foreachBatch`` callbacks) plus, for the source, the long-lived
 ``python_streaming_source_runner`` worker the JVM starts for the query (the reader: offsets,
 group membership, the ledger), over the whole run and over the steady part. The worker's CPU is
 sampled every 0.25 s while it lives (it ends with the query), so its last quarter second may be
-missed. Beside them: the CPU of the other Python workers (executors reading the shards) and of
-the JVM, for the picture.
+missed. Beside them: the CPU of the executors' Python (PySpark's task worker daemon and the
+workers it forks: the source's reads), of Spark's other Python workers (they look the source
+up, create it and pickle its read function: a fixed cost per query, which a short run does
+not amortize) and of the JVM. Every process under this one is sampled, so a worker that ends
+during the run counts too; the meter's own sampling is not counted in ``app``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 CONTENDERS = ("foreach_batch/noop", "source/noop", "foreach_batch/parquet", "source/parquet")
 RESULT_PREFIX = "BENCH_SPARK_RESULT "
 SOURCE_RUNNER = "python_streaming_source_runner"
+EXECUTOR_DAEMON = "pyspark.daemon pyspark.worker"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -104,13 +108,18 @@ def process_tree(root: int) -> dict[int, str]:
 
 
 def role(command: str) -> str:
-    """``reader`` (the query's long-lived source worker), ``workers`` (the other Python
-    workers: executors, planners), ``jvm`` or ``other``, by the executable and its module."""
+    """``reader`` (the query's long-lived source worker), ``executors`` (PySpark's worker daemon
+    for tasks, ``pyspark.daemon pyspark.worker``, and the workers it forks: the source's reads),
+    ``planning`` (the other Python workers: the daemons and workers that look the source up,
+    create it, and pickle its read function, once per query), ``jvm`` or ``other``, by the
+    executable and its module."""
     program = os.path.basename(command.split(" ", 1)[0])
     if program.startswith("java"):
         return "jvm"
     if program.startswith("python"):
-        return "reader" if SOURCE_RUNNER in command else "workers"
+        if SOURCE_RUNNER in command:
+            return "reader"
+        return "executors" if EXECUTOR_DAEMON in command else "planning"
     return "other"
 
 
@@ -118,25 +127,22 @@ class CpuMeter:
     """CPU seconds spent during a run by this process and by the Spark processes under it.
 
     While running (a context manager), a thread samples every 0.25 s the CPU of this process
-    (``app``) and of the query's source worker (``reader``, once it appears: it is started with
-    the query and ends with it, so its last sample stands for its total). :meth:`between`
-    gives both for a window of wall-clock time (the steady part of a run); :meth:`result` the
-    whole run, by role, with the long-lived Spark processes (executors' Python workers, the JVM)
-    read at both ends.
+    (``app``, less the meter's own sampling) and of every process under it, by :func:`role`,
+    so a Python worker that ends during the run counts with its last sample (up to 0.25 s of
+    its CPU may be missed). :meth:`between` gives ``app`` and ``reader`` for a window of
+    wall-clock time (the steady part of a run); :meth:`result` the whole run, by role:
+    ``workers`` is every Python worker but the reader (``executors`` + ``planning``).
     """
 
     INTERVAL = 0.25
 
-    def __init__(self, *, reader: bool) -> None:
+    def __init__(self) -> None:
         me = os.getpid()
         tree = process_tree(me)
         self._before = {pid: cpu_seconds(pid) or 0.0 for pid in tree}
         self._before[me] = cpu_seconds(me) or 0.0
-        self._roles = {pid: role(command) for pid, command in tree.items()}
-        self._watch_reader = reader
-        self._reader_pid: int | None = None
-        self._reader = 0.0
-        self._scanned = 0.0
+        self._last: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds when last seen)
+        self._own = 0.0  # CPU seconds this meter spent sampling (in this process)
         self.series: list[tuple[float, float, float]] = []  # (wall time, app, reader)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
@@ -156,19 +162,19 @@ class CpuMeter:
             self.sample()
 
     def sample(self) -> None:
-        if self._watch_reader and self._reader_pid is None:
-            now = time.monotonic()
-            if now - self._scanned >= 0.5:  # a /proc scan costs this process a few ms
-                self._scanned = now
-                for pid, command in process_tree(os.getpid()).items():
-                    if role(command) == "reader" and pid not in self._before:
-                        self._reader_pid = pid
-        if self._reader_pid is not None:
-            seconds = cpu_seconds(self._reader_pid)
+        began = time.thread_time()
+        for pid, command in process_tree(os.getpid()).items():
+            seconds = cpu_seconds(pid)
             if seconds is not None:
-                self._reader = seconds
-        app = (cpu_seconds(os.getpid()) or 0.0) - self._before[os.getpid()]
-        self.series.append((time.time(), app, self._reader))
+                self._last[pid] = (role(command), seconds)
+        reader = sum(
+            seconds - self._before.get(pid, 0.0)
+            for pid, (kind, seconds) in self._last.items()
+            if kind == "reader"
+        )
+        self._own += time.thread_time() - began
+        app = (cpu_seconds(os.getpid()) or 0.0) - self._before[os.getpid()] - self._own
+        self.series.append((time.time(), app, reader))
 
     def between(self, start: float, end: float) -> dict[str, float]:
         """``app`` and ``reader`` CPU seconds from the last sample before ``start`` to the first
@@ -178,12 +184,11 @@ class CpuMeter:
         return {"app": after[0][1] - before[-1][1], "reader": after[0][2] - before[-1][2]}
 
     def result(self) -> dict[str, float]:
-        out = {"app": self.series[-1][1], "reader": self._reader}
-        for pid, command in process_tree(os.getpid()).items():
-            kind = self._roles.get(pid) or role(command)
-            if kind in ("workers", "jvm"):
-                seconds = cpu_seconds(pid) or 0.0
+        out = {"app": self.series[-1][1], "reader": self.series[-1][2]}
+        for pid, (kind, seconds) in self._last.items():
+            if kind in ("executors", "planning", "jvm"):
                 out[kind] = out.get(kind, 0.0) + seconds - self._before.get(pid, 0.0)
+        out["workers"] = out.get("executors", 0.0) + out.get("planning", 0.0)
         return out
 
 
@@ -227,7 +232,7 @@ def run_foreach_batch(
         # The batch's first record came collect_seconds (plus the DataFrame build) before fn.
         ends.append((began - info.collect_seconds, time.time(), info.records))
 
-    with CpuMeter(reader=False) as meter:
+    with CpuMeter() as meter:
         started = time.monotonic()
         summary = foreach_batch(spark, cfg, [stream], fn, max_records=batch, available_now=True)
         whole = time.monotonic() - started
@@ -254,7 +259,7 @@ def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> d
         writer = writer.foreachBatch(lambda df, batch_id: noop_write(df))
     else:
         writer = writer.format("parquet").option("path", f"{work}/out")
-    with CpuMeter(reader=True) as meter:
+    with CpuMeter() as meter:
         started = time.monotonic()
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
@@ -490,28 +495,43 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(r: dict[str, Any]) -> str:
-    """The results as a Markdown table, for docs/measured.md and ``benchmarks/results``."""
+    """The results as a Markdown table, for docs/measured.md and ``benchmarks/results``.
+    Results measured before the Python workers' CPU was split (no ``executors`` figure) keep
+    their one ``executors' Python`` column: every worker but the reader."""
+    split = any("executors" in c["cpu"] for c in r["cells"])
     lines = [
         f"{r['records']} records x 100 B on {r['shards']} shards, kinesalite + dynalite, "
         f"batches of at most {r['batch']} records, median of {r['rounds']} (pyspark "
         f"{r['pyspark']}, pyarrow {r['pyarrow']}). CPU: seconds per 100k records. Driver: the "
         "driver-side Python processes (the application, plus the source's reader worker), "
-        "over the whole run and from the first batch to the last (steady); beside it the "
-        "executors' Python workers and the JVM, whole run.",
+        "over the whole run and from the first batch to the last (steady); "
+        + (
+            "beside it, whole run: the executors' Python (PySpark's task worker daemon and the "
+            "workers it forks, which read the shards), Spark's other Python workers (looking "
+            "the source up, creating it, pickling its read function: a fixed cost per query), "
+            "and the JVM."
+            if split
+            else "beside it the executors' Python workers and the JVM, whole run."
+        ),
         "",
         "| path | sink | master | batches | rows/s whole | rows/s steady | driver CPU | "
-        "(app + reader) | driver CPU steady | executors' Python | JVM |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        "(app + reader) | driver CPU steady | executors' Python | "
+        + ("other Python workers | JVM |" if split else "JVM |"),
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|" + ("---:|" if split else ""),
     ]
     for c in r["cells"]:
         face, sink = c["contender"].split("/")
         cpu = c["cpu"]
         parts = f"{cpu.get('app', 0.0):.2f} + {cpu.get('reader', 0.0):.2f}"
+        workers = (
+            f"{cpu.get('executors', 0.0):.2f} s | {cpu.get('planning', 0.0):.2f} s"
+            if split
+            else f"{cpu.get('workers', 0.0):.2f} s"
+        )
         lines.append(
             f"| {face} | {sink} | {c['master']} | {c['batches']:.0f} | {c['rate']:.0f} | "
             f"{c['steady']:.0f} | {c['driver_cpu']:.2f} s | {parts} | "
-            f"{c['steady_driver_cpu']:.2f} s | {cpu.get('workers', 0.0):.2f} s | "
-            f"{cpu.get('jvm', 0.0):.2f} s |"
+            f"{c['steady_driver_cpu']:.2f} s | {workers} | {cpu.get('jvm', 0.0):.2f} s |"
         )
     if r.get("latency"):  # bench_spark_latency.py, as benchmarks/run.py measured it
         import bench_spark_latency

@@ -101,7 +101,7 @@ def one(spark: Any, kurl: str, folder: str, records: int, contender: str) -> dic
         )
         if contender.endswith("aggregate=true"):
             writer = writer.option("aggregate", "true")
-    with CpuMeter(reader=False) as meter:
+    with CpuMeter() as meter:
         started = time.monotonic()
         writer.start().awaitTermination()
         wall = time.monotonic() - started

@@ -20,6 +20,7 @@ what a concurrent attempt might not agree on.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import threading
@@ -71,6 +72,13 @@ class WorkerClients:
     """What one executor Python worker keeps between tasks (Spark reuses workers): an event
     loop thread and, per Config, the AWS clients, opened once. Opening clients costs about
     0.1-0.2 s of CPU (service models, sessions): once per worker, not once per shard and batch.
+
+    Once clients are open, the worker's objects so far (modules, service models, clients: about
+    120k objects, all long-lived) are moved out of the cyclic garbage collector's sight
+    (``gc.freeze()``). A reused PySpark worker runs a full ``gc.collect()`` after every task,
+    which walked them all: about 0.07 s of CPU per task, more than a task that reads a quiet
+    shard costs itself. Frozen objects are still freed by reference counting; what the freeze
+    gives up is collecting a reference cycle among them, should one become garbage.
     """
 
     def __init__(self) -> None:
@@ -87,6 +95,7 @@ class WorkerClients:
             clients = AwsClients(p.config, stats)
             await clients.open()
             opened = self._clients[p.config] = (clients, stats)
+            gc.freeze()
         return await read_with(opened[0], opened[1], p)
 
 
