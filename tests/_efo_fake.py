@@ -54,6 +54,9 @@ class FakeEfo:
     starve: set[str] = field(default_factory=set)  # shards sent empty events "5 s behind"
     positions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)
+    #: Subscriptions whose reading position is set (their iterator opened), by shard: at LATEST,
+    #: a record written before this is legitimately not read, so a test waits for it.
+    opened: Counter[str] = field(default_factory=Counter)
     registrations: list[tuple[str, str]] = field(default_factory=list)
     _open: set[tuple[str, str]] = field(default_factory=set)
     _attempts: Counter[str] = field(default_factory=Counter)
@@ -89,6 +92,7 @@ class FakeEfo:
         client = boto3.client("kinesis", endpoint_url=self.url, region_name="us-east-1")
         try:
             iterator = await asyncio.to_thread(self._iterator, client, stream, shard_id, position)
+            self.opened[shard_id] += 1
             sent = 0
             last: str | None = position.get("SequenceNumber")
             while True:

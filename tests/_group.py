@@ -132,6 +132,16 @@ class Member:
             (s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"
         }
 
+    def flushed(self) -> bool:
+        """Every shard it holds is checkpointed at the last record it delivered from it: what a
+        test waits for before a crash or an outage whose duplicates it counts (a fixed sleep of a
+        commit interval or two is not enough on a loaded machine)."""
+        last = {
+            (r.stream, r.shard_id): r.sequence_number for c, r in self.sink if c == self.client_id
+        }
+        active = [s for s in self.consumer.stats().shards if s.status == "active"]
+        return all(s.checkpoint == last.get((s.stream, s.shard_id)) for s in active)
+
     async def close(self) -> None:
         await self.consumer.aclose()
         if self.task is not None:

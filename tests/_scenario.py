@@ -557,7 +557,8 @@ class Scenario:
 
 def read_checkpoints(dynamodb: Any, table: str, app: str, stream: str) -> dict[str, dict[str, Any]]:
     """The checkpoint items of ``stream``, read straight from DynamoDB with boto3 (consistent
-    reads): shard id -> {sequence_number (str or None), owner, lease, finished}. Items are
+    reads): shard id -> {sequence_number (str or None), owner, lease, finished, started_at
+    (epoch ms or None: where a LATEST read began, recorded once its iterator is open)}. Items are
     ``pk=check_point#<app>#<stream>``, ``sk=<shard id>``; the sequence number is a string."""
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {
@@ -578,6 +579,7 @@ def read_checkpoints(dynamodb: Any, table: str, app: str, stream: str) -> dict[s
             "owner": item.get("owner", {}).get("S"),
             "lease": int(item.get("lease", {}).get("N", "0")),
             "finished": bool(item.get("finished", {}).get("BOOL", False)),
+            "started_at": int(item["started_at"]["N"]) if "started_at" in item else None,
         }
         for item in items
     }

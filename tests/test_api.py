@@ -258,7 +258,9 @@ def test_poll_returns_batches_bounded_by_count_and_time(env: dict[str, Any]) -> 
             consumer.poll()
         consumer.subscribe([env["stream"]])
         while len(got) < 250:
-            batch = consumer.poll(max_records=100, timeout=5)
+            # At most 100, and no more than are left: the poll returns once they are in (a
+            # fixed 5 s for 100 could end before the group's first read on a loaded machine).
+            batch = consumer.poll(max_records=min(100, 250 - len(got)), timeout=30)
             assert 0 < len(batch) <= 100
             got.extend(batch)
             consumer.commit()
@@ -275,15 +277,16 @@ async def test_async_poll_auto_commit_processes_previous_poll(env: dict[str, Any
     produced = put(env["url"], env["stream"], 0, 30)
     consumer = AsyncKinesumer(env["config"])
     await consumer.subscribe([env["stream"]])
-    first = await consumer.poll(max_records=10, timeout=5)
-    second = await consumer.poll(max_records=10, timeout=5)  # first poll's 10 are processed
+    # Each poll returns once its 10 are in: a long timeout costs nothing when nothing is wrong.
+    first = await consumer.poll(max_records=10, timeout=30)
+    second = await consumer.poll(max_records=10, timeout=30)  # first poll's 10 are processed
     # Closed from a task that polled, not one that iterated consume(): the second poll's 10
     # were not finished (auto-commit counts them processed only at the next poll).
     await consumer.aclose()
     assert [r.data for r in first + second] == produced[:20]
     consumer = AsyncKinesumer(env["config"])
     await consumer.subscribe([env["stream"]])
-    again = await consumer.poll(max_records=30, timeout=5)
+    again = await consumer.poll(max_records=20, timeout=30)  # 0-9 again would come first
     await consumer.aclose()
     assert [r.data for r in again] == produced[10:30]
 

@@ -292,7 +292,7 @@ def test_checkpoints_refuse_a_live_owner_unless_forced(
     put(g["url"], g["stream"], 0, 10)
     shard = "shardId-000000000000"
     consumer = member("owner-1")
-    got = consumer.poll(max_records=10, timeout=10)
+    got = consumer.poll(max_records=10, timeout=30)  # returns once the 10 are in
     assert len(got) == 10
     sequences = [r.sequence_number for r in got]
     select = ["--stream", g["stream"], "--shard", shard]

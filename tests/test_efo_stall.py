@@ -104,14 +104,16 @@ async def test_stall_then_polling_then_subscriptions_again_without_gap_or_replay
         await eventually_async(
             status, lambda out: f"shard {SHARD}: EFO stalled " in out, "the status line"
         )
-        subscribed_before = len(fake.positions)
+        subscribed_before, opened_before = len(fake.positions), fake.opened[SHARD]
         fake.refuse.clear()
         fake.starve.clear()
+        # A subscription open again, before the next records. A "polled" line is no such sign:
+        # one can be logged while the status is awaited (a cycle: 3 s polling, 2 stalls), and
+        # the next interlude then polls the next records, the subscription starting after them.
         await eventually(
-            lambda: "polled " in caplog.text,
-            what="EFO tried again",
-            timeout=60,
+            lambda: fake.opened[SHARD] > opened_before, what="EFO tried again", timeout=60
         )
+        assert "polled " in caplog.text
         produced += put(url, stream, 100, 50)
         await eventually(lambda: len(sink) >= 150, what="records after", timeout=60)
     finally:

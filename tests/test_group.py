@@ -214,7 +214,7 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     await eventually(lambda: len(a.owned()) == 1 and len(b.owned()) == 1, what="split")
     produced = put(url, stream, 0, 200)
     await eventually(lambda: len(sink) >= 200, what="all read once")
-    await asyncio.sleep(0.8)  # let a flush its checkpoint (commit_interval=0.5)
+    await eventually(a.flushed, what="a's checkpoints at its last records")
     await a.crash()
     crashed = time.monotonic()
     await eventually(lambda: len(b.owned()) == 2, timeout=15, what="b takes a's shard")

@@ -6,7 +6,6 @@ is lost. Member processes (``tests/_member.py``) on kinesalite + dynalite, as in
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -42,7 +41,13 @@ def test_sigkill_before_the_first_checkpoint_at_latest_loses_nothing(
     latest = ["--initial-position", "LATEST"]
     first = world.start_member("m1", [stream], config=slow_commits, extra=latest)
     world.wait_balanced([first], shards)
-    time.sleep(3.0)  # its fetchers opened their LATEST iterators (a wait, not a measure)
+    # Its fetchers opened their LATEST iterators: a record written before that is legitimately
+    # not read by anyone. Each records where its read began right after opening it.
+    world.wait(
+        lambda: sum(c["started_at"] is not None for c in world.checkpoints(stream).values()) == 2,
+        60,
+        "both LATEST reads begun (their starts recorded)",
+    )
     producer = world.producer(stream).start()
     world.wait(lambda: len(first.deliveries()) >= 50, 60, "the first member reading")
     first.kill()

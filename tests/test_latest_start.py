@@ -124,7 +124,7 @@ async def test_a_handoff_before_the_first_checkpoint_loses_nothing(
     await first.consumer.subscribe([stream])  # joined, reading; the application polls later
     if fan_out:
         await eventually(lambda: len(first.owned()) == 2, what="A's shards")
-        await asyncio.sleep(1.0)  # the subscriptions are open at LATEST
+        await eventually(lambda: len(efo.opened) == 2, what="A's subscriptions open at LATEST")
     else:
         await caught_up(first.consumer, 2)
     produced = put(url, stream, 0, 80)
@@ -174,7 +174,7 @@ async def test_a_crash_before_the_first_checkpoint_loses_nothing(
     first = member(config, "a", stream, sink, efo).start()
     if fan_out:
         await eventually(lambda: len(first.owned()) == 2, what="A's shards")
-        await asyncio.sleep(1.0)
+        await eventually(lambda: len(efo.opened) == 2, what="A's subscriptions open at LATEST")
     else:
         await caught_up(first.consumer, 2)
     produced = put(url, stream, 0, 80)
@@ -248,7 +248,7 @@ async def test_efo_a_deregistered_consumer_is_registered_again_and_reading_resum
     engine_of(joined.consumer).efo_transport = efo.transport()
     joined.start()
     await eventually(lambda: len(joined.owned()) == 2, what="the shards")
-    await asyncio.sleep(1.0)  # the subscriptions are open at LATEST
+    await eventually(lambda: len(efo.fake.opened) == 2, what="the subscriptions open at LATEST")
     produced = put(url, stream, 0, 100)
     await eventually(lambda: len(sink) >= 100, what="records before the deregistration")
     efo.current = None  # the operator deregistered the consumer

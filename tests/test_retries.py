@@ -107,7 +107,6 @@ async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
     """A member cut off from DynamoDB longer than client_timeout: it stops delivering before the
     survivor takes its shards over (never both at once); when it comes back it rejoins; the only
     duplicates are records it delivered during the outage and could not checkpoint."""
-    import asyncio
 
     from _group import Member
 
@@ -121,7 +120,7 @@ async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
     await eventually(lambda: len(cut.owned()) == 1 and len(other.owned()) == 1, what="split")
     produced = put(url, stream, 0, 100)
     await eventually(lambda: len(sink) >= 100, what="first 100")
-    await asyncio.sleep(2 * config.commit_interval)  # both flushed their checkpoints
+    await eventually(lambda: cut.flushed() and other.flushed(), what="both checkpoints flushed")
     rule = proxied["dynamodb"].add_rule(Fault.http_503())
     produced += put(url, stream, 100, 100)  # written during the outage
     await eventually(lambda: len(other.owned()) == 2, timeout=20, what="takeover")
