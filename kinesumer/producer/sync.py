@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ..errors import ProducerClosedError
 from ..topics import Topic
 from .base import BaseProducer
+from .futures import new_future
 from .records import PutResult
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ class Producer(BaseProducer):
         """
         if self._core.closed:
             raise ProducerClosedError("this producer was closed; create a new one")
-        future: concurrent.futures.Future[PutResult] = concurrent.futures.Future()
+        future: concurrent.futures.Future[PutResult] = new_future()
         record = self._record(stream, data, partition_key, explicit_hash_key, future)
         self._core.admit(record.size, self.options.block if block is None else block, timeout)
         self._core.submit(record)
