@@ -64,7 +64,9 @@ class Producer(BaseProducer):
         :class:`~kinesumer.Topic` (or a stream of this producer's topics). ``block`` (default:
         the producer's): wait for buffer room (at most ``timeout`` seconds), or raise
         :class:`~kinesumer.errors.BufferFullError`. Bad input raises here:
-        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError``.
+        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError``. The future
+        makes its lock on its first use (:mod:`kinesumer.producer.futures`): one unwatched
+        future per buffered record costs the garbage collector one object, not ten.
         """
         if self._core.closed:
             raise ProducerClosedError("this producer was closed; create a new one")
