@@ -132,7 +132,9 @@ class BaseProducer:
             name = _stream_name(stream.stream)
             data = stream.encode(data)
         else:
-            name = _stream_name(stream)
+            name = (
+                stream if type(stream) is str and stream in _CHECKED_NAMES else _stream_name(stream)
+            )
             topic = self._topics.get(name) if self._topics is not None else None
             if topic is not None:
                 data = topic.encode(data)
@@ -145,9 +147,17 @@ class BaseProducer:
         return PendingRecord(name, payload, partition_key, explicit_hash_key, future)
 
 
+#: Stream names that passed :func:`_stream_name` (a put's name is usually one of a few: the
+#: check is a lookup); bounded, so that a process putting to ever new streams does not grow it.
+_CHECKED_NAMES: set[object] = set()
+_CHECKED_NAMES_MAX = 1024
+
+
 def _stream_name(stream: object) -> str:
     if not isinstance(stream, str) or not _STREAM.match(stream):
         raise InvalidRecordError(
             f"put(stream): a stream name is 1-128 of [A-Za-z0-9_.-], got {stream!r}"
         )
+    if len(_CHECKED_NAMES) < _CHECKED_NAMES_MAX and type(stream) is str:
+        _CHECKED_NAMES.add(stream)
     return stream

@@ -22,6 +22,7 @@ from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError
 from ..metrics import Metrics
 from . import lean
+from .futures import settle
 from .options import ProducerOptions
 from .records import PendingRecord, PutResult
 from .stats import ProducerStats, latency_summary
@@ -185,9 +186,7 @@ class ProducerCore:
             latency = now - record.put_time
             latencies.append(latency)
             oldest = max(oldest, latency)
-            future = record.future
-            if not future.done():
-                future.set_result(result)
+            settle(record.future, result)
         self._counts["records_put"] += len(written)
         self._counts["bytes_put"] += nbytes
         delta = self._answer
@@ -203,8 +202,7 @@ class ProducerCore:
         if self._first_failure is None:
             self._first_failure = error
         self._metrics.produce_failed(record.stream, name)
-        if not record.future.done():
-            record.future.set_exception(error)
+        settle(record.future, error=error)
         self._resolved([record], record.size)
 
     def retried(self, stream: str, entries: int, throttled: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ..errors import ProducerClosedError
 from ..topics import Topic
 from .base import BaseProducer
+from .futures import new_future
 from .records import PutResult
 
 T = TypeVar("T")
@@ -63,11 +64,13 @@ class Producer(BaseProducer):
         :class:`~kinesumer.Topic` (or a stream of this producer's topics). ``block`` (default:
         the producer's): wait for buffer room (at most ``timeout`` seconds), or raise
         :class:`~kinesumer.errors.BufferFullError`. Bad input raises here:
-        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError``.
+        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError``. The future
+        makes its lock on its first use (:mod:`kinesumer.producer.futures`): one unwatched
+        future per buffered record costs the garbage collector one object, not ten.
         """
         if self._core.closed:
             raise ProducerClosedError("this producer was closed; create a new one")
-        future: concurrent.futures.Future[PutResult] = concurrent.futures.Future()
+        future: concurrent.futures.Future[PutResult] = new_future()
         record = self._record(stream, data, partition_key, explicit_hash_key, future)
         self._core.admit(record.size, self.options.block if block is None else block, timeout)
         self._core.submit(record)
