@@ -12,11 +12,46 @@ Importing this package imports neither moto nor pytest.
 
 from __future__ import annotations
 
+import typing as _typing
+
 from ..errors import InProcessMockUnsupportedError
-from .driver import HandlerDriver
-from .memory import MemorySink, VirtualClock
-from .records import aggregate, record
-from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
+
+if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
+    from .driver import HandlerDriver
+    from .memory import MemorySink, VirtualClock
+    from .records import aggregate, record
+    from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
+
+# Bound on first use (PEP 562): the pytest plugin (loaded wherever kinesumer is installed) imports
+# this package as its parent, and the driver alone imports the engine, the handlers and boto3.
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {
+    "HandlerDriver": ".driver",
+    "MemorySink": ".memory",
+    "RecordsDidNotArriveError": ".waiting",
+    "VirtualClock": ".memory",
+    "aggregate": ".records",
+    "put": ".waiting",
+    "record": ".records",
+    "wait_for": ".waiting",
+    "wait_for_async": ".waiting",
+}
+
+
+def __getattr__(name: str) -> object:
+    module_name = _LAZY_NAMES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module_name, __name__), name)
+    globals()[name] = value  # the next access is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "HandlerDriver",
