@@ -10,13 +10,11 @@
             handle(record)
 """
 
-# Importing the package is cheap: the errors and ``__version__`` are bound at once, every other
-# name is imported from its module on first use (PEP 562) and then kept. Spark executors, the
-# command line and the pytest plugin import ``kinesumer`` (as the parent of what they need) in
-# every process; they should not pay for the engine, the consumers, the producer and boto3 unless
-# they use them.
+# Only the errors (no imports of their own) and __version__ are bound here; every other name is
+# imported on first use: see kinesumer.lazy_imports for why.
 import typing as _typing
 
+from . import lazy_imports as _lazy_imports
 from ._version import __version__
 from .errors import (
     AccessDeniedError,
@@ -74,20 +72,9 @@ _LAZY_NAMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY_NAMES.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module_name, __name__), name)
-    globals()[name] = value  # the next access is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "AccessDeniedError",

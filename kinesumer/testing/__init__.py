@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typing as _typing
 
+from .. import lazy_imports as _lazy_imports
 from ..errors import InProcessMockUnsupportedError
 
 if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
@@ -22,8 +23,8 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
     from .records import aggregate, record
     from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
 
-# Bound on first use (PEP 562): the pytest plugin (loaded wherever kinesumer is installed) imports
-# this package as its parent, and the driver alone imports the engine, the handlers and boto3.
+# Bound on first use (kinesumer.lazy_imports): the pytest plugin, loaded wherever kinesumer is
+# installed, imports this package as its parent, and the driver alone imports the engine and boto3.
 #: The lazily bound names, each with the module that defines it (relative to this package).
 _LAZY_NAMES = {
     "HandlerDriver": ".driver",
@@ -38,20 +39,9 @@ _LAZY_NAMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY_NAMES.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module_name, __name__), name)
-    globals()[name] = value  # the next access is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "HandlerDriver",
