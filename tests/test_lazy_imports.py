@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The packages whose re-exports are bound on first use.
 LAZY_PACKAGES = [
     "kinesumer",
+    "kinesumer.aws",
     "kinesumer.engine",
     "kinesumer.spark",
     "kinesumer.spark.source",
