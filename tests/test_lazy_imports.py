@@ -95,6 +95,13 @@ def test_a_spark_read_task_imports_no_engine_consumer_producer_or_planner() -> N
     assert heavy_in(loaded) == []
 
 
+def test_the_command_lines_parser_imports_no_aws_client_consumer_or_producer() -> None:
+    # What ``kinesumer --help`` (and every command, before it runs) costs.
+    loaded = modules_after("import kinesumer.cli\nkinesumer.cli.build_parser()")
+    assert heavy_in(loaded) == []
+    assert not {"boto3", "aioboto3", "aiobotocore"} & loaded
+
+
 def test_using_a_name_imports_its_module() -> None:
     loaded = modules_after("from kinesumer import Kinesumer")
     assert "kinesumer.consumer.sync" in loaded
