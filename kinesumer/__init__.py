@@ -10,11 +10,12 @@
             handle(record)
 """
 
+# Only the errors (no imports of their own) and __version__ are bound here; every other name is
+# imported on first use: see kinesumer.lazy_imports for why.
+import typing as _typing
+
+from . import lazy_imports as _lazy_imports
 from ._version import __version__
-from .admin import create_state_table
-from .config import Config
-from .consumer.aio import AsyncKinesumer
-from .consumer.sync import Kinesumer
 from .errors import (
     AccessDeniedError,
     BufferFullError,
@@ -42,10 +43,38 @@ from .errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from .models import Record
-from .producer import AsyncProducer, LatencySummary, Producer, ProducerStats, PutResult
-from .stats import ConsumerStats, ShardStatus
-from .topics import Topic
+
+if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
+    from .admin import create_state_table
+    from .config import Config
+    from .consumer.aio import AsyncKinesumer
+    from .consumer.sync import Kinesumer
+    from .models import Record
+    from .producer import AsyncProducer, LatencySummary, Producer, ProducerStats, PutResult
+    from .stats import ConsumerStats, ShardStatus
+    from .topics import Topic
+
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {
+    "AsyncKinesumer": ".consumer.aio",
+    "AsyncProducer": ".producer",
+    "Config": ".config",
+    "ConsumerStats": ".stats",
+    "Kinesumer": ".consumer.sync",
+    "LatencySummary": ".producer",
+    "Producer": ".producer",
+    "ProducerStats": ".producer",
+    "PutResult": ".producer",
+    "Record": ".models",
+    "ShardStatus": ".stats",
+    "Topic": ".topics",
+    "create_state_table": ".admin",
+}
+
+
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "AccessDeniedError",

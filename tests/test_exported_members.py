@@ -47,14 +47,16 @@ def ruf022_key(name: str) -> tuple[int, list[Any]]:
 
 
 def exported(package: types.ModuleType) -> list[str]:
-    """The names a package's ``__init__`` really exports: its public names, less the submodules
-    bound as attributes by importing them and the ``from __future__`` features."""
+    """The names a package's ``__init__`` really exports: its public names (bound or, for a lazy
+    package, listed by its ``__dir__``), less the submodules bound as attributes by importing them
+    and the ``from __future__`` features."""
     return [
         name
-        for name, value in vars(package).items()
+        for name in dir(package)
         if (not name.startswith("_") or name in EXPORTED_DUNDERS)
-        and not isinstance(value, types.ModuleType)
-        and type(value).__name__ != "_Feature"  # from __future__ import annotations
+        and not isinstance(getattr(package, name), types.ModuleType)
+        and type(getattr(package, name)).__name__
+        != "_Feature"  # from __future__ import annotations
     ]
 
 

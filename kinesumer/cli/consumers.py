@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ..aws import ClientFactory, RequestStats
 from ..config import Config
 from .errors import EXIT_OK
 from .options import group_config
@@ -47,6 +46,8 @@ def deregister_consumer_command(args: argparse.Namespace) -> int:
 
 
 async def _deregister(config: Config, stream: str) -> bool:
+    # aioboto3: only when the command runs, not at every start of the command line.
+    from ..aws import ClientFactory, RequestStats
     from ..kinesis.efo.consumers import deregister_consumer, stream_arn
 
     stats = RequestStats()

@@ -4,19 +4,11 @@ that adds its parser and names its handler."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from importlib import import_module
 
 from .._version import __version__
-from .checkpoints import checkpoints_command
-from .consume import consume_command
 from .consumers import add_deregister_consumer
-from .controls import (
-    pin_command,
-    pins_command,
-    rebalance_command,
-    step_down_command,
-    unpin_command,
-)
-from .create_table import create_table_command
 from .errors import EXIT_CODES
 from .options import (
     DEFAULT_CLIENT_TIMEOUT,
@@ -29,9 +21,23 @@ from .options import (
 )
 from .outbox import add_outbox
 from .produce import add_produce
-from .status import status_command
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def deferred(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """The handler ``function`` of this package's ``module``, imported when its command runs:
+    the commands import boto3, the consumer or the state store, which ``--help``, ``--version``
+    and a mistyped option do not need (a quarter to half a second of CPU at every start)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        command: Callable[[argparse.Namespace], int] = getattr(
+            import_module(module, __package__), function
+        )
+        return command(args)
+
+    handler.__qualname__ = handler.__name__ = function
+    return handler
 
 
 class Shared:
@@ -157,7 +163,7 @@ def add_consume(
         "--count", type=positive_int, metavar="N", help="stop after N records (default: never)"
     )
     consume.add_argument("--stop-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
-    consume.set_defaults(handler=consume_command)
+    consume.set_defaults(handler=deferred(".consume", "consume_command"))
 
 
 def add_status(
@@ -187,7 +193,7 @@ def add_status(
         help="refresh every SECONDS (default 2) until Ctrl-C",
     )
     status.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
-    status.set_defaults(handler=status_command)
+    status.set_defaults(handler=deferred(".status", "status_command"))
 
 
 def add_checkpoints(
@@ -229,7 +235,7 @@ def add_checkpoints(
             f"only where none is published (default {DEFAULT_CLIENT_TIMEOUT:g})",
         )
         _checkpoint_action_options(action, name)
-        action.set_defaults(handler=checkpoints_command, action=name)
+        action.set_defaults(handler=deferred(".checkpoints", "checkpoints_command"), action=name)
 
 
 def _checkpoint_action_options(action: argparse.ArgumentParser, name: str) -> None:
@@ -273,7 +279,7 @@ def add_create_table(
         "exist. For local work and tests: production provisions it with Terraform from infra/.",
     )
     env_option(create, "--table", "KINESUMER_TABLE", "the DynamoDB state table")
-    create.set_defaults(handler=create_table_command)
+    create.set_defaults(handler=deferred(".create_table", "create_table_command"))
 
 
 def add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared) -> None:
@@ -318,11 +324,11 @@ def add_controls(
         parser.add_argument("--stream", required=True, help="the stream")
         parser.add_argument("--shard", required=True, metavar="ID", help="the shard id")
     pin.add_argument("client_id", metavar="CLIENT_ID", help="the member to pin it to")
-    pin.set_defaults(handler=pin_command)
-    unpin.set_defaults(handler=unpin_command)
+    pin.set_defaults(handler=deferred(".controls", "pin_command"))
+    unpin.set_defaults(handler=deferred(".controls", "unpin_command"))
     pins = _command(commands, "pins", "list the pins", parents, "List the group's pins.")
     pins.add_argument("--json", action="store_true", help="JSON instead of text")
-    pins.set_defaults(handler=pins_command)
+    pins.set_defaults(handler=deferred(".controls", "pins_command"))
     step = _command(
         commands,
         "step-down",
@@ -337,7 +343,7 @@ def add_controls(
         "--seconds", type=float, default=300.0, help="how long (default 300; 0 cancels)"
     )
     step.add_argument("--drain", action="store_true", help="give up its shards too")
-    step.set_defaults(handler=step_down_command)
+    step.set_defaults(handler=deferred(".controls", "step_down_command"))
     rebalance = _command(
         commands,
         "rebalance",
@@ -346,7 +352,7 @@ def add_controls(
         "Force a rebalance: every member re-reads the members, owners and shard lists and "
         "assigns again; in sticky mode the shards are laid out as if nobody owned any.",
     )
-    rebalance.set_defaults(handler=rebalance_command)
+    rebalance.set_defaults(handler=deferred(".controls", "rebalance_command"))
 
 
 def demo_command(args: argparse.Namespace) -> int:

@@ -16,12 +16,14 @@ import sys
 import threading
 from collections import Counter
 from concurrent.futures import Future
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import FlushError, KinesumerError
-from ..producer import Producer, PutResult
 from .errors import EXIT_CODES, EXIT_ERROR, EXIT_OK
 from .options import positive_float
+
+if TYPE_CHECKING:
+    from ..producer import Producer, PutResult
 
 #: Failures printed one by one before the summary (the rest are only counted).
 SHOWN_FAILURES = 5
@@ -68,6 +70,8 @@ def add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def produce_command(args: argparse.Namespace) -> int:
+    from ..producer import Producer  # boto3 and the producer: only when the command runs
+
     tally = Tally()
     producer = Producer(
         region=args.region,

@@ -18,6 +18,20 @@ One room per job, meeting in the shared lease table (``leases``):
   every shard, outside any group), reusing the engine's reading and delivery.
 """
 
-from .engine import Engine
+import typing as _typing
+
+from .. import lazy_imports as _lazy_imports
+
+if _typing.TYPE_CHECKING:
+    from .engine import Engine
+
+# Bound on first use (kinesumer.lazy_imports): a Spark executor needs ``loop_thread`` only, and
+# importing it runs this file; the Engine brings the fetchers, leasing and the state store.
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {"Engine": ".engine"}
+
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = ["Engine"]

@@ -26,19 +26,53 @@ conversion both paths use), ``batches`` (what ``fn`` and the caller are told), `
 source).
 """
 
-from .arrow import (
-    COLUMNS,
-    SCHEMA_DDL,
-    arrow_schema,
-    records_to_arrow,
-    records_to_batches,
-    records_to_dataframe,
-    spark_schema,
-)
-from .batches import BatchFunction, BatchInfo, RunSummary, ShardRange
-from .deps import SparkNotInstalledError
-from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
-from .source import KinesumerDataSource, ReplayMismatchError, SourceOutageError, read_stream
+import typing as _typing
+
+from .. import lazy_imports as _lazy_imports
+
+if _typing.TYPE_CHECKING:
+    from .arrow import (
+        COLUMNS,
+        SCHEMA_DDL,
+        arrow_schema,
+        records_to_arrow,
+        records_to_batches,
+        records_to_dataframe,
+        spark_schema,
+    )
+    from .batches import BatchFunction, BatchInfo, RunSummary, ShardRange
+    from .deps import SparkNotInstalledError
+    from .driver import BATCH_HANDOFF_TIMEOUT, foreach_batch
+    from .source import KinesumerDataSource, ReplayMismatchError, SourceOutageError, read_stream
+
+# Bound on first use (kinesumer.lazy_imports): every Spark worker that unpickles the source's
+# reader or a partition imports this package as their parent; the driver path (foreach_batch)
+# alone imports the consumer, the engine and the handlers.
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {
+    "BATCH_HANDOFF_TIMEOUT": ".driver",
+    "BatchFunction": ".batches",
+    "BatchInfo": ".batches",
+    "COLUMNS": ".arrow",
+    "KinesumerDataSource": ".source",
+    "ReplayMismatchError": ".source",
+    "RunSummary": ".batches",
+    "SCHEMA_DDL": ".arrow",
+    "ShardRange": ".batches",
+    "SourceOutageError": ".source",
+    "SparkNotInstalledError": ".deps",
+    "arrow_schema": ".arrow",
+    "foreach_batch": ".driver",
+    "read_stream": ".source",
+    "records_to_arrow": ".arrow",
+    "records_to_batches": ".arrow",
+    "records_to_dataframe": ".arrow",
+    "spark_schema": ".arrow",
+}
+
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "BATCH_HANDOFF_TIMEOUT",

@@ -12,11 +12,36 @@ Importing this package imports neither moto nor pytest.
 
 from __future__ import annotations
 
+import typing as _typing
+
+from .. import lazy_imports as _lazy_imports
 from ..errors import InProcessMockUnsupportedError
-from .driver import HandlerDriver
-from .memory import MemorySink, VirtualClock
-from .records import aggregate, record
-from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
+
+if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
+    from .driver import HandlerDriver
+    from .memory import MemorySink, VirtualClock
+    from .records import aggregate, record
+    from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
+
+# Bound on first use (kinesumer.lazy_imports): the pytest plugin, loaded wherever kinesumer is
+# installed, imports this package as its parent, and the driver alone imports the engine and boto3.
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {
+    "HandlerDriver": ".driver",
+    "MemorySink": ".memory",
+    "RecordsDidNotArriveError": ".waiting",
+    "VirtualClock": ".memory",
+    "aggregate": ".records",
+    "put": ".waiting",
+    "record": ".records",
+    "wait_for": ".waiting",
+    "wait_for_async": ".waiting",
+}
+
+
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "HandlerDriver",

@@ -26,16 +26,21 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..config import Config
-from ..consumer.sync import Kinesumer
+# server and waiting import only the standard library. The rest of kinesumer (Config, the
+# consumer: boto3, the engine) is imported inside the fixtures that use it: pytest imports this
+# plugin in every session wherever kinesumer is installed, most of which use none of it.
 from .server import LocalAWS
 from .waiting import Putable
 from .waiting import put as put_records
 from .waiting import wait_for as wait_for_records
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..consumer.sync import Kinesumer
 
 _names = itertools.count(1)
 
@@ -84,6 +89,7 @@ def make_stream(local_aws: LocalAWS) -> Callable[..., str]:
 @pytest.fixture
 def state_table(local_aws: LocalAWS) -> str:
     from ..admin import create_state_table
+    from ..config import Config
 
     table = _unique("kinesumer-state")
     create_state_table(
@@ -100,6 +106,8 @@ def state_table(local_aws: LocalAWS) -> str:
 
 @pytest.fixture
 def kinesumer_config(local_aws: LocalAWS, state_table: str) -> Config:
+    from ..config import Config
+
     return Config(
         app=_unique("app"),
         dynamodb_table=state_table,
@@ -112,6 +120,8 @@ def kinesumer_config(local_aws: LocalAWS, state_table: str) -> Config:
 
 @pytest.fixture
 def make_consumer(kinesumer_config: Config) -> Iterator[Callable[..., Kinesumer]]:
+    from ..consumer.sync import Kinesumer
+
     made: list[Kinesumer] = []
 
     def make(**config_changes: Any) -> Kinesumer:

@@ -14,26 +14,59 @@ per-query group's state), :mod:`.outage` (outages ridden out, then
 ``DATA_SOURCE_NOT_FOUND``, which happens before any code of ours runs).
 """
 
-from .cleanup import forget_query, query_of_checkpoint
-from .compat import HAVE_SOURCE_API, REQUIRED_PYSPARK
-from .datasource import (
-    SCHEMA,
-    KinesumerDataSource,
-    KinesumerStreamReader,
-    option_strings,
-    read_stream,
-    register,
-)
-from .executor import ReplayMismatchError
-from .groups import group_of
-from .options import (
-    SENSITIVE_OPTIONS,
-    SOURCE_DEFAULTS,
-    SourceOptions,
-    parse_options,
-    redact_sensitive_options,
-)
-from .outage import SourceOutageError
+import typing as _typing
+
+from ... import lazy_imports as _lazy_imports
+
+if _typing.TYPE_CHECKING:
+    from .cleanup import forget_query, query_of_checkpoint
+    from .compat import HAVE_SOURCE_API, REQUIRED_PYSPARK
+    from .datasource import (
+        SCHEMA,
+        KinesumerDataSource,
+        KinesumerStreamReader,
+        option_strings,
+        read_stream,
+        register,
+    )
+    from .executor import ReplayMismatchError
+    from .groups import group_of
+    from .options import (
+        SENSITIVE_OPTIONS,
+        SOURCE_DEFAULTS,
+        SourceOptions,
+        parse_options,
+        redact_sensitive_options,
+    )
+    from .outage import SourceOutageError
+
+# Bound on first use (kinesumer.lazy_imports): an executor's read task imports ``executor`` and
+# ``partition`` through this package; the planner (the driver side) is not theirs to import.
+#: The lazily bound names, each with the module that defines it (relative to this package).
+_LAZY_NAMES = {
+    "HAVE_SOURCE_API": ".compat",
+    "KinesumerDataSource": ".datasource",
+    "KinesumerStreamReader": ".datasource",
+    "REQUIRED_PYSPARK": ".compat",
+    "ReplayMismatchError": ".executor",
+    "SCHEMA": ".datasource",
+    "SENSITIVE_OPTIONS": ".options",
+    "SOURCE_DEFAULTS": ".options",
+    "SourceOptions": ".options",
+    "SourceOutageError": ".outage",
+    "forget_query": ".cleanup",
+    "group_of": ".groups",
+    "option_strings": ".datasource",
+    "parse_options": ".options",
+    "query_of_checkpoint": ".cleanup",
+    "read_stream": ".datasource",
+    "redact_sensitive_options": ".options",
+    "register": ".datasource",
+}
+
+if not _typing.TYPE_CHECKING:  # so that a misspelt name stays a type error
+    __getattr__ = _lazy_imports.module_getattr(__name__, _LAZY_NAMES)
+__dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "HAVE_SOURCE_API",
