@@ -6,7 +6,10 @@ Columns: ``data`` (binary or string, UTF-8), ``partition_key`` (string), optiona
 option). Options: ``stream``, the producer's AWS options (``region``, ``kinesis_region``,
 ``kinesis_endpoint``, ``sts_endpoint``, ``role_arn``, ``external_id``) and ``aggregate``,
 ``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when the writer
-is made (at ``save()`` / ``start()``), with :class:`~kinesumer.ConfigError` naming what to fix.
+is made (at ``save()`` / ``start()``), with :class:`~kinesumer.ConfigError` naming what to fix,
+and so is the stream the ``stream`` option names (:class:`~kinesumer.StreamNotFoundError`,
+:class:`~kinesumer.AccessDeniedError`); streams routed by a ``stream`` column are known only
+row by row: a missing one fails the task that writes to it.
 
 At least once: a row is written again when Spark runs its task again (a task failed after some
 of its rows were written, or a speculative copy) or replays a micro-batch after a restart (the
@@ -16,12 +19,16 @@ row's own (e.g. an id in the payload).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...aws import ClientFactory, RequestStats
 from ...errors import ConfigError
+from ...kinesis.reader import KinesisReader
 from ...producer import Producer
+from ...producer.base import BaseProducer
 
 _STRINGS = (
     "region",
@@ -94,6 +101,22 @@ def check_columns(schema: Any, options: SinkOptions) -> None:
         )
 
 
+def check_stream(options: SinkOptions) -> None:
+    """The stream the ``stream`` option names exists and can be reached, asked once on the
+    driver: a missing stream fails ``save()`` / ``start()`` by name, not every task of the batch
+    (each of which would fail its records only after the producer's own retries)."""
+    if options.stream is None:
+        return
+    config = BaseProducer(**options.producer).config  # the producer's region, endpoint, role
+
+    async def check(stream: str) -> None:
+        async with ClientFactory(config).kinesis() as client:
+            reader = KinesisReader(client, RequestStats(), config.effective_kinesis_region)
+            await reader.check_stream(stream)
+
+    asyncio.run(check(options.stream))
+
+
 @dataclass
 class SinkCommit:
     """What a task reports: the rows it wrote (all of them, or it failed)."""
@@ -134,6 +157,7 @@ def sink_writer(options: Mapping[str, str], schema: Any, overwrite: bool, stream
         raise ConfigError("mode", "Kinesis is append-only: use mode('append')", "sink")
     parsed = parse_sink_options(options)
     check_columns(schema, parsed)
+    check_stream(parsed)
 
     @dataclass
     class Commit(WriterCommitMessage):
