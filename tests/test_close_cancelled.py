@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from _faultproxy import Fault, FaultProxy
 from _group import Member, create_stream, datas, make_config, put
 from _group import setup_table as create_table
-from _wait import eventually
+from _wait import eventually, wait_until
 
-from kinesumer import Record
+from kinesumer import Kinesumer, Record
 
 
 async def test_a_close_cancelled_during_its_handoff_still_ends_the_member(
@@ -56,3 +59,71 @@ async def test_a_close_cancelled_during_its_handoff_still_ends_the_member(
     if first.task is not None:
         first.task.cancel()
         await asyncio.gather(first.task, return_exceptions=True)
+
+
+async def _cancel_at_every_await(closing: asyncio.Task[None]) -> None:
+    """Cancel ``closing`` again whenever it runs (as an anyio cancel scope does, or a second
+    Ctrl-C): its close is cancelled inside the handoff and then inside the shut-down too."""
+    await asyncio.sleep(0)  # the close starts (CLOSING) and waits at its first await
+    while not closing.done():
+        closing.cancel()
+        await asyncio.sleep(0)
+    with contextlib.suppress(asyncio.CancelledError):
+        await closing
+
+
+@pytest.mark.parametrize("broadcast", [False, True], ids=["group", "broadcast"])
+async def test_a_close_cancelled_again_and_again_still_closes(
+    kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str], broadcast: bool
+) -> None:
+    config = make_config(
+        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"), broadcast=broadcast
+    )
+    create_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    put(kinesalite.url, stream, 0, 5)
+    sink: list[tuple[str, Record]] = []
+    member = Member(config, [stream], sink).start()
+    await eventually(lambda: len(sink) >= 5, what="the records read")
+
+    await _cancel_at_every_await(asyncio.create_task(member.consumer.aclose()))
+    # Cut at its first await, the shut-down left the clients open and the state "closing"
+    # for good (a later close returns at once: it is closing already).
+    assert member.consumer.stats().state == "closed"
+    if member.task is not None:
+        member.task.cancel()
+        await asyncio.gather(member.task, return_exceptions=True)
+
+
+def test_a_sync_close_interrupted_during_its_handoff_still_ends_the_member(
+    kinesalite: Any,
+    dynalite: Any,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    # Ctrl-C (a notebook's "interrupt kernel") while Kinesumer.close() waits for its handoff.
+    table_proxy = fault_proxy(dynalite.url)
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    create_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    put(kinesalite.url, stream, 0, 5)
+    consumer = Kinesumer(config.replace(dynamodb_endpoint=table_proxy.url))
+    consumer.subscribe([stream])
+    got: list[Record] = []
+    wait_until(lambda: bool(got.extend(consumer.poll(timeout=0.5))) or len(got) >= 5)
+
+    held = table_proxy.add_rule(Fault.blackhole(), service="dynamodb", operation="UpdateItem")
+
+    def interrupt_once_held() -> None:
+        wait_until(lambda: held.fired >= 1, what="the handoff's write held")
+        # A real signal: it wakes the main thread's blocked wait (interrupt_main() does not).
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_held, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        consumer.close()
+    # Before: the close was abandoned with the stopped loop, "closing" and heartbeating on.
+    assert consumer.stats().state == "closed"
+    held.remove()

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -121,3 +124,49 @@ def test_asyncio_wraps_it() -> None:
         return await asyncio.wait_for(wrapped, 10)
 
     assert asyncio.run(main()) == RESULT
+
+
+# A first look that a garbage collection interrupts, whose gc callback (a stand-in for a cyclic
+# object's finalizer, or a signal handler) looks at another unlooked future in the same thread.
+_LOOK_DURING_A_COLLECTION = """
+import gc
+from kinesumer.producer.futures import RecordFuture
+unlooked = [RecordFuture() for _ in range(1000)]
+def look(phase, info):
+    if phase == "start" and unlooked:
+        unlooked.pop().done()
+gc.callbacks.append(look)
+gc.set_threshold(1)  # every allocation may collect: the first look's own included
+RecordFuture().done()
+gc.set_threshold(700)
+print("looked")
+"""
+
+
+def test_a_first_look_survives_a_collection_that_looks_at_another_future() -> None:
+    # In a child process: before the fix this thread deadlocked on the module's lock, held
+    # while the first look allocated its Condition (the timeout only bounds that hang).
+    child = subprocess.run(
+        [sys.executable, "-c", _LOOK_DURING_A_COLLECTION],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.stdout.strip() == "looked", child.stderr
+
+
+class _CancelledWhileChecked(concurrent.futures.Future[PutResult]):
+    """A standard future (this Python's fallback) its holder's thread cancels between the
+    producer's ``done()`` check and its ``set_result``."""
+
+    def done(self) -> bool:
+        was_done = super().done()
+        self.cancel()
+        return was_done
+
+
+def test_settling_a_standard_future_cancelled_meanwhile_does_not_raise() -> None:
+    future = _CancelledWhileChecked()
+    settle(future, RESULT)  # raised InvalidStateError on the producer's loop before the fix
+    assert future.cancelled()

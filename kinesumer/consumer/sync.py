@@ -9,6 +9,7 @@ blocking lives in :mod:`.base`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Future
@@ -53,6 +54,7 @@ class Kinesumer(BaseKinesumer):
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closing = threading.Lock()
+        self._close_task: asyncio.Task[None] | None = None
 
     def _here(self) -> object:
         return threading.get_ident()
@@ -179,8 +181,13 @@ class Kinesumer(BaseKinesumer):
         if self._loop is None or self._loop.is_closed():
             self._engine.mark_closed()
             return
+        closing = self._submit(self._close_on_loop(self._in_hand_done(), discard))
         try:
-            self._run(self._engine.close(in_hand_done=self._in_hand_done(), discard=discard))
+            closing.result()
+        except BaseException:
+            if not closing.done():  # interrupted (KeyboardInterrupt) while the close runs
+                self._cancel_close()
+            raise
         finally:
             loop, thread = self._loop, self._thread
             if thread is not None and thread.is_alive():
@@ -188,6 +195,24 @@ class Kinesumer(BaseKinesumer):
                 thread.join(timeout=10)
             if not loop.is_running():
                 loop.close()
+
+    async def _close_on_loop(self, in_hand_done: bool, discard: bool) -> None:
+        self._close_task = asyncio.current_task()
+        await self._engine.close(in_hand_done=in_hand_done, discard=discard)
+
+    def _cancel_close(self) -> None:
+        """End an interrupted close as a cancelled one (the heartbeat halts, the clients close)
+        before the loop stops: abandoned with the loop, it went on heartbeating for as long as
+        the process lived (a notebook's interrupted cell), its shards unread."""
+
+        async def cancel() -> None:
+            task = self._close_task  # set: the close's task started before this one
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self._submit(cancel()).result(timeout=60)
 
     def __enter__(self) -> Kinesumer:
         return self

@@ -38,6 +38,7 @@ from .engine import Engine
 from .fetcher import ShardFetcher
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
+from .lifecycle import run_to_the_end
 from .supervisor import Supervisor, wait_done
 
 log = logging.getLogger("kinesumer")
@@ -258,7 +259,7 @@ class BroadcastEngine(Engine):
         try:
             await self._save_positions()
         finally:
-            await self._shut_down()  # also when the close is cancelled: never half closed
+            await run_to_the_end(self._shut_down())  # also when cancelled: never half closed
         log.info("[%s] left broadcast", self.client_id)
 
     async def _save_positions(self) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Coroutine
+from typing import Any
 
 from ..errors import ConsumerClosedError
 
@@ -117,3 +119,21 @@ class Lifecycle:
     def closed(self) -> None:
         """Engine.close, at the end: → CLOSED."""
         self.state = EngineState.CLOSED
+
+
+async def run_to_the_end(last_step: Coroutine[Any, Any, None]) -> None:
+    """Run a close's ``last_step`` to its end even when the caller is cancelled meanwhile (once
+    more, or at every await as an anyio cancel scope does), then raise that cancellation. Cut
+    short, it left the clients open and the state CLOSING, which no later close can finish."""
+    step = asyncio.ensure_future(last_step)
+    cancelled = False
+    while not step.done():
+        try:
+            await asyncio.shield(step)
+        except asyncio.CancelledError:
+            if step.done():  # the step itself was cancelled (the loop shutting down)
+                raise
+            cancelled = True
+    step.result()
+    if cancelled:
+        raise asyncio.CancelledError

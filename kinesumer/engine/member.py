@@ -28,7 +28,7 @@ from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .leasing import Leasing
-from .lifecycle import EngineState, Lifecycle
+from .lifecycle import EngineState, Lifecycle, run_to_the_end
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
 from .supervisor import Supervisor
@@ -238,7 +238,7 @@ class GroupMember:
             # Also when the close is cancelled: the member ends, never half closed (heartbeating
             # with its shards unread); the others take them over after client_timeout.
             self.heartbeat.halt()
-            await self._shut_down()
+            await run_to_the_end(self._shut_down())
         log.info("[%s] left app %r", self.client_id, self.config.app)
 
     async def _hand_off_and_deregister(self) -> None:

@@ -32,7 +32,8 @@ T = TypeVar("T")
 _STANDARD_FIELDS = frozenset(
     {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
 )
-#: Orders a first look at a future against its ``settle`` (see the module docstring).
+#: Orders a first look at a future against its ``settle`` (see the module docstring). What it
+#: guards only reads and assigns attributes: nothing allocates or calls Python code while held.
 _MAKING = threading.Lock()
 
 
@@ -48,10 +49,18 @@ class RecordFuture(Future[T]):
     def _make(self) -> tuple[threading.Condition, list[Any], list[Any]]:
         made = self._made
         if made is None:
+            # Built before taking the lock: an allocation may start a garbage collection, whose
+            # finalizers (or gc callbacks, or a signal handler at the Condition's __init__) may
+            # look at another unlooked future in this thread, and _MAKING is not reentrant.
+            fresh: tuple[threading.Condition, list[Any], list[Any]] = (
+                threading.Condition(),
+                [],
+                [],
+            )
             with _MAKING:
                 made = self._made
                 if made is None:
-                    made = self._made = (threading.Condition(), [], [])
+                    made = self._made = fresh
         return made
 
     @property
@@ -113,8 +122,12 @@ def settle(future: Any, result: Any = None, error: BaseException | None = None) 
     future) to ``result`` or ``error``, unless it is done already."""
     if type(future) is RecordFuture:
         future.settle(result, error)
-    elif not future.done():
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+        return
+    # A standard future may be cancelled by its holder's thread between done() and set_*: that
+    # raises here, on the producer's loop, amid settling one answer's records.
+    with contextlib.suppress(InvalidStateError):
+        if not future.done():
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
