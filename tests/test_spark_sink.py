@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from _group import create_stream
-from _produced import by_key, read_all
+from _produced import by_key, kinesis, read_all
 from _spark_source import local_spark
 from _standins import NodeStandIn
 
@@ -113,3 +113,62 @@ def test_a_pipeline_from_the_source_to_the_sink_with_failed_tasks_retried(
     written = read_all(kinesalite.url, out)
     assert sorted(r.data for r in written) == sorted(d + b"!" for d in produced)
     assert any(fail_dir.iterdir())  # the reads did fail once
+
+
+def test_a_string_data_column_and_an_explicit_hash_key_column_are_written(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """``data`` as a string (written as UTF-8) and each row on the shard of its
+    ``explicit_hash_key`` (one partition key for all: by its MD5 they would share a shard)."""
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 3)
+    shards = kinesis(kinesalite.url).list_shards(StreamName=stream)["Shards"]
+    starts = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in shards}
+    shard_ids = sorted(starts)
+    rows = [(f"é{i}✓", "same", starts[shard_ids[i % 3]]) for i in range(60)]
+    frame = spark.createDataFrame(
+        rows, "data string, partition_key string, explicit_hash_key string"
+    )
+    (
+        frame.write.format("kinesumer")
+        .mode("append")
+        .option("stream", stream)
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", kinesalite.url)
+        .save()
+    )
+    landed = {r.data.decode("utf-8"): r.shard_id for r in read_all(kinesalite.url, stream)}
+    assert landed == {f"é{i}✓": shard_ids[i % 3] for i in range(60)}
+
+
+def test_a_bad_option_or_column_stops_a_streaming_query_at_its_first_batch_with_its_name(
+    spark: Any, kinesalite: NodeStandIn, tmp_path: Any
+) -> None:
+    """Spark makes a streaming sink's writer when it plans the first micro-batch, in the query's
+    thread: ``start()`` returns, and the query stops with the ``ConfigError`` (naming the option
+    or column) before it writes a row; ``awaitTermination()`` raises it."""
+    rate = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+    good = rate.selectExpr(
+        "CAST(value AS STRING) AS data", "CAST(value AS STRING) AS partition_key"
+    )
+    bad_column = rate.selectExpr("CAST(value AS STRING) AS data", "value AS partition_key")
+    cases = [
+        (good, {"ordering": "shard"}, r"ConfigError: Producer\(ordering\): must be"),
+        (bad_column, {}, r"ConfigError: sink\(partition_key\): the sink needs a string"),
+    ]
+    for number, (frame, options, named) in enumerate(cases):
+        query = (
+            frame.writeStream.format("kinesumer")
+            .option("stream", "s")
+            .option("region", "us-east-1")
+            .option("kinesis_endpoint", kinesalite.url)
+            .option("checkpointLocation", str(tmp_path / f"ck{number}"))
+            .options(**options)
+            .start()
+        )
+        try:
+            with pytest.raises(Exception, match=named):
+                query.awaitTermination(60)
+        finally:
+            query.stop()
+        assert not query.isActive and query.lastProgress is None  # not one batch ran
