@@ -4,6 +4,8 @@ bad option or column fails at ``save()`` with the option's name."""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -172,3 +174,52 @@ def test_a_bad_option_or_column_stops_a_streaming_query_at_its_first_batch_with_
         finally:
             query.stop()
         assert not query.isActive and query.lastProgress is None  # not one batch ran
+
+
+def test_a_task_failing_after_some_rows_were_written_is_retried_and_only_its_rows_repeat(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str], tmp_path: Any
+) -> None:
+    """The duplicates case of docs/spark/sink.md: a Python UDF raises once (first attempt only,
+    a file marks it) on row 5,500 of the first of two partitions of 6,000 rows, after the sink put
+    earlier rows of that task (Spark hands the writer 100 rows at a time here; by default 10,000,
+    and no row would reach it first). Spark runs the task again: every row arrives, and only rows
+    of that partition before row 5,500 arrive twice."""
+    from pyspark.sql.functions import col as spark_col
+    from pyspark.sql.functions import udf
+
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 4)
+    marker = str(tmp_path / "failed-once")
+
+    def fail_once(value: int) -> str:
+        import os
+        import time
+
+        if value == 5500 and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(1.5)  # lets the sink's producer write the rows it was handed (linger)
+            raise RuntimeError("the first attempt of this task fails here")
+        return str(value)
+
+    numbered = udf(fail_once, "string", useArrow=False)
+    frame = spark.range(0, 12000, 1, 2).select(
+        numbered("id").alias("data"), (spark_col("id") % 20).cast("string").alias("partition_key")
+    )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        (
+            frame.write.format("kinesumer")
+            .mode("append")
+            .option("stream", stream)
+            .option("region", "us-east-1")
+            .option("kinesis_endpoint", kinesalite.url)
+            .option("aggregate", "true")  # 12,000+ rows: not paced at 1,000 records/s a shard
+            .save()
+        )
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    counts = Counter(int(r.data) for r in read_all(kinesalite.url, stream))
+    assert set(counts) == set(range(12000))  # every row at least once
+    twice = {row for row, seen in counts.items() if seen > 1}
+    assert os.path.exists(marker) and twice  # the task did fail after writing some rows
+    assert twice <= set(range(5500)) and max(counts.values()) == 2
