@@ -5,8 +5,10 @@ Columns: ``data`` (binary or string, UTF-8), ``partition_key`` (string), optiona
 ``explicit_hash_key`` (string) and ``stream`` (string: routes each row; else the ``stream``
 option). Options: ``stream``, the producer's AWS options (``region``, ``kinesis_region``,
 ``kinesis_endpoint``, ``sts_endpoint``, ``role_arn``, ``external_id``) and ``aggregate``,
-``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when the writer
-is made (at ``save()`` / ``start()``), with :class:`~kinesumer.ConfigError` naming what to fix.
+``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when Spark makes
+the writer, with :class:`~kinesumer.ConfigError` naming what to fix: at ``save()``; for a
+streaming query when it plans its first micro-batch (``start()`` returns; the query stops with
+the error before it writes a row).
 
 At least once: a row is written again when Spark runs its task again (a task failed after some
 of its rows were written, or a speculative copy) or replays a micro-batch after a restart (the
