@@ -1,6 +1,8 @@
 """The Spark sink on local Spark and kinesalite: ``df.write.format("kinesumer")`` writes every
-row through the Producer (routed per row by a ``stream`` column or the ``stream`` option), and a
-bad option or column fails at ``save()`` with the option's name."""
+row through the Producer (routed per row by a ``stream`` column or the ``stream`` option, placed
+by an ``explicit_hash_key`` column); a bad option or column fails at ``save()``, or stops a
+streaming query at its first micro-batch, with the option's name; a task failing after some of
+its rows were written is run again, its earlier rows written twice (at least once)."""
 
 from __future__ import annotations
 
