@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from _faultproxy import Fault, FaultProxy
 from _group import create_stream
 from _produced import by_key, read_all
 from _standins import NodeStandIn
@@ -67,3 +68,42 @@ def test_produce_exits_1_and_counts_what_was_not_written(
     code, _, err = run(monkeypatch, capsys, b"a\nb\n", "produce", missing, *where)
     assert code == 1
     assert "does not exist" in err and "2 NOT written (StreamNotFoundError: 2)" in err
+
+
+def test_produce_puts_plain_lines_each_once_and_a_keys_lines_in_order(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Lines that are not JSON, no ``--key-field``: keyed by line number (spread over the
+    shards), or all by ``--key`` (one key: its lines land in stdin order, though a fifth of the
+    entries of each call are refused and sent again)."""
+    where = ["--region", "us-east-1", "--kinesis-endpoint", kinesalite.url]
+    lines = [f"line {i}: plain text, {{not json".encode() for i in range(1, 251)]
+    # CRLF and LF endings; a blank line is skipped but still numbered.
+    stdin = b"\r\n".join(lines[:100]) + b"\r\n\n" + b"\n".join(lines[100:])
+
+    spread = unique_name("cli")
+    create_stream(kinesalite.url, spread, 3)
+    code, _, err = run(monkeypatch, capsys, stdin, "produce", spread, *where)
+    assert code == 0, err
+    assert "250 line(s) written" in err
+    records = read_all(kinesalite.url, spread)
+    assert sorted(r.data for r in records) == sorted(lines)  # every line once, endings cut
+    numbers = [n if n <= 100 else n + 1 for n in range(1, 251)]  # the blank line is 101
+    assert {r.data: r.partition_key for r in records} == dict(
+        zip(lines, map(str, numbers), strict=True)
+    )
+    assert len({r.shard_id for r in records}) == 3
+
+    keyed = unique_name("cli")
+    create_stream(kinesalite.url, keyed, 2)
+    proxy = fault_proxy(kinesalite.url)
+    proxy.add_rule(Fault.refuse_entries(0.2), service="kinesis", operation="PutRecords", seed=5)
+    refused = ["--region", "us-east-1", "--kinesis-endpoint", proxy.url, "--key", "one"]
+    code, _, err = run(monkeypatch, capsys, stdin, "produce", keyed, *refused)
+    assert code == 0, err
+    assert "250 line(s) written" in err
+    assert by_key(read_all(kinesalite.url, keyed)) == {"one": lines}

@@ -1,9 +1,13 @@
 """The Spark sink on local Spark and kinesalite: ``df.write.format("kinesumer")`` writes every
-row through the Producer (routed per row by a ``stream`` column or the ``stream`` option), and a
-bad option or column fails at ``save()`` with the option's name."""
+row through the Producer (routed per row by a ``stream`` column or the ``stream`` option, placed
+by an ``explicit_hash_key`` column); a bad option or column fails at ``save()``, or stops a
+streaming query at its first micro-batch, with the option's name; a task failing after some of
+its rows were written is run again, its earlier rows written twice (at least once)."""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +17,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from _group import create_stream
-from _produced import by_key, read_all
+from _produced import by_key, kinesis, read_all
 from _spark_source import local_spark
 from _standins import NodeStandIn
 
@@ -113,3 +117,111 @@ def test_a_pipeline_from_the_source_to_the_sink_with_failed_tasks_retried(
     written = read_all(kinesalite.url, out)
     assert sorted(r.data for r in written) == sorted(d + b"!" for d in produced)
     assert any(fail_dir.iterdir())  # the reads did fail once
+
+
+def test_a_string_data_column_and_an_explicit_hash_key_column_are_written(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """``data`` as a string (written as UTF-8) and each row on the shard of its
+    ``explicit_hash_key`` (one partition key for all: by its MD5 they would share a shard)."""
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 3)
+    shards = kinesis(kinesalite.url).list_shards(StreamName=stream)["Shards"]
+    starts = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in shards}
+    shard_ids = sorted(starts)
+    rows = [(f"é{i}✓", "same", starts[shard_ids[i % 3]]) for i in range(60)]
+    frame = spark.createDataFrame(
+        rows, "data string, partition_key string, explicit_hash_key string"
+    )
+    (
+        frame.write.format("kinesumer")
+        .mode("append")
+        .option("stream", stream)
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", kinesalite.url)
+        .save()
+    )
+    landed = {r.data.decode("utf-8"): r.shard_id for r in read_all(kinesalite.url, stream)}
+    assert landed == {f"é{i}✓": shard_ids[i % 3] for i in range(60)}
+
+
+def test_a_bad_option_or_column_stops_a_streaming_query_at_its_first_batch_with_its_name(
+    spark: Any, kinesalite: NodeStandIn, tmp_path: Any
+) -> None:
+    """Spark makes a streaming sink's writer when it plans the first micro-batch, in the query's
+    thread: ``start()`` returns, and the query stops with the ``ConfigError`` (naming the option
+    or column) before it writes a row; ``awaitTermination()`` raises it."""
+    rate = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+    good = rate.selectExpr(
+        "CAST(value AS STRING) AS data", "CAST(value AS STRING) AS partition_key"
+    )
+    bad_column = rate.selectExpr("CAST(value AS STRING) AS data", "value AS partition_key")
+    cases = [
+        (good, {"ordering": "shard"}, r"ConfigError: Producer\(ordering\): must be"),
+        (bad_column, {}, r"ConfigError: sink\(partition_key\): the sink needs a string"),
+    ]
+    for number, (frame, options, named) in enumerate(cases):
+        query = (
+            frame.writeStream.format("kinesumer")
+            .option("stream", "s")
+            .option("region", "us-east-1")
+            .option("kinesis_endpoint", kinesalite.url)
+            .option("checkpointLocation", str(tmp_path / f"ck{number}"))
+            .options(**options)
+            .start()
+        )
+        try:
+            with pytest.raises(Exception, match=named):
+                query.awaitTermination(60)
+        finally:
+            query.stop()
+        assert not query.isActive and query.lastProgress is None  # not one batch ran
+
+
+def test_a_task_failing_after_some_rows_were_written_is_retried_and_only_its_rows_repeat(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str], tmp_path: Any
+) -> None:
+    """The duplicates case of docs/spark/sink.md: a Python UDF raises once (first attempt only,
+    a file marks it) on row 5,500 of the first of two partitions of 6,000 rows, after the sink put
+    earlier rows of that task (Spark hands the writer 100 rows at a time here; by default 10,000,
+    and no row would reach it first). Spark runs the task again: every row arrives, and only rows
+    of that partition before row 5,500 arrive twice."""
+    from pyspark.sql.functions import col as spark_col
+    from pyspark.sql.functions import udf
+
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 4)
+    marker = str(tmp_path / "failed-once")
+
+    def fail_once(value: int) -> str:
+        import os
+        import time
+
+        if value == 5500 and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(1.5)  # lets the sink's producer write the rows it was handed (linger)
+            raise RuntimeError("the first attempt of this task fails here")
+        return str(value)
+
+    numbered = udf(fail_once, "string", useArrow=False)
+    frame = spark.range(0, 12000, 1, 2).select(
+        numbered("id").alias("data"), (spark_col("id") % 20).cast("string").alias("partition_key")
+    )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        (
+            frame.write.format("kinesumer")
+            .mode("append")
+            .option("stream", stream)
+            .option("region", "us-east-1")
+            .option("kinesis_endpoint", kinesalite.url)
+            .option("aggregate", "true")  # 12,000+ rows: not paced at 1,000 records/s a shard
+            .save()
+        )
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    counts = Counter(int(r.data) for r in read_all(kinesalite.url, stream))
+    assert set(counts) == set(range(12000))  # every row at least once
+    twice = {row for row, seen in counts.items() if seen > 1}
+    assert os.path.exists(marker) and twice  # the task did fail after writing some rows
+    assert twice <= set(range(5500)) and max(counts.values()) == 2

@@ -5,11 +5,14 @@ Columns: ``data`` (binary or string, UTF-8), ``partition_key`` (string), optiona
 ``explicit_hash_key`` (string) and ``stream`` (string: routes each row; else the ``stream``
 option). Options: ``stream``, the producer's AWS options (``region``, ``kinesis_region``,
 ``kinesis_endpoint``, ``sts_endpoint``, ``role_arn``, ``external_id``) and ``aggregate``,
-``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when the writer
-is made (at ``save()`` / ``start()``), with :class:`~kinesumer.ConfigError` naming what to fix,
-and so is the stream the ``stream`` option names (:class:`~kinesumer.StreamNotFoundError`,
-:class:`~kinesumer.AccessDeniedError`); streams routed by a ``stream`` column are known only
-row by row: a missing one fails the task that writes to it.
+``ordering``, ``delivery_timeout``, ``linger``. They and the columns are checked when Spark makes
+the writer, with :class:`~kinesumer.ConfigError` naming what to fix: at ``save()``; for a
+streaming query when it plans its first micro-batch (``start()`` returns; the query stops with
+the error before it writes a row). At ``save()`` the stream the ``stream`` option names is
+checked too (:class:`~kinesumer.StreamNotFoundError`, :class:`~kinesumer.AccessDeniedError`);
+in a streaming query, and for streams routed by a ``stream`` column, a missing stream fails the
+tasks that write to it (their records' :class:`~kinesumer.StreamNotFoundError`, in the task's
+:class:`~kinesumer.FlushError`).
 
 At least once: a row is written again when Spark runs its task again (a task failed after some
 of its rows were written, or a speculative copy) or replays a micro-batch after a restart (the
@@ -157,7 +160,11 @@ def sink_writer(options: Mapping[str, str], schema: Any, overwrite: bool, stream
         raise ConfigError("mode", "Kinesis is append-only: use mode('append')", "sink")
     parsed = parse_sink_options(options)
     check_columns(schema, parsed)
-    check_stream(parsed)
+    if not streaming:
+        # A streaming query makes its writer again at every micro-batch's commit (pyspark's
+        # python_streaming_sink_runner): a DescribeStreamSummary there (20 calls/s per account)
+        # could fail a written batch; its first batch's tasks name a missing stream instead.
+        check_stream(parsed)
 
     @dataclass
     class Commit(WriterCommitMessage):
