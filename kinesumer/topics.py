@@ -7,12 +7,13 @@
     orders.decode(record.data)                                    # an Order again
 
 The codecs are :mod:`kinesumer.codecs` (the ones ``run(decode=...)`` uses). A producer built
-with ``topics=[...]`` refuses any other stream.
+with ``topics=[...]`` refuses any other stream; so does a consumer (:class:`TopicList`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from .codecs import make_encoder, make_parser
@@ -104,3 +105,57 @@ def run_streams(streams: Any, decode: object) -> tuple[list[str], object]:
         decode = next(iter(types.values()))
     names = [item.stream if isinstance(item, Topic) else item for item in items]
     return names, decode
+
+
+class TopicList:
+    """A producer's or consumer's ``topics=[...]``: the only streams it accepts, each bound to
+    its :class:`Topic` (None for a plain stream name). Built once by the constructor (``where``
+    names it in errors); the producer checks each ``put`` against :attr:`by_stream`, the
+    consumer every call that names streams with :meth:`refuse_others`."""
+
+    def __init__(self, topics: Iterable[str | Topic[Any]], where: str) -> None:
+        if isinstance(topics, (str, Topic)) or not hasattr(topics, "__iter__"):
+            raise ConfigError(
+                "topics", f"must be a list of stream names or Topics, got {topics!r}", where
+            )
+        self.by_stream: dict[str, Topic[Any] | None] = {}
+        for topic in topics:
+            name = topic.stream if isinstance(topic, Topic) else topic
+            if not isinstance(name, str) or not _STREAM.match(name):
+                raise ConfigError("topics", f"{name!r} is not a valid Kinesis stream name", where)
+            listed = self.by_stream.get(name)
+            if isinstance(topic, Topic) and listed is not None and listed != topic:
+                raise ConfigError(
+                    "topics", f"{listed!r} and {topic!r}: one stream, one payload type", where
+                )
+            self.by_stream[name] = listed or (topic if isinstance(topic, Topic) else None)
+
+    def outside(self, names: Iterable[str], whose: str) -> str | None:
+        """Why ``names`` are refused (the same words for every caller), or None: all listed."""
+        unlisted = sorted({name for name in names if name not in self.by_stream})
+        if not unlisted:
+            return None
+        verb, it = ("is not one", "it") if len(unlisted) == 1 else ("are not among", "them")
+        return (
+            f"{', '.join(map(repr, unlisted))} {verb} of this {whose}'s topics "
+            f"({', '.join(sorted(self.by_stream)) or 'none'}); add {it} to topics=[...]"
+        )
+
+    def refuse_others(self, streams: Iterable[str | Topic[Any]], where: str) -> None:
+        """ConfigError naming ``where``'s ``streams`` unless every one is listed, and every
+        :class:`Topic` among them is the listed one: a second payload type for a listed stream
+        is the disagreement the list is there to catch (a plain name reads raw records)."""
+        items = list(streams)
+        names = [item.stream if isinstance(item, Topic) else item for item in items]
+        refused = self.outside(names, "consumer")
+        if refused is not None:
+            raise ConfigError("streams", refused, where)
+        for item in items:
+            listed = self.by_stream.get(item.stream) if isinstance(item, Topic) else None
+            if listed is not None and listed != item:
+                raise ConfigError(
+                    "streams",
+                    f"{item!r} is not this consumer's topic {listed!r}: read the listed topic, "
+                    f"or a plain stream name with decode=",
+                    where,
+                )

@@ -38,7 +38,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(CONSUME)
     async def consume(self, streams: Iterable[str]) -> AsyncIterator[Record]:
-        names = self._stream_names(streams)
+        names = self._stream_names(streams, "consume")
         engine = self._engine
         await engine.start(names)
         self._iterating_here()
@@ -109,7 +109,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(SUBSCRIBE)
     async def subscribe(self, streams: Iterable[str]) -> None:
-        await self._engine.start(self._stream_names(streams))
+        await self._engine.start(self._stream_names(streams, "subscribe"))
 
     @shared_doc(POLL)
     async def poll(self, max_records: int = 1000, timeout: float = 1.0) -> list[Record]:
@@ -122,7 +122,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(REFRESH)
     async def refresh(self, streams: Iterable[str]) -> None:
-        await self._engine.start(self._stream_names(streams))
+        await self._engine.start(self._stream_names(streams, "refresh"))
 
     @shared_doc(CLOSE)
     async def aclose(self, *, discard: bool = False) -> None:
