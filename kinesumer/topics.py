@@ -135,9 +135,9 @@ class TopicList:
         unlisted = sorted({name for name in names if name not in self.by_stream})
         if not unlisted:
             return None
-        verb, it = ("is not one", "it") if len(unlisted) == 1 else ("are not among", "them")
+        verb, it = ("is not one of", "it") if len(unlisted) == 1 else ("are not among", "them")
         return (
-            f"{', '.join(map(repr, unlisted))} {verb} of this {whose}'s topics "
+            f"{', '.join(map(repr, unlisted))} {verb} this {whose}'s topics "
             f"({', '.join(sorted(self.by_stream)) or 'none'}); add {it} to topics=[...]"
         )
 
