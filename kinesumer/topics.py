@@ -13,7 +13,7 @@ with ``topics=[...]`` refuses any other stream; so does a consumer (:class:`Topi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Generic, TypeVar
 
 from .codecs import make_encoder, make_parser
@@ -130,24 +130,13 @@ class TopicList:
                 )
             self.by_stream[name] = listed or (topic if isinstance(topic, Topic) else None)
 
-    def outside(self, names: Iterable[str], whose: str) -> str | None:
-        """Why ``names`` are refused (the same words for every caller), or None: all listed."""
-        unlisted = sorted({name for name in names if name not in self.by_stream})
-        if not unlisted:
-            return None
-        verb, it = ("is not one of", "it") if len(unlisted) == 1 else ("are not among", "them")
-        return (
-            f"{', '.join(map(repr, unlisted))} {verb} this {whose}'s topics "
-            f"({', '.join(sorted(self.by_stream)) or 'none'}); add {it} to topics=[...]"
-        )
-
     def refuse_others(self, streams: Iterable[str | Topic[Any]], where: str) -> None:
         """ConfigError naming ``where``'s ``streams`` unless every one is listed, and every
         :class:`Topic` among them is the listed one: a second payload type for a listed stream
         is the disagreement the list is there to catch (a plain name reads raw records)."""
         items = list(streams)
         names = [item.stream if isinstance(item, Topic) else item for item in items]
-        refused = self.outside(names, "consumer")
+        refused = outside_topics(names, self.by_stream, "consumer")
         if refused is not None:
             raise ConfigError("streams", refused, where)
         for item in items:
@@ -159,3 +148,16 @@ class TopicList:
                     f"or a plain stream name with decode=",
                     where,
                 )
+
+
+def outside_topics(names: Iterable[str], topics: Collection[str], whose: str) -> str | None:
+    """Why ``names`` are refused by a ``whose`` (producer, consumer) limited to ``topics``, in
+    the same words for both; None when every one is listed."""
+    unlisted = sorted({name for name in names if name not in topics})
+    if not unlisted:
+        return None
+    verb, it = ("is not one of", "it") if len(unlisted) == 1 else ("are not among", "them")
+    return (
+        f"{', '.join(map(repr, unlisted))} {verb} this {whose}'s topics "
+        f"({', '.join(sorted(topics)) or 'none'}); add {it} to topics=[...]"
+    )
