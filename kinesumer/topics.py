@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from .codecs import make_encoder, make_parser
 from .errors import ConfigError, InvalidRecordError
@@ -26,6 +26,14 @@ _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 class Topic(Generic[T]):
     """Stream ``stream`` carrying values of ``type`` (``"json"``, a dataclass, a
     ``msgspec.Struct``, a ``TypedDict``, a pydantic model: see :mod:`kinesumer.codecs`)."""
+
+    # Overloads so that ``Topic("orders", Order)`` is a ``Topic[Order]`` to a type checker, and
+    # ``Topic("orders")`` (JSON) or a TypedDict, which is no class at runtime, a ``Topic[Any]``.
+    @overload
+    def __init__(self, stream: str, type: type[T]) -> None: ...
+
+    @overload
+    def __init__(self: Topic[Any], stream: str, type: Any = "json") -> None: ...
 
     def __init__(self, stream: str, type: type[T] | Any = "json") -> None:
         if not isinstance(stream, str) or not _STREAM.match(stream):

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +189,61 @@ def test_typed_run_on_a_consumer_made_with_topics(
     assert all(isinstance(value, Order) for value in values)
     assert sorted(value.id for value in values) == list(range(10))
     assert all(isinstance(record, Record) for record in raw)
+
+
+TYPED_USE = """
+import dataclasses
+from typing import Any, assert_type
+
+from kinesumer import AsyncKinesumer, Kinesumer, Topic
+
+
+@dataclasses.dataclass
+class Order:
+    id: int
+
+
+orders = Topic("orders", Order)
+assert_type(orders, Topic[Order])
+assert_type(Topic("payments"), Topic[Any])
+
+
+def handle(message: Any) -> None: ...
+
+
+async def handle_async(message: Any) -> None: ...
+
+
+async def use(consumer: Kinesumer, other: AsyncKinesumer) -> None:
+    consumer.run(orders, handle)
+    consumer.run([orders, "payments"], handle)
+    consumer.add_handler("h", handle, streams=[orders])
+    await other.run(orders, handle_async)
+    Kinesumer(consumer_config(), topics=[orders, "payments"])
+
+
+def consumer_config() -> Any: ...
+"""
+
+
+def test_typed_use_type_checks(tmp_path: Path) -> None:
+    """What the docs show type-checks under mypy --strict: ``Topic("orders", Order)`` is a
+    ``Topic[Order]`` (no annotation needed) and ``run``/``add_handler`` take topics."""
+    pytest.importorskip("mypy", reason="mypy is a dev dependency, not a test one")
+    (tmp_path / "typed_use.py").write_text(TYPED_USE)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(tmp_path / "typed_use.py"),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,  # this tree's kinesumer
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -15,6 +15,7 @@ from ..errors import ConsumerClosedError
 from ..handlers.options import Batch
 from ..handlers.tasks import TaskRunner
 from ..models import Record
+from ..topics import Topic
 from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
 
@@ -57,7 +58,7 @@ class AsyncKinesumer(BaseKinesumer):
     @shared_doc(RUN)
     async def run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         *,
         concurrency: int = 1,

@@ -173,7 +173,7 @@ class BaseKinesumer:
         name: str,
         handler: Callable[..., Any],
         *,
-        streams: Iterable[Any] | None = None,
+        streams: Topic[Any] | Iterable[str | Topic[Any]] | None = None,
         keys: Iterable[str] | None = None,
         key_of: Callable[[Record], str] | None = None,
         on_failure: object = None,
@@ -269,7 +269,7 @@ class BaseKinesumer:
 
     def _prepare_run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         run_arguments: dict[str, Any],
         is_async: bool,

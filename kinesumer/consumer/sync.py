@@ -102,7 +102,7 @@ class Kinesumer(BaseKinesumer):
     @shared_doc(RUN)
     def run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         *,
         concurrency: int = 1,
