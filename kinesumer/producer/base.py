@@ -37,7 +37,7 @@ class BaseProducer:
     ``max_in_flight``, ``shard_records_per_second``, ``shard_bytes_per_second``,
     ``retry_backoff``, ``max_retry_backoff``). ``topics``: when given, the only streams (or
     :class:`~kinesumer.Topic` objects) this producer accepts (ConfigError for a bad list; the
-    consumer's ``topics=`` is the same :class:`~kinesumer.topics.TopicList`).
+    consumer's ``topics=`` is the same list, :mod:`kinesumer.topics`).
     """
 
     def __init__(
