@@ -7,13 +7,14 @@
     orders.decode(record.data)                                    # an Order again
 
 The codecs are :mod:`kinesumer.codecs` (the ones ``run(decode=...)`` uses). A producer built
-with ``topics=[...]`` refuses any other stream.
+with ``topics=[...]`` refuses any other stream; so does a consumer (:class:`TopicList`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Generic, TypeVar
+from collections.abc import Collection, Iterable
+from typing import Any, Generic, TypeVar, overload
 
 from .codecs import make_encoder, make_parser
 from .errors import ConfigError, InvalidRecordError
@@ -25,6 +26,14 @@ _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 class Topic(Generic[T]):
     """Stream ``stream`` carrying values of ``type`` (``"json"``, a dataclass, a
     ``msgspec.Struct``, a ``TypedDict``, a pydantic model: see :mod:`kinesumer.codecs`)."""
+
+    # Overloads so that ``Topic("orders", Order)`` is a ``Topic[Order]`` to a type checker, and
+    # ``Topic("orders")`` (JSON) or a TypedDict, which is no class at runtime, a ``Topic[Any]``.
+    @overload
+    def __init__(self, stream: str, type: type[T]) -> None: ...
+
+    @overload
+    def __init__(self: Topic[Any], stream: str, type: Any = "json") -> None: ...
 
     def __init__(self, stream: str, type: type[T] | Any = "json") -> None:
         if not isinstance(stream, str) or not _STREAM.match(stream):
@@ -104,3 +113,59 @@ def run_streams(streams: Any, decode: object) -> tuple[list[str], object]:
         decode = next(iter(types.values()))
     names = [item.stream if isinstance(item, Topic) else item for item in items]
     return names, decode
+
+
+class TopicList:
+    """A producer's or consumer's ``topics=[...]``: the only streams it accepts, each bound to
+    its :class:`Topic` (None for a plain stream name). Built once by the constructor (``where``
+    names it in errors); the producer checks each ``put`` against :attr:`by_stream`, the
+    consumer every call that names streams with :meth:`refuse_others`."""
+
+    def __init__(self, topics: Iterable[str | Topic[Any]], where: str) -> None:
+        if isinstance(topics, (str, Topic)) or not hasattr(topics, "__iter__"):
+            raise ConfigError(
+                "topics", f"must be a list of stream names or Topics, got {topics!r}", where
+            )
+        self.by_stream: dict[str, Topic[Any] | None] = {}
+        for topic in topics:
+            name = topic.stream if isinstance(topic, Topic) else topic
+            if not isinstance(name, str) or not _STREAM.match(name):
+                raise ConfigError("topics", f"{name!r} is not a valid Kinesis stream name", where)
+            listed = self.by_stream.get(name)
+            if isinstance(topic, Topic) and listed is not None and listed != topic:
+                raise ConfigError(
+                    "topics", f"{listed!r} and {topic!r}: one stream, one payload type", where
+                )
+            self.by_stream[name] = listed or (topic if isinstance(topic, Topic) else None)
+
+    def refuse_others(self, streams: Iterable[str | Topic[Any]], where: str) -> None:
+        """ConfigError naming ``where``'s ``streams`` unless every one is listed, and every
+        :class:`Topic` among them is the listed one: a second payload type for a listed stream
+        is the disagreement the list is there to catch (a plain name reads raw records)."""
+        items = list(streams)
+        names = [item.stream if isinstance(item, Topic) else item for item in items]
+        refused = outside_topics(names, self.by_stream, "consumer")
+        if refused is not None:
+            raise ConfigError("streams", refused, where)
+        for item in items:
+            listed = self.by_stream.get(item.stream) if isinstance(item, Topic) else None
+            if listed is not None and listed != item:
+                raise ConfigError(
+                    "streams",
+                    f"{item!r} is not this consumer's topic {listed!r}: read the listed topic, "
+                    f"or a plain stream name with decode=",
+                    where,
+                )
+
+
+def outside_topics(names: Iterable[str], topics: Collection[str], whose: str) -> str | None:
+    """Why ``names`` are refused by a ``whose`` (producer, consumer) limited to ``topics``, in
+    the same words for both; None when every one is listed."""
+    unlisted = sorted({name for name in names if name not in topics})
+    if not unlisted:
+        return None
+    verb, it = ("is not one of", "it") if len(unlisted) == 1 else ("are not among", "them")
+    return (
+        f"{', '.join(map(repr, unlisted))} {verb} this {whose}'s topics "
+        f"({', '.join(sorted(topics)) or 'none'}); add {it} to topics=[...]"
+    )

@@ -107,3 +107,29 @@ def test_typed_topics_both_ways_and_topics_only(
     asyncio.run(asyncio.wait_for(main(), 120))
     assert all(isinstance(value, Order) for value in seen)
     assert sorted(value.id for value in seen) == list(range(21))
+
+
+def test_a_producers_topics_are_the_consumers_list(kinesalite: NodeStandIn) -> None:
+    """The producer's topics= is the consumer's TopicList: the list is checked when made (a
+    bare string, a bad name, two types for one stream), and a Topic of another type for a
+    listed stream is refused at put, as the consumer refuses it at run()."""
+    reach = {"kinesis_endpoint": kinesalite.url, "region": "us-east-1"}
+    with pytest.raises(ConfigError, match=r"^Producer\(topics\): must be a list"):
+        Producer(**reach, topics="orders")
+    with pytest.raises(ConfigError, match=r"^Producer\(topics\): 'bad name!' is not a valid"):
+        Producer(**reach, topics=["bad name!"])
+    with pytest.raises(ConfigError, match="one stream, one payload type"):
+        Producer(**reach, topics=[Topic("orders", Order), Topic("orders", OrderStruct)])
+    with Producer(**reach, topics=[Topic("orders", Order), "payments"]) as producer:
+        with pytest.raises(
+            InvalidRecordError,
+            match=r"^put\(stream\): Topic\('orders', OrderStruct\) is not this producer's topic "
+            r"Topic\('orders', Order\)",
+        ):
+            producer.put(Topic("orders", OrderStruct), OrderStruct(1, "tea"), partition_key="k")
+        with pytest.raises(
+            InvalidRecordError,
+            match=r"^put\(stream\): 'refunds' is not one of this producer's topics "
+            r"\(orders, payments\); add it to topics=\[\.\.\.\]",
+        ):
+            producer.put("refunds", b"x", partition_key="k")

@@ -15,6 +15,7 @@ from ..errors import ConsumerClosedError
 from ..handlers.options import Batch
 from ..handlers.tasks import TaskRunner
 from ..models import Record
+from ..topics import Topic
 from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
 
@@ -38,7 +39,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(CONSUME)
     async def consume(self, streams: Iterable[str]) -> AsyncIterator[Record]:
-        names = self._stream_names(streams)
+        names = self._stream_names(streams, "consume")
         engine = self._engine
         await engine.start(names)
         self._iterating_here()
@@ -57,7 +58,7 @@ class AsyncKinesumer(BaseKinesumer):
     @shared_doc(RUN)
     async def run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         *,
         concurrency: int = 1,
@@ -109,7 +110,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(SUBSCRIBE)
     async def subscribe(self, streams: Iterable[str]) -> None:
-        await self._engine.start(self._stream_names(streams))
+        await self._engine.start(self._stream_names(streams, "subscribe"))
 
     @shared_doc(POLL)
     async def poll(self, max_records: int = 1000, timeout: float = 1.0) -> list[Record]:
@@ -122,7 +123,7 @@ class AsyncKinesumer(BaseKinesumer):
 
     @shared_doc(REFRESH)
     async def refresh(self, streams: Iterable[str]) -> None:
-        await self._engine.start(self._stream_names(streams))
+        await self._engine.start(self._stream_names(streams, "refresh"))
 
     @shared_doc(CLOSE)
     async def aclose(self, *, discard: bool = False) -> None:

@@ -30,7 +30,7 @@ from ..handlers.policies import RetryLater, dead_letter_streams
 from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
 from ..models import Record
 from ..stats import ConsumerStats
-from ..topics import run_streams
+from ..topics import Topic, TopicList, run_streams
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -88,10 +88,11 @@ A shard's checkpoint only moves to the highest position below which every record
 a crash loses nothing and delivers again only records in flight or not yet checkpointed; a
 graceful handoff waits (up to ``handoff_timeout``) for the shard's records read so far.
 Bad arguments raise :class:`~kinesumer.ConfigError` naming the argument, before joining (so do
-a sink or ``RetryLater`` in broadcast mode). One ``run`` per consumer, on a consumer that
-``consume()``/``subscribe()`` did not join with (``RuntimeError``); a ``close()`` while it joins
-makes it return. A call waiting (backing off, blocking, a retry-later record's due time) gives
-up when the run closes or its shard is handed off: its records are the next owner's."""
+a sink or ``RetryLater`` in broadcast mode, and a stream outside the consumer's ``topics=``).
+One ``run`` per consumer, on a consumer that ``consume()``/``subscribe()`` did not join with
+(``RuntimeError``); a ``close()`` while it joins makes it return. A call waiting (backing off,
+blocking, a retry-later record's due time) gives up when the run closes or its shard is handed
+off: its records are the next owner's."""
 
 
 def shared_doc(doc: str) -> Callable[[F], F]:
@@ -111,13 +112,18 @@ class BaseKinesumer:
     With ``auto_commit=True`` (the default) a record counts as processed when the application
     asks for the next one; with ``auto_commit=False`` when it calls ``commit()``.
     ``on_assigned`` / ``on_revoked`` hear which ``(stream, shard_id)`` this member starts and
-    stops reading (see :mod:`kinesumer.engine.hooks`).
+    stops reading (see :mod:`kinesumer.engine.hooks`). ``topics``: when given, the only
+    streams (names or :class:`~kinesumer.Topic` objects) this consumer reads, as a producer's
+    ``topics=``: ``consume``, ``subscribe``, ``refresh``, ``run`` and ``add_handler`` refuse any
+    other (and a Topic of another type for a listed stream) with ConfigError, before joining.
+    The streams a failure policy names (``RetryLater``, ``DeadLetter``) are not checked.
     """
 
     def __init__(
         self,
         config: Config,
         *,
+        topics: Iterable[str | Topic[Any]] | None = None,
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
     ) -> None:
@@ -125,6 +131,8 @@ class BaseKinesumer:
             raise TypeError(
                 f"{type(self).__name__} needs a kinesumer.Config, got {type(config).__name__}"
             )
+        # Checked before the engine exists: a bad list costs nothing to refuse.
+        self._topics = None if topics is None else TopicList(topics, type(self).__name__)
         engine = BroadcastEngine if config.broadcast else Engine
         self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked))
         # run() handlers' outcome counters, by handler name (stats().handled).
@@ -141,6 +149,11 @@ class BaseKinesumer:
     def client_id(self) -> str:
         """This member's id in the group (``Config.client_id``, or host-pid-random)."""
         return self._engine.client_id
+
+    @property
+    def topics(self) -> frozenset[str] | None:
+        """The streams this consumer may read (its ``topics=``), or None: any stream."""
+        return None if self._topics is None else frozenset(self._topics.by_stream)
 
     def lag(self) -> dict[tuple[str, str], int | None]:
         """``(stream, shard_id)`` -> MillisBehindLatest of each shard this member reads."""
@@ -160,7 +173,7 @@ class BaseKinesumer:
         name: str,
         handler: Callable[..., Any],
         *,
-        streams: Iterable[Any] | None = None,
+        streams: Topic[Any] | Iterable[str | Topic[Any]] | None = None,
         keys: Iterable[str] | None = None,
         key_of: Callable[[Record], str] | None = None,
         on_failure: object = None,
@@ -179,8 +192,9 @@ class BaseKinesumer:
         handler added before it; see :mod:`kinesumer.handlers.registry`)."""
         names: list[str] | None = None
         if streams is not None:
-            names, decode = run_streams(streams, decode)
-            names = list(self._stream_names(names))
+            items = _as_list(streams)
+            names, decode = run_streams(items, decode)
+            names = list(self._stream_names(names, "add_handler", items))
             unread = sorted(set(names) - set(self._run_names or names))
             if unread:
                 raise ConfigError(
@@ -238,9 +252,15 @@ class BaseKinesumer:
     #: Whether handlers are coroutine functions (the async face) or plain ones.
     _handlers_are_async = False
 
-    @staticmethod
-    def _stream_names(streams: Iterable[str]) -> tuple[str, ...]:
-        return check_streams(streams)
+    def _stream_names(
+        self, streams: Iterable[str], where: str, items: Iterable[Any] | None = None
+    ) -> tuple[str, ...]:
+        """The checked names of the streams a call (``where``) reads: valid, and within
+        ``topics=`` (``items``: the call's own names and topics, when it took topics)."""
+        names = check_streams(streams)
+        if self._topics is not None:
+            self._topics.refuse_others(names if items is None else items, where)
+        return names
 
     def _check_subscribed(self) -> None:
         """``poll()`` reads what ``subscribe()`` joined for."""
@@ -249,7 +269,7 @@ class BaseKinesumer:
 
     def _prepare_run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         run_arguments: dict[str, Any],
         is_async: bool,
@@ -257,8 +277,9 @@ class BaseKinesumer:
         """``run()``'s checks (ConfigError naming the argument), before anything starts: the
         options, the invocation, and the streams to join (with the policy's retry-later
         stream); the sink is attached to the engine. Topics give their names and type."""
-        streams, run_arguments["decode"] = run_streams(streams, run_arguments.get("decode"))
-        names = self._stream_names(streams)
+        items = _as_list(streams)
+        streams, run_arguments["decode"] = run_streams(items, run_arguments.get("decode"))
+        names = self._stream_names(streams, "run", items)
         for added in self._added.current:  # added before run(): their streams are checked now
             unread = sorted((added.streams or frozenset()) - set(names))
             if unread:
@@ -306,8 +327,8 @@ class BaseKinesumer:
             is_async,
             client_id=self.client_id,
         )
-        if invocation.extra_streams:
-            names = self._stream_names([*names, *invocation.extra_streams])
+        if invocation.extra_streams:  # the policy's own (retry-later): not within topics=
+            names = check_streams([*names, *invocation.extra_streams])
         self._begin_run()  # before the sink's claim hook goes into a running engine
         if options.sink is not None:
             try:
@@ -354,6 +375,11 @@ class BaseKinesumer:
             and iterating_in is not None
             and iterating_in == self._here()
         )
+
+
+def _as_list(streams: Any) -> list[Any]:
+    """A call's ``streams`` as a list: one name or topic, or several (read once)."""
+    return [streams] if isinstance(streams, (str, Topic)) else list(streams)
 
 
 def engine_of(consumer: BaseKinesumer) -> Engine:

@@ -22,6 +22,7 @@ from ..errors import ConsumerClosedError
 from ..handlers.options import Batch
 from ..handlers.threads import ThreadRunner
 from ..models import Record
+from ..topics import Topic
 from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
 T = TypeVar("T")
@@ -45,10 +46,11 @@ class Kinesumer(BaseKinesumer):
         self,
         config: Config,
         *,
+        topics: Iterable[str | Topic[Any]] | None = None,
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
     ) -> None:
-        super().__init__(config, on_assigned=on_assigned, on_revoked=on_revoked)
+        super().__init__(config, topics=topics, on_assigned=on_assigned, on_revoked=on_revoked)
         # The engine's event loop and its thread, started by the first call that needs them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -80,7 +82,7 @@ class Kinesumer(BaseKinesumer):
 
     @shared_doc(CONSUME)
     def consume(self, streams: Iterable[str]) -> Iterator[Record]:
-        names = self._stream_names(streams)
+        names = self._stream_names(streams, "consume")
         self._run(self._engine.start(names))
         return self._records()
 
@@ -102,7 +104,7 @@ class Kinesumer(BaseKinesumer):
     @shared_doc(RUN)
     def run(
         self,
-        streams: Iterable[str],
+        streams: Topic[Any] | Iterable[str | Topic[Any]],
         handler: Callable[..., Any],
         *,
         concurrency: int = 1,
@@ -153,7 +155,7 @@ class Kinesumer(BaseKinesumer):
 
     @shared_doc(SUBSCRIBE)
     def subscribe(self, streams: Iterable[str]) -> None:
-        self._run(self._engine.start(self._stream_names(streams)))
+        self._run(self._engine.start(self._stream_names(streams, "subscribe")))
 
     @shared_doc(POLL)
     def poll(self, max_records: int = 1000, timeout: float = 1.0) -> list[Record]:
@@ -167,7 +169,7 @@ class Kinesumer(BaseKinesumer):
 
     @shared_doc(REFRESH)
     def refresh(self, streams: Iterable[str]) -> None:
-        self._run(self._engine.start(self._stream_names(streams)))
+        self._run(self._engine.start(self._stream_names(streams, "refresh")))
 
     @shared_doc(CLOSE)
     def close(self, *, discard: bool = False) -> None:

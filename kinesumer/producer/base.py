@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ..config import Config
 from ..errors import InvalidRecordError
 from ..metrics import metrics_for
-from ..topics import Topic
+from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
 from .options import ProducerOptions
 from .records import PendingRecord, check_record
@@ -36,7 +36,8 @@ class BaseProducer:
     ``max_buffered_bytes``, ``block``, ``delivery_timeout``, ``ordering``, ``aggregate``,
     ``max_in_flight``, ``shard_records_per_second``, ``shard_bytes_per_second``,
     ``retry_backoff``, ``max_retry_backoff``). ``topics``: when given, the only streams (or
-    :class:`~kinesumer.Topic` objects) this producer accepts.
+    :class:`~kinesumer.Topic` objects) this producer accepts (ConfigError for a bad list; the
+    consumer's ``topics=`` is the same list, :mod:`kinesumer.topics`).
     """
 
     def __init__(
@@ -91,10 +92,7 @@ class BaseProducer:
         self.config = config
         self._topics: dict[str, Topic[Any] | None] | None = None
         if topics is not None:
-            self._topics = {}
-            for topic in topics:
-                name = topic.stream if isinstance(topic, Topic) else topic
-                self._topics[_stream_name(name)] = topic if isinstance(topic, Topic) else None
+            self._topics = TopicList(topics, type(self).__name__).by_stream
         self._core = ProducerCore(self.options, config, metrics_for(config, "producer"))
 
     @classmethod
@@ -130,6 +128,12 @@ class BaseProducer:
         Kinesis would refuse."""
         if isinstance(stream, Topic):
             name = _stream_name(stream.stream)
+            listed = self._topics.get(name) if self._topics is not None else None
+            if listed is not None and listed is not stream and listed != stream:
+                raise InvalidRecordError(
+                    f"put(stream): {stream!r} is not this producer's topic {listed!r}: put "
+                    "to the listed topic"
+                )
             data = stream.encode(data)
         else:
             name = (
@@ -140,8 +144,7 @@ class BaseProducer:
                 data = topic.encode(data)
         if self._topics is not None and name not in self._topics:
             raise InvalidRecordError(
-                f"put(stream): {name!r} is not one of this producer's topics "
-                f"({', '.join(sorted(self._topics))}); add it to topics=[...]"
+                f"put(stream): {outside_topics([name], self._topics, 'producer')}"
             )
         payload = check_record(data, partition_key, explicit_hash_key)
         return PendingRecord(name, payload, partition_key, explicit_hash_key, future)
