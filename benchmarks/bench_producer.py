@@ -51,10 +51,13 @@ from _faultproxy import Fault, FaultProxy  # noqa: E402
 from _produced import by_key, read_all  # noqa: E402
 from _standins import start_kinesalite  # noqa: E402
 
-from kinesumer import Producer  # noqa: E402
+from kinesumer import Config, Producer  # noqa: E402
 
 KEYS = 100
 SIZE = 100
+
+#: ``--metrics``: the Producers record Prometheus metrics (``Config.metrics``; no endpoint).
+METRICS = {"on": False}
 
 #: Plain loops run side by side (processes) in the ceiling row.
 PARALLEL_LOOPS = 4
@@ -162,7 +165,13 @@ def endpoint(kurl: str, refused: float, rtt: float) -> Iterator[str]:
 
 
 def producer_run(url: str, stream: str, records: int, keys: int, options: dict[str, Any]) -> None:
-    with Producer(kinesis_endpoint=url, region="us-east-1", **options) as producer:
+    config = None
+    if METRICS["on"]:
+        config = Config(
+            app="bench", dynamodb_table="unused", region="us-east-1", kinesis_endpoint=url,
+            metrics=True,
+        )  # fmt: skip
+    with Producer(kinesis_endpoint=url, region="us-east-1", config=config, **options) as producer:
         for i in range(records):
             producer.put(stream, payload(i), partition_key=f"k{i % keys}")
 
@@ -298,7 +307,11 @@ def main() -> None:
         default=RTT,
         help=f"the round-trip row set's delay per PutRecords, seconds (default {RTT}; 0: skip)",
     )
+    parser.add_argument(
+        "--metrics", action="store_true", help="Producers record Prometheus metrics (no endpoint)"
+    )
     args = parser.parse_args()
+    METRICS["on"] = args.metrics
     shares = tuple(float(share) for share in args.refused.split(","))
     kinesalite = start_kinesalite()
     try:

@@ -78,6 +78,11 @@ class Metrics:
         """Producer, once per answer with refusals: entries to send again, ``throttled`` of
         them refused for throughput."""
 
+    def produce_buffer_changed(self, records: int, nbytes: int) -> None:
+        """Producer, at most about twice a second while its buffer changes, and at each flush
+        and close: how its records put and not yet resolved changed since its last call
+        (signed), so that several producers of one process add up; each returns to 0."""
+
     def outbox_relayed(self, stream: str, records: int) -> None:
         """Outbox relay, once per cycle and stream: rows acknowledged by Kinesis."""
 

@@ -155,6 +155,18 @@ class Families:
             buckets=LATENCY_BUCKETS,
             **kw,
         )
+        self.produce_buffered = Gauge(
+            "kinesumer_produce_buffered_records",
+            "Records Producers put and not yet written or failed (their buffer).",
+            member,
+            **kw,
+        )
+        self.produce_buffered_bytes = Gauge(
+            "kinesumer_produce_buffered_bytes",
+            "Bytes (data and key) of the records Producers buffer.",
+            member,
+            **kw,
+        )
         self.outbox_relayed = Counter(
             "kinesumer_outbox_relayed", "Outbox rows acknowledged by Kinesis.", stream, **kw
         )

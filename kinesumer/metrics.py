@@ -136,6 +136,10 @@ class PrometheusMetrics(Metrics):
         if throttled:
             self._f.produce_throttled.labels(*self._member, stream).inc(throttled)
 
+    def produce_buffer_changed(self, records: int, nbytes: int) -> None:
+        self._f.produce_buffered.labels(*self._member).inc(records)
+        self._f.produce_buffered_bytes.labels(*self._member).inc(nbytes)
+
     def outbox_relayed(self, stream: str, records: int) -> None:
         self._f.outbox_relayed.labels(*self._member, stream).inc(records)
 

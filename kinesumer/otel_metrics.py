@@ -156,6 +156,13 @@ class OpenTelemetryMetrics(Metrics):
             "Per PutRecords answer, from its oldest put.",
             LATENCY_BUCKETS,
         )
+        # Up-down counters: each Producer adds its buffer's changes, so several add up.
+        self._produce_buffered = meter.create_up_down_counter(
+            "kinesumer_produce_buffered_records", description="Records Producers buffer."
+        )
+        self._produce_buffered_bytes = meter.create_up_down_counter(
+            "kinesumer_produce_buffered_bytes", description="Bytes Producers buffer."
+        )
         self._outbox_relayed = counter("kinesumer_outbox_relayed", "Outbox rows acknowledged.")
         self._outbox_moved = counter("kinesumer_outbox_moved_aside", "Outbox rows moved aside.")
         self._outbox_pending = meter.create_gauge(
@@ -240,6 +247,10 @@ class OpenTelemetryMetrics(Metrics):
         self._produce_retries.add(entries, self._with(stream=stream))
         if throttled:
             self._produce_throttled.add(throttled, self._with(stream=stream))
+
+    def produce_buffer_changed(self, records: int, nbytes: int) -> None:
+        self._produce_buffered.add(records, self._member)
+        self._produce_buffered_bytes.add(nbytes, self._member)
 
     def outbox_relayed(self, stream: str, records: int) -> None:
         self._outbox_relayed.add(records, self._with(stream=stream))

@@ -51,6 +51,7 @@ CALLS: dict[str, tuple[Any, ...] | list[tuple[Any, ...]]] = {
     "produced": ("orders", 10, 1000, 0.05),
     "produce_failed": ("orders", "InternalFailure"),
     "produce_retried": ("orders", 3, 2),
+    "produce_buffer_changed": (7, 700),
 }
 PROMQL_FUNCTIONS = {
     "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "delta",

@@ -13,6 +13,7 @@ from _faultproxy import Fault, FaultProxy
 from _group import create_stream, kinesis
 from _produced import by_key, read_all
 from _standins import NodeStandIn
+from _wait import wait_until
 
 from kinesumer import Config, Producer
 from kinesumer.errors import DeliveryTimeoutError, FlushError
@@ -153,6 +154,41 @@ def test_stats_and_prometheus_counters_tell_what_happened(
     assert throttled == stats.throttled_entries == stats.retries
     assert stats.latency.count == 200 and stats.latency.p50 is not None
     assert stats.buffered_records == 0 and stats.calls > 1
+
+
+def test_the_buffered_records_gauge_rises_while_calls_hang_and_flush_empties_it(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+) -> None:
+    from prometheus_client import REGISTRY
+
+    stream = unique_name("pb")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    held = proxy.add_rule(Fault.blackhole(), service="kinesis", operation="PutRecords")
+    app = unique_name("buffered")
+    config = Config(
+        app=app,
+        dynamodb_table="unused",
+        region="us-east-1",
+        kinesis_endpoint=proxy.url,
+        metrics=True,
+    )
+    labels = {"app": app, "client_id": "producer"}
+
+    def buffered(unit: str) -> float | None:
+        return REGISTRY.get_sample_value(f"kinesumer_produce_buffered_{unit}", labels)
+
+    with Producer.from_config(config) as producer:
+        for i in range(50):
+            producer.put(stream, b"%d" % i, partition_key=f"k{i}")
+        wait_until(lambda: buffered("records") == 50, what="50 records reported buffered")
+        assert buffered("bytes") == producer.stats().buffered_bytes > 0
+        held.remove()  # the held calls are dropped unanswered: the producer sends them again
+        producer.flush()
+        assert buffered("records") == 0 and buffered("bytes") == 0
+        assert producer.stats().records_put == 50
 
 
 def test_a_stale_map_that_cannot_be_listed_again_keeps_writing(

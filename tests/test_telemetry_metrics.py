@@ -10,13 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _faultproxy import Fault
 from _group import Member, create_stream, make_config, put, setup_table
-from _wait import eventually
+from _wait import eventually, wait_until
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from test_dashboard import CALLS, exported
 
-from kinesumer import Config, ConfigError, Record
+from kinesumer import Config, ConfigError, Producer, Record
 from kinesumer.metrics import metrics_for
 from kinesumer.otel_metrics import OpenTelemetryMetrics
 
@@ -102,6 +103,37 @@ async def test_a_member_reports_through_opentelemetry(
         assert any(p.count for p in found["kinesumer_aws_request_seconds"])
     finally:
         await member.close()
+
+
+def test_a_producer_reports_its_buffer_through_opentelemetry(
+    kinesalite: Any, unique_name: Callable[[str], str], fault_proxy: Callable[[str], Any]
+) -> None:
+    provider, memory = reader()
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    held = proxy.add_rule(Fault.blackhole(), service="kinesis", operation="PutRecords")
+    config = Config(
+        app=unique_name("app"),
+        dynamodb_table="unused",
+        region="us-east-1",
+        kinesis_endpoint=proxy.url,
+        meter_provider=provider,
+    )
+
+    def buffered(unit: str) -> float:
+        found = points(memory).get(f"kinesumer_produce_buffered_{unit}", [])
+        assert all(p.attributes == {"app": config.app, "client_id": "producer"} for p in found)
+        return sum(p.value for p in found)
+
+    with Producer.from_config(config) as producer:
+        for i in range(20):
+            producer.put(stream, b"%d" % i, partition_key=f"k{i}")
+        wait_until(lambda: buffered("records") == 20, what="20 records reported buffered")
+        assert buffered("bytes") == producer.stats().buffered_bytes > 0
+        held.remove()
+        producer.flush()
+        assert buffered("records") == 0 and buffered("bytes") == 0
 
 
 def test_providers_stay_in_the_driver_process() -> None:

@@ -143,6 +143,9 @@ class LoadMeter(Metrics):
     def corrupt_state_item(self, kind: str) -> None:
         self.inner.corrupt_state_item(kind)
 
+    def produce_buffer_changed(self, records: int, nbytes: int) -> None:
+        self.inner.produce_buffer_changed(records, nbytes)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -28,6 +28,10 @@ from .records import PendingRecord, PutResult
 from .stats import ProducerStats, latency_summary
 from .stream import StreamWriter
 
+#: Seconds between reports of the buffer to the metrics while it changes: a bounded rate, not a
+#: report per put or per answer (flush and close report at once).
+BUFFER_REPORT_INTERVAL = 0.5
+
 
 class ProducerCore:
     def __init__(self, options: ProducerOptions, config: Config, metrics: Metrics) -> None:
@@ -61,6 +65,11 @@ class ProducerCore:
         self._latencies: deque[float] = deque(maxlen=4096)
         # What the PutRecords answer being handled wrote: records, bytes, oldest put-to-ack.
         self._answer: list[float] = [0, 0, 0.0]
+        # The buffer (records, bytes) as last reported to the metrics, and the pending report;
+        # nothing is scheduled with the metrics off (the default).
+        self._reports_buffer = type(metrics) is not Metrics
+        self._reported_buffer = (0, 0)
+        self._buffer_report: asyncio.TimerHandle | None = None
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -148,6 +157,8 @@ class ProducerCore:
             self._drain_scheduled = False
             reached = self._seq
         self._unresolved += len(records)
+        if self._reports_buffer and self._buffer_report is None:
+            self._schedule_buffer_report()
         for record in records:
             writer = self._writers.get(record.stream)
             if writer is None:
@@ -229,10 +240,30 @@ class ProducerCore:
             self._room.notify_all()
         if self._room_event is not None:
             self._room_event.set()
+        if self._reports_buffer and self._buffer_report is None:
+            self._schedule_buffer_report()
         for seq, remaining, waiter in self._flush_waiters:
             remaining[0] -= sum(1 for record in records if record.seq <= seq)
             if remaining[0] == 0 and not waiter.done():
                 waiter.set_result(None)
+
+    def _schedule_buffer_report(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._buffer_report = loop.call_later(BUFFER_REPORT_INTERVAL, self._report_buffer)
+
+    def _report_buffer(self, final: bool = False) -> None:
+        """Tell the metrics how the buffer changed since the last report; ``final``: take back
+        all this producer reported (closed: its records are no longer its to hold)."""
+        if self._buffer_report is not None:
+            self._buffer_report.cancel()
+            self._buffer_report = None
+        if not self._reports_buffer:
+            return
+        with self._room:
+            now = (0, 0) if final else (self._buffered_records, self._buffered_bytes)
+        before, self._reported_buffer = self._reported_buffer, now
+        if now != before:
+            self._metrics.produce_buffer_changed(now[0] - before[0], now[1] - before[1])
 
     async def flush(self) -> None:
         """Wait until every record submitted so far is written or failed; raise
@@ -253,6 +284,7 @@ class ProducerCore:
             finally:
                 self._flush_waiters.remove(entry)
                 self.flushing = bool(self._flush_waiters)
+        self._report_buffer()
         if self._failures:
             failures, first = dict(self._failures), self._first_failure
             self._failures.clear()
@@ -271,6 +303,7 @@ class ProducerCore:
                 writer.closing = True
                 writer.wake.set()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            self._report_buffer(final=True)
             await self._stack.aclose()
             self._metrics.close()
 
