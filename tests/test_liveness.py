@@ -218,6 +218,20 @@ def checkpoint_of(group: dict[str, Any], shard: str) -> Checkpoint | None:
     return None if item is None else Checkpoint(group["stream"], shard, owner=item["owner"]["S"])
 
 
+async def beat_of(group: dict[str, Any], client_id: str) -> str | None:
+    """The heartbeat counter of ``client_id``'s item (it moves at every heartbeat)."""
+    config = group["config"]
+    dynamodb = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
+    )
+    key = {"pk": {"S": f"client#{config.app}"}, "sk": {"S": client_id}}
+    item = await asyncio.to_thread(
+        lambda: dynamodb.get_item(TableName=config.dynamodb_table, Key=key, ConsistentRead=True)
+    )
+    found: dict[str, Any] = item.get("Item", {})
+    return str(found.get("beat", found.get("last_update")))
+
+
 @pytest.mark.timeout(90)
 async def test_checkpoints_set_judges_an_owner_by_the_groups_client_timeout(
     group: dict[str, Any], capsys: pytest.CaptureFixture[str]
@@ -231,7 +245,20 @@ async def test_checkpoints_set_judges_an_owner_by_the_groups_client_timeout(
     shard = "shardId-000000000000"
     try:
         await eventually(lambda: len(member.owned()) == 2, timeout=30, what="m-slow holds both")
-        await asyncio.sleep(3.5)  # its last heartbeat is now older than 3 s (most likely)
+        # Catch a heartbeat as it lands (its "beat" counter moves), then ask 3.1 s later: the
+        # owner is then past the command's own 3 s and still ~0.9 s from its next heartbeat.
+        # (A fixed sleep of 3.5 s after joining left it under 3 s silent in most runs.)
+        beat = await beat_of(group, "m-slow")
+        for _ in range(1000):  # 20 s at most: it heartbeats every 4 s
+            landed = await beat_of(group, "m-slow")
+            if landed != beat:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("m-slow did not heartbeat in 20 s")
+        seen = time.monotonic()
+        await asyncio.sleep(3.1)
+        assert await beat_of(group, "m-slow") == landed  # no heartbeat since: 3 s silent
         where = [
             "--app", config.app, "--table", config.dynamodb_table, "--region", "us-east-1",
             "--dynamodb-endpoint", config.dynamodb_endpoint,
@@ -240,6 +267,7 @@ async def test_checkpoints_set_judges_an_owner_by_the_groups_client_timeout(
         code = await asyncio.to_thread(cli_main, [*argv, "--sequence", "1"])
         err = capsys.readouterr().err
         assert code == EXIT_REFUSED and "owned by live member 'm-slow'" in err, err
+        assert time.monotonic() - seen > 3.0  # the command judged an owner silent past 3 s
         assert (checkpoint_of(group, shard) or Checkpoint(stream, shard)).owner == "m-slow"
     finally:
         await member.close()
