@@ -236,13 +236,22 @@ def test_status_shows_leader_owned_shards_and_lag(
     boto3.client("dynamodb", endpoint_url=g["url"], region_name="us-east-1").put_item(
         TableName=g["table"], Item=client_item(g["app"], dead, 3600)
     )
-    poll_until(
-        lambda: all(
-            s["owner"] == "m-live" and s["millis_behind_latest"] is not None
-            for s in status_json(capsys, g)["streams"][0]["shards"]
-        ),
-        what="both shards owned by m-live, with lag",
-    )
+
+    # The checkpoints name the owner at the claim; the member's own item lists its shards at
+    # its next heartbeat: wait for both (a CI run read the status between the two).
+    def settled() -> bool:
+        doc = status_json(capsys, g)
+        mine = [m["shards"] for m in doc["members"] if m["client_id"] == "m-live"]
+        return (
+            len(mine) == 1
+            and len(mine[0]) == 2
+            and all(
+                s["owner"] == "m-live" and s["millis_behind_latest"] is not None
+                for s in doc["streams"][0]["shards"]
+            )
+        )
+
+    poll_until(settled, what="both shards owned by m-live, with lag, in its item too")
     doc = status_json(capsys, g)
     assert doc["leader"] == "m-live"
     members = {m["client_id"]: m for m in doc["members"]}
