@@ -88,7 +88,7 @@ def batches(setup: dict[str, Any], per_shard: int, count: int) -> list[list[Any]
     options = SourceOptions(
         config=setup["config"], streams=(setup["stream"],), max_records_per_shard=per_shard
     )
-    planner = Planner(options, lambda config: SoloMember(config))  # type: ignore[arg-type,return-value]
+    planner = Planner(options, lambda config: SoloMember(config))
     planner.initial_offset()
     out: list[list[Any]] = []
     try:
