@@ -143,7 +143,8 @@ class CpuMeter:
         self._before[me] = cpu_seconds(me) or 0.0
         self._last: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds when last seen)
         self._own = 0.0  # CPU seconds this meter spent sampling (in this process)
-        self.series: list[tuple[float, float, float]] = []  # (wall time, app, reader)
+        # (wall time, app, reader, executors), CPU seconds since the meter began
+        self.series: list[tuple[float, float, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
@@ -167,21 +168,21 @@ class CpuMeter:
             seconds = cpu_seconds(pid)
             if seconds is not None:
                 self._last[pid] = (role(command), seconds)
-        reader = sum(
-            seconds - self._before.get(pid, 0.0)
-            for pid, (kind, seconds) in self._last.items()
-            if kind == "reader"
-        )
+        by_role = {"reader": 0.0, "executors": 0.0}
+        for pid, (kind, seconds) in self._last.items():
+            if kind in by_role:
+                by_role[kind] += seconds - self._before.get(pid, 0.0)
         self._own += time.thread_time() - began
         app = (cpu_seconds(os.getpid()) or 0.0) - self._before[os.getpid()] - self._own
-        self.series.append((time.time(), app, reader))
+        self.series.append((time.time(), app, by_role["reader"], by_role["executors"]))
 
     def between(self, start: float, end: float) -> dict[str, float]:
-        """``app`` and ``reader`` CPU seconds from the last sample before ``start`` to the first
-        one after ``end`` (wall-clock times)."""
+        """``app``, ``reader`` and ``executors`` CPU seconds from the last sample before
+        ``start`` to the first one after ``end`` (wall-clock times)."""
         before = [s for s in self.series if s[0] <= start] or self.series[:1]
         after = [s for s in self.series if s[0] >= end] or self.series[-1:]
-        return {"app": after[0][1] - before[-1][1], "reader": after[0][2] - before[-1][2]}
+        a, b = after[0], before[-1]
+        return {"app": a[1] - b[1], "reader": a[2] - b[2], "executors": a[3] - b[3]}
 
     def result(self) -> dict[str, float]:
         out = {"app": self.series[-1][1], "reader": self.series[-1][2]}
@@ -243,6 +244,7 @@ def run_foreach_batch(
         "steady": steady_rate(ends),
         "cpu": meter.result(),
         "steady_cpu": steady_cpu(meter, ends),
+        **sustained(meter, ends),
     }
 
 
@@ -289,6 +291,7 @@ def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> d
         "steady": steady_rate(ends),
         "cpu": cpu,
         "steady_cpu": steady_cpu(meter, ends),
+        **sustained(meter, ends),
         "triggers": len(every),
         "phases_ms": phases,
     }
@@ -316,6 +319,22 @@ def steady_cpu(meter: CpuMeter, ends: list[tuple[float, float, int]]) -> dict[st
     if not ends:
         return {"app": 0.0, "reader": 0.0}
     return meter.between(min(s for s, _, _ in ends), max(e for _, e, _ in ends))
+
+
+def sustained(meter: CpuMeter, ends: list[tuple[float, float, int]]) -> dict[str, Any]:
+    """Rows/s and CPU from the end of the first batch with rows to the end of the last: the
+    pipeline once running (the first batch's start-up, joining the group and, for the source,
+    a read with nothing read ahead yet, left out; both paths alike)."""
+    ordered = sorted(ends, key=lambda e: e[1])
+    if len(ordered) < 2:
+        return {}
+    start, end = ordered[0][1], ordered[-1][1]
+    rows = sum(r for _, _, r in ordered[1:])
+    return {
+        "sustained": rows / (end - start) if end > start else 0.0,
+        "sustained_rows": rows,
+        "sustained_cpu": meter.between(start, end),
+    }
 
 
 def steady_rate(ends: list[tuple[float, float, int]]) -> float:
@@ -355,7 +374,8 @@ def summary_line(r: dict[str, Any]) -> str:
     steady = {k: f"{v * per:.2f}" for k, v in sorted(r.get("steady_cpu", {}).items())}
     line = (
         f"{r['records']} records in {r['batches']} batches, {r['records'] / r['whole']:.0f} "
-        f"rows/s whole, {r['steady']:.0f} steady; CPU s/100k {cpu}, steady {steady}"
+        f"rows/s whole, {r['steady']:.0f} steady, {r.get('sustained', 0):.0f} after the first "
+        f"batch; CPU s/100k {cpu}, steady {steady}"
     )
     if "phases_ms" in r:
         phases = ", ".join(f"{k} {v / 1000:.1f}" for k, v in sorted(r["phases_ms"].items()))
@@ -367,8 +387,9 @@ def summary_line(r: dict[str, Any]) -> str:
 def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) -> dict[str, Any]:
     """``Kinesumer.poll`` batches, committed, no Spark: what one Python process reads here."""
     cfg = bench_config(kurl, durl, f"bench-spark-poll-{uuid.uuid4().hex[:8]}", auto_commit=False)
-    count = batches = 0
+    count = batches = first_rows = 0
     first: float | None = None
+    after_first = after_first_cpu = 0.0
     cpu = first_cpu = time.process_time()
     started = time.monotonic()
     with Kinesumer(cfg) as consumer:
@@ -378,6 +399,11 @@ def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) ->
             got = consumer.poll(max_records=batch, timeout=2.0)
             if got and first is None:  # steady from the poll that brought the first records
                 first, first_cpu = asked, asked_cpu
+                after_first, after_first_cpu, first_rows = (
+                    time.monotonic(),
+                    time.process_time(),
+                    len(got),
+                )
             count += len(got)
             batches += bool(got)
             consumer.commit()
@@ -391,6 +417,9 @@ def poll_reference(kurl: str, durl: str, stream: str, batch: int, total: int) ->
         "steady": count / (end - (first or started)),
         "cpu": {"app": time.process_time() - cpu},
         "steady_cpu": {"app": end_cpu - first_cpu},
+        "sustained": (count - first_rows) / (end - after_first),
+        "sustained_rows": count - first_rows,
+        "sustained_cpu": {"app": end_cpu - after_first_cpu},
     }
 
 
@@ -489,9 +518,55 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "driver_cpu": driver,
                 "steady_driver_cpu": steady_driver,
                 "cpu": cpu,
+                **sustained_cells(group),
             }
         )
     return out
+
+
+def sustained_cells(group: list[dict[str, Any]]) -> dict[str, float]:
+    """Medians of the sustained part: rows/s, and CPU per 100k records of the driver side
+    (app + reader) and of the executors' Python."""
+    runs = [r for r in group if r.get("sustained_rows")]
+    if not runs:
+        return {}
+
+    def per_100k(r: dict[str, Any], *roles: str) -> float:
+        return sum(r["sustained_cpu"].get(k, 0.0) for k in roles) * 100_000 / r["sustained_rows"]
+
+    return {
+        "sustained": statistics.median(r["sustained"] for r in runs),
+        "sustained_driver_cpu": statistics.median(per_100k(r, "app", "reader") for r in runs),
+        "sustained_executors_cpu": statistics.median(per_100k(r, "executors") for r in runs),
+    }
+
+
+def sustained_table(r: dict[str, Any]) -> str:
+    """The pipeline once running (after each path's first batch): rows/s and CPU per 100k."""
+    lines = [
+        "Once running (from the end of each path's first batch to the end of its last): rows/s "
+        "and CPU seconds per 100k records, driver side (application + the source's reader) and "
+        "executors' Python (the source's reads).",
+        "",
+        "| path | sink | master | rows/s | x foreach_batch | driver CPU | executors' CPU |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    base = {
+        c["master"]: c.get("sustained", 0.0)
+        for c in r["cells"]
+        if c["contender"].startswith("foreach_batch/")
+    }
+    for c in r["cells"]:
+        if "sustained" not in c:
+            continue
+        face, sink = c["contender"].split("/")
+        ratio = c["sustained"] / base[c["master"]] if base.get(c["master"]) else None
+        lines.append(
+            f"| {face} | {sink} | {c['master']} | {c['sustained']:.0f} | "
+            + (f"{ratio:.2f}x" if ratio else "-")
+            + f" | {c['sustained_driver_cpu']:.2f} s | {c['sustained_executors_cpu']:.2f} s |"
+        )
+    return "\n".join(lines)
 
 
 def table(r: dict[str, Any]) -> str:
@@ -533,6 +608,8 @@ def table(r: dict[str, Any]) -> str:
             f"{c['steady']:.0f} | {c['driver_cpu']:.2f} s | {parts} | "
             f"{c['steady_driver_cpu']:.2f} s | {workers} | {cpu.get('jvm', 0.0):.2f} s |"
         )
+    if any("sustained" in c for c in r["cells"]):
+        lines += ["", sustained_table(r)]
     if r.get("latency"):  # bench_spark_latency.py, as benchmarks/run.py measured it
         import bench_spark_latency
 

@@ -29,7 +29,6 @@ if _typing.TYPE_CHECKING:
         read_stream,
         register,
     )
-    from .executor import ReplayMismatchError
     from .groups import group_of
     from .options import (
         SENSITIVE_OPTIONS,
@@ -39,6 +38,7 @@ if _typing.TYPE_CHECKING:
         redact_sensitive_options,
     )
     from .outage import SourceOutageError
+    from .shard_read import ReplayMismatchError
 
 # Bound on first use (kinesumer.lazy_imports): an executor's read task imports ``executor`` and
 # ``partition`` through this package; the planner (the driver side) is not theirs to import.
@@ -48,7 +48,7 @@ _LAZY_NAMES = {
     "KinesumerDataSource": ".datasource",
     "KinesumerStreamReader": ".datasource",
     "REQUIRED_PYSPARK": ".compat",
-    "ReplayMismatchError": ".executor",
+    "ReplayMismatchError": ".shard_read",
     "SCHEMA": ".datasource",
     "SENSITIVE_OPTIONS": ".options",
     "SOURCE_DEFAULTS": ".options",

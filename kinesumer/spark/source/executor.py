@@ -20,37 +20,32 @@ what a concurrent attempt might not agree on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
-from ...errors import KinesumerError
-from ...kinesis import KinesisReader, ShardBatch
-from ...kinesis.reader import IteratorExpired
-from ...models import Position, Record
+from ...kinesis import KinesisReader
+from ...models import Record
 from ..arrow import records_to_batches
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
 from .partition import ShardPartition
+from .readahead import ReadAheadBatch, ReadAheadFiles, default_root
+from .shard_read import ShardRangeReader
 
 log = logging.getLogger("kinesumer.spark.source")
 
 #: Rows per Arrow record batch handed to Spark.
 ARROW_BATCH_ROWS = 10_000
-
-
-class ReplayMismatchError(KinesumerError):
-    """A replayed batch could not read the records its ledger recorded (trimmed by retention,
-    or the stream was re-created): the batch cannot be reproduced exactly."""
 
 
 class InjectedReadFailure(RuntimeError):
@@ -100,7 +95,8 @@ class WorkerClients:
             # objects are, here, the garbage of opening the clients). Once per Config.
             gc.collect()
             gc.freeze()
-        return await read_with(opened[0], opened[1], p)
+        files = ReadAheadFiles(default_root(), p.config.app, p.query) if p.read_ahead else None
+        return await read_with(opened[0], opened[1], p, files)
 
 
 _WORKER: WorkerClients | None = None
@@ -127,24 +123,105 @@ async def read_records(p: ShardPartition) -> list[Record]:
         await clients.close()
 
 
-async def read_with(clients: AwsClients, stats: RequestStats, p: ShardPartition) -> list[Record]:
-    """The partition's records, as the ledger decides (see the module docstring)."""
+async def read_with(
+    clients: AwsClients,
+    stats: RequestStats,
+    p: ShardPartition,
+    read_ahead: ReadAheadFiles | None = None,
+) -> list[Record]:
+    """The partition's records, as the ledger decides (see the module docstring), taken from
+    this host's read-ahead of the shard when there is one (see :mod:`.readahead`)."""
     ledger = Ledger(
         clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl
     )
-    shard = _ShardReader(KinesisReader(clients.kinesis, stats, p.config.region), p)
+    reader = KinesisReader(clients.kinesis, stats, p.config.region)
+    shard = ShardRangeReader(reader, p)
     entry = await ledger.get(p.batch, p.stream, p.shard_id)
     if entry is not None:
         log.info("%s: replay of %d records", p.describe(), entry.count)
         return await shard.replay(entry)
-    records, entry = await shard.read_new()
+    ahead = None
+    if read_ahead is not None and p.start.after is not None:
+        wait = p.max_read_seconds + READ_AHEAD_GRACE
+        ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait)
+    if ahead is not None and ahead.records:
+        records, entry = shard.from_read_ahead(ahead)
+    else:
+        records, entry = await shard.read_new()
     held = await ledger.record(entry)
     _maybe_fail(p)
     if held != entry:
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
         return await shard.replay(held)
     log.info("%s: %d records%s", p.describe(), len(records), _how(entry))
+    if read_ahead is not None and _more_behind(entry, p):
+        _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard))
     return records
+
+
+#: How long past ``max_read_seconds`` a task waits for a read-ahead of its start under way
+#: before reading itself (GetShardIterator and retries come on top of the read's own bound).
+READ_AHEAD_GRACE = 5.0
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _start(coro: Any) -> None:
+    """Run ``coro`` on the worker's loop after the task returns (a reference is kept)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+def _more_behind(entry: LedgerEntry, p: ShardPartition) -> bool:
+    """Whether the batch stopped at its limit with the shard not caught up: records are behind
+    it, worth reading ahead. An idle or closed shard is never read ahead."""
+    return entry.end is not None and entry.count >= p.limit and not entry.caught_up
+
+
+def _next_of(p: ShardPartition, entry: LedgerEntry) -> ShardPartition:
+    """The partition the next batch of this shard will most likely be: from right after this
+    batch's recorded end, under the same claim and limit."""
+    start = Start(after=entry.end, lease=p.start.lease)
+    return dataclasses.replace(p, batch=p.batch + 1, start=start)
+
+
+async def _read_ahead(
+    files: ReadAheadFiles, reader: KinesisReader, p: ShardPartition, done: ShardRangeReader
+) -> None:
+    """Read the shard's next batches ahead, from ``p``'s start, while records are behind and
+    up to the read-ahead's depth, and leave them for their tasks. A failure leaves nothing:
+    the next task reads for itself, and meets the error there if it lasts."""
+    while True:
+        after = p.start.after
+        assert after is not None
+        try:
+            if not files.begin(p.stream, p.shard_id, after):
+                return
+        except OSError as error:
+            log.warning("%s: no read-ahead: %r", p.describe(), error)
+            return
+        ahead = ShardRangeReader(reader, p)
+        ahead.paced_after(done)  # the shard's reads stay ``scan_interval`` apart
+        try:
+            records, entry = await ahead.read_new()
+            if not records:
+                files.abandon(p.stream, p.shard_id, after)
+                return
+            batch = ReadAheadBatch(
+                after, records, entry.caught_up, entry.shard_end, entry.millis_behind
+            )
+            files.finish(p.stream, p.shard_id, batch)
+        except asyncio.CancelledError:
+            files.abandon(p.stream, p.shard_id, after)
+            raise
+        except Exception as error:  # the next task reads for itself
+            files.abandon(p.stream, p.shard_id, after)
+            log.warning("%s: read-ahead failed, the task will read: %r", p.describe(), error)
+            return
+        if not _more_behind(entry, p):
+            return
+        p, done = _next_of(p, entry), ahead
 
 
 def _how(entry: LedgerEntry) -> str:
@@ -164,156 +241,3 @@ def _maybe_fail(p: ShardPartition) -> None:
         return
     os.close(fd)
     raise InjectedReadFailure(f"test seam: first read of {p.describe()} fails once")
-
-
-def _reached_tip(batch: ShardBatch, asked: int) -> bool:
-    """Whether an answer that gave records ended at the shard's tip: nothing behind it
-    (``MillisBehindLatest`` 0) and fewer records than asked for. The second half keeps a
-    stand-in that always reports 0 (kinesalite) from ending a backlog's read after one full
-    answer; on AWS an answer cut short by size says how far behind it is. An answer whose only
-    record was the resume point (skipped) gave nothing: that case stays with the empty-answer
-    rule, which asks once more so a drained closed shard can say SHARD_END."""
-    return bool(batch.records) and batch.millis_behind == 0 and batch.raw_count < asked
-
-
-def _position(record: Record) -> tuple[int, int]:
-    return int(record.sequence_number), record.sub_sequence_number
-
-
-class _ShardReader:
-    """GetRecords on one shard for one partition, paced at ``scan_interval``."""
-
-    def __init__(self, reader: KinesisReader, p: ShardPartition) -> None:
-        self._reader = reader
-        self._p = p
-        self._next_call = 0.0
-        self.asked = p.config.scan_limit  # the Limit of the last GetRecords
-
-    async def _iterator(self, start: Start, after: Position | None) -> str:
-        return await self._reader.shard_iterator(
-            self._p.stream,
-            self._p.shard_id,
-            after,
-            start.initial,  # type: ignore[arg-type]
-        )
-
-    async def _records(self, deadline: float, wanted: Callable[[], int]) -> Any:
-        """Yield GetRecords answers from the partition's start (an async generator), each asked
-        for no more records than the caller still ``wanted()`` (at most ``scan_limit``).
-
-        Asking for what the batch still needs, not ``scan_limit``: a batch of 5,000 records per
-        shard once read 10,000 and dropped half, twice the bytes against the shard's 2 MB/s of
-        reads (and, on on-demand streams, its bill) and twice the time. A Kinesis record holds
-        one or more of the user records ``wanted`` counts (KPL aggregates hold several), so
-        that many Kinesis records are always enough; one more when the answer starts with the
-        resume record, whose user records up to the resume point are skipped."""
-        p = self._p
-        after = p.start.after
-        iterator = await self._iterator(p.start, after)
-        skip = last = after
-        loop = asyncio.get_running_loop()
-        while True:
-            delay = self._next_call - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._next_call = loop.time() + p.config.scan_interval
-            self.asked = min(p.config.scan_limit, max(1, wanted()) + (1 if skip else 0))
-            try:
-                batch = await self._reader.get_records(
-                    p.stream, p.shard_id, iterator, self.asked, skip
-                )
-            except IteratorExpired:
-                # Resume after the last record read (AT it, skipping through it).
-                iterator = await self._iterator(p.start, last)
-                skip = last
-                continue
-            if batch.raw_count:
-                skip = None  # the resume point has been passed
-            if batch.records:
-                tail = batch.records[-1]
-                last = Position(tail.sequence_number, tail.sub_sequence_number)
-            yield batch
-            if batch.next_iterator is None or time.monotonic() >= deadline:
-                return
-            iterator = batch.next_iterator
-
-    async def read_new(self) -> tuple[list[Record], LedgerEntry]:
-        p = self._p
-        out: list[Record] = []
-        caught_up = shard_end = False
-        empty = 0
-        behind: int | None = None  # the last answer's MillisBehindLatest (for progress)
-        deadline = time.monotonic() + p.max_read_seconds
-        async for batch in self._records(deadline, lambda: p.limit - len(out)):
-            behind = batch.millis_behind
-            out.extend(batch.records)
-            if len(out) > p.limit:
-                del out[p.limit :]  # the rest of this answer belongs to the next batch
-                break
-            if batch.next_iterator is None:
-                shard_end = True
-                break
-            if len(out) == p.limit:
-                break
-            if batch.raw_count == 0 and not batch.millis_behind:
-                # At the tip. With nothing read yet, ask once more: a drained closed shard may
-                # answer empty once before it says SHARD_END (kinesalite does).
-                empty += 1
-                if out or empty >= 2:
-                    caught_up = True
-                    break
-            elif _reached_tip(batch, self.asked):
-                # A steady trickle never answers empty: stop where the answer reached the tip,
-                # so a batch lasts about one GetRecords, not ``max_read_seconds``.
-                caught_up = True
-                break
-        arrivals = [r.approximate_arrival_timestamp for r in out]
-        last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
-        end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None
-        entry = LedgerEntry(
-            batch=p.batch,
-            stream=p.stream,
-            shard_id=p.shard_id,
-            end=end,
-            count=len(out),
-            caught_up=caught_up,
-            shard_end=shard_end,
-            last_arrival_ms=last_arrival,
-            owner=p.owner,
-            lease=p.start.lease,
-            millis_behind=behind,
-        )
-        return out, entry
-
-    async def replay(self, entry: LedgerEntry) -> list[Record]:
-        """Exactly the ``entry.count`` records from the start through ``entry.end``."""
-        p = self._p
-        if entry.end is None or entry.count == 0:
-            return []
-        end = (int(entry.end.sequence_number), entry.end.sub_sequence_number)
-        out: list[Record] = []
-        deadline = time.monotonic() + max(60.0, 3 * p.max_read_seconds)
-        reached = False
-        empty = 0
-        async for batch in self._records(deadline, lambda: entry.count - len(out)):
-            for record in batch.records:
-                if _position(record) > end:
-                    break
-                out.append(record)
-            if (out and _position(out[-1]) >= end) or len(out) >= entry.count:
-                reached = True
-                break
-            if batch.records and _position(batch.records[-1]) > end:
-                break
-            tip = batch.raw_count == 0 and not batch.millis_behind
-            empty = empty + 1 if tip else 0
-            if empty >= 3:
-                break  # at the shard's tip, and the recorded end never came: it is not there
-        if not reached or len(out) != entry.count or _position(out[-1]) != end:
-            raise ReplayMismatchError(
-                f"{p.describe()}: the ledger recorded {entry.count} records ending at "
-                f"{entry.end.sequence_number}/{entry.end.sub_sequence_number}, but the shard now "
-                f"gives {len(out)} records to that point: trimmed by retention, or the stream "
-                f"was re-created; the batch cannot be replayed exactly"
-            )
-        return out

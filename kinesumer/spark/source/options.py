@@ -49,6 +49,9 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # Kinesis or DynamoDB failing: how long (seconds) the source retries a step, with backoff,
     # before the query fails with SourceOutageError naming the service and since when.
     "outage_timeout": 300.0,
+    # An executor that took a full batch from a shard reads the shard's next batch ahead, on
+    # its host, while Spark finishes this one (kinesumer.spark.source.readahead).
+    "read_ahead": True,
     # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
     "log_level": None,
     # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
@@ -128,6 +131,7 @@ class SourceOptions:
     log_level: str | None = None
     shared_group: bool = False
     outage_timeout: float = 300.0
+    read_ahead: bool = True
 
     def __post_init__(self) -> None:
         # Built in each Spark worker that parses the options (the planner's among them).
@@ -238,7 +242,7 @@ def _source_value(name: str, raw: str) -> Any:
         return text or None
     if name == "log_level":
         return parse_log_level(text)
-    if name == "shared_group":
+    if name in ("shared_group", "read_ahead"):
         return _bool(name, text)
     if name == "max_records_per_trigger" and text.lower() in ("", "none", "null"):
         return None

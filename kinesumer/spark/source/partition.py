@@ -37,6 +37,9 @@ class ShardPartition(InputPartition):
     fail_first_read_dir: str | None = None
     #: How long a read rides out a Kinesis or DynamoDB outage (option ``outage_timeout``).
     outage_timeout: float = 300.0
+    #: Read the shard's next batch ahead on this host when records are behind (option
+    #: ``read_ahead``; see :mod:`kinesumer.spark.source.readahead`).
+    read_ahead: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -62,6 +65,7 @@ def partitions_of(o: SourceOptions, end: SourceOffset) -> list[ShardPartition]:
             ledger_ttl=o.ledger_ttl_seconds,
             fail_first_read_dir=o.test_fail_first_read_dir,
             outage_timeout=o.outage_timeout,
+            read_ahead=o.read_ahead,
         )
         for (stream, shard_id), start in sorted(end.shards.items())
     ]

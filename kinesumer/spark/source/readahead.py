@@ -1,0 +1,308 @@
+"""Read-ahead: an executor reads a backlogged shard's next batch while Spark finishes this one.
+
+A source batch reads, then Spark runs the batch, commits, and plans the next: nothing overlaps,
+and the reads wait on Kinesis while the rest of the trigger waits on the reads. So when a task
+took a full batch from a shard (more records are behind it), its worker goes on reading the
+next batch's records in the background, from right after the end the ledger just recorded, and
+leaves them in a file on this host. The next batch's task for that shard, in whichever Python
+worker of this host Spark gives it to, takes the file instead of reading: the same records a
+read from that start would have given first (a shard's records never change), so the batch it
+forms is one a read could have formed, and the ledger still decides every batch as before.
+
+Files, not memory: Spark hands a shard's tasks to any of the host's Python workers, so what one
+worker read ahead must be found by the others. ``<name>.pending`` (created exclusively) says a
+worker is reading ahead; ``<name>.data`` holds the result, written whole then renamed; a task
+takes it by renaming it to a name of its own, so one task at most uses it. Records are
+msgpack (no pickle: the files are data, never code), in a directory only this user can open.
+
+The read-ahead goes on from batch to batch while records are behind, up to :data:`DEPTH`
+batches ahead of the tasks, so reading runs on while Spark plans, commits and runs batches, as
+a Kinesumer member's fetchers run on while the application handles what they fetched.
+
+Misses cost reads: on a cluster the next task of a shard may run on another host, and what
+this host read ahead is read again there. A task that finds this host's read-ahead of an
+earlier start still untaken stops this host reading that shard ahead for :data:`COLD_SECONDS`,
+so a shard hopping between hosts costs at most :data:`DEPTH` extra batches per host per
+period. Option ``read_ahead=false``
+turns it off (see docs/spark/source.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import msgspec
+
+from ...models import Position, Record
+
+log = logging.getLogger("kinesumer.spark.source")
+
+#: A host that found its read-ahead of a shard untaken stops reading that shard ahead this long.
+COLD_SECONDS = 600.0
+#: Files older than this are removed when a worker reads ahead (a stopped query's leftovers).
+STALE_SECONDS = 600.0
+#: Batches a host reads ahead of a shard's tasks at most.
+DEPTH = 2
+#: How often a task looks again while another worker's read-ahead of its start is under way.
+WAIT_STEP = 0.005
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _Stored(msgspec.Struct, array_like=True):
+    stream: str
+    shard_id: str
+    after: tuple[str, int]
+    caught_up: bool
+    shard_end: bool
+    millis_behind: int | None
+    # sequence number, sub-sequence number, partition key, data, arrival (µs since the epoch)
+    records: list[tuple[str, int, str, bytes, int | None]]
+
+
+@dataclass(frozen=True)
+class ReadAheadBatch:
+    """What a worker read ahead from right after ``after``: the first ``len(records)`` records
+    there, and how that read ended (as :meth:`_ShardReader.read_new` reports it)."""
+
+    after: Position
+    records: list[Record]
+    caught_up: bool
+    shard_end: bool
+    millis_behind: int | None
+
+
+def default_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"kinesumer-read-ahead-{os.getuid()}"
+
+
+class ReadAheadFiles:
+    """This host's read-ahead files of one query (``query``) under ``root``."""
+
+    def __init__(self, root: Path, app: str, query: str) -> None:
+        self._root = root
+        self._dir = root / _digest(app, query)
+
+    def _private(self) -> bool:
+        """Whether the root is this user's alone: files another user could write there would
+        be taken for records. Anything else turns read-ahead off (logged)."""
+        try:
+            info = self._root.stat()
+        except OSError:
+            return False
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            log.warning("read-ahead off: %s is not this user's alone", self._root)
+            return False
+        return True
+
+    def _shard_prefix(self, stream: str, shard_id: str) -> str:
+        return _digest(stream, shard_id)
+
+    def _name(self, stream: str, shard_id: str, after: Position) -> Path:
+        tail = f"{after.sequence_number}-{after.sub_sequence_number}"
+        return self._dir / f"{self._shard_prefix(stream, shard_id)}-{tail}"
+
+    # -- the task that needs a batch ------------------------------------------------------------
+    async def take(
+        self, stream: str, shard_id: str, after: Position, wait: float
+    ) -> ReadAheadBatch | None:
+        """The read-ahead of ``stream/shard_id`` from right after ``after``, if this host has
+        one (waiting up to ``wait`` seconds for one under way); None otherwise."""
+        if not self._private():
+            return None
+        name = self._name(stream, shard_id, after)
+        data, pending = name.with_suffix(".data"), name.with_suffix(".pending")
+        self._started(stream, shard_id, after)
+        deadline = time.monotonic() + wait
+        # Another process's file: no event to wait on across processes, so look every 5 ms.
+        while not data.exists() and _alive(pending) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(WAIT_STEP)
+        self._drop_passed(stream, shard_id, after)
+        claimed = name.with_suffix(f".taken-{os.getpid()}")
+        try:
+            os.rename(data, claimed)
+        except FileNotFoundError:
+            return None  # none, or another attempt of this batch took it first
+        try:
+            stored = msgspec.msgpack.decode(claimed.read_bytes(), type=_Stored)
+        finally:
+            claimed.unlink(missing_ok=True)
+        if (stored.stream, stored.shard_id, tuple(stored.after)) != (
+            stream,
+            shard_id,
+            (after.sequence_number, after.sub_sequence_number),
+        ):
+            return None  # not ours (a digest collision): read as if there were none
+        return ReadAheadBatch(
+            after=after,
+            records=[
+                Record(stream, shard_id, seq, sub, key, data_, _arrival(us))
+                for seq, sub, key, data_, us in stored.records
+            ],
+            caught_up=stored.caught_up,
+            shard_end=stored.shard_end,
+            millis_behind=stored.millis_behind,
+        )
+
+    # -- the worker that reads ahead -------------------------------------------------------------
+    def begin(self, stream: str, shard_id: str, after: Position) -> bool:
+        """Claim the read-ahead of ``stream/shard_id`` from ``after`` for this worker: False if
+        the shard is cold on this host or another worker claimed it first."""
+        self._root.mkdir(exist_ok=True, mode=0o700)
+        if not self._private():
+            return False
+        self._dir.mkdir(exist_ok=True, mode=0o700)
+        prefix = self._shard_prefix(stream, shard_id)
+        name = self._name(stream, shard_id, after)
+        if _age(self._dir / f"{prefix}.cold") < COLD_SECONDS:
+            return False
+        self._sweep_stale()
+        ahead = [f for f in self._dir.iterdir() if f.name.startswith(prefix + "-")]
+        if sum(f.suffix in (".data", ".pending") for f in ahead) >= DEPTH:
+            return False  # far enough ahead: the next tasks have not caught up yet
+        pending = name.with_suffix(".pending")
+        try:
+            fd = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return False
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        # Checked after the claim, as :meth:`take` marks its start before it looks for one:
+        # either the task sees this claim and waits for it, or this sees the task's mark.
+        here = (int(after.sequence_number), after.sub_sequence_number)
+        for path in self._dir.glob(f"{prefix}-*.start"):
+            position = _position_of(path.name, prefix)
+            if position is not None and position >= here:
+                pending.unlink(missing_ok=True)
+                return False  # a task already started there: too late to read it ahead
+        if name.with_suffix(".data").exists():
+            # Read ahead already: the chain began it, then the task that took the batch before
+            # it asked for it again.
+            pending.unlink(missing_ok=True)
+            return False
+        return True
+
+    def _started(self, stream: str, shard_id: str, after: Position) -> None:
+        """Mark that a task of this host starts the shard at ``after`` (and forget its earlier
+        marks): a read-ahead from there or before would come too late."""
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        prefix = self._shard_prefix(stream, shard_id)
+        here = (int(after.sequence_number), after.sub_sequence_number)
+        self._name(stream, shard_id, after).with_suffix(".start").touch()
+        for path in self._dir.glob(f"{prefix}-*.start"):
+            position = _position_of(path.name, prefix)
+            if position is not None and position < here:
+                path.unlink(missing_ok=True)
+
+    def finish(self, stream: str, shard_id: str, batch: ReadAheadBatch) -> None:
+        """Leave ``batch`` for the next task and drop the claim :meth:`begin` made."""
+        name = self._name(stream, shard_id, batch.after)
+        stored = _Stored(
+            stream=stream,
+            shard_id=shard_id,
+            after=(batch.after.sequence_number, batch.after.sub_sequence_number),
+            caught_up=batch.caught_up,
+            shard_end=batch.shard_end,
+            millis_behind=batch.millis_behind,
+            records=[
+                (r.sequence_number, r.sub_sequence_number, r.partition_key, r.data, _micros(r))
+                for r in batch.records
+            ],
+        )
+        partial = name.with_suffix(f".partial-{os.getpid()}")
+        try:
+            partial.write_bytes(msgspec.msgpack.encode(stored))
+            os.rename(partial, name.with_suffix(".data"))
+        finally:
+            partial.unlink(missing_ok=True)
+            name.with_suffix(".pending").unlink(missing_ok=True)
+
+    def abandon(self, stream: str, shard_id: str, after: Position) -> None:
+        """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing."""
+        self._name(stream, shard_id, after).with_suffix(".pending").unlink(missing_ok=True)
+
+    def _drop_passed(self, stream: str, shard_id: str, after: Position) -> None:
+        """Remove this shard's read-ahead from before ``after``, never taken: its batch ran on
+        another host (or its start moved). A miss costs reads: the shard goes cold here."""
+        prefix = self._shard_prefix(stream, shard_id)
+        here = (int(after.sequence_number), after.sub_sequence_number)
+        try:
+            files = list(self._dir.iterdir())
+        except FileNotFoundError:
+            return
+        for path in files:
+            position = _position_of(path.name, prefix)
+            if position is not None and position < here and path.suffix == ".data":
+                log.info("read-ahead %s was never taken: not reading this shard ahead", path.name)
+                (self._dir / f"{prefix}.cold").touch()
+                path.unlink(missing_ok=True)
+
+    def _sweep_stale(self) -> None:
+        """Remove files of any shard older than :data:`STALE_SECONDS`: a stopped query's, or
+        a killed worker's claim."""
+        now = time.time()
+        for path in self._dir.iterdir():
+            if now - _mtime(path, now) > STALE_SECONDS:
+                path.unlink(missing_ok=True)
+
+
+def _position_of(name: str, prefix: str) -> tuple[int, int] | None:
+    """The start position in a file name ``<prefix>-<sequence>-<sub>.<kind>``, if it is one of
+    the shard's."""
+    if not name.startswith(prefix + "-"):
+        return None
+    parts = name[len(prefix) + 1 :].split(".", 1)[0].split("-")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def _alive(pending: Path) -> bool:
+    """Whether a read-ahead claimed by ``pending`` may still come: its file is there and its
+    worker lives (a worker killed while reading ahead leaves the file behind)."""
+    try:
+        pid = int(pending.read_text() or "0")
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _age(path: Path) -> float:
+    now = time.time()
+    return now - _mtime(path, now - 10 * COLD_SECONDS)
+
+
+def _mtime(path: Path, default: float) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return default
+
+
+def _micros(record: Record) -> int | None:
+    arrival = record.approximate_arrival_timestamp
+    return None if arrival is None else (arrival - _EPOCH) // _MICROSECOND
+
+
+def _arrival(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)

@@ -1,0 +1,199 @@
+"""Reading one shard's range for one Spark batch: a new read up to the batch's limit or the
+shard's tip, a replay of exactly a recorded range, or the batch formed from a read-ahead. The
+ledger, which decides which of these a task does, is the caller's (:mod:`.executor`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import KinesumerError
+from ...kinesis import KinesisReader, ShardBatch
+from ...kinesis.reader import IteratorExpired
+from ...models import Position, Record
+from .ledger import LedgerEntry
+from .offsets import Start
+from .partition import ShardPartition
+from .readahead import ReadAheadBatch
+
+
+class ReplayMismatchError(KinesumerError):
+    """A replayed batch could not read the records its ledger recorded (trimmed by retention,
+    or the stream was re-created): the batch cannot be reproduced exactly."""
+
+
+def _reached_tip(batch: ShardBatch, asked: int) -> bool:
+    """Whether an answer that gave records ended at the shard's tip: nothing behind it
+    (``MillisBehindLatest`` 0) and fewer records than asked for. The second half keeps a
+    stand-in that always reports 0 (kinesalite) from ending a backlog's read after one full
+    answer; on AWS an answer cut short by size says how far behind it is. An answer whose only
+    record was the resume point (skipped) gave nothing: that case stays with the empty-answer
+    rule, which asks once more so a drained closed shard can say SHARD_END."""
+    return bool(batch.records) and batch.millis_behind == 0 and batch.raw_count < asked
+
+
+def _position(record: Record) -> tuple[int, int]:
+    return int(record.sequence_number), record.sub_sequence_number
+
+
+class ShardRangeReader:
+    """GetRecords on one shard for one partition, paced at ``scan_interval``."""
+
+    def __init__(self, reader: KinesisReader, p: ShardPartition) -> None:
+        self._reader = reader
+        self._p = p
+        self._next_call = 0.0
+        self.asked = p.config.scan_limit  # the Limit of the last GetRecords
+
+    @property
+    def partition(self) -> ShardPartition:
+        return self._p
+
+    def paced_after(self, other: ShardRangeReader) -> None:
+        """Make this reader's first GetRecords wait as ``other``'s next would (same shard)."""
+        self._next_call = max(self._next_call, other._next_call)
+
+    def from_read_ahead(self, ahead: ReadAheadBatch) -> tuple[list[Record], LedgerEntry]:
+        """The batch a read from the partition's start would have formed from what was read
+        ahead: its first ``limit`` records. Caught up and SHARD_END hold only if all of them
+        fit (records past the limit mean more is behind)."""
+        records = ahead.records[: self._p.limit]
+        whole = len(records) == len(ahead.records)
+        caught_up, shard_end = ahead.caught_up and whole, ahead.shard_end and whole
+        return records, self._entry(records, caught_up, shard_end, ahead.millis_behind)
+
+    async def _iterator(self, start: Start, after: Position | None) -> str:
+        return await self._reader.shard_iterator(
+            self._p.stream,
+            self._p.shard_id,
+            after,
+            start.initial,  # type: ignore[arg-type]
+        )
+
+    async def _records(self, deadline: float, wanted: Callable[[], int]) -> Any:
+        """Yield GetRecords answers from the partition's start (an async generator), each asked
+        for no more records than the caller still ``wanted()`` (at most ``scan_limit``).
+
+        Asking for what the batch still needs, not ``scan_limit``: a batch of 5,000 records per
+        shard once read 10,000 and dropped half, twice the bytes against the shard's 2 MB/s of
+        reads (and, on on-demand streams, its bill) and twice the time. A Kinesis record holds
+        one or more of the user records ``wanted`` counts (KPL aggregates hold several), so
+        that many Kinesis records are always enough; one more when the answer starts with the
+        resume record, whose user records up to the resume point are skipped."""
+        p = self._p
+        after = p.start.after
+        iterator = await self._iterator(p.start, after)
+        skip = last = after
+        loop = asyncio.get_running_loop()
+        while True:
+            delay = self._next_call - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._next_call = loop.time() + p.config.scan_interval
+            self.asked = min(p.config.scan_limit, max(1, wanted()) + (1 if skip else 0))
+            try:
+                batch = await self._reader.get_records(
+                    p.stream, p.shard_id, iterator, self.asked, skip
+                )
+            except IteratorExpired:
+                # Resume after the last record read (AT it, skipping through it).
+                iterator = await self._iterator(p.start, last)
+                skip = last
+                continue
+            if batch.raw_count:
+                skip = None  # the resume point has been passed
+            if batch.records:
+                tail = batch.records[-1]
+                last = Position(tail.sequence_number, tail.sub_sequence_number)
+            yield batch
+            if batch.next_iterator is None or time.monotonic() >= deadline:
+                return
+            iterator = batch.next_iterator
+
+    async def read_new(self) -> tuple[list[Record], LedgerEntry]:
+        p = self._p
+        out: list[Record] = []
+        caught_up = shard_end = False
+        empty = 0
+        behind: int | None = None  # the last answer's MillisBehindLatest (for progress)
+        deadline = time.monotonic() + p.max_read_seconds
+        async for batch in self._records(deadline, lambda: p.limit - len(out)):
+            behind = batch.millis_behind
+            out.extend(batch.records)
+            if len(out) > p.limit:
+                del out[p.limit :]  # the rest of this answer belongs to the next batch
+                break
+            if batch.next_iterator is None:
+                shard_end = True
+                break
+            if len(out) == p.limit:
+                break
+            if batch.raw_count == 0 and not batch.millis_behind:
+                # At the tip. With nothing read yet, ask once more: a drained closed shard may
+                # answer empty once before it says SHARD_END (kinesalite does).
+                empty += 1
+                if out or empty >= 2:
+                    caught_up = True
+                    break
+            elif _reached_tip(batch, self.asked):
+                # A steady trickle never answers empty: stop where the answer reached the tip,
+                # so a batch lasts about one GetRecords, not ``max_read_seconds``.
+                caught_up = True
+                break
+        return out, self._entry(out, caught_up, shard_end, behind)
+
+    def _entry(
+        self, out: list[Record], caught_up: bool, shard_end: bool, behind: int | None
+    ) -> LedgerEntry:
+        p = self._p
+        arrivals = [r.approximate_arrival_timestamp for r in out]
+        last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
+        end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None
+        return LedgerEntry(
+            batch=p.batch,
+            stream=p.stream,
+            shard_id=p.shard_id,
+            end=end,
+            count=len(out),
+            caught_up=caught_up,
+            shard_end=shard_end,
+            last_arrival_ms=last_arrival,
+            owner=p.owner,
+            lease=p.start.lease,
+            millis_behind=behind,
+        )
+
+    async def replay(self, entry: LedgerEntry) -> list[Record]:
+        """Exactly the ``entry.count`` records from the start through ``entry.end``."""
+        p = self._p
+        if entry.end is None or entry.count == 0:
+            return []
+        end = (int(entry.end.sequence_number), entry.end.sub_sequence_number)
+        out: list[Record] = []
+        deadline = time.monotonic() + max(60.0, 3 * p.max_read_seconds)
+        reached = False
+        empty = 0
+        async for batch in self._records(deadline, lambda: entry.count - len(out)):
+            for record in batch.records:
+                if _position(record) > end:
+                    break
+                out.append(record)
+            if (out and _position(out[-1]) >= end) or len(out) >= entry.count:
+                reached = True
+                break
+            if batch.records and _position(batch.records[-1]) > end:
+                break
+            tip = batch.raw_count == 0 and not batch.millis_behind
+            empty = empty + 1 if tip else 0
+            if empty >= 3:
+                break  # at the shard's tip, and the recorded end never came: it is not there
+        if not reached or len(out) != entry.count or _position(out[-1]) != end:
+            raise ReplayMismatchError(
+                f"{p.describe()}: the ledger recorded {entry.count} records ending at "
+                f"{entry.end.sequence_number}/{entry.end.sub_sequence_number}, but the shard now "
+                f"gives {len(out)} records to that point: trimmed by retention, or the stream "
+                f"was re-created; the batch cannot be replayed exactly"
+            )
+        return out
