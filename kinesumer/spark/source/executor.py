@@ -143,7 +143,10 @@ async def read_with(
     ahead = None
     if read_ahead is not None and p.start.after is not None:
         wait = p.max_read_seconds + READ_AHEAD_GRACE
-        ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait)
+        try:
+            ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait)
+        except OSError as error:  # the folder, not the shard: read as if there were none
+            log.warning("%s: read-ahead not taken: %r", p.describe(), error)
     if ahead is not None and ahead.records:
         records, entry = shard.from_read_ahead(ahead)
     else:

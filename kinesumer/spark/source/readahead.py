@@ -33,6 +33,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -96,10 +97,10 @@ class ReadAheadFiles:
         """Whether the root is this user's alone: files another user could write there would
         be taken for records. Anything else turns read-ahead off (logged)."""
         try:
-            info = self._root.stat()
+            info = self._root.lstat()  # not followed: a link another user made is not ours
         except OSError:
             return False
-        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
             log.warning("read-ahead off: %s is not this user's alone", self._root)
             return False
         return True
@@ -134,6 +135,11 @@ class ReadAheadFiles:
             return None  # none, or another attempt of this batch took it first
         try:
             stored = msgspec.msgpack.decode(claimed.read_bytes(), type=_Stored)
+        except (OSError, msgspec.DecodeError) as error:
+            # Another kinesumer version's layout (a query restarted with the same id finds the
+            # files of its previous run), or a damaged file: the task reads for itself.
+            log.warning("read-ahead %s unreadable, reading instead: %r", name.name, error)
+            return None
         finally:
             claimed.unlink(missing_ok=True)
         if (stored.stream, stored.shard_id, tuple(stored.after)) != (
@@ -167,7 +173,11 @@ class ReadAheadFiles:
             return False
         self._sweep_stale()
         ahead = [f for f in self._dir.iterdir() if f.name.startswith(prefix + "-")]
-        if sum(f.suffix in (".data", ".pending") for f in ahead) >= DEPTH:
+        # A killed worker's claim stays (until swept): it reads nothing ahead, so not counted.
+        if (
+            sum(f.suffix == ".data" or (f.suffix == ".pending" and _alive(f)) for f in ahead)
+            >= DEPTH
+        ):
             return False  # far enough ahead: the next tasks have not caught up yet
         pending = name.with_suffix(".pending")
         try:

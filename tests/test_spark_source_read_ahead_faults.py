@@ -1,0 +1,208 @@
+"""Read-ahead under faults, without Spark: the planner, an executor worker's reads (one event
+loop kept between batches, as a reused PySpark worker keeps it) and the ledger on kinesalite +
+dynalite, the read-ahead files in a folder of the test's own.
+
+What a fault must never do: change a batch (every record once, in order, whatever was found in
+the folder) or fail a task that could have read for itself. What it may cost: reads."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _group import create_stream, make_config, setup_table
+from _spark_fakes import SoloMember
+from botocore.session import get_session
+
+from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.engine.loop_thread import LoopThread
+from kinesumer.models import Position, Record
+from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.partition import ShardPartition
+from kinesumer.spark.source.planner import Planner
+from kinesumer.spark.source.readahead import DEPTH, ReadAheadFiles
+
+
+@pytest.fixture
+def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    return {"config": config, "stream": stream, "url": kinesalite.url}
+
+
+def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
+    datas = [f"plain-{i}".encode() for i in range(count)]
+    client = get_session().create_client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url=setup["url"],
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    client.put_records(
+        StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
+    )
+    return datas
+
+
+async def _settled() -> None:
+    """Wait for the worker's background read-ahead (every other task on its loop)."""
+    current = asyncio.current_task()
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
+
+
+Hook = Callable[[int, ShardPartition, ReadAheadFiles], None]
+
+
+def read_batches(
+    setup: dict[str, Any], root: Path, per_shard: int, count: int, before: Hook | None = None
+) -> list[list[Record]]:
+    """``count`` batches read one after another by one worker with read-ahead on (the default),
+    ``before(i, partition, files)`` called before batch ``i``'s read (the read-ahead that the
+    batch before it began has ended by then)."""
+    options = SourceOptions(
+        config=setup["config"], streams=(setup["stream"],), max_records_per_shard=per_shard
+    )
+    assert options.read_ahead
+    planner = Planner(options, lambda config: SoloMember(config))
+    planner.initial_offset()
+    loop = LoopThread("test-read-ahead-worker")
+    stats = RequestStats()
+    clients = AwsClients(setup["config"], stats)
+    loop.run(clients.open())
+    out: list[list[Record]] = []
+    try:
+        files = ReadAheadFiles(root, setup["config"].app, planner.query or "")
+        end = SourceOffset(planner.query or "", 0).to_json()
+        for i in range(count):
+            end = planner.latest_offset(end, None)
+            (partition,) = planner.partitions(end)
+            partition = pickle.loads(pickle.dumps(partition))
+            assert partition.read_ahead
+            if before is not None:
+                before(i, partition, files)
+            out.append(loop.run(read_with(clients, stats, partition, files)))
+            loop.run(_settled())
+            planner.commit(end)
+    finally:
+        loop.run(clients.close())
+        loop.stop()
+        planner.close()
+    return out
+
+
+def data_files(root: Path) -> list[Path]:
+    return sorted(root.glob("*/*.data"))
+
+
+def test_batches_are_taken_from_the_read_ahead_exactly(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    produced = put_plain(setup, 35)
+    seen: list[int] = []
+    got = read_batches(
+        setup, tmp_path / "ra", 10, 4, lambda i, p, f: seen.append(len(data_files(tmp_path / "ra")))
+    )
+    assert [len(b) for b in got] == [10, 10, 10, 5]
+    assert [r.data for b in got for r in b] == produced
+    assert seen[1:] == [DEPTH, 1, 1]  # read ahead: batches 1-3 found theirs waiting
+    assert data_files(tmp_path / "ra") == []  # and took them
+
+
+def test_an_unreadable_read_ahead_file_is_read_past_not_a_task_failure(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """A ``.data`` file the worker cannot decode (a previous kinesumer version's layout, left
+    by a restarted query with the same id, or a damaged file) once failed the task."""
+    produced = put_plain(setup, 30)
+
+    def spoil(i: int, p: ShardPartition, files: ReadAheadFiles) -> None:
+        for path in data_files(tmp_path / "ra"):
+            path.write_bytes(b"\x93\x01\x02")  # msgpack, but not a read-ahead
+
+    got = read_batches(setup, tmp_path / "ra", 10, 3, spoil)
+    assert [r.data for b in got for r in b] == produced
+
+
+def test_a_broken_read_ahead_folder_is_read_past_not_a_task_failure(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """The query's folder gone wrong (here a file where the folder was: removed by a cleaner of
+    /tmp and its name taken) once failed every task of the query on the host."""
+    produced = put_plain(setup, 30)
+
+    def break_folder(i: int, p: ShardPartition, files: ReadAheadFiles) -> None:
+        if i == 1:
+            folder = tmp_path / "ra" / _digest(setup["config"].app, p.query)
+            shutil.rmtree(folder)
+            folder.write_bytes(b"")
+
+    got = read_batches(setup, tmp_path / "ra", 10, 3, break_folder)
+    assert [r.data for b in got for r in b] == produced
+
+
+def test_a_symlinked_root_turns_read_ahead_off(tmp_path: Path) -> None:
+    """Another user can create ``/tmp/kinesumer-read-ahead-<uid>`` as a symlink to a folder of
+    ours (mode 0700, ours): a check that follows it took the link for a private folder, and
+    the worker then created folders and removed files wherever the link pointed."""
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    root = tmp_path / "root"
+    root.symlink_to(target)
+    files = ReadAheadFiles(root, "app", "query")
+    assert not files.begin("s", "shardId-0", Position("1", 0))
+    assert list(target.iterdir()) == []
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    return child.pid
+
+
+def test_claims_of_killed_workers_do_not_hold_the_read_ahead_off(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """A worker killed while reading ahead leaves its ``.pending`` claim (pid inside); the
+    batch's task then reads for itself and goes past it. Such claims once counted toward
+    :data:`DEPTH` until swept 10 min later: two killed workers turned a shard's read-ahead off.
+    Here two dead claims lie just behind every batch's start."""
+    produced = put_plain(setup, 50)
+    seen: list[int] = []
+
+    def kill_claims(i: int, p: ShardPartition, files: ReadAheadFiles) -> None:
+        seen.append(len(data_files(tmp_path / "ra")))
+        after = p.start.after
+        if after is None:
+            return
+        folder = tmp_path / "ra" / _digest(setup["config"].app, p.query)
+        prefix = _digest(p.stream, p.shard_id)
+        for back in (1, 2):
+            name = f"{prefix}-{int(after.sequence_number) - back}-0.pending"
+            (folder / name).write_text(str(_dead_pid()))
+
+    got = read_batches(setup, tmp_path / "ra", 10, 5, kill_claims)
+    assert [r.data for b in got for r in b] == produced
+    # Batches 1-4 found theirs waiting, as with no claims left behind (before: [2, 1, 0, 0]).
+    # A task that took its batch reads on from its end only if that end was not read ahead
+    # already, so the depth ahead goes 2, 1, 2, 1.
+    assert seen[1:] == [DEPTH, 1, DEPTH, 1]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
