@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import DEPTH, ReadAheadFiles
+from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
 
 
 @pytest.fixture
@@ -206,3 +207,21 @@ def test_claims_of_killed_workers_do_not_hold_the_read_ahead_off(
 
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def test_a_read_ahead_left_by_a_stopped_query_is_not_taken_at_its_restart(tmp_path: Path) -> None:
+    """A query stopped with read-ahead files waiting, restarted later from the same checkpoint
+    (the same query id, so the same folder): they were taken, "caught up" included, though
+    records had arrived since; a batch of every shard caught up ends an availableNow run, which
+    then ended before reading what was there when it started (or, the stream re-created under
+    the same name, delivered the old stream's records)."""
+    files = ReadAheadFiles(tmp_path / "ra", "app", "query")
+    after = Position("100", 0)
+    assert files.begin("s", "shardId-0", after)
+    record = Record("s", "shardId-0", "101", 0, "k", b"old", None)
+    files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0))
+    (data,) = data_files(tmp_path / "ra")
+    an_hour_ago = time.time() - 3600
+    os.utime(data, (an_hour_ago, an_hour_ago))
+    assert asyncio.run(files.take("s", "shardId-0", after, 0.0)) is None
+    assert data_files(tmp_path / "ra") == []

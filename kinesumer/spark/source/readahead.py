@@ -48,7 +48,8 @@ log = logging.getLogger("kinesumer.spark.source")
 
 #: A host that found its read-ahead of a shard untaken stops reading that shard ahead this long.
 COLD_SECONDS = 600.0
-#: Files older than this are removed when a worker reads ahead (a stopped query's leftovers).
+#: Files older than this are removed when a worker reads ahead, and never taken (a stopped
+#: query's leftovers).
 STALE_SECONDS = 600.0
 #: Batches a host reads ahead of a shard's tasks at most.
 DEPTH = 2
@@ -134,6 +135,11 @@ class ReadAheadFiles:
         except FileNotFoundError:
             return None  # none, or another attempt of this batch took it first
         try:
+            if time.time() - claimed.stat().st_mtime > STALE_SECONDS:
+                # A stopped query's, found by its restart (same query id): its records are
+                # still the shard's (unless the stream was re-created), but its "caught up" is
+                # that of then, and a caught-up batch ends an availableNow run.
+                return None
             stored = msgspec.msgpack.decode(claimed.read_bytes(), type=_Stored)
         except (OSError, msgspec.DecodeError) as error:
             # Another kinesumer version's layout (a query restarted with the same id finds the
