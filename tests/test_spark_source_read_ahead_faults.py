@@ -27,6 +27,7 @@ from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
+from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
@@ -45,16 +46,19 @@ def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
     return {"config": config, "stream": stream, "url": kinesalite.url}
 
 
-def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
-    datas = [f"plain-{i}".encode() for i in range(count)]
-    client = get_session().create_client(
+def _client(setup: dict[str, Any]) -> Any:
+    return get_session().create_client(
         "kinesis",
         region_name="us-east-1",
         endpoint_url=setup["url"],
         aws_access_key_id="x",
         aws_secret_access_key="x",
     )
-    client.put_records(
+
+
+def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
+    datas = [f"plain-{i}".encode() for i in range(count)]
+    _client(setup).put_records(
         StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
     )
     return datas
@@ -122,6 +126,28 @@ def test_batches_are_taken_from_the_read_ahead_exactly(
     assert [r.data for b in got for r in b] == produced
     assert seen[1:] == [DEPTH, 1, 1]  # read ahead: batches 1-3 found theirs waiting
     assert data_files(tmp_path / "ra") == []  # and took them
+
+
+def test_batches_inside_kpl_aggregates_are_taken_from_the_read_ahead_exactly(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """Batches of 7 over aggregates of 5: every batch after the first starts inside an
+    aggregate (at a sub-sequence), so each read-ahead does too."""
+    client = _client(setup)
+    produced: list[bytes] = []
+    for a in range(6):
+        packed = Aggregate()
+        for i in range(5):
+            produced.append(f"agg-{a}-{i}".encode())
+            packed.add(produced[-1], f"k{i}")
+        client.put_record(StreamName=setup["stream"], Data=packed.encode(), PartitionKey="k")
+    seen: list[int] = []
+    got = read_batches(
+        setup, tmp_path / "ra", 7, 5, lambda i, p, f: seen.append(len(data_files(tmp_path / "ra")))
+    )
+    assert [len(b) for b in got] == [7, 7, 7, 7, 2]
+    assert [r.data for b in got for r in b] == produced
+    assert all(seen[1:])  # each found its batch read ahead
 
 
 def test_an_unreadable_read_ahead_file_is_read_past_not_a_task_failure(
