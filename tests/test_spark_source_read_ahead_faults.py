@@ -251,3 +251,22 @@ def test_a_read_ahead_left_by_a_stopped_query_is_not_taken_at_its_restart(tmp_pa
     os.utime(data, (an_hour_ago, an_hour_ago))
     assert asyncio.run(files.take("s", "shardId-0", after, 0.0)) is None
     assert data_files(tmp_path / "ra") == []
+
+
+def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(tmp_path: Path) -> None:
+    """Only a query's own read-ahead swept its folder: a query stopped for good left up to
+    DEPTH batches per shard in /tmp (with the defaults, 10,000 records each) for ever."""
+    root = tmp_path / "ra"
+    stopped = ReadAheadFiles(root, "app", "stopped-query")
+    after = Position("100", 0)
+    assert stopped.begin("s", "shardId-0", after)
+    record = Record("s", "shardId-0", "101", 0, "k", b"x", None)
+    stopped.finish("s", "shardId-0", ReadAheadBatch(after, [record], False, False, 5))
+    (data,) = data_files(root)
+    an_hour_ago = time.time() - 3600
+    os.utime(data, (an_hour_ago, an_hour_ago))
+    os.utime(data.parent, (an_hour_ago, an_hour_ago))
+    running = ReadAheadFiles(root, "app", "running-query")
+    assert running.begin("s", "shardId-0", after)
+    assert not data.parent.exists()
+    assert [f.name for f in root.iterdir()] == [_digest("app", "running-query")]

@@ -30,6 +30,7 @@ turns it off (see docs/spark/source.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -263,12 +264,23 @@ class ReadAheadFiles:
                 path.unlink(missing_ok=True)
 
     def _sweep_stale(self) -> None:
-        """Remove files of any shard older than :data:`STALE_SECONDS`: a stopped query's, or
-        a killed worker's claim."""
+        """Remove files older than :data:`STALE_SECONDS` in the folders of all this user's
+        queries on this host (a killed worker's claim, a stopped query's read-ahead), and the
+        folders of stopped queries once empty. A query stopped for good never comes back to
+        remove its own: up to :data:`DEPTH` batches per shard would stay in /tmp."""
         now = time.time()
-        for path in self._dir.iterdir():
-            if now - _mtime(path, now) > STALE_SECONDS:
-                path.unlink(missing_ok=True)
+        for folder in self._root.iterdir():
+            idle = now - _mtime(folder, now) > STALE_SECONDS  # before removals touch it
+            try:
+                files = list(folder.iterdir())
+            except (NotADirectoryError, FileNotFoundError):
+                continue
+            for path in files:
+                if now - _mtime(path, now) > STALE_SECONDS:
+                    path.unlink(missing_ok=True)
+            if idle and folder != self._dir:
+                with contextlib.suppress(OSError):  # not empty: a file came meanwhile
+                    folder.rmdir()
 
 
 def _position_of(name: str, prefix: str) -> tuple[int, int] | None:
