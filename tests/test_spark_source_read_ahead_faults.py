@@ -70,15 +70,27 @@ async def _settled() -> None:
     await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
 
 
+async def _attempts(
+    count: int, clients: AwsClients, stats: RequestStats, p: ShardPartition, files: ReadAheadFiles
+) -> list[list[Record]]:
+    return list(await asyncio.gather(*(read_with(clients, stats, p, files) for _ in range(count))))
+
+
 Hook = Callable[[int, ShardPartition, ReadAheadFiles], None]
 
 
 def read_batches(
-    setup: dict[str, Any], root: Path, per_shard: int, count: int, before: Hook | None = None
+    setup: dict[str, Any],
+    root: Path,
+    per_shard: int,
+    count: int,
+    before: Hook | None = None,
+    attempts: int = 1,
 ) -> list[list[Record]]:
     """``count`` batches read one after another by one worker with read-ahead on (the default),
     ``before(i, partition, files)`` called before batch ``i``'s read (the read-ahead that the
-    batch before it began has ended by then)."""
+    batch before it began has ended by then); ``attempts`` of each batch at once (a retry or a
+    speculative copy racing the first), which must all give the same records."""
     options = SourceOptions(
         config=setup["config"], streams=(setup["stream"],), max_records_per_shard=per_shard
     )
@@ -100,7 +112,9 @@ def read_batches(
             assert partition.read_ahead
             if before is not None:
                 before(i, partition, files)
-            out.append(loop.run(read_with(clients, stats, partition, files)))
+            got = loop.run(_attempts(attempts, clients, stats, partition, files))
+            assert all(g == got[0] for g in got)
+            out.append(got[0])
             loop.run(_settled())
             planner.commit(end)
     finally:
@@ -126,6 +140,18 @@ def test_batches_are_taken_from_the_read_ahead_exactly(
     assert [r.data for b in got for r in b] == produced
     assert seen[1:] == [DEPTH, 1, 1]  # read ahead: batches 1-3 found theirs waiting
     assert data_files(tmp_path / "ra") == []  # and took them
+
+
+def test_racing_attempts_of_each_batch_agree_with_one_taking_the_read_ahead(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """Two attempts of every batch at once: one takes the read-ahead, the other reads (or waits
+    for the read-ahead under way, then reads); the ledger makes them agree."""
+    produced = put_plain(setup, 45)
+    got = read_batches(setup, tmp_path / "ra", 10, 5, attempts=2)
+    assert [len(b) for b in got] == [10, 10, 10, 10, 5]
+    assert [r.data for b in got for r in b] == produced
+    assert data_files(tmp_path / "ra") == []
 
 
 def test_batches_inside_kpl_aggregates_are_taken_from_the_read_ahead_exactly(
