@@ -255,6 +255,9 @@ def test_claims_of_killed_workers_do_not_hold_the_read_ahead_off(
     # A task that took its batch reads on from its end only if that end was not read ahead
     # already, so the depth ahead goes 2, 1, 2, 1.
     assert seen[1:] == [DEPTH, 1, DEPTH, 1]
+    # and were removed once passed, not left to the sweep 10 min later (a worker Spark does
+    # not reuse leaves one per batch and shard: the folder filled with them).
+    assert list((tmp_path / "ra").glob("*/*.pending")) == []
 
 
 def _digest(*parts: str) -> str:

@@ -258,7 +258,13 @@ class ReadAheadFiles:
             return
         for path in files:
             position = _position_of(path.name, prefix)
-            if position is not None and position < here and path.suffix == ".data":
+            if position is None or position >= here:
+                continue
+            if path.suffix == ".pending" and not _alive(path):
+                # A killed worker's claim (a worker not reused by Spark leaves one per batch):
+                # gone now, not left to the sweep, or the folder fills with them.
+                path.unlink(missing_ok=True)
+            elif path.suffix == ".data":
                 log.info("read-ahead %s was never taken: not reading this shard ahead", path.name)
                 (self._dir / f"{prefix}.cold").touch()
                 path.unlink(missing_ok=True)
