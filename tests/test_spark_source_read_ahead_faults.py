@@ -221,6 +221,22 @@ def test_a_symlinked_root_turns_read_ahead_off(tmp_path: Path) -> None:
     assert list(target.iterdir()) == []
 
 
+def test_a_root_not_ours_is_warned_of_once_not_at_every_task(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "shared"
+    root.mkdir(mode=0o777)
+    root.chmod(0o777)  # as another user's would be to us: not private
+    files = ReadAheadFiles(root, "app", "query")
+    with caplog.at_level("WARNING", logger="kinesumer.spark.source"):
+        for n in range(1, 4):
+            assert asyncio.run(files.take("s", "shardId-0", Position(str(n), 0), 0.0)) is None
+            assert not files.begin("s", "shardId-0", Position(str(n), 0))
+    assert [r.getMessage() for r in caplog.records].count(
+        f"read-ahead off: {root} is not this user's alone"
+    ) == 1
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     os.kill(child.pid, signal.SIGKILL)

@@ -57,6 +57,9 @@ DEPTH = 2
 #: How often a task looks again while another worker's read-ahead of its start is under way.
 WAIT_STEP = 0.005
 
+#: Roots this process warned of (not private: read-ahead off).
+_WARNED: set[Path] = set()
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -103,7 +106,9 @@ class ReadAheadFiles:
         except OSError:
             return False
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            log.warning("read-ahead off: %s is not this user's alone", self._root)
+            if self._root not in _WARNED:  # once per worker, not at every task of every shard
+                _WARNED.add(self._root)
+                log.warning("read-ahead off: %s is not this user's alone", self._root)
             return False
         return True
 
