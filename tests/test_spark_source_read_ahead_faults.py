@@ -30,7 +30,7 @@ from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
 from kinesumer.spark.source.executor import read_with
-from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
@@ -296,6 +296,37 @@ def test_a_read_ahead_left_by_a_stopped_query_is_not_taken_at_its_restart(tmp_pa
     os.utime(data, (an_hour_ago, an_hour_ago))
     assert asyncio.run(files.take("s", "shardId-0", after, 0.0)) is None
     assert data_files(tmp_path / "ra") == []
+
+
+def test_a_read_ahead_of_a_previous_run_is_not_taken_even_when_recent(tmp_path: Path) -> None:
+    """A run of availableNow every few minutes (a scheduled job): the previous run ended with
+    a shard past the run's target but not caught up, its read-ahead went on to the tip ("caught
+    up"); the next run took that file, its batch "caught up", and ended before reading what had
+    arrived in between. A file older than the run is not taken."""
+    files = ReadAheadFiles(tmp_path / "ra", "app", "query")
+    after = Position("100", 0)
+    assert files.begin("s", "shardId-0", after)
+    record = Record("s", "shardId-0", "101", 0, "k", b"then", None)
+    files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0))
+    (data,) = data_files(tmp_path / "ra")
+    run_started = data.stat().st_mtime + 1
+    assert asyncio.run(files.take("s", "shardId-0", after, 0.0, since=run_started)) is None
+
+
+def test_partitions_carry_when_their_run_began(setup: dict[str, Any]) -> None:
+    from kinesumer.spark.source.datasource import KinesumerStreamReader
+
+    options = SourceOptions(config=setup["config"], streams=(setup["stream"],))
+    key = (setup["stream"], "shardId-000000000000")
+    end = SourceOffset("q", 1, shards={key: Start(after=Position("1", 0))}).to_json()
+    before = time.time()
+    first = KinesumerStreamReader(options)
+    (planned,) = first.partitions({}, end)
+    assert before <= planned.run_started <= time.time()
+    assert first.partitions({}, end) == [planned]  # one run, one start
+    (restarted,) = KinesumerStreamReader(options).partitions({}, end)
+    assert restarted.run_started >= planned.run_started
+    assert pickle.loads(pickle.dumps(planned)) == planned
 
 
 def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ class ShardPartition(InputPartition):
     #: Read the shard's next batch ahead on this host when records are behind (option
     #: ``read_ahead``; see :mod:`kinesumer.spark.source.readahead`).
     read_ahead: bool = False
+    #: When this run of the query began (epoch seconds, the driver's clock): a read-ahead file
+    #: older than that is a previous run's, not taken (its "caught up" is that of then).
+    run_started: float = 0.0
 
     @property
     def key(self) -> tuple[str, str]:

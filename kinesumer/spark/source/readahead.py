@@ -121,10 +121,11 @@ class ReadAheadFiles:
 
     # -- the task that needs a batch ------------------------------------------------------------
     async def take(
-        self, stream: str, shard_id: str, after: Position, wait: float
+        self, stream: str, shard_id: str, after: Position, wait: float, since: float = 0.0
     ) -> ReadAheadBatch | None:
         """The read-ahead of ``stream/shard_id`` from right after ``after``, if this host has
-        one (waiting up to ``wait`` seconds for one under way); None otherwise."""
+        one written since ``since`` (epoch seconds: this run's start), waiting up to ``wait``
+        seconds for one under way; None otherwise."""
         if not self._private():
             return None
         name = self._name(stream, shard_id, after)
@@ -141,7 +142,8 @@ class ReadAheadFiles:
         except FileNotFoundError:
             return None  # none, or another attempt of this batch took it first
         try:
-            if time.time() - claimed.stat().st_mtime > STALE_SECONDS:
+            written = claimed.stat().st_mtime
+            if written < since or time.time() - written > STALE_SECONDS:
                 # A stopped query's, found by its restart (same query id): its records are
                 # still the shard's (unless the stream was re-created), but its "caught up" is
                 # that of then, and a caught-up batch ends an availableNow run.
