@@ -8,6 +8,7 @@ the folder) or fail a task that could have read for itself. What it may cost: re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -76,7 +77,8 @@ async def _attempts(
     return list(await asyncio.gather(*(read_with(clients, stats, p, files) for _ in range(count))))
 
 
-Hook = Callable[[int, ShardPartition, ReadAheadFiles], None]
+#: Called before each batch's read; may return the partition to read instead.
+Hook = Callable[[int, ShardPartition, ReadAheadFiles], ShardPartition | None]
 
 
 def read_batches(
@@ -111,7 +113,7 @@ def read_batches(
             partition = pickle.loads(pickle.dumps(partition))
             assert partition.read_ahead
             if before is not None:
-                before(i, partition, files)
+                partition = before(i, partition, files) or partition
             got = loop.run(_attempts(attempts, clients, stats, partition, files))
             assert all(g == got[0] for g in got)
             out.append(got[0])
@@ -152,6 +154,23 @@ def test_racing_attempts_of_each_batch_agree_with_one_taking_the_read_ahead(
     assert [len(b) for b in got] == [10, 10, 10, 10, 5]
     assert [r.data for b in got for r in b] == produced
     assert data_files(tmp_path / "ra") == []
+
+
+def test_limits_that_change_between_batches_take_only_a_prefix_of_the_read_ahead(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """A batch's limit differs from the one the read-ahead was read with (``max_records_per_
+    trigger`` spread over another number of shards): the batch takes the first ``limit``
+    records of it, or all of them; the next starts right after, and a replay agrees."""
+    produced = put_plain(setup, 60)
+    limits = [10, 4, 12, 10, 3, 20, 20]
+
+    def limit(i: int, p: ShardPartition, files: ReadAheadFiles) -> ShardPartition:
+        return dataclasses.replace(p, limit=limits[i])
+
+    got = read_batches(setup, tmp_path / "ra", 10, len(limits), limit, attempts=2)
+    assert [r.data for b in got for r in b] == produced
+    assert all(len(b) <= n for b, n in zip(got, limits, strict=True))
 
 
 def test_batches_inside_kpl_aggregates_are_taken_from_the_read_ahead_exactly(
