@@ -92,6 +92,15 @@ class ReadAheadFiles:
         self._root = root
         self._dir = root / _digest(app, query)
 
+    def _ready(self) -> bool:
+        """Make the query's directory (the root too: a task marks its start even before any
+        read-ahead was made here); False if the root is not this user's alone."""
+        self._root.mkdir(exist_ok=True, mode=0o700)
+        if not self._private():
+            return False
+        self._dir.mkdir(exist_ok=True, mode=0o700)
+        return True
+
     def _private(self) -> bool:
         """Whether the root is this user's alone: files another user could write there would
         be taken for records. Anything else turns read-ahead off (logged)."""
@@ -117,7 +126,7 @@ class ReadAheadFiles:
     ) -> ReadAheadBatch | None:
         """The read-ahead of ``stream/shard_id`` from right after ``after``, if this host has
         one (waiting up to ``wait`` seconds for one under way); None otherwise."""
-        if not self._private():
+        if not self._ready():
             return None
         name = self._name(stream, shard_id, after)
         data, pending = name.with_suffix(".data"), name.with_suffix(".pending")
@@ -157,10 +166,8 @@ class ReadAheadFiles:
     def begin(self, stream: str, shard_id: str, after: Position) -> bool:
         """Claim the read-ahead of ``stream/shard_id`` from ``after`` for this worker: False if
         the shard is cold on this host or another worker claimed it first."""
-        self._root.mkdir(exist_ok=True, mode=0o700)
-        if not self._private():
+        if not self._ready():
             return False
-        self._dir.mkdir(exist_ok=True, mode=0o700)
         prefix = self._shard_prefix(stream, shard_id)
         name = self._name(stream, shard_id, after)
         if _age(self._dir / f"{prefix}.cold") < COLD_SECONDS:
@@ -194,7 +201,6 @@ class ReadAheadFiles:
     def _started(self, stream: str, shard_id: str, after: Position) -> None:
         """Mark that a task of this host starts the shard at ``after`` (and forget its earlier
         marks): a read-ahead from there or before would come too late."""
-        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
         self._name(stream, shard_id, after).with_suffix(".start").touch()
