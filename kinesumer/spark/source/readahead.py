@@ -36,7 +36,6 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import msgspec
@@ -54,9 +53,6 @@ DEPTH = 2
 #: How often a task looks again while another worker's read-ahead of its start is under way.
 WAIT_STEP = 0.005
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
 
 class _Stored(msgspec.Struct, array_like=True):
     stream: str
@@ -65,8 +61,13 @@ class _Stored(msgspec.Struct, array_like=True):
     caught_up: bool
     shard_end: bool
     millis_behind: int | None
-    # sequence number, sub-sequence number, partition key, data, arrival (µs since the epoch)
-    records: list[tuple[str, int, str, bytes, int | None]]
+    # As they are: msgspec encodes the NamedTuple as an array and its arrival as msgpack's
+    # timestamp, and decodes both back in C (ten times cheaper than building them in Python).
+    records: list[Record]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Stored)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class ReadAheadFiles:
         except FileNotFoundError:
             return None  # none, or another attempt of this batch took it first
         try:
-            stored = msgspec.msgpack.decode(claimed.read_bytes(), type=_Stored)
+            stored = _DECODER.decode(claimed.read_bytes())
         finally:
             claimed.unlink(missing_ok=True)
         if (stored.stream, stored.shard_id, tuple(stored.after)) != (
@@ -153,10 +154,7 @@ class ReadAheadFiles:
             return None  # not ours (a digest collision): read as if there were none
         return ReadAheadBatch(
             after=after,
-            records=[
-                Record(stream, shard_id, seq, sub, key, data_, _arrival(us))
-                for seq, sub, key, data_, us in stored.records
-            ],
+            records=stored.records,
             caught_up=stored.caught_up,
             shard_end=stored.shard_end,
             millis_behind=stored.millis_behind,
@@ -219,14 +217,11 @@ class ReadAheadFiles:
             caught_up=batch.caught_up,
             shard_end=batch.shard_end,
             millis_behind=batch.millis_behind,
-            records=[
-                (r.sequence_number, r.sub_sequence_number, r.partition_key, r.data, _micros(r))
-                for r in batch.records
-            ],
+            records=batch.records,
         )
         partial = name.with_suffix(f".partial-{os.getpid()}")
         try:
-            partial.write_bytes(msgspec.msgpack.encode(stored))
+            partial.write_bytes(_ENCODER.encode(stored))
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
@@ -303,12 +298,3 @@ def _mtime(path: Path, default: float) -> float:
         return path.stat().st_mtime
     except OSError:
         return default
-
-
-def _micros(record: Record) -> int | None:
-    arrival = record.approximate_arrival_timestamp
-    return None if arrival is None else (arrival - _EPOCH) // _MICROSECOND
-
-
-def _arrival(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
