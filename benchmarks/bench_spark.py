@@ -47,7 +47,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 CONTENDERS = ("foreach_batch/noop", "source/noop", "foreach_batch/parquet", "source/parquet")
+#: Also accepted in ``--contenders``: ``source-no-read-ahead/<sink>``, the source with
+#: ``read_ahead=false`` (its tasks read for themselves), the same run's baseline for read-ahead.
 RESULT_PREFIX = "BENCH_SPARK_RESULT "
 SOURCE_RUNNER = "python_streaming_source_runner"
 EXECUTOR_DAEMON = "pyspark.daemon pyspark.worker"
@@ -248,7 +252,9 @@ def run_foreach_batch(
     }
 
 
-def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> dict[str, Any]:
+def run_source(
+    spark: Any, cfg: Config, stream: str, batch: int, sink: str, read_ahead: bool = True
+) -> dict[str, Any]:
     from kinesumer.spark import KinesumerDataSource
 
     spark.dataSource.register(KinesumerDataSource)
@@ -256,6 +262,7 @@ def run_source(spark: Any, cfg: Config, stream: str, batch: int, sink: str) -> d
     reader = spark.readStream.format("kinesumer")
     for name, value in source_options(cfg, stream, batch).items():
         reader = reader.option(name, value)
+    reader = reader.option("read_ahead", str(read_ahead).lower())
     writer = reader.load().writeStream.option("checkpointLocation", f"{work}/checkpoint")
     if sink == "noop":
         writer = writer.foreachBatch(lambda df, batch_id: noop_write(df))
@@ -358,7 +365,12 @@ def child(args: argparse.Namespace) -> None:
                 cfg = bench_config(
                     args.kinesis, args.dynamodb, f"bench-spark-{uuid.uuid4().hex[:8]}"
                 )
-                run = run_foreach_batch if face == "foreach_batch" else run_source
+                runs: dict[str, Callable[..., dict[str, Any]]] = {
+                    "foreach_batch": run_foreach_batch,
+                    "source": run_source,
+                    "source-no-read-ahead": partial(run_source, read_ahead=False),
+                }
+                run = runs[face]
                 print(f"  {args.master} {contender} round {number + 1} ...", flush=True)
                 result = run(spark, cfg, args.stream, args.batch, sink)
                 results.append({"master": args.master, "contender": contender, **result})

@@ -144,9 +144,7 @@ async def read_with(
     if read_ahead is not None and p.start.after is not None:
         wait = p.max_read_seconds + READ_AHEAD_GRACE
         try:
-            ahead = await read_ahead.take(
-                p.stream, p.shard_id, p.start.after, wait, since=p.run_started
-            )
+            ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait, p.run_started)
         except OSError as error:  # the folder, not the shard: read as if there were none
             log.warning("%s: read-ahead not taken: %r", p.describe(), error)
     if ahead is not None and ahead.records:

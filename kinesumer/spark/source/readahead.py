@@ -38,7 +38,6 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import msgspec
@@ -60,9 +59,6 @@ WAIT_STEP = 0.005
 #: Roots this process warned of (not private: read-ahead off).
 _WARNED: set[Path] = set()
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
 
 class _Stored(msgspec.Struct, array_like=True):
     stream: str
@@ -71,8 +67,13 @@ class _Stored(msgspec.Struct, array_like=True):
     caught_up: bool
     shard_end: bool
     millis_behind: int | None
-    # sequence number, sub-sequence number, partition key, data, arrival (µs since the epoch)
-    records: list[tuple[str, int, str, bytes, int | None]]
+    # As they are: msgspec encodes the NamedTuple as an array and its arrival as msgpack's
+    # timestamp, and decodes both back in C (ten times cheaper than building them in Python).
+    records: list[Record]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Stored)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,15 @@ class ReadAheadFiles:
     def __init__(self, root: Path, app: str, query: str) -> None:
         self._root = root
         self._dir = root / _digest(app, query)
+
+    def _ready(self) -> bool:
+        """Make the query's directory (the root too: a task marks its start even before any
+        read-ahead was made here); False if the root is not this user's alone."""
+        self._root.mkdir(exist_ok=True, mode=0o700)
+        if not self._private():
+            return False
+        self._dir.mkdir(exist_ok=True, mode=0o700)
+        return True
 
     def _private(self) -> bool:
         """Whether the root is this user's alone: files another user could write there would
@@ -126,7 +136,7 @@ class ReadAheadFiles:
         """The read-ahead of ``stream/shard_id`` from right after ``after``, if this host has
         one written since ``since`` (epoch seconds: this run's start), waiting up to ``wait``
         seconds for one under way; None otherwise."""
-        if not self._private():
+        if not self._ready():
             return None
         name = self._name(stream, shard_id, after)
         data, pending = name.with_suffix(".data"), name.with_suffix(".pending")
@@ -148,7 +158,7 @@ class ReadAheadFiles:
                 # still the shard's (unless the stream was re-created), but its "caught up" is
                 # that of then, and a caught-up batch ends an availableNow run.
                 return None
-            stored = msgspec.msgpack.decode(claimed.read_bytes(), type=_Stored)
+            stored = _DECODER.decode(claimed.read_bytes())
         except (OSError, msgspec.DecodeError) as error:
             # Another kinesumer version's layout (a query restarted with the same id finds the
             # files of its previous run), or a damaged file: the task reads for itself.
@@ -164,10 +174,7 @@ class ReadAheadFiles:
             return None  # not ours (a digest collision): read as if there were none
         return ReadAheadBatch(
             after=after,
-            records=[
-                Record(stream, shard_id, seq, sub, key, data_, _arrival(us))
-                for seq, sub, key, data_, us in stored.records
-            ],
+            records=stored.records,
             caught_up=stored.caught_up,
             shard_end=stored.shard_end,
             millis_behind=stored.millis_behind,
@@ -177,10 +184,8 @@ class ReadAheadFiles:
     def begin(self, stream: str, shard_id: str, after: Position) -> bool:
         """Claim the read-ahead of ``stream/shard_id`` from ``after`` for this worker: False if
         the shard is cold on this host or another worker claimed it first."""
-        self._root.mkdir(exist_ok=True, mode=0o700)
-        if not self._private():
+        if not self._ready():
             return False
-        self._dir.mkdir(exist_ok=True, mode=0o700)
         prefix = self._shard_prefix(stream, shard_id)
         name = self._name(stream, shard_id, after)
         if _age(self._dir / f"{prefix}.cold") < COLD_SECONDS:
@@ -218,7 +223,6 @@ class ReadAheadFiles:
     def _started(self, stream: str, shard_id: str, after: Position) -> None:
         """Mark that a task of this host starts the shard at ``after`` (and forget its earlier
         marks): a read-ahead from there or before would come too late."""
-        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
         self._name(stream, shard_id, after).with_suffix(".start").touch()
@@ -237,14 +241,11 @@ class ReadAheadFiles:
             caught_up=batch.caught_up,
             shard_end=batch.shard_end,
             millis_behind=batch.millis_behind,
-            records=[
-                (r.sequence_number, r.sub_sequence_number, r.partition_key, r.data, _micros(r))
-                for r in batch.records
-            ],
+            records=batch.records,
         )
         partial = name.with_suffix(f".partial-{os.getpid()}")
         try:
-            partial.write_bytes(msgspec.msgpack.encode(stored))
+            partial.write_bytes(_ENCODER.encode(stored))
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
@@ -338,12 +339,3 @@ def _mtime(path: Path, default: float) -> float:
         return path.stat().st_mtime
     except OSError:
         return default
-
-
-def _micros(record: Record) -> int | None:
-    arrival = record.approximate_arrival_timestamp
-    return None if arrival is None else (arrival - _EPOCH) // _MICROSECOND
-
-
-def _arrival(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
