@@ -321,30 +321,30 @@ def test_a_read_ahead_of_a_previous_run_is_not_taken_even_when_recent(tmp_path: 
     """A run of availableNow every few minutes (a scheduled job): the previous run ended with
     a shard past the run's target but not caught up, its read-ahead went on to the tip ("caught
     up"); the next run took that file, its batch "caught up", and ended before reading what had
-    arrived in between. A file older than the run is not taken."""
+    arrived in between. A file another run read ahead is not taken (told by the driver's token
+    for the run, not by comparing its clock with this host's)."""
     files = ReadAheadFiles(tmp_path / "ra", "app", "query")
-    after = Position("100", 0)
-    assert files.begin("s", "shardId-0", after)
-    record = Record("s", "shardId-0", "101", 0, "k", b"then", None)
-    files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0))
-    (data,) = data_files(tmp_path / "ra")
-    run_started = data.stat().st_mtime + 1
-    assert asyncio.run(files.take("s", "shardId-0", after, 0.0, since=run_started)) is None
+    for n, run in enumerate(("previous", "this")):
+        after = Position(str(100 * (n + 1)), 0)
+        record = Record("s", "shardId-0", str(100 * (n + 1) + 1), 0, "k", b"then", None)
+        assert files.begin("s", "shardId-0", after)
+        files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0), run)
+        got = asyncio.run(files.take("s", "shardId-0", after, 0.0, "this"))
+        assert (got is not None) is (run == "this")
 
 
-def test_partitions_carry_when_their_run_began(setup: dict[str, Any]) -> None:
+def test_partitions_carry_their_run(setup: dict[str, Any]) -> None:
     from kinesumer.spark.source.datasource import KinesumerStreamReader
 
     options = SourceOptions(config=setup["config"], streams=(setup["stream"],))
     key = (setup["stream"], "shardId-000000000000")
     end = SourceOffset("q", 1, shards={key: Start(after=Position("1", 0))}).to_json()
-    before = time.time()
     first = KinesumerStreamReader(options)
     (planned,) = first.partitions({}, end)
-    assert before <= planned.run_started <= time.time()
-    assert first.partitions({}, end) == [planned]  # one run, one start
+    assert planned.run
+    assert first.partitions({}, end) == [planned]  # one run, one token
     (restarted,) = KinesumerStreamReader(options).partitions({}, end)
-    assert restarted.run_started >= planned.run_started
+    assert restarted.run != planned.run
     assert pickle.loads(pickle.dumps(planned)) == planned
 
 

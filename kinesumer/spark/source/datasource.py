@@ -22,7 +22,7 @@ import asyncio
 import atexit
 import signal
 import threading
-import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -108,7 +108,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._exit_hooks = False
         self._initial_offset: dict[str, Any] | None = None
         # Spark makes a reader per run of the query: a restart is a new one.
-        self._run_started = time.time()
+        self._run = uuid.uuid4().hex
 
     @property
     def options(self) -> SourceOptions:
@@ -123,7 +123,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planner = Planner(state["options"])
         self._exit_hooks = False
         self._initial_offset = None
-        self._run_started = time.time()
+        self._run = uuid.uuid4().hex
 
     def _leave_on_exit(self) -> None:
         """In the query's long-lived source worker (the only process that calls the offset
@@ -170,7 +170,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @named_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
-        return [replace(p, run_started=self._run_started) for p in self._planner.partitions(end)]
+        return [replace(p, run=self._run) for p in self._planner.partitions(end)]
 
     @named_errors
     def read(self, partition: ShardPartition) -> Iterator[Any]:  # type: ignore[override]

@@ -144,7 +144,7 @@ async def read_with(
     if read_ahead is not None and p.start.after is not None:
         wait = p.max_read_seconds + READ_AHEAD_GRACE
         try:
-            ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait, p.run_started)
+            ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait, p.run)
         except OSError as error:  # the folder, not the shard: read as if there were none
             log.warning("%s: read-ahead not taken: %r", p.describe(), error)
     if ahead is not None and ahead.records:
@@ -214,7 +214,7 @@ async def _read_ahead(
             batch = ReadAheadBatch(
                 after, records, entry.caught_up, entry.shard_end, entry.millis_behind
             )
-            files.finish(p.stream, p.shard_id, batch)
+            files.finish(p.stream, p.shard_id, batch, p.run)
         except asyncio.CancelledError:
             files.abandon(p.stream, p.shard_id, after)
             raise

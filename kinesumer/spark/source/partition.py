@@ -40,9 +40,9 @@ class ShardPartition(InputPartition):
     #: Read the shard's next batch ahead on this host when records are behind (option
     #: ``read_ahead``; see :mod:`kinesumer.spark.source.readahead`).
     read_ahead: bool = False
-    #: When this run of the query began (epoch seconds, the driver's clock): a read-ahead file
-    #: older than that is a previous run's, not taken (its "caught up" is that of then).
-    run_started: float = 0.0
+    #: This run of the query (a token the driver's reader makes when Spark creates it, once per
+    #: run): a read-ahead file of another run is not taken (its "caught up" is that of then).
+    run: str = ""
 
     @property
     def key(self) -> tuple[str, str]:

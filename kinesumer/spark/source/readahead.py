@@ -67,6 +67,8 @@ class _Stored(msgspec.Struct, array_like=True):
     caught_up: bool
     shard_end: bool
     millis_behind: int | None
+    # The query run that read it ahead (a token the driver makes per run: no clocks).
+    run: str
     # As they are: msgspec encodes the NamedTuple as an array and its arrival as msgpack's
     # timestamp, and decodes both back in C (ten times cheaper than building them in Python).
     records: list[Record]
@@ -131,11 +133,11 @@ class ReadAheadFiles:
 
     # -- the task that needs a batch ------------------------------------------------------------
     async def take(
-        self, stream: str, shard_id: str, after: Position, wait: float, since: float = 0.0
+        self, stream: str, shard_id: str, after: Position, wait: float, run: str = ""
     ) -> ReadAheadBatch | None:
         """The read-ahead of ``stream/shard_id`` from right after ``after``, if this host has
-        one written since ``since`` (epoch seconds: this run's start), waiting up to ``wait``
-        seconds for one under way; None otherwise."""
+        one read ahead in this run of the query (``run``, the driver's token for the run),
+        waiting up to ``wait`` seconds for one under way; None otherwise."""
         if not self._ready():
             return None
         name = self._name(stream, shard_id, after)
@@ -152,12 +154,8 @@ class ReadAheadFiles:
         except FileNotFoundError:
             return None  # none, or another attempt of this batch took it first
         try:
-            written = claimed.stat().st_mtime
-            if written < since or time.time() - written > STALE_SECONDS:
-                # A stopped query's, found by its restart (same query id): its records are
-                # still the shard's (unless the stream was re-created), but its "caught up" is
-                # that of then, and a caught-up batch ends an availableNow run.
-                return None
+            if time.time() - claimed.stat().st_mtime > STALE_SECONDS:
+                return None  # this host's own clock on both sides
             stored = _DECODER.decode(claimed.read_bytes())
         except (OSError, msgspec.DecodeError) as error:
             # Another kinesumer version's layout (a query restarted with the same id finds the
@@ -172,6 +170,12 @@ class ReadAheadFiles:
             (after.sequence_number, after.sub_sequence_number),
         ):
             return None  # not ours (a digest collision): read as if there were none
+        if stored.run != run:
+            # A previous run's, found by a restart (same query id): its records are still the
+            # shard's, but its "caught up" is that of then, and a batch of caught-up shards
+            # ends an availableNow run before what arrived since. Compared by the driver's
+            # token, not by time: the driver's clock and this host's need not agree.
+            return None
         return ReadAheadBatch(
             after=after,
             records=stored.records,
@@ -231,8 +235,9 @@ class ReadAheadFiles:
             if position is not None and position < here:
                 path.unlink(missing_ok=True)
 
-    def finish(self, stream: str, shard_id: str, batch: ReadAheadBatch) -> None:
-        """Leave ``batch`` for the next task and drop the claim :meth:`begin` made."""
+    def finish(self, stream: str, shard_id: str, batch: ReadAheadBatch, run: str = "") -> None:
+        """Leave ``batch``, read ahead in run ``run`` of the query, for the next task, and drop
+        the claim :meth:`begin` made."""
         name = self._name(stream, shard_id, batch.after)
         stored = _Stored(
             stream=stream,
@@ -241,6 +246,7 @@ class ReadAheadFiles:
             caught_up=batch.caught_up,
             shard_end=batch.shard_end,
             millis_behind=batch.millis_behind,
+            run=run,
             records=batch.records,
         )
         partial = name.with_suffix(f".partial-{os.getpid()}")
