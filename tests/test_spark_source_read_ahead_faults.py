@@ -140,7 +140,8 @@ def test_batches_are_taken_from_the_read_ahead_exactly(
     )
     assert [len(b) for b in got] == [10, 10, 10, 5]
     assert [r.data for b in got for r in b] == produced
-    assert seen[1:] == [DEPTH, 1, 1]  # read ahead: batches 1-3 found theirs waiting
+    # Read ahead: batches 1-3 found theirs waiting, DEPTH deep while records were behind.
+    assert seen[1:] == [DEPTH, DEPTH, 1]
     assert data_files(tmp_path / "ra") == []  # and took them
 
 
@@ -287,9 +288,9 @@ def test_claims_of_killed_workers_do_not_hold_the_read_ahead_off(
     got = read_batches(setup, tmp_path / "ra", 10, 5, kill_claims)
     assert [r.data for b in got for r in b] == produced
     # Batches 1-4 found theirs waiting, as with no claims left behind (before: [2, 1, 0, 0]).
-    # A task that took its batch reads on from its end only if that end was not read ahead
-    # already, so the depth ahead goes 2, 1, 2, 1.
-    assert seen[1:] == [DEPTH, 1, DEPTH, 1]
+    # A task that took its batch finds its end read ahead already and goes on past it, so the
+    # read-ahead stays DEPTH deep (before that: 2, 1, 2, 1).
+    assert seen[1:] == [DEPTH, DEPTH, DEPTH, 1]
     # and were removed once passed, not left to the sweep 10 min later (a worker Spark does
     # not reuse leaves one per batch and shard: the folder filled with them).
     assert list((tmp_path / "ra").glob("*/*.pending")) == []

@@ -33,13 +33,13 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
-from ...models import Record
+from ...models import Position, Record
 from ..arrow import records_to_batches
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
 from .partition import ShardPartition
-from .readahead import ReadAheadBatch, ReadAheadFiles, default_root
+from .readahead import DEPTH, ReadAheadBatch, ReadAheadFiles, default_root
 from .shard_read import ShardRangeReader
 
 log = logging.getLogger("kinesumer.spark.source")
@@ -185,7 +185,12 @@ def _more_behind(entry: LedgerEntry, p: ShardPartition) -> bool:
 def _next_of(p: ShardPartition, entry: LedgerEntry) -> ShardPartition:
     """The partition the next batch of this shard will most likely be: from right after this
     batch's recorded end, under the same claim and limit."""
-    start = Start(after=entry.end, lease=p.start.lease)
+    assert entry.end is not None
+    return _from(p, entry.end)
+
+
+def _from(p: ShardPartition, after: Position) -> ShardPartition:
+    start = Start(after=after, lease=p.start.lease)
     return dataclasses.replace(p, batch=p.batch + 1, start=start)
 
 
@@ -195,12 +200,16 @@ async def _read_ahead(
     """Read the shard's next batches ahead, from ``p``'s start, while records are behind and
     up to the read-ahead's depth, and leave them for their tasks. A failure leaves nothing:
     the next task reads for itself, and meets the error there if it lasts."""
-    while True:
+    for _ in range(DEPTH + 2):  # each step moves on; DEPTH stops it sooner
         after = p.start.after
         assert after is not None
         try:
             if not files.begin(p.stream, p.shard_id, after):
-                return
+                past = files.read_past(p.stream, p.shard_id, after)
+                if past is None:
+                    return
+                p = _from(p, past)  # read ahead already: go on past it
+                continue
         except OSError as error:
             log.warning("%s: no read-ahead: %r", p.describe(), error)
             return
@@ -214,7 +223,8 @@ async def _read_ahead(
             batch = ReadAheadBatch(
                 after, records, entry.caught_up, entry.shard_end, entry.millis_behind
             )
-            files.finish(p.stream, p.shard_id, batch, p.run)
+            more = _more_behind(entry, p)
+            files.finish(p.stream, p.shard_id, batch, p.run, entry.end if more else None)
         except asyncio.CancelledError:
             files.abandon(p.stream, p.shard_id, after)
             raise
@@ -222,7 +232,7 @@ async def _read_ahead(
             files.abandon(p.stream, p.shard_id, after)
             log.warning("%s: read-ahead failed, the task will read: %r", p.describe(), error)
             return
-        if not _more_behind(entry, p):
+        if not more:
             return
         p, done = _next_of(p, entry), ahead
 

@@ -235,9 +235,17 @@ class ReadAheadFiles:
             if position is not None and position < here:
                 path.unlink(missing_ok=True)
 
-    def finish(self, stream: str, shard_id: str, batch: ReadAheadBatch, run: str = "") -> None:
+    def finish(
+        self,
+        stream: str,
+        shard_id: str,
+        batch: ReadAheadBatch,
+        run: str = "",
+        next_after: Position | None = None,
+    ) -> None:
         """Leave ``batch``, read ahead in run ``run`` of the query, for the next task, and drop
-        the claim :meth:`begin` made."""
+        the claim :meth:`begin` made. ``next_after``: where the read-ahead goes on from (records
+        are behind ``batch``), for :meth:`read_past`."""
         name = self._name(stream, shard_id, batch.after)
         stored = _Stored(
             stream=stream,
@@ -251,11 +259,26 @@ class ReadAheadFiles:
         )
         partial = name.with_suffix(f".partial-{os.getpid()}")
         try:
+            if next_after is not None:  # before the data: whoever sees the data sees this
+                tail = f"{next_after.sequence_number} {next_after.sub_sequence_number}"
+                name.with_suffix(".next").write_text(tail)
             partial.write_bytes(_ENCODER.encode(stored))
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
             name.with_suffix(".pending").unlink(missing_ok=True)
+
+    def read_past(self, stream: str, shard_id: str, after: Position) -> Position | None:
+        """Where the read-ahead made from ``after`` goes on from, if it was made with records
+        behind it: a worker that finds that start read ahead already goes on past it, so the
+        read-ahead stays :data:`DEPTH` batches ahead instead of stopping there."""
+        try:
+            sequence, sub = (
+                self._name(stream, shard_id, after).with_suffix(".next").read_text().split()
+            )
+            return Position(sequence, int(sub))
+        except (OSError, ValueError):
+            return None
 
     def abandon(self, stream: str, shard_id: str, after: Position) -> None:
         """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing."""
@@ -277,6 +300,8 @@ class ReadAheadFiles:
             if path.suffix == ".pending" and not _alive(path):
                 # A killed worker's claim (a worker not reused by Spark leaves one per batch):
                 # gone now, not left to the sweep, or the folder fills with them.
+                path.unlink(missing_ok=True)
+            elif path.suffix == ".next":
                 path.unlink(missing_ok=True)
             elif path.suffix == ".data":
                 log.info("read-ahead %s was never taken: not reading this shard ahead", path.name)
