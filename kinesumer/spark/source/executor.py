@@ -178,8 +178,14 @@ def _start(coro: Any) -> None:
 
 def _more_behind(entry: LedgerEntry, p: ShardPartition) -> bool:
     """Whether the batch stopped at its limit with the shard not caught up: records are behind
-    it, worth reading ahead. An idle or closed shard is never read ahead."""
-    return entry.end is not None and entry.count >= p.limit and not entry.caught_up
+    it, worth reading ahead. An idle or closed shard is never read ahead (a batch may fill its
+    limit with a closed shard's last records and SHARD_END in the same answer)."""
+    return (
+        entry.end is not None
+        and entry.count >= p.limit
+        and not entry.caught_up
+        and not entry.shard_end
+    )
 
 
 def _next_of(p: ShardPartition, entry: LedgerEntry) -> ShardPartition:
