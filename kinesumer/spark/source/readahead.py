@@ -258,8 +258,11 @@ class ReadAheadFiles:
             name.with_suffix(".pending").unlink(missing_ok=True)
 
     def abandon(self, stream: str, shard_id: str, after: Position) -> None:
-        """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing."""
-        self._name(stream, shard_id, after).with_suffix(".pending").unlink(missing_ok=True)
+        """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing. Never
+        raises: it runs in the background task's error paths, where an exception would end the
+        task with nobody to retrieve it (asyncio logs "Task exception was never retrieved")."""
+        with contextlib.suppress(OSError):  # the folder broke: nothing left to drop here
+            self._name(stream, shard_id, after).with_suffix(".pending").unlink(missing_ok=True)
 
     def _drop_passed(self, stream: str, shard_id: str, after: Position) -> None:
         """Remove this shard's read-ahead from before ``after``, never taken: its batch ran on
