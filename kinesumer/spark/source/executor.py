@@ -157,6 +157,8 @@ async def read_with(
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
         return await shard.replay(held)
     log.info("%s: %d records%s", p.describe(), len(records), _how(entry))
+    if read_ahead is not None and p.start.after is not None and entry.end is not None:
+        read_ahead.ended(p.stream, p.shard_id, p.start.after, entry.end)
     if read_ahead is not None and _more_behind(entry, p):
         _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard))
     return records

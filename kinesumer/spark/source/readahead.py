@@ -23,8 +23,9 @@ Misses cost reads: on a cluster the next task of a shard may run on another host
 this host read ahead is read again there. A task that finds this host's read-ahead of an
 earlier start still untaken stops this host reading that shard ahead for :data:`COLD_SECONDS`,
 so a shard hopping between hosts costs at most :data:`DEPTH` extra batches per host per
-period. Option ``read_ahead=false``
-turns it off (see docs/spark/source.md).
+period; unless this host's own last batch of the shard ran through that start (its limit
+changed: the batches end elsewhere now), which each task notes in ``<name>.ended``.
+Option ``read_ahead=false`` turns it off (see docs/spark/source.md).
 """
 
 from __future__ import annotations
@@ -230,10 +231,20 @@ class ReadAheadFiles:
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
         self._name(stream, shard_id, after).with_suffix(".start").touch()
-        for path in self._dir.glob(f"{prefix}-*.start"):
+        for path in self._dir.glob(f"{prefix}-*"):
             position = _position_of(path.name, prefix)
-            if position is not None and position < here:
+            ours = path.suffix in (".start", ".ended")
+            if ours and position is not None and position < here:
                 path.unlink(missing_ok=True)
+
+    def ended(self, stream: str, shard_id: str, start: Position, end: Position) -> None:
+        """Note that a task of this host read the shard from ``start`` through ``end``: the next
+        task, from ``end``, tells by it a read-ahead this host's batch ran through (its limit
+        changed) from one whose batch ran on another host. Never raises (a note, no more)."""
+        with contextlib.suppress(OSError):
+            if self._ready():
+                path = self._name(stream, shard_id, end).with_suffix(".ended")
+                path.write_text(f"{start.sequence_number}-{start.sub_sequence_number}")
 
     def finish(self, stream: str, shard_id: str, batch: ReadAheadBatch, run: str = "") -> None:
         """Leave ``batch``, read ahead in run ``run`` of the query, for the next task, and drop
@@ -266,9 +277,14 @@ class ReadAheadFiles:
 
     def _drop_passed(self, stream: str, shard_id: str, after: Position) -> None:
         """Remove this shard's read-ahead from before ``after``, never taken: its batch ran on
-        another host (or its start moved). A miss costs reads: the shard goes cold here."""
+        another host (or its start moved). A miss costs reads: the shard goes cold here. Not
+        when this host's batch that ended at ``after`` began before it: that batch ran through
+        it (its limit changed since it was read ahead), no other host is reading the shard."""
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
+        ended = self._name(stream, shard_id, after).with_suffix(".ended")
+        began = _position_of(f"{prefix}-{_text(ended)}", prefix)
+        ended.unlink(missing_ok=True)
         try:
             files = list(self._dir.iterdir())
         except FileNotFoundError:
@@ -282,9 +298,11 @@ class ReadAheadFiles:
                 # gone now, not left to the sweep, or the folder fills with them.
                 path.unlink(missing_ok=True)
             elif path.suffix == ".data":
+                path.unlink(missing_ok=True)
+                if began is not None and began < position:
+                    continue  # run through here: not a miss
                 log.info("read-ahead %s was never taken: not reading this shard ahead", path.name)
                 (self._dir / f"{prefix}.cold").touch()
-                path.unlink(missing_ok=True)
 
     def _sweep_stale(self) -> None:
         """Remove files older than :data:`STALE_SECONDS` in the folders of all this user's
@@ -316,6 +334,13 @@ def _position_of(name: str, prefix: str) -> tuple[int, int] | None:
         return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _digest(*parts: str) -> str:
