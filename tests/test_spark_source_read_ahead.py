@@ -13,9 +13,11 @@ prefix, and KPL aggregates split between batches."""
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -98,6 +100,20 @@ def test_a_killed_workers_claim_is_not_waited_for(files: ReadAheadFiles, tmp_pat
     (pending,) = kinds(tmp_path, ".pending")
     pending.write_text(str(dead.pid))
     # With a live claimant this would wait 60 s; the test's own bound only catches a hang.
+    got = asyncio.run(asyncio.wait_for(files.take(STREAM, SHARD, at(10), 60.0), 20.0))
+    assert got is None
+
+
+def test_a_claim_whose_pid_was_never_written_is_not_waited_for(
+    files: ReadAheadFiles, tmp_path: Path
+) -> None:
+    """A worker killed between creating its claim and writing its pid leaves an empty claim:
+    read as pid 0, and ``os.kill(0, 0)`` signals this process's own group and succeeds, so it
+    counted as alive and every task of that start waited for it."""
+    assert files.begin(STREAM, SHARD, at(10))
+    (pending,) = kinds(tmp_path, ".pending")
+    pending.write_text("")
+    os.utime(pending, (time.time() - 60, time.time() - 60))
     got = asyncio.run(asyncio.wait_for(files.take(STREAM, SHARD, at(10), 60.0), 20.0))
     assert got is None
 

@@ -157,6 +157,8 @@ async def read_with(
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
         return await shard.replay(held)
     log.info("%s: %d records%s", p.describe(), len(records), _how(entry))
+    if read_ahead is not None and p.start.after is not None and entry.end is not None:
+        read_ahead.ended(p.stream, p.shard_id, p.start.after, entry.end)
     if read_ahead is not None and _more_behind(entry, p):
         _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard))
     return records
@@ -178,8 +180,14 @@ def _start(coro: Any) -> None:
 
 def _more_behind(entry: LedgerEntry, p: ShardPartition) -> bool:
     """Whether the batch stopped at its limit with the shard not caught up: records are behind
-    it, worth reading ahead. An idle or closed shard is never read ahead."""
-    return entry.end is not None and entry.count >= p.limit and not entry.caught_up
+    it, worth reading ahead. An idle or closed shard is never read ahead (a batch may fill its
+    limit with a closed shard's last records and SHARD_END in the same answer)."""
+    return (
+        entry.end is not None
+        and entry.count >= p.limit
+        and not entry.caught_up
+        and not entry.shard_end
+    )
 
 
 def _next_of(p: ShardPartition, entry: LedgerEntry) -> ShardPartition:

@@ -23,15 +23,15 @@ Misses cost reads: on a cluster the next task of a shard may run on another host
 this host read ahead is read again there. A task that finds this host's read-ahead of an
 earlier start still untaken stops this host reading that shard ahead for :data:`COLD_SECONDS`,
 so a shard hopping between hosts costs at most :data:`DEPTH` extra batches per host per
-period. Option ``read_ahead=false``
-turns it off (see docs/spark/source.md).
+period; unless this host's own last batch of the shard ran through that start (its limit
+changed: the batches end elsewhere now), which each task notes in ``<name>.ended``.
+Option ``read_ahead=false`` turns it off (see docs/spark/source.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import stat
@@ -43,6 +43,7 @@ from pathlib import Path
 import msgspec
 
 from ...models import Position, Record
+from .readahead_paths import age, claim_alive, digest, mtime, position_of, text_of
 
 log = logging.getLogger("kinesumer.spark.source")
 
@@ -99,7 +100,7 @@ class ReadAheadFiles:
 
     def __init__(self, root: Path, app: str, query: str) -> None:
         self._root = root
-        self._dir = root / _digest(app, query)
+        self._dir = root / digest(app, query)
 
     def _ready(self) -> bool:
         """Make the query's directory (the root too: a task marks its start even before any
@@ -125,7 +126,7 @@ class ReadAheadFiles:
         return True
 
     def _shard_prefix(self, stream: str, shard_id: str) -> str:
-        return _digest(stream, shard_id)
+        return digest(stream, shard_id)
 
     def _name(self, stream: str, shard_id: str, after: Position) -> Path:
         tail = f"{after.sequence_number}-{after.sub_sequence_number}"
@@ -145,7 +146,7 @@ class ReadAheadFiles:
         self._started(stream, shard_id, after)
         deadline = time.monotonic() + wait
         # Another process's file: no event to wait on across processes, so look every 5 ms.
-        while not data.exists() and _alive(pending) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while not data.exists() and claim_alive(pending) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(WAIT_STEP)
         self._drop_passed(stream, shard_id, after)
         claimed = name.with_suffix(f".taken-{os.getpid()}")
@@ -192,13 +193,13 @@ class ReadAheadFiles:
             return False
         prefix = self._shard_prefix(stream, shard_id)
         name = self._name(stream, shard_id, after)
-        if _age(self._dir / f"{prefix}.cold") < COLD_SECONDS:
+        if age(self._dir / f"{prefix}.cold") < COLD_SECONDS:
             return False
         self._sweep_stale()
         ahead = [f for f in self._dir.iterdir() if f.name.startswith(prefix + "-")]
         # A killed worker's claim stays (until swept): it reads nothing ahead, so not counted.
         if (
-            sum(f.suffix == ".data" or (f.suffix == ".pending" and _alive(f)) for f in ahead)
+            sum(f.suffix == ".data" or (f.suffix == ".pending" and claim_alive(f)) for f in ahead)
             >= DEPTH
         ):
             return False  # far enough ahead: the next tasks have not caught up yet
@@ -213,7 +214,7 @@ class ReadAheadFiles:
         # either the task sees this claim and waits for it, or this sees the task's mark.
         here = (int(after.sequence_number), after.sub_sequence_number)
         for path in self._dir.glob(f"{prefix}-*.start"):
-            position = _position_of(path.name, prefix)
+            position = position_of(path.name, prefix)
             if position is not None and position >= here:
                 pending.unlink(missing_ok=True)
                 return False  # a task already started there: too late to read it ahead
@@ -230,10 +231,20 @@ class ReadAheadFiles:
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
         self._name(stream, shard_id, after).with_suffix(".start").touch()
-        for path in self._dir.glob(f"{prefix}-*.start"):
-            position = _position_of(path.name, prefix)
-            if position is not None and position < here:
+        for path in self._dir.glob(f"{prefix}-*"):
+            position = position_of(path.name, prefix)
+            ours = path.suffix in (".start", ".ended")
+            if ours and position is not None and position < here:
                 path.unlink(missing_ok=True)
+
+    def ended(self, stream: str, shard_id: str, start: Position, end: Position) -> None:
+        """Note that a task of this host read the shard from ``start`` through ``end``: the next
+        task, from ``end``, tells by it a read-ahead this host's batch ran through (its limit
+        changed) from one whose batch ran on another host. Never raises (a note, no more)."""
+        with contextlib.suppress(OSError):
+            if self._ready():
+                path = self._name(stream, shard_id, end).with_suffix(".ended")
+                path.write_text(f"{start.sequence_number}-{start.sub_sequence_number}")
 
     def finish(
         self,
@@ -281,32 +292,42 @@ class ReadAheadFiles:
             return None
 
     def abandon(self, stream: str, shard_id: str, after: Position) -> None:
-        """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing."""
-        self._name(stream, shard_id, after).with_suffix(".pending").unlink(missing_ok=True)
+        """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing. Never
+        raises: it runs in the background task's error paths, where an exception would end the
+        task with nobody to retrieve it (asyncio logs "Task exception was never retrieved")."""
+        with contextlib.suppress(OSError):  # the folder broke: nothing left to drop here
+            self._name(stream, shard_id, after).with_suffix(".pending").unlink(missing_ok=True)
 
     def _drop_passed(self, stream: str, shard_id: str, after: Position) -> None:
         """Remove this shard's read-ahead from before ``after``, never taken: its batch ran on
-        another host (or its start moved). A miss costs reads: the shard goes cold here."""
+        another host (or its start moved). A miss costs reads: the shard goes cold here. Not
+        when this host's batch that ended at ``after`` began before it: that batch ran through
+        it (its limit changed since it was read ahead), no other host is reading the shard."""
         prefix = self._shard_prefix(stream, shard_id)
         here = (int(after.sequence_number), after.sub_sequence_number)
+        ended = self._name(stream, shard_id, after).with_suffix(".ended")
+        began = position_of(f"{prefix}-{text_of(ended)}", prefix)
+        ended.unlink(missing_ok=True)
         try:
             files = list(self._dir.iterdir())
         except FileNotFoundError:
             return
         for path in files:
-            position = _position_of(path.name, prefix)
+            position = position_of(path.name, prefix)
             if position is None or position >= here:
                 continue
-            if path.suffix == ".pending" and not _alive(path):
+            if path.suffix == ".pending" and not claim_alive(path):
                 # A killed worker's claim (a worker not reused by Spark leaves one per batch):
                 # gone now, not left to the sweep, or the folder fills with them.
                 path.unlink(missing_ok=True)
             elif path.suffix == ".next":
                 path.unlink(missing_ok=True)
             elif path.suffix == ".data":
+                path.unlink(missing_ok=True)
+                if began is not None and began < position:
+                    continue  # run through here: not a miss
                 log.info("read-ahead %s was never taken: not reading this shard ahead", path.name)
                 (self._dir / f"{prefix}.cold").touch()
-                path.unlink(missing_ok=True)
 
     def _sweep_stale(self) -> None:
         """Remove files older than :data:`STALE_SECONDS` in the folders of all this user's
@@ -315,58 +336,14 @@ class ReadAheadFiles:
         remove its own: up to :data:`DEPTH` batches per shard would stay in /tmp."""
         now = time.time()
         for folder in self._root.iterdir():
-            idle = now - _mtime(folder, now) > STALE_SECONDS  # before removals touch it
+            idle = now - mtime(folder, now) > STALE_SECONDS  # before removals touch it
             try:
                 files = list(folder.iterdir())
             except (NotADirectoryError, FileNotFoundError):
                 continue
             for path in files:
-                if now - _mtime(path, now) > STALE_SECONDS:
+                if now - mtime(path, now) > STALE_SECONDS:
                     path.unlink(missing_ok=True)
             if idle and folder != self._dir:
                 with contextlib.suppress(OSError):  # not empty: a file came meanwhile
                     folder.rmdir()
-
-
-def _position_of(name: str, prefix: str) -> tuple[int, int] | None:
-    """The start position in a file name ``<prefix>-<sequence>-<sub>.<kind>``, if it is one of
-    the shard's."""
-    if not name.startswith(prefix + "-"):
-        return None
-    parts = name[len(prefix) + 1 :].split(".", 1)[0].split("-")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-
-
-def _alive(pending: Path) -> bool:
-    """Whether a read-ahead claimed by ``pending`` may still come: its file is there and its
-    worker lives (a worker killed while reading ahead leaves the file behind)."""
-    try:
-        pid = int(pending.read_text() or "0")
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _age(path: Path) -> float:
-    now = time.time()
-    return now - _mtime(path, now - 10 * COLD_SECONDS)
-
-
-def _mtime(path: Path, default: float) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return default

@@ -1,0 +1,146 @@
+"""The read-ahead's background task (kinesumer.spark.source.executor) on a worker's loop: how it
+ends when its folder breaks under it, and when the loop stops while it reads.
+
+A task nobody awaits must end without an exception (asyncio would log "Task exception was never
+retrieved" in the worker's stderr, with a traceback that looks like a failure) and leave no
+claim behind. Kinesalite + dynalite; one worker's loop kept between batches, as in Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _group import create_stream, make_config, put, setup_table
+from _spark_fakes import SoloMember
+from _wait import wait_until
+
+from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.engine.loop_thread import LoopThread
+from kinesumer.kinesis import KinesisReader
+from kinesumer.models import Record
+from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.partition import ShardPartition
+from kinesumer.spark.source.planner import Planner
+from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
+
+
+class Worker:
+    """One executor worker: a long-lived loop and clients; the tasks it ran."""
+
+    def __init__(self, config: Any, root: Path) -> None:
+        self.loop = LoopThread("test-read-ahead-background")
+        self.stats = RequestStats()
+        self.clients = AwsClients(config, self.stats)
+        self.loop.run(self.clients.open())
+        self.root = root
+        self.tasks: set[asyncio.Task[Any]] = set()  # the tasks' own (not the read-ahead)
+
+    def read(self, p: ShardPartition) -> list[Record]:
+        files = ReadAheadFiles(self.root, p.config.app, p.query)
+
+        async def task() -> list[Record]:
+            current = asyncio.current_task()
+            assert current is not None
+            self.tasks.add(current)
+            return await read_with(self.clients, self.stats, p, files)
+
+        return self.loop.run(task())
+
+    def background_outcomes(self) -> list[BaseException | None]:
+        """Wait for the read-ahead (every other task on the loop); how each ended."""
+
+        async def outcomes() -> list[BaseException | None]:
+            current = asyncio.current_task()
+            others = [t for t in asyncio.all_tasks() if t is not current]
+            await asyncio.gather(*others, return_exceptions=True)
+            return [None if t.cancelled() else t.exception() for t in others]
+
+        return self.loop.run(outcomes())
+
+
+@pytest.fixture
+def first_batch(
+    kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Path
+) -> Iterator[tuple[Worker, ShardPartition]]:
+    """A worker, and batch 1 of a 1-shard stream with 30 records, 10 per batch (a backlog: the
+    batch's task reads the next ones ahead)."""
+    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream = unique_name("s")
+    create_stream(kinesalite.url, stream, 1)
+    put(kinesalite.url, stream, 0, 30)
+    options = SourceOptions(config=config, streams=(stream,), max_records_per_shard=10)
+    planner = Planner(options, lambda c: SoloMember(c))
+    planner.initial_offset()
+    worker = Worker(config, tmp_path / "ra")
+    try:
+        end = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
+        (partition,) = planner.partitions(end)
+        yield worker, pickle.loads(pickle.dumps(partition))
+    finally:
+        if not worker.loop.stopped:
+            worker.loop.run(worker.clients.close())
+        worker.loop.stop()
+        planner.close()
+
+
+def test_a_folder_broken_while_reading_ahead_ends_the_read_ahead_quietly(
+    first_batch: tuple[Worker, ShardPartition],
+) -> None:
+    """The query's folder removed (a /tmp cleaner) and its name taken by a file while a
+    read-ahead reads: the read-ahead cannot leave its file, nor drop its claim. It ends there,
+    with a warning, not with an exception nobody retrieves."""
+    worker, partition = first_batch
+    real = ReadAheadFiles.finish
+    broken: list[Path] = []
+
+    def finish(
+        self: ReadAheadFiles, stream: str, shard_id: str, batch: ReadAheadBatch, *more: Any
+    ) -> None:
+        folder = next(worker.root.iterdir())
+        shutil.rmtree(folder)
+        folder.write_bytes(b"")
+        broken.append(folder)
+        real(self, stream, shard_id, batch, *more)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ReadAheadFiles, "finish", finish)
+        assert len(worker.read(partition)) == 10
+        outcomes = worker.background_outcomes()
+    assert broken  # the read-ahead ran, and met the broken folder
+    assert outcomes == [None] * len(outcomes)
+
+
+def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
+    first_batch: tuple[Worker, ShardPartition],
+) -> None:
+    """The worker's loop stopped (the worker leaves) while its read-ahead waits on Kinesis: the
+    read-ahead is cancelled and drops its claim (a live worker's claim is waited for by the
+    next task of the shard on this host)."""
+    worker, partition = first_batch
+    real = KinesisReader.get_records
+    reading_ahead = threading.Event()
+
+    async def get_records(self: KinesisReader, *args: Any) -> Any:
+        if asyncio.current_task() not in worker.tasks:  # the read-ahead: held until cancelled
+            reading_ahead.set()
+            await asyncio.Event().wait()
+        return await real(self, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KinesisReader, "get_records", get_records)
+        assert len(worker.read(partition)) == 10
+        wait_until(reading_ahead.is_set, timeout=60, what="the read-ahead to read")
+        assert list(worker.root.rglob("*.pending"))  # its claim, while it reads
+        worker.loop.run(worker.clients.close())
+        worker.loop.stop()
+    assert list(worker.root.rglob("*.pending")) == []
+    assert list(worker.root.rglob("*.data")) == []
