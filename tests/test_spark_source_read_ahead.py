@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
+from _read_ahead import data_files, kinesis_client, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
 from _wait import wait_until
-from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
@@ -40,6 +39,12 @@ from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
 from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
+
+
+@pytest.fixture
+def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
+    return one_shard_stream(kinesalite, dynalite, unique_name)
+
 
 STREAM, SHARD = "s", "shardId-000000000000"
 
@@ -162,25 +167,6 @@ def test_a_root_others_can_write_to_is_never_used(files: ReadAheadFiles, tmp_pat
 
 
 # -- the executor's path on kinesalite + dynalite -------------------------------------------------
-@pytest.fixture
-def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
-    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
-    setup_table(config)
-    stream = unique_name("s")
-    create_stream(kinesalite.url, stream, 1)
-    return {"config": config, "stream": stream, "url": kinesalite.url}
-
-
-def kinesis(url: str) -> Any:
-    return get_session().create_client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=url,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-
-
 class Worker:
     """An executor Python worker's long-lived loop and clients, as in Spark (the read-ahead runs
     on the loop after a task returns), with read-ahead files under ``root``."""
@@ -208,10 +194,6 @@ def worker(setup: dict[str, Any], tmp_path: Path) -> Iterator[Worker]:
         yield made
     finally:
         made.close()
-
-
-def data_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*.data")] if root.exists() else []
 
 
 def run_batches(
@@ -249,14 +231,6 @@ def run_batches(
 
 def pending_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*.pending")] if root.exists() else []
-
-
-def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
-    datas = [f"plain-{i}".encode() for i in range(count)]
-    kinesis(setup["url"]).put_records(
-        StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
-    )
-    return datas
 
 
 def test_batches_taken_from_read_ahead_hold_every_record_once_in_order(
@@ -297,7 +271,7 @@ def test_a_smaller_limit_takes_a_prefix_of_the_read_ahead(
 def test_aggregates_split_between_read_ahead_batches_arrive_once(
     setup: dict[str, Any], worker: Worker
 ) -> None:
-    client = kinesis(setup["url"])
+    client = kinesis_client(setup["url"])
     produced: list[bytes] = []
     for a in range(6):
         packed = Aggregate()

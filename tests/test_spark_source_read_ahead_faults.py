@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
+from _read_ahead import background_done, data_files, kinesis_client, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
-from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
+from kinesumer.spark.source import readahead
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
@@ -40,35 +40,7 @@ from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFil
 
 @pytest.fixture
 def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
-    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
-    setup_table(config)
-    stream = unique_name("s")
-    create_stream(kinesalite.url, stream, 1)
-    return {"config": config, "stream": stream, "url": kinesalite.url}
-
-
-def _client(setup: dict[str, Any]) -> Any:
-    return get_session().create_client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=setup["url"],
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-
-
-def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
-    datas = [f"plain-{i}".encode() for i in range(count)]
-    _client(setup).put_records(
-        StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
-    )
-    return datas
-
-
-async def _settled() -> None:
-    """Wait for the worker's background read-ahead (every other task on its loop)."""
-    current = asyncio.current_task()
-    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
+    return one_shard_stream(kinesalite, dynalite, unique_name)
 
 
 async def _attempts(
@@ -121,17 +93,13 @@ def read_batches(
             got = loop.run(_attempts(attempts, clients, stats, partition, files))
             assert all(g == got[0] for g in got)
             out.append(got[0])
-            loop.run(_settled())
+            loop.run(background_done())
             planner.commit(end)
     finally:
         loop.run(clients.close())
         loop.stop()
         planner.close()
     return out
-
-
-def data_files(root: Path) -> list[Path]:
-    return sorted(root.glob("*/*.data"))
 
 
 def test_batches_are_taken_from_the_read_ahead_exactly(
@@ -184,7 +152,7 @@ def test_batches_inside_kpl_aggregates_are_taken_from_the_read_ahead_exactly(
 ) -> None:
     """Batches of 7 over aggregates of 5: every batch after the first starts inside an
     aggregate (at a sub-sequence), so each read-ahead does too."""
-    client = _client(setup)
+    client = kinesis_client(setup["url"])
     produced: list[bytes] = []
     for a in range(6):
         packed = Aggregate()
@@ -354,9 +322,13 @@ def test_partitions_carry_their_run(setup: dict[str, Any]) -> None:
     assert pickle.loads(pickle.dumps(planned)) == planned
 
 
-def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(tmp_path: Path) -> None:
+def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only a query's own read-ahead swept its folder: a query stopped for good left up to
-    DEPTH batches per shard in /tmp (with the defaults, 10,000 records each) for ever."""
+    DEPTH batches per shard in /tmp (with the defaults, 10,000 records each) for ever. (The
+    two queries would be two processes; here one, so its sweeps are not spaced out.)"""
+    monkeypatch.setattr(readahead, "SWEEP_EVERY", 0.0)
     root = tmp_path / "ra"
     stopped = ReadAheadFiles(root, "app", "stopped-query")
     after = Position("100", 0)
@@ -371,3 +343,18 @@ def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(tmp_pat
     assert running.begin("s", "shardId-0", after)
     assert not data.parent.exists()
     assert [f.name for f in root.iterdir()] == [_digest("app", "running-query")]
+
+
+def test_a_process_sweeps_a_root_at_most_once_a_minute(tmp_path: Path) -> None:
+    """A sweep stats every file of every query's folder, and a worker reading ahead begins once
+    per batch and shard: files are stale after minutes, so one sweep a minute is enough."""
+    root = tmp_path / "ra"
+    files = ReadAheadFiles(root, "app", "query")
+    assert files.begin("s", "shardId-0", Position("100", 0))  # sweeps (nothing to remove)
+    old = root / "another" / "left.data"
+    old.parent.mkdir()
+    old.write_bytes(b"")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert files.begin("s", "shardId-1", Position("100", 0))
+    assert old.exists()  # not swept again so soon

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from _group import create_stream, make_config, put, setup_table
+from _read_ahead import background_done
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
@@ -26,11 +27,6 @@ from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
 from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
-
-
-async def _background_done() -> None:
-    current = asyncio.current_task()
-    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
 
 
 def read_with_limits(
@@ -70,7 +66,7 @@ def read_with_limits(
                 p = dataclasses.replace(pickle.loads(pickle.dumps(partition)), limit=limit)
                 taken.append(False)
                 batches.append(loop.run(read_with(clients, stats, p, files)))
-                loop.run(_background_done())
+                loop.run(background_done())
                 planner.commit(end)
     finally:
         loop.run(clients.close())

@@ -11,7 +11,6 @@ a read-ahead file itself holds the SHARD_END.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import pickle
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import boto3
 import pytest
 from _group import create_stream, make_config, put, setup_table
+from _read_ahead import background_done
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
@@ -114,12 +114,6 @@ def seen() -> Iterator[Seen]:
         yield out
 
 
-async def _background_done() -> None:
-    """Wait for the worker's read-ahead (every other task on its loop)."""
-    current = asyncio.current_task()
-    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
-
-
 def read_until(
     config: Any, stream: str, root: Path, wanted: int
 ) -> tuple[list[Record], SoloMember]:
@@ -132,7 +126,7 @@ def read_until(
         members.append(SoloMember(c))
         return members[-1]
 
-    planner = Planner(options, member)  # type: ignore[arg-type]
+    planner = Planner(options, member)
     planner.initial_offset()
     loop = LoopThread("test-read-ahead-reshard")
     stats = RequestStats()
@@ -152,10 +146,10 @@ def read_until(
             for partition in planner.partitions(end):
                 p = pickle.loads(pickle.dumps(partition))
                 got.extend(loop.run(read_with(clients, stats, p, files)))
-            loop.run(_background_done())
+            loop.run(background_done())
             planner.commit(end)
     finally:
-        loop.run(_background_done())
+        loop.run(background_done())
         loop.run(clients.close())
         loop.stop()
         planner.close()

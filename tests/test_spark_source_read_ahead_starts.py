@@ -9,14 +9,14 @@ the first taken from the read-ahead."""
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from _group import put
+from _read_ahead import background_done, one_shard_stream
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
@@ -30,11 +30,6 @@ from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 #: Called with the batch number and the member after the batch is planned, before its read.
 Hook = Callable[[int, SoloMember], None]
-
-
-async def _background_done() -> None:
-    current = asyncio.current_task()
-    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
 
 
 def read_batches(
@@ -51,7 +46,7 @@ def read_batches(
         members.append(SoloMember(config))
         return members[-1]
 
-    planner = Planner(options, member)  # type: ignore[arg-type]
+    planner = Planner(options, member)
     planner.initial_offset()
     loop = LoopThread("test-read-ahead-starts")
     stats = RequestStats()
@@ -79,7 +74,7 @@ def read_batches(
                 taken.append(False)
                 p = pickle.loads(pickle.dumps(partition))
                 batches.append(loop.run(read_with(clients, stats, p, files)))
-                loop.run(_background_done())
+                loop.run(background_done())
                 planner.commit(end)
     finally:
         loop.run(clients.close())
@@ -88,20 +83,10 @@ def read_batches(
     return batches, taken
 
 
-def stream_of(kinesalite: Any, dynalite: Any, unique_name: Any, **config: Any) -> dict[str, Any]:
-    made = make_config(
-        kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"), **config
-    )
-    setup_table(made)
-    stream = unique_name("s")
-    create_stream(kinesalite.url, stream, 1)
-    return {"config": made, "stream": stream, "url": kinesalite.url}
-
-
 def test_a_latest_start_reads_ahead_once_its_first_batch_ended(
     kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Path
 ) -> None:
-    setup = stream_of(kinesalite, dynalite, unique_name, initial_position="LATEST")
+    setup = one_shard_stream(kinesalite, dynalite, unique_name, initial_position="LATEST")
     produced: list[bytes] = []
 
     def after_the_pin(n: int, member: SoloMember) -> None:
@@ -117,7 +102,7 @@ def test_a_latest_start_reads_ahead_once_its_first_batch_ended(
 def test_a_lease_lost_and_claimed_again_takes_the_read_ahead_of_its_next_start(
     kinesalite: Any, dynalite: Any, unique_name: Any, tmp_path: Path
 ) -> None:
-    setup = stream_of(kinesalite, dynalite, unique_name)
+    setup = one_shard_stream(kinesalite, dynalite, unique_name)
     produced = put(kinesalite.url, setup["stream"], 0, 45)
 
     def lose_at_settle(n: int, member: SoloMember) -> None:

@@ -16,9 +16,8 @@ import pickle
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
+from _read_ahead import kinesis_client, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
-from botocore.session import get_session
 
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader
@@ -30,11 +29,7 @@ from kinesumer.spark.source.planner import Planner
 
 @pytest.fixture
 def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
-    config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
-    setup_table(config)
-    stream = unique_name("s")
-    create_stream(kinesalite.url, stream, 1)
-    return {"config": config, "stream": stream, "url": kinesalite.url}
+    return one_shard_stream(kinesalite, dynalite, unique_name)
 
 
 @pytest.fixture
@@ -51,27 +46,9 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return asked
 
 
-def kinesis(url: str) -> Any:
-    return get_session().create_client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=url,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-
-
-def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
-    datas = [f"plain-{i}".encode() for i in range(count)]
-    kinesis(setup["url"]).put_records(
-        StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
-    )
-    return datas
-
-
 def put_aggregates(setup: dict[str, Any], aggregates: int, per: int) -> list[bytes]:
     datas: list[bytes] = []
-    client = kinesis(setup["url"])
+    client = kinesis_client(setup["url"])
     for a in range(aggregates):
         packed = Aggregate()
         for i in range(per):

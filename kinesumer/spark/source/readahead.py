@@ -57,8 +57,14 @@ DEPTH = 2
 #: How often a task looks again while another worker's read-ahead of its start is under way.
 WAIT_STEP = 0.005
 
+#: How often (at most) one process sweeps a root's stale files: a sweep stats every file of
+#: every query's folder, and a worker reading ahead begins once per batch and shard.
+SWEEP_EVERY = 60.0
+
 #: Roots this process warned of (not private: read-ahead off).
 _WARNED: set[Path] = set()
+#: When this process last swept each root (monotonic seconds).
+_SWEPT: dict[Path, float] = {}
 
 
 class _Stored(msgspec.Struct, array_like=True):
@@ -82,7 +88,7 @@ _DECODER = msgspec.msgpack.Decoder(_Stored)
 @dataclass(frozen=True)
 class ReadAheadBatch:
     """What a worker read ahead from right after ``after``: the first ``len(records)`` records
-    there, and how that read ended (as :meth:`_ShardReader.read_new` reports it)."""
+    there, and how that read ended (as ``ShardRangeReader.read_new`` reports it)."""
 
     after: Position
     records: list[Record]
@@ -333,7 +339,12 @@ class ReadAheadFiles:
         """Remove files older than :data:`STALE_SECONDS` in the folders of all this user's
         queries on this host (a killed worker's claim, a stopped query's read-ahead), and the
         folders of stopped queries once empty. A query stopped for good never comes back to
-        remove its own: up to :data:`DEPTH` batches per shard would stay in /tmp."""
+        remove its own: up to :data:`DEPTH` batches per shard would stay in /tmp. At most once
+        per :data:`SWEEP_EVERY` in a process: files are stale after minutes, not seconds."""
+        last = _SWEPT.get(self._root)
+        if last is not None and time.monotonic() - last < SWEEP_EVERY:
+            return
+        _SWEPT[self._root] = time.monotonic()
         now = time.time()
         for folder in self._root.iterdir():
             idle = now - mtime(folder, now) > STALE_SECONDS  # before removals touch it
