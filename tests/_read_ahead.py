@@ -1,15 +1,26 @@
 """Shared by the read-ahead and GetRecords-limit tests of the Spark source (no Spark): a 1-shard
 stream with its state table on kinesalite + dynalite, plain records put into it, the
-read-ahead files left under a root, and a wait for a worker's background read-ahead."""
+read-ahead files left under a root, an executor worker's long-lived loop (where read-ahead runs
+after a task returns) and a wait for it, and which tasks found a read-ahead."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _group import create_stream, make_config, setup_table
 from botocore.session import get_session
+
+from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.engine.loop_thread import LoopThread
+from kinesumer.models import Record
+from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.partition import ShardPartition
+from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 
 def one_shard_stream(
@@ -53,3 +64,46 @@ async def background_done() -> None:
     """Wait for a worker's background read-ahead: every other task on its loop."""
     current = asyncio.current_task()
     await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not current))
+
+
+class Worker:
+    """An executor Python worker's long-lived loop and clients, as in Spark (the read-ahead runs
+    on the loop after a task returns), with read-ahead files under ``root``."""
+
+    def __init__(self, config: Any, root: Path, name: str = "test-worker") -> None:
+        self.loop = LoopThread(name)
+        self.stats = RequestStats()
+        self.clients = AwsClients(config, self.stats)
+        self.loop.run(self.clients.open())
+        self.root = root
+
+    def read(self, p: ShardPartition) -> list[Record]:
+        """``p``'s task, as an executor runs it (its read-ahead goes on in the background)."""
+        files = ReadAheadFiles(self.root, p.config.app, p.query)
+        return self.loop.run(read_with(self.clients, self.stats, p, files))
+
+    def settle(self) -> None:
+        """Wait until the read-ahead this worker started has ended."""
+        self.loop.run(background_done())
+
+    def close(self) -> None:
+        self.loop.run(self.clients.close())
+        self.loop.stop()
+
+
+@contextmanager
+def recording_takes() -> Iterator[list[bool]]:
+    """Whether each batch was taken from a read-ahead: the caller appends False before each
+    batch's task, and a task that finds its read-ahead sets that entry (a task that starts at
+    TRIM_HORIZON or LATEST does not look for one)."""
+    taken: list[bool] = []
+    real = ReadAheadFiles.take
+
+    async def take(self: ReadAheadFiles, *args: Any) -> ReadAheadBatch | None:
+        got = await real(self, *args)
+        taken[-1] = got is not None
+        return got
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ReadAheadFiles, "take", take)
+        yield taken

@@ -24,19 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _read_ahead import data_files, kinesis_client, one_shard_stream, put_plain
+from _read_ahead import Worker, data_files, kinesis_client, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
 from _wait import wait_until
 
-from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
 from kinesumer.spark.source import executor
-from kinesumer.spark.source.executor import read_records, read_with
+from kinesumer.spark.source.executor import read_records
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
 from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
 
@@ -167,26 +164,6 @@ def test_a_root_others_can_write_to_is_never_used(files: ReadAheadFiles, tmp_pat
 
 
 # -- the executor's path on kinesalite + dynalite -------------------------------------------------
-class Worker:
-    """An executor Python worker's long-lived loop and clients, as in Spark (the read-ahead runs
-    on the loop after a task returns), with read-ahead files under ``root``."""
-
-    def __init__(self, config: Any, root: Path) -> None:
-        self.loop = LoopThread("test-worker")
-        self.stats = RequestStats()
-        self.clients = AwsClients(config, self.stats)
-        self.loop.run(self.clients.open())
-        self.root = root
-
-    def read(self, p: ShardPartition) -> list[Record]:
-        files = ReadAheadFiles(self.root, p.config.app, p.query)
-        return self.loop.run(read_with(self.clients, self.stats, p, files))
-
-    def close(self) -> None:
-        self.loop.run(self.clients.close())
-        self.loop.stop()
-
-
 @pytest.fixture
 def worker(setup: dict[str, Any], tmp_path: Path) -> Iterator[Worker]:
     made = Worker(setup["config"], tmp_path / "read-ahead")

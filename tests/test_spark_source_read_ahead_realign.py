@@ -14,15 +14,11 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _group import create_stream, make_config, put, setup_table
-from _read_ahead import background_done
+from _read_ahead import Worker, recording_takes
 from _spark_fakes import SoloMember
 
-from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Position, Record
-from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
@@ -42,35 +38,21 @@ def read_with_limits(
     options = SourceOptions(config=config, streams=(stream,), max_records_per_shard=limits[0])
     planner = Planner(options, lambda c: SoloMember(c))
     planner.initial_offset()
-    loop = LoopThread("test-read-ahead-realign")
-    stats = RequestStats()
-    clients = AwsClients(config, stats)
-    loop.run(clients.open())
+    worker = Worker(config, root, "test-read-ahead-realign")
     batches: list[list[Record]] = []
-    taken: list[bool] = []
-    real_take = ReadAheadFiles.take
-
-    async def take(self: ReadAheadFiles, *args: Any) -> ReadAheadBatch | None:
-        got = await real_take(self, *args)
-        taken[-1] = got is not None
-        return got
-
     try:
-        files = ReadAheadFiles(root, config.app, planner.query or "")
         end = SourceOffset(planner.query or "", 0).to_json()
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(ReadAheadFiles, "take", take)
+        with recording_takes() as taken:
             for limit in limits:
                 end = planner.latest_offset(end, None)
                 (partition,) = planner.partitions(end)
                 p = dataclasses.replace(pickle.loads(pickle.dumps(partition)), limit=limit)
                 taken.append(False)
-                batches.append(loop.run(read_with(clients, stats, p, files)))
-                loop.run(background_done())
+                batches.append(worker.read(p))
+                worker.settle()
                 planner.commit(end)
     finally:
-        loop.run(clients.close())
-        loop.stop()
+        worker.close()
         planner.close()
     return batches, taken, produced
 

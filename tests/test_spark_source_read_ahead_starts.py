@@ -14,19 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _group import put
-from _read_ahead import background_done, one_shard_stream
+from _read_ahead import Worker, one_shard_stream, recording_takes
 from _spark_fakes import SoloMember
 
-from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Record
-from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 #: Called with the batch number and the member after the batch is planned, before its read.
 Hook = Callable[[int, SoloMember], None]
@@ -48,37 +43,22 @@ def read_batches(
 
     planner = Planner(options, member)
     planner.initial_offset()
-    loop = LoopThread("test-read-ahead-starts")
-    stats = RequestStats()
-    clients = AwsClients(setup["config"], stats)
-    loop.run(clients.open())
+    worker = Worker(setup["config"], root, "test-read-ahead-starts")
     batches: list[list[Record]] = []
-    taken: list[bool] = []
-    real_take = ReadAheadFiles.take
-
-    async def take(self: ReadAheadFiles, *args: Any) -> ReadAheadBatch | None:
-        got = await real_take(self, *args)
-        taken[-1] = got is not None
-        return got
-
     try:
-        files = ReadAheadFiles(root, setup["config"].app, planner.query or "")
         end = SourceOffset(planner.query or "", 0).to_json()
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(ReadAheadFiles, "take", take)
+        with recording_takes() as taken:
             for n in range(1, count + 1):
                 end = planner.latest_offset(end, None)
                 assert end["batch"] == n
                 planned(n, members[-1])
                 (partition,) = planner.partitions(end)
                 taken.append(False)
-                p = pickle.loads(pickle.dumps(partition))
-                batches.append(loop.run(read_with(clients, stats, p, files)))
-                loop.run(background_done())
+                batches.append(worker.read(pickle.loads(pickle.dumps(partition))))
+                worker.settle()
                 planner.commit(end)
     finally:
-        loop.run(clients.close())
-        loop.stop()
+        worker.close()
         planner.close()
     return batches, taken
 
