@@ -17,6 +17,7 @@ from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
+from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Record
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.partition import ShardPartition
@@ -52,6 +53,21 @@ def put_plain(setup: dict[str, Any], count: int) -> list[bytes]:
     kinesis_client(setup["url"]).put_records(
         StreamName=setup["stream"], Records=[{"Data": d, "PartitionKey": "k"} for d in datas]
     )
+    return datas
+
+
+def put_aggregates(setup: dict[str, Any], aggregates: int, per: int) -> list[bytes]:
+    """``aggregates`` KPL aggregates of ``per`` user records ``agg-<a>-<i>``; their data."""
+    datas: list[bytes] = []
+    client = kinesis_client(setup["url"])
+    for a in range(aggregates):
+        packed = Aggregate()
+        for i in range(per):
+            datas.append(f"agg-{a}-{i}".encode())
+            packed.add(datas[-1], f"k{i}")
+        client.put_record(
+            StreamName=setup["stream"], Data=packed.encode(), PartitionKey=packed.first_key or "k"
+        )
     return datas
 
 

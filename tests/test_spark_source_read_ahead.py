@@ -7,8 +7,8 @@ a task waits for a read-ahead under way but not for a killed worker's; a read-ah
 too late, twice, or past the depth is not made; a miss turns the shard cold; a root another
 user could write to is never used. Then the executor's path on kinesalite + dynalite, on a
 worker's long-lived loop as in Spark: every record once and in order through batches taken
-from read-ahead, each batch replayable exactly from the stream, a smaller limit taking a
-prefix, and KPL aggregates split between batches."""
+from read-ahead, each batch replayable exactly from the stream, and a smaller limit taking a
+prefix (KPL aggregates split between batches: test_spark_source_read_ahead_faults.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _read_ahead import Worker, data_files, kinesis_client, one_shard_stream, put_plain
+from _read_ahead import Worker, data_files, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
 from _wait import wait_until
 
-from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_records
@@ -243,22 +242,6 @@ def test_a_smaller_limit_takes_a_prefix_of_the_read_ahead(
     # hold fewer than its limit), and the batches after it read ahead 10 at a time again.
     assert [len(b) for b in got] == [10, 4, 4, 10, 10, 2]
     assert [r.data for b in got for r in b] == produced
-
-
-def test_aggregates_split_between_read_ahead_batches_arrive_once(
-    setup: dict[str, Any], worker: Worker
-) -> None:
-    client = kinesis_client(setup["url"])
-    produced: list[bytes] = []
-    for a in range(6):
-        packed = Aggregate()
-        for i in range(5):
-            produced.append(f"agg-{a}-{i}".encode())
-            packed.add(produced[-1], f"k{i}")
-        client.put_record(StreamName=setup["stream"], Data=packed.encode(), PartitionKey="k")
-    got = run_batches(setup, worker, per_shard=7, count=5)
-    assert [r.data for b in got for r in b] == produced
-    assert [len(b) for b in got] == [7, 7, 7, 7, 2]
 
 
 def test_read_ahead_off_reads_for_itself(setup: dict[str, Any]) -> None:

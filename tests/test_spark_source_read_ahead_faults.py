@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _read_ahead import background_done, data_files, kinesis_client, one_shard_stream, put_plain
+from _read_ahead import background_done, data_files, one_shard_stream, put_aggregates, put_plain
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
-from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Position, Record
 from kinesumer.spark.source import readahead
 from kinesumer.spark.source.executor import read_with
@@ -152,14 +151,7 @@ def test_batches_inside_kpl_aggregates_are_taken_from_the_read_ahead_exactly(
 ) -> None:
     """Batches of 7 over aggregates of 5: every batch after the first starts inside an
     aggregate (at a sub-sequence), so each read-ahead does too."""
-    client = kinesis_client(setup["url"])
-    produced: list[bytes] = []
-    for a in range(6):
-        packed = Aggregate()
-        for i in range(5):
-            produced.append(f"agg-{a}-{i}".encode())
-            packed.add(produced[-1], f"k{i}")
-        client.put_record(StreamName=setup["stream"], Data=packed.encode(), PartitionKey="k")
+    produced = put_aggregates(setup, aggregates=6, per=5)
     seen: list[int] = []
     got = read_batches(
         setup, tmp_path / "ra", 7, 5, lambda i, p, f: seen.append(len(data_files(tmp_path / "ra")))

@@ -16,10 +16,9 @@ import pickle
 from typing import Any
 
 import pytest
-from _read_ahead import kinesis_client, one_shard_stream, put_plain
+from _read_ahead import one_shard_stream, put_aggregates, put_plain
 from _spark_fakes import SoloMember
 
-from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader
 from kinesumer.spark.source.executor import read_records
 from kinesumer.spark.source.offsets import SourceOffset
@@ -44,20 +43,6 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(KinesisReader, "get_records", recording)
     return asked
-
-
-def put_aggregates(setup: dict[str, Any], aggregates: int, per: int) -> list[bytes]:
-    datas: list[bytes] = []
-    client = kinesis_client(setup["url"])
-    for a in range(aggregates):
-        packed = Aggregate()
-        for i in range(per):
-            datas.append(f"agg-{a}-{i}".encode())
-            packed.add(datas[-1], f"k{i}")
-        client.put_record(
-            StreamName=setup["stream"], Data=packed.encode(), PartitionKey=packed.first_key or "k"
-        )
-    return datas
 
 
 def batches(setup: dict[str, Any], per_shard: int, count: int) -> list[list[Any]]:
