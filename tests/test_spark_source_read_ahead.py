@@ -23,18 +23,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow
 import pytest
 from _read_ahead import Worker, data_files, one_shard_stream, put_plain
 from _spark_fakes import SoloMember
 from _wait import wait_until
 
+from kinesumer.config import Config
 from kinesumer.models import Position, Record
+from kinesumer.spark.arrow import arrow_schema, records_to_arrow, rows_to_batches, rows_to_records
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_records
-from kinesumer.spark.source.offsets import SourceOffset
+from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
+from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
 from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
+from kinesumer.spark.source.shard_read import ShardRangeReader
 
 
 @pytest.fixture
@@ -64,7 +69,7 @@ def kinds(tmp_path: Path, suffix: str) -> list[Path]:
 
 def leave(files: ReadAheadFiles, after: Position, records: list[Record]) -> None:
     assert files.begin(STREAM, SHARD, after)
-    files.finish(STREAM, SHARD, ReadAheadBatch(after, records, False, False, 5))
+    files.finish(STREAM, SHARD, ReadAheadBatch(after, records_to_arrow(records), False, False, 5))
 
 
 def take(files: ReadAheadFiles, after: Position, wait: float = 0.0) -> ReadAheadBatch | None:
@@ -82,11 +87,44 @@ def test_records_left_come_back_exactly_and_only_once(files: ReadAheadFiles) -> 
     assert take(files, at(11)) is None  # nothing left from another start
 
 
+@pytest.mark.parametrize("limit", [1, 3, 5, 6])
+def test_a_batch_formed_from_read_ahead_is_the_batch_a_read_would_form(limit: int) -> None:
+    """The task slices the stored Arrow and derives its ledger entry from the columns; a read
+    forms both from records. Same rows (Spark's schema, exactly) and the same entry, with
+    KPL sub-sequences, arrivals out of order and records without one."""
+    config = Config(app="app", region="us-east-1", dynamodb_table="state")
+    partition = ShardPartition(
+        config, "q", 2, STREAM, SHARD, Start(after=at(10)), limit, "o", 5.0, 3600
+    )
+    utc = timezone.utc
+    records = [
+        record(11, 0, datetime(2026, 1, 1, 0, 0, 2, 345000, tzinfo=utc)),
+        record(11, 1, datetime(2026, 1, 1, 0, 0, 9, 1000, tzinfo=utc)),
+        record(12, 0, None),
+        record(13, 0, datetime(2026, 1, 1, 0, 0, 5, tzinfo=utc)),
+        record(14, 0, datetime(2026, 1, 1, 0, 0, 1, 999000, tzinfo=utc)),
+    ]
+    ahead = ReadAheadBatch(at(10), records_to_arrow(records), True, False, 0)
+    rows, entry = ShardRangeReader(None, partition).from_read_ahead(ahead)  # type: ignore[arg-type]
+    read = ShardRangeReader(
+        None, partition
+    )._entry(  # type: ignore[arg-type]
+        records[:limit], limit >= len(records), False, 0
+    )
+    assert entry == read
+    assert rows_to_records(rows) == records[:limit]
+    batches = list(rows_to_batches(rows))
+    assert all(b.schema.equals(arrow_schema(), check_metadata=True) for b in batches)
+    assert pyarrow.Table.from_batches(batches).equals(records_to_arrow(records[:limit]))
+
+
 def test_a_task_waits_for_a_read_ahead_under_way(files: ReadAheadFiles) -> None:
     assert files.begin(STREAM, SHARD, at(10))
     records = [record(11)]
     finisher = threading.Timer(
-        0.3, files.finish, (STREAM, SHARD, ReadAheadBatch(at(10), records, True, False, 0))
+        0.3,
+        files.finish,
+        (STREAM, SHARD, ReadAheadBatch(at(10), records_to_arrow(records), True, False, 0)),
     )
     finisher.start()
     got = take(files, at(10), wait=30.0)

@@ -24,6 +24,7 @@ from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.models import Record
+from kinesumer.spark.arrow import rows_to_records
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
@@ -50,7 +51,7 @@ class Worker:
             current = asyncio.current_task()
             assert current is not None
             self.tasks.add(current)
-            return await read_with(self.clients, self.stats, p, files)
+            return rows_to_records(await read_with(self.clients, self.stats, p, files))
 
         return self.loop.run(task())
 

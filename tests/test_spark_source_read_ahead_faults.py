@@ -28,6 +28,7 @@ from _spark_fakes import SoloMember
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Position, Record
+from kinesumer.spark.arrow import records_to_arrow, rows_to_records
 from kinesumer.spark.source import readahead
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset, Start
@@ -45,7 +46,8 @@ def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
 async def _attempts(
     count: int, clients: AwsClients, stats: RequestStats, p: ShardPartition, files: ReadAheadFiles
 ) -> list[list[Record]]:
-    return list(await asyncio.gather(*(read_with(clients, stats, p, files) for _ in range(count))))
+    got = await asyncio.gather(*(read_with(clients, stats, p, files) for _ in range(count)))
+    return [rows_to_records(rows) for rows in got]
 
 
 #: Called before each batch's read; may return the partition to read instead.
@@ -275,7 +277,9 @@ def test_a_read_ahead_left_by_a_stopped_query_is_not_taken_at_its_restart(tmp_pa
     after = Position("100", 0)
     assert files.begin("s", "shardId-0", after)
     record = Record("s", "shardId-0", "101", 0, "k", b"old", None)
-    files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0))
+    files.finish(
+        "s", "shardId-0", ReadAheadBatch(after, records_to_arrow([record]), True, False, 0)
+    )
     (data,) = data_files(tmp_path / "ra")
     an_hour_ago = time.time() - 3600
     os.utime(data, (an_hour_ago, an_hour_ago))
@@ -294,7 +298,9 @@ def test_a_read_ahead_of_a_previous_run_is_not_taken_even_when_recent(tmp_path: 
         after = Position(str(100 * (n + 1)), 0)
         record = Record("s", "shardId-0", str(100 * (n + 1) + 1), 0, "k", b"then", None)
         assert files.begin("s", "shardId-0", after)
-        files.finish("s", "shardId-0", ReadAheadBatch(after, [record], True, False, 0), run)
+        files.finish(
+            "s", "shardId-0", ReadAheadBatch(after, records_to_arrow([record]), True, False, 0), run
+        )
         got = asyncio.run(files.take("s", "shardId-0", after, 0.0, "this"))
         assert (got is not None) is (run == "this")
 
@@ -326,7 +332,9 @@ def test_a_stopped_querys_files_are_removed_by_another_querys_read_ahead(
     after = Position("100", 0)
     assert stopped.begin("s", "shardId-0", after)
     record = Record("s", "shardId-0", "101", 0, "k", b"x", None)
-    stopped.finish("s", "shardId-0", ReadAheadBatch(after, [record], False, False, 5))
+    stopped.finish(
+        "s", "shardId-0", ReadAheadBatch(after, records_to_arrow([record]), False, False, 5)
+    )
     (data,) = data_files(root)
     an_hour_ago = time.time() - 3600
     os.utime(data, (an_hour_ago, an_hour_ago))

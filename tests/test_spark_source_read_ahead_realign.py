@@ -19,6 +19,7 @@ from _read_ahead import Worker, recording_takes
 from _spark_fakes import SoloMember
 
 from kinesumer.models import Position, Record
+from kinesumer.spark.arrow import records_to_arrow
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.planner import Planner
@@ -81,7 +82,10 @@ def test_a_batch_run_on_another_host_still_turns_the_shard_cold(tmp_path: Path) 
     for after in (10, 20):
         assert files.begin(*shard, Position(str(after), 0))
         records = [Record(*shard, str(n), 0, "k", b"x", None) for n in range(after + 1, after + 11)]
-        files.finish(*shard, ReadAheadBatch(Position(str(after), 0), records, False, False, 5))
+        files.finish(
+            *shard,
+            ReadAheadBatch(Position(str(after), 0), records_to_arrow(records), False, False, 5),
+        )
     assert asyncio.run(files.take(*shard, Position("10", 0), 0.0)) is not None
     assert asyncio.run(files.take(*shard, Position("30", 0), 0.0)) is None
     assert list((tmp_path / "ra").rglob("*.cold"))

@@ -29,6 +29,7 @@ from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.reader import ShardBatch
 from kinesumer.models import Position, Record
+from kinesumer.spark.arrow import rows_to_records
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
@@ -145,7 +146,7 @@ def read_until(
             end = following
             for partition in planner.partitions(end):
                 p = pickle.loads(pickle.dumps(partition))
-                got.extend(loop.run(read_with(clients, stats, p, files)))
+                got.extend(rows_to_records(loop.run(read_with(clients, stats, p, files))))
             loop.run(background_done())
             planner.commit(end)
     finally:

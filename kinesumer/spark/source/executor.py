@@ -33,8 +33,8 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
-from ...models import Position, Record
-from ..arrow import records_to_batches
+from ...models import Position
+from ..arrow import Rows, records_to_arrow, rows_to_batches
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
@@ -57,10 +57,10 @@ def read_partition(partition: ShardPartition) -> Iterator[Any]:
     (:func:`kinesumer.spark.arrow.arrow_schema`, which equals what Spark expects for
     :data:`~kinesumer.spark.arrow.SCHEMA_DDL`)."""
     clients = worker_clients()
-    records = ride_out(
+    rows = ride_out(
         lambda: clients.read(partition), partition.outage_timeout, f"read of {partition.describe()}"
     )
-    return records_to_batches(records, ARROW_BATCH_ROWS)
+    return rows_to_batches(rows, ARROW_BATCH_ROWS)
 
 
 class WorkerClients:
@@ -81,10 +81,10 @@ class WorkerClients:
         self._loop = LoopThread("kinesumer-spark-executor")
         self._clients: dict[Config, tuple[AwsClients, RequestStats]] = {}
 
-    def read(self, p: ShardPartition) -> list[Record]:
+    def read(self, p: ShardPartition) -> Rows:
         return self._loop.run(self._read(p))
 
-    async def _read(self, p: ShardPartition) -> list[Record]:
+    async def _read(self, p: ShardPartition) -> Rows:
         opened = self._clients.get(p.config)
         if opened is None:
             stats = RequestStats()
@@ -112,7 +112,7 @@ def worker_clients() -> WorkerClients:
         return _WORKER
 
 
-async def read_records(p: ShardPartition) -> list[Record]:
+async def read_records(p: ShardPartition) -> Rows:
     """:func:`read_with` on clients of its own (opened and closed here)."""
     stats = RequestStats()
     clients = AwsClients(p.config, stats)
@@ -128,9 +128,10 @@ async def read_with(
     stats: RequestStats,
     p: ShardPartition,
     read_ahead: ReadAheadFiles | None = None,
-) -> list[Record]:
+) -> Rows:
     """The partition's records, as the ledger decides (see the module docstring), taken from
-    this host's read-ahead of the shard when there is one (see :mod:`.readahead`)."""
+    this host's read-ahead of the shard when there is one (see :mod:`.readahead`): then as the
+    Arrow table it was stored as."""
     ledger = Ledger(
         clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl
     )
@@ -147,7 +148,8 @@ async def read_with(
             ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait, p.run)
         except OSError as error:  # the folder, not the shard: read as if there were none
             log.warning("%s: read-ahead not taken: %r", p.describe(), error)
-    if ahead is not None and ahead.records:
+    records: Rows
+    if ahead is not None and ahead.rows.num_rows:
         records, entry = shard.from_read_ahead(ahead)
     else:
         records, entry = await shard.read_new()
@@ -228,8 +230,10 @@ async def _read_ahead(
             if not records:
                 files.abandon(p.stream, p.shard_id, after)
                 return
+            # Built here, in the background, as the task would have: it hands a slice to Spark.
+            rows = records_to_arrow(records)
             batch = ReadAheadBatch(
-                after, records, entry.caught_up, entry.shard_end, entry.millis_behind
+                after, rows, entry.caught_up, entry.shard_end, entry.millis_behind
             )
             more = _more_behind(entry, p)
             files.finish(p.stream, p.shard_id, batch, p.run, entry.end if more else None)

@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from ...errors import KinesumerError
 from ...kinesis import KinesisReader, ShardBatch
 from ...kinesis.reader import IteratorExpired
 from ...models import Position, Record
+from ..deps import require_pyarrow
 from .ledger import LedgerEntry
 from .offsets import Start
 from .partition import ShardPartition
 from .readahead import ReadAheadBatch
+
+if TYPE_CHECKING:
+    import pyarrow
+
+#: Where a record's arrival time is in the tuple.
+ARRIVAL = Record._fields.index("approximate_arrival_timestamp")
 
 
 class ReplayMismatchError(KinesumerError):
@@ -32,6 +41,17 @@ def _reached_tip(batch: ShardBatch, asked: int) -> bool:
     record was the resume point (skipped) gave nothing: that case stays with the empty-answer
     rule, which asks once more so a drained closed shard can say SHARD_END."""
     return bool(batch.records) and batch.millis_behind == 0 and batch.raw_count < asked
+
+
+def _latest_arrival(records: list[Record]) -> datetime | None:
+    """The latest arrival time of ``records`` (None if none has one). Compared as datetimes in
+    C: converting each to epoch milliseconds first cost 0.07 CPU-s per 100k records."""
+    arrivals: Iterator[datetime | None] = map(itemgetter(ARRIVAL), records)
+    try:
+        return max(arrivals, default=None)  # type: ignore[type-var]
+    except TypeError:  # some records have none (built by hand; Kinesis always sets it)
+        known = [r.approximate_arrival_timestamp for r in records]
+        return max((a for a in known if a is not None), default=None)
 
 
 def _position(record: Record) -> tuple[int, int]:
@@ -55,14 +75,24 @@ class ShardRangeReader:
         """Make this reader's first GetRecords wait as ``other``'s next would (same shard)."""
         self._next_call = max(self._next_call, other._next_call)
 
-    def from_read_ahead(self, ahead: ReadAheadBatch) -> tuple[list[Record], LedgerEntry]:
+    def from_read_ahead(self, ahead: ReadAheadBatch) -> tuple[pyarrow.Table, LedgerEntry]:
         """The batch a read from the partition's start would have formed from what was read
-        ahead: its first ``limit`` records. Caught up and SHARD_END hold only if all of them
-        fit (records past the limit mean more is behind)."""
-        records = ahead.records[: self._p.limit]
-        whole = len(records) == len(ahead.records)
+        ahead: its first ``limit`` records, as the Arrow they were stored as. Caught up and
+        SHARD_END hold only if all of them fit (records past the limit mean more is behind)."""
+        rows = ahead.rows.slice(0, self._p.limit)
+        count = rows.num_rows
+        whole = count == ahead.rows.num_rows
         caught_up, shard_end = ahead.caught_up and whole, ahead.shard_end and whole
-        return records, self._entry(records, caught_up, shard_end, ahead.millis_behind)
+        end = None
+        if count:
+            sequence, sub = rows.column("sequence_number"), rows.column("sub_sequence_number")
+            end = Position(sequence[count - 1].as_py(), sub[count - 1].as_py())
+        require_pyarrow()
+        import pyarrow.compute  # the spark extra's, there by now
+
+        latest = pyarrow.compute.max(rows.column("approximate_arrival_timestamp"))
+        arrival = latest.as_py() if count else None
+        return rows, self._entry_of(end, count, caught_up, shard_end, ahead.millis_behind, arrival)
 
     async def _iterator(self, start: Start, after: Position | None) -> str:
         return await self._reader.shard_iterator(
@@ -147,16 +177,26 @@ class ShardRangeReader:
     def _entry(
         self, out: list[Record], caught_up: bool, shard_end: bool, behind: int | None
     ) -> LedgerEntry:
-        p = self._p
-        arrivals = [r.approximate_arrival_timestamp for r in out]
-        last_arrival = max((int(a.timestamp() * 1000) for a in arrivals if a), default=None)
         end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None
+        return self._entry_of(end, len(out), caught_up, shard_end, behind, _latest_arrival(out))
+
+    def _entry_of(
+        self,
+        end: Position | None,
+        count: int,
+        caught_up: bool,
+        shard_end: bool,
+        behind: int | None,
+        latest_arrival: datetime | None,
+    ) -> LedgerEntry:
+        p = self._p
+        last_arrival = int(latest_arrival.timestamp() * 1000) if latest_arrival else None
         return LedgerEntry(
             batch=p.batch,
             stream=p.stream,
             shard_id=p.shard_id,
             end=end,
-            count=len(out),
+            count=count,
             caught_up=caught_up,
             shard_end=shard_end,
             last_arrival_ms=last_arrival,
