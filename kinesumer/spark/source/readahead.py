@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ...models import Position, Record
 from ..arrow import rows_to_records
-from .readahead_format import LAYOUT, Header, UnreadableReadAhead, decode, encode
+from .readahead_format import LAYOUT, Header, UnreadableReadAhead, decode, write
 from .readahead_paths import age, claim_alive, digest, mtime, position_of, text_of
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ class ReadAheadFiles:
             if next_after is not None:  # before the data: whoever sees the data sees this
                 tail = f"{next_after.sequence_number} {next_after.sub_sequence_number}"
                 name.with_suffix(".next").write_text(tail)
-            partial.write_bytes(encode(header, batch.rows))
+            write(partial, header, batch.rows)
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
