@@ -49,8 +49,9 @@ class UnreadableReadAhead(ValueError):
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(Header)
 _LENGTH_BYTES = 4
-#: Where the IPC stream starts: the tables are read from the file's bytes without a copy, and
-#: Arrow's buffers must start at multiples of 8 (the bytes object's own start is one).
+#: Where the IPC stream starts: the table is read from the file's bytes without a copy, and
+#: Arrow lays its buffers out at multiples of 8 and reads int64s and timestamps as aligned
+#: (pyarrow does not realign by default; the bytes object's own start is a multiple of 8).
 _ALIGNMENT = 8
 
 
