@@ -34,6 +34,7 @@ from kinesumer.models import Position, Record
 from kinesumer.spark.arrow import arrow_schema, records_to_arrow, rows_to_batches, rows_to_records
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.ledger import LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
@@ -87,11 +88,23 @@ def test_records_left_come_back_exactly_and_only_once(files: ReadAheadFiles) -> 
     assert take(files, at(11)) is None  # nothing left from another start
 
 
-@pytest.mark.parametrize("limit", [1, 3, 5, 6])
-def test_a_batch_formed_from_read_ahead_is_the_batch_a_read_would_form(limit: int) -> None:
-    """The task slices the stored Arrow and derives its ledger entry from the columns; a read
-    forms both from records. Same rows (Spark's schema, exactly) and the same entry, with
-    KPL sub-sequences, arrivals out of order and records without one."""
+#: Per limit: the end, count, caught up and latest arrival (epoch ms) a read of that limit
+#: forms from the records of the test below.
+FORMED = {
+    1: (at(11), 1, False, 1767225602345),
+    3: (at(12), 3, False, 1767225609001),  # the latest is not the last; one has none
+    5: (at(14), 5, True, 1767225609001),
+    6: (at(14), 5, True, 1767225609001),
+}
+
+
+@pytest.mark.parametrize("limit", sorted(FORMED))
+def test_a_batch_formed_from_read_ahead_is_the_batch_a_read_would_form(
+    files: ReadAheadFiles, limit: int
+) -> None:
+    """The task slices the Arrow it took from the file and derives its ledger entry from the
+    columns; a read forms both from records. Same rows (Spark's schema, exactly) and the same
+    entry, with KPL sub-sequences, arrivals out of order and records without one."""
     config = Config(app="app", region="us-east-1", dynamodb_table="state")
     partition = ShardPartition(
         config, "q", 2, STREAM, SHARD, Start(after=at(10)), limit, "o", 5.0, 3600
@@ -104,14 +117,15 @@ def test_a_batch_formed_from_read_ahead_is_the_batch_a_read_would_form(limit: in
         record(13, 0, datetime(2026, 1, 1, 0, 0, 5, tzinfo=utc)),
         record(14, 0, datetime(2026, 1, 1, 0, 0, 1, 999000, tzinfo=utc)),
     ]
-    ahead = ReadAheadBatch(at(10), records_to_arrow(records), True, False, 0)
+    assert files.begin(STREAM, SHARD, at(10))
+    files.finish(STREAM, SHARD, ReadAheadBatch(at(10), records_to_arrow(records), True, False, 0))
+    ahead = take(files, at(10))
+    assert ahead is not None
     rows, entry = ShardRangeReader(None, partition).from_read_ahead(ahead)  # type: ignore[arg-type]
-    read = ShardRangeReader(
-        None, partition
-    )._entry(  # type: ignore[arg-type]
-        records[:limit], limit >= len(records), False, 0
+    end, count, caught_up, last_arrival_ms = FORMED[limit]
+    assert entry == LedgerEntry(
+        2, STREAM, SHARD, end, count, caught_up, False, last_arrival_ms, "o", 0, 0
     )
-    assert entry == read
     assert rows_to_records(rows) == records[:limit]
     batches = list(rows_to_batches(rows))
     assert all(b.schema.equals(arrow_schema(), check_metadata=True) for b in batches)

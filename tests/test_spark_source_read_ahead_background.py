@@ -8,9 +8,11 @@ claim behind. Kinesalite + dynalite; one worker's loop kept between batches, as 
 from __future__ import annotations
 
 import asyncio
+import gc
 import pickle
 import shutil
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,15 @@ from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.models import Record
 from kinesumer.spark.arrow import rows_to_records
+from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.ledger import LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.planner import Planner
 from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
+from kinesumer.spark.source.shard_read import ShardRangeReader
 
 
 class Worker:
@@ -145,3 +150,42 @@ def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
         worker.loop.stop()
     assert list(worker.root.rglob("*.pending")) == []
     assert list(worker.root.rglob("*.data")) == []
+
+
+class Held(list[Record]):
+    """A read's records, as a list a weak reference can follow (a plain list cannot)."""
+
+
+def test_a_batch_read_ahead_is_let_go_once_in_its_file_not_held_through_the_next_read(
+    first_batch: tuple[Worker, ShardPartition],
+) -> None:
+    """Once left in its file, a read-ahead's records and the Arrow built from them are of no
+    more use to the worker: held on while it reads the next batch ahead (up to
+    ``max_read_seconds``), every shard it reads ahead holds a batch's records twice over."""
+    worker, partition = first_batch
+    made: list[weakref.ref[Any]] = []  # each read's records, and each table built from them
+    alive_at_each_read: list[list[bool]] = []
+    real_read, real_to_arrow = ShardRangeReader.read_new, executor.records_to_arrow
+
+    async def read_new(self: ShardRangeReader) -> tuple[list[Record], LedgerEntry]:
+        gc.collect()
+        alive_at_each_read.append([ref() is not None for ref in made])
+        records, entry = await real_read(self)
+        held = Held(records)
+        made.append(weakref.ref(held))
+        return held, entry
+
+    def records_to_arrow(records: list[Record]) -> Any:
+        table = real_to_arrow(records)
+        made.append(weakref.ref(table))
+        return table
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ShardRangeReader, "read_new", read_new)
+        patch.setattr(executor, "records_to_arrow", records_to_arrow)
+        assert len(worker.read(partition)) == 10
+        assert worker.background_outcomes() == [None]
+    # The task's read, then two read ahead (records behind each): at the second, the first's
+    # records and table (made[1], made[2]) are gone.
+    assert len(alive_at_each_read) >= 3
+    assert alive_at_each_read[2][1:] == [False, False]

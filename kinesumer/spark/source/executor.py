@@ -237,6 +237,8 @@ async def _read_ahead(
             )
             more = _more_behind(entry, p)
             files.finish(p.stream, p.shard_id, batch, p.run, entry.end if more else None)
+            # In its file now: not held (twice: records and Arrow) while the next is read.
+            del records, rows, batch
         except asyncio.CancelledError:
             files.abandon(p.stream, p.shard_id, after)
             raise
