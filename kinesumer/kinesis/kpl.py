@@ -13,6 +13,7 @@ a shard, hand the application a key that is not text, or turn one record into a 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import sys
@@ -117,6 +118,25 @@ def records_of(
 ) -> list[Record]:
     """:func:`to_records` for the lean reader's decoded records (:class:`.lean.RawRecord`):
     the same records, the same aggregates unpacked, the same skipping."""
+    # The cyclic garbage collector is off while the answer's records are built (about 1 ms
+    # per 10,000). Each record is a new tuple; with the collector on, every 700 of them start
+    # a collection, which beside a service's long-lived heap (service models, the
+    # application's objects) cost 0.3-0.7 us per record, measured, of the ~2.3 us the whole
+    # path takes. Records hold text, bytes, ints and datetimes: they cannot form a cycle. The
+    # deferred collection runs at the next allocation after. Left off if it was off.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        return _skipped(_build(stream, shard_id, raw, counter), skip_through)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _build(
+    stream: str, shard_id: str, raw: Sequence[RawRecord], counter: Unaggregated | None
+) -> list[Record]:
     out: list[Record] = []
     append = out.append
     magic = _MAGIC
@@ -136,7 +156,7 @@ def records_of(
                 counter.unaggregated(stream, shard_id)
         arrival = r.ApproximateArrivalTimestamp
         append(make(Record, (stream, shard_id, r.SequenceNumber, 0, r.PartitionKey, data, arrival)))
-    return _skipped(out, skip_through)
+    return out
 
 
 def _skipped(out: list[Record], skip_through: Position | None) -> list[Record]:
