@@ -118,8 +118,8 @@ def records_of(
 ) -> list[Record]:
     """:func:`to_records` for the lean reader's decoded records (:class:`.lean.RawRecord`):
     the same records, the same aggregates unpacked, the same skipping."""
-    # The cyclic garbage collector is off while the answer's records are built (about 1 ms
-    # per 10,000). Each record is a new tuple; with the collector on, every 700 of them start
+    # The cyclic garbage collector is off while the answer's records are built (a few ms per
+    # 10,000). Each record is a new tuple; with the collector on, every 700 of them start
     # a collection, which beside a service's long-lived heap (service models, the
     # application's objects) cost 0.3-0.7 us per record, measured, of the ~2.3 us the whole
     # path takes. Records hold text, bytes, ints and datetimes: they cannot form a cycle. The
