@@ -11,6 +11,7 @@ import aws_kinesis_agg
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
 
+from kinesumer.kinesis import kpl
 from kinesumer.kinesis.kpl import records_of, to_records
 from kinesumer.kinesis.lean import RawRecord
 from kinesumer.models import Position
@@ -109,5 +110,31 @@ def test_the_lean_path_builds_records_with_the_collector_off_and_leaves_it_as_it
     try:
         records_of("s", "shardId-0", [bad_kpl, plain], None, Counting())
         assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_an_interrupt_as_the_collector_goes_off_does_not_leave_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signal handler runs as a call returns: on a loop in the main thread (a notebook, an
+    ``asyncio.run`` application), KeyboardInterrupt can be raised the moment ``gc.disable()``
+    returns. The collector must come back on: the application may go on after the interrupt."""
+
+    class InterruptedGc:
+        isenabled = staticmethod(gc.isenabled)
+        enable = staticmethod(gc.enable)
+
+        @staticmethod
+        def disable() -> None:
+            gc.disable()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(kpl, "gc", InterruptedGc)
+    assert gc.isenabled()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            records_of("s", "shardId-0", [RawRecord("1", "k", b"x", None)], None)
+        assert gc.isenabled()
     finally:
         gc.enable()

@@ -122,12 +122,18 @@ def records_of(
     # 10,000). Each record is a new tuple; with the collector on, every 700 of them start
     # a collection, which beside a service's long-lived heap (service models, the
     # application's objects) cost 0.3-0.7 us per record, measured, of the ~2.3 us the whole
-    # path takes. Records hold text, bytes, ints and datetimes: they cannot form a cycle. The
-    # deferred collection runs at the next allocation after. Left off if it was off.
+    # path takes. Records hold text, bytes, ints and datetimes: they cannot form a cycle, but
+    # the collector never untracks a tuple subclass (only exact tuples), so each one stays
+    # tracked, promoted and walked until freed. The deferred collection runs at the next
+    # allocation after, if the count (less the records freed since) still calls for one. An
+    # application thread's ``gc.disable()`` made meanwhile is undone here: the collector has no
+    # owner to tell whose "off" it is. Left off if it was off when this began. Turned
+    # off inside the ``try``: an exception raised as ``disable`` returns (KeyboardInterrupt from
+    # a signal handler, on a loop in the main thread) must not leave it off for good.
     collecting = gc.isenabled()
-    if collecting:
-        gc.disable()
     try:
+        if collecting:
+            gc.disable()
         return _skipped(_build(stream, shard_id, raw, counter), skip_through)
     finally:
         if collecting:
