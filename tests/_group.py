@@ -85,6 +85,19 @@ def put(
     return datas
 
 
+def split_in_two(url: str, stream: str) -> str:
+    """Split the stream's only shard at the middle of its hash range and wait until the stream
+    is active again; the parent's id."""
+    client = kinesis(url)
+    (parent,) = client.list_shards(StreamName=stream)["Shards"]
+    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    client.split_shard(
+        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
+    )
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    return str(parent["ShardId"])
+
+
 def setup_table(config: Config) -> None:
     create_state_table(config)
 

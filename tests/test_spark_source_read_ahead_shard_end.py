@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from _group import create_stream, make_config, put, setup_table, split_in_two
 from _read_ahead import background_done
 from _spark_fakes import SoloMember
 
@@ -44,14 +43,7 @@ def split_stream(kinesalite: Any, stream: str, parent_records: int) -> tuple[str
     """``parent_records`` on a 1-shard stream, then the shard split; its id and the data."""
     create_stream(kinesalite.url, stream, 1)
     produced = put(kinesalite.url, stream, 0, parent_records)
-    client = boto3.client("kinesis", endpoint_url=kinesalite.url, region_name="us-east-1")
-    (parent,) = client.list_shards(StreamName=stream)["Shards"]
-    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
-    client.split_shard(
-        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
-    )
-    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-    return str(parent["ShardId"]), produced
+    return split_in_two(kinesalite.url, stream), produced
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ import asyncio
 import pickle
 from typing import Any
 
-import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from _group import create_stream, make_config, put, setup_table, split_in_two
 from _spark_fakes import SoloMember
 
 from kinesumer.spark.source.executor import read_records
@@ -36,18 +35,12 @@ def split(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
     stream = unique_name("s")
     create_stream(kinesalite.url, stream, 1)
     put(kinesalite.url, stream, 0, 20)
-    client = boto3.client("kinesis", endpoint_url=kinesalite.url, region_name="us-east-1")
-    (parent,) = client.list_shards(StreamName=stream)["Shards"]
-    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
-    client.split_shard(
-        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
-    )
-    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
+    parent = split_in_two(kinesalite.url, stream)
     children = put(kinesalite.url, stream, 20, 20)
     return {
         "config": config,
         "stream": stream,
-        "parent": (stream, parent["ShardId"]),
+        "parent": (stream, parent),
         "children": children,
     }
 
