@@ -24,6 +24,20 @@ class Record(NamedTuple):
     approximate_arrival_timestamp: datetime | None
 
 
+class EpochRecord(NamedTuple):
+    """A :class:`Record` with its arrival time in epoch seconds (a float), as the GetRecords
+    answer holds it: the form the Spark executors read into, whose Arrow columns are built
+    without a datetime per record (:func:`kinesumer.spark.arrow.epoch_records_to_arrow`)."""
+
+    stream: str
+    shard_id: str
+    sequence_number: str
+    sub_sequence_number: int
+    partition_key: str
+    data: bytes
+    approximate_arrival_timestamp: float | None
+
+
 @dataclass(frozen=True, order=True)
 class Shard:
     """A shard with its lineage. ``closed`` means it has an ending sequence number (it was split

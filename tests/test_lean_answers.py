@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +30,20 @@ from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import BOTOCORE_GET_RECORDS_ENV, KinesisReader, ShardBatch
+from kinesumer.models import EpochRecord, Record
+from kinesumer.spark.source.shard_read import epoch_micros
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros(record: Record | EpochRecord) -> int | None:
+    """A record's arrival in epoch microseconds, whichever form it has."""
+    arrival = record.approximate_arrival_timestamp
+    if arrival is None:
+        return None
+    if isinstance(arrival, datetime):
+        return (arrival - EPOCH) // timedelta(microseconds=1)
+    return epoch_micros(arrival)
 
 
 class Canned(BaseHTTPRequestHandler):
@@ -148,7 +163,7 @@ def test_refused_answers_are_counted_and_logged(
     ).encode()
     before = lean.refused_answers().get("GetRecords", 0)
 
-    async def read(client: Any) -> lean.RecordsAnswer:
+    async def read(client: Any) -> lean.RecordsAnswer[lean.RawRecord]:
         return await lean.get_records(client, "it", 10)
 
     with caplog.at_level(logging.WARNING, logger="kinesumer.kinesis"):
@@ -181,16 +196,25 @@ def test_standins_answer_lean_like_botocore(
             for flag in (True, False)
         ]
         shard = "shardId-000000000000"
-        first: list[ShardBatch] = []
+        first: list[ShardBatch[Record]] = []
+        epoch: list[ShardBatch[EpochRecord]] = []
         for reader in readers:
             iterator = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
             first.append(await reader.get_records(stream, shard, iterator, 10_000, None))
-        return lean_put, plain_put, first
+            iterator = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
+            epoch.append(await reader.get_epoch_records(stream, shard, iterator, 10_000, None))
+        return lean_put, plain_put, first, epoch
 
-    lean_put, plain_put, first = run_with_client(url, work)
+    lean_put, plain_put, first, epoch = run_with_client(url, work)
     assert shapes(lean_put) == shapes(plain_put)
     assert first[0].records == first[1].records and len(first[0].records) == 13
     assert first[0].millis_behind == first[1].millis_behind
+    # The Spark executors' form (arrival as epoch seconds), both ways: the same records, each
+    # arrival the same microsecond as the datetime botocore gives.
+    for batch in epoch:
+        assert [r[:6] for r in batch.records] == [r[:6] for r in first[1].records]
+        assert [micros(r) for r in batch.records] == [micros(r) for r in first[1].records]
+        assert batch.millis_behind == first[1].millis_behind
 
     # A split closes the parent: its drained end (ChildShards where the stand-in gives them).
     control = kinesis(url)
@@ -308,13 +332,13 @@ def test_kill_switch_reads_through_botocore(
     decoded: list[bytes] = []
     original = lean.decode_records_answer
 
-    def counting(body: bytes) -> lean.RecordsAnswer | None:
+    def counting(body: bytes) -> lean.RecordsAnswer[lean.RawRecord] | None:
         decoded.append(body)
         return original(body)
 
     monkeypatch.setattr(lean, "decode_records_answer", counting)
 
-    async def read(client: Any) -> ShardBatch:
+    async def read(client: Any) -> ShardBatch[Record]:
         reader = KinesisReader(client, RequestStats(), "us-east-1")
         return await reader.get_records("s", "shardId-0", "it", 10, None)
 

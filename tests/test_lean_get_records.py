@@ -31,7 +31,7 @@ from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader, ShardBatch
-from kinesumer.models import Position
+from kinesumer.models import Position, Record
 
 
 class _Canned:
@@ -88,8 +88,8 @@ class _Pair:
             )
         return readers[0], readers[1]
 
-    def both(self, skip: Position | None = None) -> tuple[ShardBatch, ShardBatch]:
-        async def read(reader: KinesisReader) -> ShardBatch:
+    def both(self, skip: Position | None = None) -> tuple[ShardBatch[Record], ShardBatch[Record]]:
+        async def read(reader: KinesisReader) -> ShardBatch[Record]:
             return await reader.get_records("s", "shardId-000000000000", "it", 10_000, skip)
 
         return self.loop.run_until_complete(read(self.lean)), self.loop.run_until_complete(
@@ -161,7 +161,7 @@ def _aggregate(users: list[tuple[str, bytes]]) -> bytes:
     return aggregate.encode()
 
 
-def _same(pair: _Pair, skip: Position | None = None) -> ShardBatch:
+def _same(pair: _Pair, skip: Position | None = None) -> ShardBatch[Record]:
     lean_batch, plain_batch = pair.both(skip)
     assert lean_batch == plain_batch
     return lean_batch
@@ -225,7 +225,7 @@ def test_fixed_answers_match_botocore(pair: _Pair, monkeypatch: pytest.MonkeyPat
     decoded: list[bool] = []
     original = lean.decode_records_answer
 
-    def counting(body: bytes) -> lean.RecordsAnswer | None:
+    def counting(body: bytes) -> lean.RecordsAnswer[lean.RawRecord] | None:
         answer = original(body)
         decoded.append(answer is not None)
         return answer
@@ -311,22 +311,22 @@ def test_lean_reads_kinesalite_like_botocore(
     decoded: list[int] = []
     original = lean.decode_records_answer
 
-    def counting(body: bytes) -> lean.RecordsAnswer | None:
+    def counting(body: bytes) -> lean.RecordsAnswer[lean.RawRecord] | None:
         answer = original(body)
         decoded.append(0 if answer is None else len(answer.Records))
         return answer
 
     try:
-        lean.decode_records_answer = counting  # type: ignore[assignment]
+        lean.decode_records_answer = counting
 
-        async def read(reader: KinesisReader) -> ShardBatch:
+        async def read(reader: KinesisReader) -> ShardBatch[Record]:
             it = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
             return await reader.get_records(stream, shard, it, 10_000, None)
 
         lean_batch = pair.loop.run_until_complete(read(pair.lean))
         plain_batch = pair.loop.run_until_complete(read(pair.plain))
     finally:
-        lean.decode_records_answer = original  # type: ignore[assignment]
+        lean.decode_records_answer = original
         pair.close()
     assert lean_batch.records == plain_batch.records
     assert len(lean_batch.records) == 52 and lean_batch.raw_count == 51

@@ -25,7 +25,8 @@ from _wait import wait_until
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
-from kinesumer.models import Record
+from kinesumer.models import EpochRecord, Record
+from kinesumer.spark import arrow
 from kinesumer.spark.arrow import rows_to_records
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_with
@@ -132,17 +133,17 @@ def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
     read-ahead is cancelled and drops its claim (a live worker's claim is waited for by the
     next task of the shard on this host)."""
     worker, partition = first_batch
-    real = KinesisReader.get_records
+    real = KinesisReader.get_epoch_records
     reading_ahead = threading.Event()
 
-    async def get_records(self: KinesisReader, *args: Any) -> Any:
+    async def get_epoch_records(self: KinesisReader, *args: Any) -> Any:
         if asyncio.current_task() not in worker.tasks:  # the read-ahead: held until cancelled
             reading_ahead.set()
             await asyncio.Event().wait()
         return await real(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(KinesisReader, "get_records", get_records)
+        patch.setattr(KinesisReader, "get_epoch_records", get_epoch_records)
         assert len(worker.read(partition)) == 10
         wait_until(reading_ahead.is_set, timeout=60, what="the read-ahead to read")
         assert list(worker.root.rglob("*.pending"))  # its claim, while it reads
@@ -152,7 +153,7 @@ def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
     assert list(worker.root.rglob("*.data")) == []
 
 
-class Held(list[Record]):
+class Held(list[EpochRecord]):
     """A read's records, as a list a weak reference can follow (a plain list cannot)."""
 
 
@@ -165,9 +166,9 @@ def test_a_batch_read_ahead_is_let_go_once_in_its_file_not_held_through_the_next
     worker, partition = first_batch
     made: list[weakref.ref[Any]] = []  # each read's records, and each table built from them
     alive_at_each_read: list[list[bool]] = []
-    real_read, real_to_arrow = ShardRangeReader.read_new, executor.records_to_arrow
+    real_read, real_to_arrow = ShardRangeReader.read_new, arrow.epoch_records_to_arrow
 
-    async def read_new(self: ShardRangeReader) -> tuple[list[Record], LedgerEntry]:
+    async def read_new(self: ShardRangeReader) -> tuple[list[EpochRecord], LedgerEntry]:
         gc.collect()
         alive_at_each_read.append([ref() is not None for ref in made])
         records, entry = await real_read(self)
@@ -175,17 +176,17 @@ def test_a_batch_read_ahead_is_let_go_once_in_its_file_not_held_through_the_next
         made.append(weakref.ref(held))
         return held, entry
 
-    def records_to_arrow(records: list[Record]) -> Any:
+    def epoch_records_to_arrow(records: list[EpochRecord]) -> Any:
         table = real_to_arrow(records)
         made.append(weakref.ref(table))
         return table
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ShardRangeReader, "read_new", read_new)
-        patch.setattr(executor, "records_to_arrow", records_to_arrow)
+        patch.setattr(executor, "epoch_records_to_arrow", epoch_records_to_arrow)
         assert len(worker.read(partition)) == 10
         assert worker.background_outcomes() == [None]
-    # The task's read, then two read ahead (records behind each): at the second, the first's
-    # records and table (made[1], made[2]) are gone.
+    # The task's read (its records and table: made[0], made[1]), then two read ahead (records
+    # behind each): at the second, the first's records and table (made[2], made[3]) are gone.
     assert len(alive_at_each_read) >= 3
-    assert alive_at_each_read[2][1:] == [False, False]
+    assert alive_at_each_read[2][2:] == [False, False]

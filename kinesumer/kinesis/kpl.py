@@ -19,17 +19,20 @@ import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aws_kinesis_agg
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-from ..models import Position, Record
+from ..models import EpochRecord, Position, Record
 
 if TYPE_CHECKING:
-    from .lean import RawRecord
+    from .lean import EpochRawRecord, RawRecord
 
 log = logging.getLogger("kinesumer.kpl")
+
+#: What records are built as: :class:`Record` (arrival as a datetime) or :class:`EpochRecord`.
+AnyRecord = TypeVar("AnyRecord", Record, EpochRecord)
 
 
 def _load_schema() -> Any:
@@ -96,7 +99,12 @@ def to_records(
         data = r["Data"]
         if data[:4] == magic:
             unpacked = _unpack(
-                stream, shard_id, r["SequenceNumber"], data, r.get("ApproximateArrivalTimestamp")
+                Record,
+                stream,
+                shard_id,
+                r["SequenceNumber"],
+                data,
+                r.get("ApproximateArrivalTimestamp"),
             )
             if unpacked is None:
                 append(_plain(stream, shard_id, r))
@@ -118,6 +126,33 @@ def records_of(
 ) -> list[Record]:
     """:func:`to_records` for the lean reader's decoded records (:class:`.lean.RawRecord`):
     the same records, the same aggregates unpacked, the same skipping."""
+    return _collected(Record, stream, shard_id, raw, skip_through, counter)
+
+
+def epoch_records_of(
+    stream: str,
+    shard_id: str,
+    raw: Sequence[EpochRawRecord],
+    skip_through: Position | None,
+    counter: Unaggregated | None = None,
+) -> list[EpochRecord]:
+    """:func:`records_of` with arrival times as epoch seconds (:class:`EpochRecord`)."""
+    return _collected(EpochRecord, stream, shard_id, raw, skip_through, counter)
+
+
+def epoch_records(records: list[Record]) -> list[EpochRecord]:
+    """``records`` with arrival times as epoch seconds (botocore's answers, the rare path)."""
+    return [EpochRecord(*r[:6], None if r[6] is None else r[6].timestamp()) for r in records]
+
+
+def _collected(
+    kind: type[AnyRecord],
+    stream: str,
+    shard_id: str,
+    raw: Sequence[RawRecord] | Sequence[EpochRawRecord],
+    skip_through: Position | None,
+    counter: Unaggregated | None,
+) -> list[AnyRecord]:
     # The cyclic garbage collector is off while the answer's records are built (a few ms per
     # 10,000). Each record is a new tuple; with the collector on, every 700 of them start
     # a collection, which beside a service's long-lived heap (service models, the
@@ -134,16 +169,20 @@ def records_of(
     try:
         if collecting:
             gc.disable()
-        return _skipped(_build(stream, shard_id, raw, counter), skip_through)
+        return _skipped(_build(kind, stream, shard_id, raw, counter), skip_through)
     finally:
         if collecting:
             gc.enable()
 
 
 def _build(
-    stream: str, shard_id: str, raw: Sequence[RawRecord], counter: Unaggregated | None
-) -> list[Record]:
-    out: list[Record] = []
+    kind: type[AnyRecord],
+    stream: str,
+    shard_id: str,
+    raw: Sequence[RawRecord] | Sequence[EpochRawRecord],
+    counter: Unaggregated | None,
+) -> list[AnyRecord]:
+    out: list[AnyRecord] = []
     append = out.append
     magic = _MAGIC
     # ``tuple.__new__`` straight: a NamedTuple's own ``__new__`` is a Python function, a frame
@@ -153,7 +192,7 @@ def _build(
         data = r.Data
         if data.startswith(magic):
             unpacked = _unpack(
-                stream, shard_id, r.SequenceNumber, data, r.ApproximateArrivalTimestamp
+                kind, stream, shard_id, r.SequenceNumber, data, r.ApproximateArrivalTimestamp
             )
             if unpacked is not None:
                 out.extend(unpacked)
@@ -161,11 +200,11 @@ def _build(
             if counter is not None:
                 counter.unaggregated(stream, shard_id)
         arrival = r.ApproximateArrivalTimestamp
-        append(make(Record, (stream, shard_id, r.SequenceNumber, 0, r.PartitionKey, data, arrival)))
+        append(make(kind, (stream, shard_id, r.SequenceNumber, 0, r.PartitionKey, data, arrival)))
     return out
 
 
-def _skipped(out: list[Record], skip_through: Position | None) -> list[Record]:
+def _skipped(out: list[AnyRecord], skip_through: Position | None) -> list[AnyRecord]:
     """``out`` without its leading records at or before ``skip_through``."""
     if skip_through is not None:
         seq, sub = skip_through
@@ -193,8 +232,13 @@ def _plain(stream: str, shard_id: str, r: dict[str, Any]) -> Record:
 
 
 def _unpack(
-    stream: str, shard_id: str, sequence: str, data: bytes, arrival: datetime | None
-) -> list[Record] | None:
+    kind: type[AnyRecord],
+    stream: str,
+    shard_id: str,
+    sequence: str,
+    data: bytes,
+    arrival: datetime | float | None,
+) -> list[AnyRecord] | None:
     """The user records of an aggregate; None when ``r`` is not a valid one (it is then delivered
     as the plain record it is). Magic bytes and a wrong digest are a plain record by chance and
     are not reported; a right digest over something that is not a valid aggregate is logged."""
@@ -212,8 +256,9 @@ def _unpack(
         # Python one: UnicodeDecodeError, RecursionError below protobuf 5.29.5).
         problem = f"{type(exc).__name__}: {exc}"
     else:
+        make = tuple.__new__
         return [
-            Record(stream, shard_id, sequence, i, key, payload, arrival)
+            make(kind, (stream, shard_id, sequence, i, key, payload, arrival))
             for i, (key, payload) in enumerate(users)
         ]
     log.warning(

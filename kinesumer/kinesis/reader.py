@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from botocore.exceptions import ClientError
 
 from ..aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
-from ..models import Position, Record, Shard
+from ..models import EpochRecord, Position, Record, Shard
 from . import lean
-from .kpl import records_of, to_records
+from .kpl import AnyRecord, epoch_records, epoch_records_of, records_of, to_records
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -48,11 +48,13 @@ class IteratorExpired(Exception):
 
 
 @dataclass(frozen=True)
-class ShardBatch:
-    """One GetRecords answer: records (aggregates unpacked), where to read next (None at
-    SHARD_END), how far behind the tip the shard is, and how many Kinesis records came."""
+class ShardBatch(Generic[AnyRecord]):
+    """One GetRecords answer: records (aggregates unpacked; :class:`Record`, or
+    :class:`EpochRecord` from :meth:`KinesisReader.get_epoch_records`), where to read next
+    (None at SHARD_END), how far behind the tip the shard is, and how many Kinesis records
+    came."""
 
-    records: list[Record]
+    records: list[AnyRecord]
     next_iterator: str | None
     millis_behind: int | None
     raw_count: int
@@ -224,7 +226,7 @@ class KinesisReader:
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch:
+    ) -> ShardBatch[Record]:
         # Throttling on GetRecords is normal under load: retry patiently (up to ~1 minute of
         # backoff) before the fetcher reports it and starts over.
         if not self._lean:
@@ -240,6 +242,40 @@ class KinesisReader:
             raw_count=len(raw),
         )
 
+    async def get_epoch_records(
+        self,
+        stream: str,
+        shard_id: str,
+        iterator: str,
+        limit: int,
+        skip_through: Position | None,
+    ) -> ShardBatch[EpochRecord]:
+        """:meth:`get_records` with arrival times as epoch seconds (:class:`EpochRecord`): the
+        Spark executors', which build Arrow from them."""
+        if not self._lean:
+            batch = await self._botocore_get_records(
+                stream, shard_id, iterator, limit, skip_through
+            )
+            return ShardBatch(
+                epoch_records(batch.records),
+                batch.next_iterator,
+                batch.millis_behind,
+                batch.raw_count,
+            )
+        answer = await self._call(
+            "GetRecords",
+            stream,
+            partial(lean.get_epoch_records, self._kinesis, iterator, limit),
+            15,
+        )
+        raw = answer.Records
+        return ShardBatch(
+            records=epoch_records_of(stream, shard_id, raw, skip_through, self._stats),
+            next_iterator=answer.NextShardIterator,
+            millis_behind=answer.MillisBehindLatest,
+            raw_count=len(raw),
+        )
+
     async def _botocore_get_records(
         self,
         stream: str,
@@ -247,7 +283,7 @@ class KinesisReader:
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch:
+    ) -> ShardBatch[Record]:
         """GetRecords parsed by botocore alone: a client the lean path cannot serve, and the
         reference the lean path is tested against."""
         response = await self._call(

@@ -27,20 +27,23 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
-from ...models import Position
-from ..arrow import Rows, records_to_arrow, rows_to_batches
+from ...models import Position, Record
+from ..arrow import epoch_records_to_arrow, rows_to_records
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
 from .partition import ShardPartition
 from .readahead import DEPTH, ReadAheadBatch, ReadAheadFiles, default_root
 from .shard_read import ShardRangeReader
+
+if TYPE_CHECKING:
+    import pyarrow
 
 log = logging.getLogger("kinesumer.spark.source")
 
@@ -60,7 +63,7 @@ def read_partition(partition: ShardPartition) -> Iterator[Any]:
     rows = ride_out(
         lambda: clients.read(partition), partition.outage_timeout, f"read of {partition.describe()}"
     )
-    return rows_to_batches(rows, ARROW_BATCH_ROWS)
+    return iter(rows.to_batches(max_chunksize=ARROW_BATCH_ROWS))
 
 
 class WorkerClients:
@@ -81,10 +84,10 @@ class WorkerClients:
         self._loop = LoopThread("kinesumer-spark-executor")
         self._clients: dict[Config, tuple[AwsClients, RequestStats]] = {}
 
-    def read(self, p: ShardPartition) -> Rows:
+    def read(self, p: ShardPartition) -> pyarrow.Table:
         return self._loop.run(self._read(p))
 
-    async def _read(self, p: ShardPartition) -> Rows:
+    async def _read(self, p: ShardPartition) -> pyarrow.Table:
         opened = self._clients.get(p.config)
         if opened is None:
             stats = RequestStats()
@@ -112,13 +115,14 @@ def worker_clients() -> WorkerClients:
         return _WORKER
 
 
-async def read_records(p: ShardPartition) -> Rows:
-    """:func:`read_with` on clients of its own (opened and closed here)."""
+async def read_records(p: ShardPartition) -> list[Record]:
+    """:func:`read_with` on clients of its own (opened and closed here), as records (tests and
+    diagnostics)."""
     stats = RequestStats()
     clients = AwsClients(p.config, stats)
     await clients.open()
     try:
-        return await read_with(clients, stats, p)
+        return rows_to_records(await read_with(clients, stats, p))
     finally:
         await clients.close()
 
@@ -128,10 +132,10 @@ async def read_with(
     stats: RequestStats,
     p: ShardPartition,
     read_ahead: ReadAheadFiles | None = None,
-) -> Rows:
-    """The partition's records, as the ledger decides (see the module docstring), taken from
-    this host's read-ahead of the shard when there is one (see :mod:`.readahead`): then as the
-    Arrow table it was stored as."""
+) -> pyarrow.Table:
+    """The partition's records as an Arrow table in Spark's schema, as the ledger decides (see
+    the module docstring), taken from this host's read-ahead of the shard when there is one
+    (see :mod:`.readahead`): then as the table it was stored as."""
     ledger = Ledger(
         clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl
     )
@@ -140,7 +144,7 @@ async def read_with(
     entry = await ledger.get(p.batch, p.stream, p.shard_id)
     if entry is not None:
         log.info("%s: replay of %d records", p.describe(), entry.count)
-        return await shard.replay(entry)
+        return epoch_records_to_arrow(await shard.replay(entry))
     ahead = None
     if read_ahead is not None and p.start.after is not None:
         wait = p.max_read_seconds + READ_AHEAD_GRACE
@@ -148,22 +152,25 @@ async def read_with(
             ahead = await read_ahead.take(p.stream, p.shard_id, p.start.after, wait, p.run)
         except OSError as error:  # the folder, not the shard: read as if there were none
             log.warning("%s: read-ahead not taken: %r", p.describe(), error)
-    records: Rows
+    rows: pyarrow.Table | None = None
     if ahead is not None and ahead.rows.num_rows:
-        records, entry = shard.from_read_ahead(ahead)
+        rows, entry = shard.from_read_ahead(ahead)
     else:
         records, entry = await shard.read_new()
     held = await ledger.record(entry)
     _maybe_fail(p)
     if held != entry:
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
-        return await shard.replay(held)
-    log.info("%s: %d records%s", p.describe(), len(records), _how(entry))
+        return epoch_records_to_arrow(await shard.replay(held))
+    if rows is None:
+        rows = epoch_records_to_arrow(records)
+        del records
+    log.info("%s: %d records%s", p.describe(), rows.num_rows, _how(entry))
     if read_ahead is not None and p.start.after is not None and entry.end is not None:
         read_ahead.ended(p.stream, p.shard_id, p.start.after, entry.end)
     if read_ahead is not None and _more_behind(entry, p):
         _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard))
-    return records
+    return rows
 
 
 #: How long past ``max_read_seconds`` a task waits for a read-ahead of its start under way
@@ -231,7 +238,7 @@ async def _read_ahead(
                 files.abandon(p.stream, p.shard_id, after)
                 return
             # Built here, in the background, as the task would have: it hands a slice to Spark.
-            rows = records_to_arrow(records)
+            rows = epoch_records_to_arrow(records)
             batch = ReadAheadBatch(
                 after, rows, entry.caught_up, entry.shard_end, entry.millis_behind
             )
