@@ -174,6 +174,35 @@ def test_refused_answers_are_counted_and_logged(
         assert any("GetRecords answer" in r.getMessage() for r in caplog.records)
 
 
+def test_a_refused_answer_gives_epoch_seconds_from_botocores_datetimes(canned_url: str) -> None:
+    """The Spark executors' form: an answer whose arrival time is not epoch seconds (a date
+    string, which botocore parses) is refused by the epoch decoder, counted, and still gives
+    the instant botocore read, as epoch seconds."""
+    Canned.body = json.dumps(
+        {
+            "Records": [
+                {
+                    "SequenceNumber": "7",
+                    "PartitionKey": "k",
+                    "Data": "YWJj",
+                    "ApproximateArrivalTimestamp": "2026-11-28T04:30:01.123Z",
+                }
+            ],
+            "MillisBehindLatest": 5,
+        }
+    ).encode()
+    before = lean.refused_answers().get("GetRecords", 0)
+
+    async def read(client: Any) -> lean.RecordsAnswer[lean.EpochRawRecord]:
+        return await lean.get_epoch_records(client, "it", 10)
+
+    answer = run_with_client(canned_url, read)
+    instant = datetime(2026, 11, 28, 4, 30, 1, 123000, tzinfo=timezone.utc)
+    assert answer.Records == [lean.EpochRawRecord("7", "k", b"abc", instant.timestamp())]
+    assert answer.MillisBehindLatest == 5
+    assert lean.refused_answers()["GetRecords"] == before + 1
+
+
 @pytest.mark.parametrize("standin", ["kinesalite", "moto_server", "kinesis_local"])
 def test_standins_answer_lean_like_botocore(
     standin: str, request: pytest.FixtureRequest, unique_name: Callable[[str], str]
