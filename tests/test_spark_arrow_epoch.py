@@ -1,7 +1,8 @@
 """The Spark executors' records (arrival times as epoch seconds, ``EpochRecord``) give the same
 Arrow table as the records the rest of the library delivers (arrival times as datetimes, which
-msgspec and botocore make from the same epoch seconds): the same microsecond for every arrival,
-whichever path a batch took (read, replayed, or taken from a read-ahead's table)."""
+its GetRecords decoder, msgspec, makes from the same epoch seconds): the same microsecond for
+every arrival, whichever path a batch took (read, replayed, or taken from a read-ahead's
+table)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import msgspec
 import pyarrow
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kinesumer.kinesis.kpl import epoch_records
@@ -31,12 +32,20 @@ def micros_of(arrival: datetime) -> int:
     return (arrival - EPOCH) // timedelta(microseconds=1)
 
 
+def decoded(seconds: float) -> datetime:
+    """The arrival a Record gets for ``seconds`` in a GetRecords answer."""
+    return DECODE_DATETIME(json.dumps(seconds).encode())
+
+
 @given(st.lists(SECONDS, min_size=1, max_size=50))
-def test_epoch_seconds_become_the_microseconds_the_decoders_give(seconds: list[float]) -> None:
-    """``datetime.fromtimestamp`` and msgspec's decoder (the Record path) round a float's
-    fraction to the microsecond; the Arrow column and the ledger's arrival round it the same."""
-    expected = [micros_of(datetime.fromtimestamp(s, timezone.utc)) for s in seconds]
-    assert [micros_of(DECODE_DATETIME(json.dumps(s).encode())) for s in seconds] == expected
+@example([1709551331.0078125, 1700000000.99999975])  # exact half microseconds: up
+@example([1764304000.123, 1764304000.0, 1764304000.9999995])
+def test_epoch_seconds_become_the_microseconds_the_decoder_gives(seconds: list[float]) -> None:
+    """msgspec's decoder (the Record path) rounds a float's fraction to the microsecond, an
+    exact half up; the Arrow column and the ledger's arrival round it the same. (botocore's
+    parser, ``datetime.fromtimestamp``, rounds an exact half to even: no millisecond value,
+    what Kinesis sends, is one.)"""
+    expected = [micros_of(decoded(s)) for s in seconds]
     column = epoch_to_timestamp(pyarrow.array(seconds, pyarrow.float64()))
     assert column.cast(pyarrow.int64()).to_pylist() == expected
     assert [epoch_micros(s) for s in seconds] == expected
@@ -62,10 +71,7 @@ def test_epoch_records_give_the_table_records_give(
         EpochRecord("s", "shardId-0", str(10**20 + i), sub, key, data, seconds)
         for i, (seconds, sub, key, data) in enumerate(rows)
     ]
-    records = [
-        Record(*r[:6], None if r[6] is None else datetime.fromtimestamp(r[6], timezone.utc))
-        for r in epoch
-    ]
+    records = [Record(*r[:6], None if r[6] is None else decoded(r[6])) for r in epoch]
     table = epoch_records_to_arrow(epoch)
     assert table.equals(records_to_arrow(records))
     assert table.schema.equals(records_to_arrow([]).schema)

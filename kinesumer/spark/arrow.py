@@ -112,14 +112,17 @@ def epoch_records_to_arrow(records: Sequence[EpochRecord]) -> pyarrow.Table:
 
 def epoch_to_timestamp(seconds: pyarrow.Array) -> pyarrow.Array:
     """Epoch seconds (float64) as ``timestamp[us, tz=UTC]``, each rounded to the microsecond as
-    :meth:`datetime.fromtimestamp` (and msgspec's decoder) round it: whole seconds, then the
-    fraction's microseconds half to even. Multiplying the whole float by a million first is off
-    by one microsecond for about one value in sixteen (the product's own rounding), measured."""
+    msgspec's decoder rounds it (the library's GetRecords path: a :class:`~kinesumer.Record`'s
+    arrival): whole seconds, then the fraction's microseconds, half up. Multiplying the whole
+    float by a million first is off by one microsecond for about one value in sixteen (the
+    product's own rounding), measured. ``datetime.fromtimestamp`` (botocore's parser) rounds an
+    exact half microsecond to even instead: a float Kinesis never sends (its arrival times are
+    whole milliseconds)."""
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
     whole = pc.floor(seconds)
-    fraction = pc.round(pc.multiply(pc.subtract(seconds, whole), 1e6))
+    fraction = pc.round(pc.multiply(pc.subtract(seconds, whole), 1e6), round_mode="half_up")
     micros = pc.add(pc.multiply(whole.cast(pa.int64()), 1_000_000), fraction.cast(pa.int64()))
     return micros.cast(pa.timestamp("us", tz="UTC"))
 

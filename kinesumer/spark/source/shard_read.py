@@ -55,11 +55,12 @@ def _latest_arrival_ms(records: list[EpochRecord]) -> int | None:
 
 
 def epoch_micros(seconds: float) -> int:
-    """Epoch seconds as whole microseconds, rounded as ``datetime.fromtimestamp`` rounds them
-    (and :func:`kinesumer.spark.arrow.epoch_to_timestamp`, so a batch's recorded arrival is
-    the same whether it was read or taken from a read-ahead's Arrow)."""
+    """Epoch seconds as whole microseconds, rounded as msgspec's decoder rounds them (and
+    :func:`kinesumer.spark.arrow.epoch_to_timestamp`, so a batch's recorded arrival is the same
+    whether it was read or taken from a read-ahead's Arrow): the fraction's microseconds, half
+    up (exact: the product is under 2**20, the half adds no digit)."""
     whole = math.floor(seconds)
-    return int(whole) * 1_000_000 + round((seconds - whole) * 1e6)
+    return int(whole) * 1_000_000 + math.floor((seconds - whole) * 1e6 + 0.5)
 
 
 def _position(record: EpochRecord) -> tuple[int, int]:
