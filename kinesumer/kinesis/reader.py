@@ -234,12 +234,8 @@ class KinesisReader:
         answer = await self._call(
             "GetRecords", stream, partial(lean.get_records, self._kinesis, iterator, limit), 15
         )
-        raw = answer.Records
-        return ShardBatch(
-            records=records_of(stream, shard_id, raw, skip_through, self._stats),
-            next_iterator=answer.NextShardIterator,
-            millis_behind=answer.MillisBehindLatest,
-            raw_count=len(raw),
+        return _batch(
+            answer, records_of(stream, shard_id, answer.Records, skip_through, self._stats)
         )
 
     async def get_epoch_records(
@@ -256,25 +252,12 @@ class KinesisReader:
             batch = await self._botocore_get_records(
                 stream, shard_id, iterator, limit, skip_through
             )
-            return ShardBatch(
-                epoch_records(batch.records),
-                batch.next_iterator,
-                batch.millis_behind,
-                batch.raw_count,
-            )
-        answer = await self._call(
-            "GetRecords",
-            stream,
-            partial(lean.get_epoch_records, self._kinesis, iterator, limit),
-            15,
-        )
+            records = epoch_records(batch.records)
+            return ShardBatch(records, batch.next_iterator, batch.millis_behind, batch.raw_count)
+        fetch = partial(lean.get_epoch_records, self._kinesis, iterator, limit)
+        answer = await self._call("GetRecords", stream, fetch, 15)
         raw = answer.Records
-        return ShardBatch(
-            records=epoch_records_of(stream, shard_id, raw, skip_through, self._stats),
-            next_iterator=answer.NextShardIterator,
-            millis_behind=answer.MillisBehindLatest,
-            raw_count=len(raw),
-        )
+        return _batch(answer, epoch_records_of(stream, shard_id, raw, skip_through, self._stats))
 
     async def _botocore_get_records(
         self,
@@ -299,6 +282,16 @@ class KinesisReader:
             millis_behind=response.get("MillisBehindLatest"),
             raw_count=len(raw),
         )
+
+
+def _batch(
+    answer: lean.RecordsAnswer[lean.RawRecord] | lean.RecordsAnswer[lean.EpochRawRecord],
+    records: list[AnyRecord],
+) -> ShardBatch[AnyRecord]:
+    """The batch of a lean answer whose records are ``records``."""
+    return ShardBatch(
+        records, answer.NextShardIterator, answer.MillisBehindLatest, len(answer.Records)
+    )
 
 
 def start_instant_ms(response: dict[str, Any]) -> int:
