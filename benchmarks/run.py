@@ -234,6 +234,7 @@ def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
     if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
         print("  spark: skipped (pip install 'kinesumer[spark]')", flush=True)
         return None
+    import bench_arrow_build
     import bench_spark
     import bench_spark_latency
 
@@ -245,6 +246,9 @@ def spark(kurl: str, durl: str, quick: bool) -> dict[str, Any] | None:
     else:
         result = bench_spark.suite(kurl, durl, records=60_000, rounds=1)
     result["latency"] = bench_spark_latency.suite(kurl, durl, quick)  # the source, under load
+    rounds = 9 if quick else 25  # a GetRecords answer into the executors' Arrow, no Spark
+    result["arrow_build"] = bench_arrow_build.run(10_000, rounds)
+    print(bench_arrow_build.report(result["arrow_build"], 10_000, rounds), flush=True)
     return result
 
 

@@ -79,7 +79,7 @@ class Shard:
 
     async def get_records(
         self, stream: str, shard_id: str, iterator: str, limit: int, skip: Position | None
-    ) -> ShardBatch[Record]:
+    ) -> ShardBatch[list[Record]]:
         start = int(iterator)
         batch = self.records[start : start + limit]
         return ShardBatch(

@@ -28,6 +28,7 @@ from aiobotocore.config import AioConfig
 
 from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean
+from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import BOTOCORE_GET_RECORDS_ENV, KinesisReader, ShardBatch
 from kinesumer.models import EpochRecord, Record
@@ -225,13 +226,13 @@ def test_standins_answer_lean_like_botocore(
             for flag in (True, False)
         ]
         shard = "shardId-000000000000"
-        first: list[ShardBatch[Record]] = []
-        epoch: list[ShardBatch[EpochRecord]] = []
+        first: list[ShardBatch[list[Record]]] = []
+        epoch: list[ShardBatch[EpochColumns]] = []
         for reader in readers:
             iterator = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
             first.append(await reader.get_records(stream, shard, iterator, 10_000, None))
             iterator = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
-            epoch.append(await reader.get_epoch_records(stream, shard, iterator, 10_000, None))
+            epoch.append(await reader.get_epoch_columns(stream, shard, iterator, 10_000, None))
         return lean_put, plain_put, first, epoch
 
     lean_put, plain_put, first, epoch = run_with_client(url, work)
@@ -241,8 +242,9 @@ def test_standins_answer_lean_like_botocore(
     # The Spark executors' form (arrival as epoch seconds), both ways: the same records, each
     # arrival the same microsecond as the datetime botocore gives.
     for batch in epoch:
-        assert [r[:6] for r in batch.records] == [r[:6] for r in first[1].records]
-        assert [micros(r) for r in batch.records] == [micros(r) for r in first[1].records]
+        records = list(batch.records.records())
+        assert [r[:6] for r in records] == [r[:6] for r in first[1].records]
+        assert [micros(r) for r in records] == [micros(r) for r in first[1].records]
         assert batch.millis_behind == first[1].millis_behind
 
     # A split closes the parent: its drained end (ChildShards where the stand-in gives them).
@@ -367,7 +369,7 @@ def test_kill_switch_reads_through_botocore(
 
     monkeypatch.setattr(lean, "decode_records_answer", counting)
 
-    async def read(client: Any) -> ShardBatch[Record]:
+    async def read(client: Any) -> ShardBatch[list[Record]]:
         reader = KinesisReader(client, RequestStats(), "us-east-1")
         return await reader.get_records("s", "shardId-0", "it", 10, None)
 

@@ -88,8 +88,10 @@ class _Pair:
             )
         return readers[0], readers[1]
 
-    def both(self, skip: Position | None = None) -> tuple[ShardBatch[Record], ShardBatch[Record]]:
-        async def read(reader: KinesisReader) -> ShardBatch[Record]:
+    def both(
+        self, skip: Position | None = None
+    ) -> tuple[ShardBatch[list[Record]], ShardBatch[list[Record]]]:
+        async def read(reader: KinesisReader) -> ShardBatch[list[Record]]:
             return await reader.get_records("s", "shardId-000000000000", "it", 10_000, skip)
 
         return self.loop.run_until_complete(read(self.lean)), self.loop.run_until_complete(
@@ -161,7 +163,7 @@ def _aggregate(users: list[tuple[str, bytes]]) -> bytes:
     return aggregate.encode()
 
 
-def _same(pair: _Pair, skip: Position | None = None) -> ShardBatch[Record]:
+def _same(pair: _Pair, skip: Position | None = None) -> ShardBatch[list[Record]]:
     lean_batch, plain_batch = pair.both(skip)
     assert lean_batch == plain_batch
     return lean_batch
@@ -319,7 +321,7 @@ def test_lean_reads_kinesalite_like_botocore(
     try:
         lean.decode_records_answer = counting
 
-        async def read(reader: KinesisReader) -> ShardBatch[Record]:
+        async def read(reader: KinesisReader) -> ShardBatch[list[Record]]:
             it = await reader.shard_iterator(stream, shard, None, "TRIM_HORIZON")
             return await reader.get_records(stream, shard, it, 10_000, None)
 

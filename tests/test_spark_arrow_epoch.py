@@ -14,9 +14,10 @@ import pyarrow
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.kpl import epoch_records
 from kinesumer.models import EpochRecord, Record
-from kinesumer.spark.arrow import epoch_records_to_arrow, epoch_to_timestamp, records_to_arrow
+from kinesumer.spark.arrow import epoch_columns_to_arrow, epoch_to_timestamp, records_to_arrow
 from kinesumer.spark.source.shard_read import epoch_micros
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -72,7 +73,7 @@ def test_epoch_records_give_the_table_records_give(
         for i, (seconds, sub, key, data) in enumerate(rows)
     ]
     records = [Record(*r[:6], None if r[6] is None else decoded(r[6])) for r in epoch]
-    table = epoch_records_to_arrow(epoch)
+    table = epoch_columns_to_arrow(EpochColumns.from_records("s", "shardId-0", epoch))
     assert table.equals(records_to_arrow(records))
     assert table.schema.equals(records_to_arrow([]).schema)
 
@@ -86,4 +87,6 @@ def test_records_of_any_zone_become_epoch_records_of_the_same_instant() -> None:
     (converted,) = epoch_records(records)
     assert converted.approximate_arrival_timestamp is not None
     assert epoch_micros(converted.approximate_arrival_timestamp) == micros_of(instant)
-    assert epoch_records_to_arrow([converted]).equals(records_to_arrow(records))
+    assert epoch_columns_to_arrow(EpochColumns.from_records("s", "shardId-0", [converted])).equals(
+        records_to_arrow(records)
+    )

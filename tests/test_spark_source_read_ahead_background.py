@@ -25,7 +25,8 @@ from _wait import wait_until
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
-from kinesumer.models import EpochRecord, Record
+from kinesumer.kinesis.columns import EpochColumns
+from kinesumer.models import Record
 from kinesumer.spark import arrow
 from kinesumer.spark.arrow import rows_to_records
 from kinesumer.spark.source import executor
@@ -133,17 +134,17 @@ def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
     read-ahead is cancelled and drops its claim (a live worker's claim is waited for by the
     next task of the shard on this host)."""
     worker, partition = first_batch
-    real = KinesisReader.get_epoch_records
+    real = KinesisReader.get_epoch_columns
     reading_ahead = threading.Event()
 
-    async def get_epoch_records(self: KinesisReader, *args: Any) -> Any:
+    async def get_epoch_columns(self: KinesisReader, *args: Any) -> Any:
         if asyncio.current_task() not in worker.tasks:  # the read-ahead: held until cancelled
             reading_ahead.set()
             await asyncio.Event().wait()
         return await real(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(KinesisReader, "get_epoch_records", get_epoch_records)
+        patch.setattr(KinesisReader, "get_epoch_columns", get_epoch_columns)
         assert len(worker.read(partition)) == 10
         wait_until(reading_ahead.is_set, timeout=60, what="the read-ahead to read")
         assert list(worker.root.rglob("*.pending"))  # its claim, while it reads
@@ -151,10 +152,6 @@ def test_a_loop_stopped_while_reading_ahead_leaves_no_claim(
         worker.loop.stop()
     assert list(worker.root.rglob("*.pending")) == []
     assert list(worker.root.rglob("*.data")) == []
-
-
-class Held(list[EpochRecord]):
-    """A read's records, as a list a weak reference can follow (a plain list cannot)."""
 
 
 def test_a_batch_read_ahead_is_let_go_once_in_its_file_not_held_through_the_next_read(
@@ -166,24 +163,23 @@ def test_a_batch_read_ahead_is_let_go_once_in_its_file_not_held_through_the_next
     worker, partition = first_batch
     made: list[weakref.ref[Any]] = []  # each read's records, and each table built from them
     alive_at_each_read: list[list[bool]] = []
-    real_read, real_to_arrow = ShardRangeReader.read_new, arrow.epoch_records_to_arrow
+    real_read, real_to_arrow = ShardRangeReader.read_new, arrow.epoch_columns_to_arrow
 
-    async def read_new(self: ShardRangeReader) -> tuple[list[EpochRecord], LedgerEntry]:
+    async def read_new(self: ShardRangeReader) -> tuple[EpochColumns, LedgerEntry]:
         gc.collect()
         alive_at_each_read.append([ref() is not None for ref in made])
         records, entry = await real_read(self)
-        held = Held(records)
-        made.append(weakref.ref(held))
-        return held, entry
+        made.append(weakref.ref(records))
+        return records, entry
 
-    def epoch_records_to_arrow(records: list[EpochRecord]) -> Any:
+    def epoch_columns_to_arrow(records: EpochColumns) -> Any:
         table = real_to_arrow(records)
         made.append(weakref.ref(table))
         return table
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ShardRangeReader, "read_new", read_new)
-        patch.setattr(executor, "epoch_records_to_arrow", epoch_records_to_arrow)
+        patch.setattr(executor, "epoch_columns_to_arrow", epoch_columns_to_arrow)
         assert len(worker.read(partition)) == 10
         assert worker.background_outcomes() == [None]
     # The task's read (its records and table: made[0], made[1]), then two read ahead (records

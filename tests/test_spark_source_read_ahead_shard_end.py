@@ -26,8 +26,9 @@ from _spark_fakes import SoloMember
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
+from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.reader import ShardBatch
-from kinesumer.models import EpochRecord, Position, Record
+from kinesumer.models import Position, Record
 from kinesumer.spark.arrow import rows_to_records
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
@@ -50,16 +51,16 @@ def split_stream(kinesalite: Any, stream: str, parent_records: int) -> tuple[str
 def aws_like_shard_end() -> Iterator[None]:
     """An answer with records that reaches a closed shard's end says SHARD_END itself (no next
     iterator), as Kinesis may; kinesalite says it only in the empty answer after."""
-    real = KinesisReader.get_epoch_records
+    real = KinesisReader.get_epoch_columns
 
-    async def get_epoch_records(
+    async def get_epoch_columns(
         self: KinesisReader,
         stream: str,
         shard_id: str,
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch[EpochRecord]:
+    ) -> ShardBatch[EpochColumns]:
         batch = await real(self, stream, shard_id, iterator, limit, skip_through)
         following = batch.next_iterator if batch.records else None
         for _ in range(3):  # kinesalite answers a drained closed shard empty once, then ends
@@ -74,7 +75,7 @@ def aws_like_shard_end() -> Iterator[None]:
         return batch
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(KinesisReader, "get_epoch_records", get_epoch_records)
+        patch.setattr(KinesisReader, "get_epoch_columns", get_epoch_columns)
         yield
 
 

@@ -35,13 +35,13 @@ def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
 def limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The ``Limit`` of every GetRecords the executor sends."""
     asked: list[int] = []
-    real = KinesisReader.get_epoch_records
+    real = KinesisReader.get_epoch_columns
 
     async def recording(self: KinesisReader, *args: Any) -> Any:
         asked.append(args[3])  # stream, shard_id, iterator, limit, skip_through
         return await real(self, *args)
 
-    monkeypatch.setattr(KinesisReader, "get_epoch_records", recording)
+    monkeypatch.setattr(KinesisReader, "get_epoch_columns", recording)
     return asked
 
 

@@ -238,11 +238,11 @@ class ShardFetcher:
         self._iterator, self._skip = renewed, resume
         return True
 
-    def _observe(self, batch: ShardBatch[Record]) -> None:
+    def _observe(self, batch: ShardBatch[list[Record]]) -> None:
         self._lease.observe_read(batch.millis_behind, batch.raw_count)
         self._metrics.behind(self._stream, self._shard_id, batch.millis_behind)
 
-    def _pace(self, started: float, batch: ShardBatch[Record]) -> None:
+    def _pace(self, started: float, batch: ShardBatch[list[Record]]) -> None:
         """At most one call per scan_interval (5/s per shard is the service limit, shared with
         other consumers); empty reads at the tip back off (see :func:`read_wait`)."""
         config = self._config

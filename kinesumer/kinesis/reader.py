@@ -17,9 +17,10 @@ from botocore.exceptions import ClientError
 from ..aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
-from ..models import EpochRecord, Position, Record, Shard
+from ..models import Position, Record, Shard
 from . import lean
-from .kpl import AnyRecord, epoch_records, epoch_records_of, records_of, to_records
+from .columns import EpochColumns, epoch_columns_of
+from .kpl import epoch_records, records_of, to_records
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -47,14 +48,18 @@ class IteratorExpired(Exception):
     """The shard iterator is older than five minutes: get a new one from the last record read."""
 
 
+#: A batch's records: a list of :class:`Record`, or the Spark executors' columns.
+Rows = TypeVar("Rows", list[Record], EpochColumns)
+
+
 @dataclass(frozen=True)
-class ShardBatch(Generic[AnyRecord]):
-    """One GetRecords answer: records (aggregates unpacked; :class:`Record`, or
-    :class:`EpochRecord` from :meth:`KinesisReader.get_epoch_records`), where to read next
+class ShardBatch(Generic[Rows]):
+    """One GetRecords answer: records (aggregates unpacked; a list of :class:`Record`, or
+    :class:`EpochColumns` from :meth:`KinesisReader.get_epoch_columns`), where to read next
     (None at SHARD_END), how far behind the tip the shard is, and how many Kinesis records
     came."""
 
-    records: list[AnyRecord]
+    records: Rows
     next_iterator: str | None
     millis_behind: int | None
     raw_count: int
@@ -226,7 +231,7 @@ class KinesisReader:
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch[Record]:
+    ) -> ShardBatch[list[Record]]:
         # Throttling on GetRecords is normal under load: retry patiently (up to ~1 minute of
         # backoff) before the fetcher reports it and starts over.
         if not self._lean:
@@ -238,26 +243,26 @@ class KinesisReader:
             answer, records_of(stream, shard_id, answer.Records, skip_through, self._stats)
         )
 
-    async def get_epoch_records(
+    async def get_epoch_columns(
         self,
         stream: str,
         shard_id: str,
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch[EpochRecord]:
-        """:meth:`get_records` with arrival times as epoch seconds (:class:`EpochRecord`): the
-        Spark executors', which build Arrow from them."""
+    ) -> ShardBatch[EpochColumns]:
+        """:meth:`get_records` as columns with arrival times as epoch seconds
+        (:class:`EpochColumns`): the Spark executors', which build Arrow from them."""
         if not self._lean:
             batch = await self._botocore_get_records(
                 stream, shard_id, iterator, limit, skip_through
             )
-            records = epoch_records(batch.records)
-            return ShardBatch(records, batch.next_iterator, batch.millis_behind, batch.raw_count)
+            columns = EpochColumns.from_records(stream, shard_id, epoch_records(batch.records))
+            return ShardBatch(columns, batch.next_iterator, batch.millis_behind, batch.raw_count)
         fetch = partial(lean.get_epoch_records, self._kinesis, iterator, limit)
         answer = await self._call("GetRecords", stream, fetch, 15)
         raw = answer.Records
-        return _batch(answer, epoch_records_of(stream, shard_id, raw, skip_through, self._stats))
+        return _batch(answer, epoch_columns_of(stream, shard_id, raw, skip_through, self._stats))
 
     async def _botocore_get_records(
         self,
@@ -266,7 +271,7 @@ class KinesisReader:
         iterator: str,
         limit: int,
         skip_through: Position | None,
-    ) -> ShardBatch[Record]:
+    ) -> ShardBatch[list[Record]]:
         """GetRecords parsed by botocore alone: a client the lean path cannot serve, and the
         reference the lean path is tested against."""
         response = await self._call(
@@ -286,8 +291,8 @@ class KinesisReader:
 
 def _batch(
     answer: lean.RecordsAnswer[lean.RawRecord] | lean.RecordsAnswer[lean.EpochRawRecord],
-    records: list[AnyRecord],
-) -> ShardBatch[AnyRecord]:
+    records: Rows,
+) -> ShardBatch[Rows]:
     """The batch of a lean answer whose records are ``records``."""
     return ShardBatch(
         records, answer.NextShardIterator, answer.MillisBehindLatest, len(answer.Records)

@@ -34,7 +34,7 @@ from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
 from ...models import Position, Record
-from ..arrow import epoch_records_to_arrow, rows_to_records
+from ..arrow import epoch_columns_to_arrow, rows_to_records
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
@@ -144,7 +144,7 @@ async def read_with(
     entry = await ledger.get(p.batch, p.stream, p.shard_id)
     if entry is not None:
         log.info("%s: replay of %d records", p.describe(), entry.count)
-        return epoch_records_to_arrow(await shard.replay(entry))
+        return epoch_columns_to_arrow(await shard.replay(entry))
     ahead = None
     if read_ahead is not None and p.start.after is not None:
         wait = p.max_read_seconds + READ_AHEAD_GRACE
@@ -161,9 +161,9 @@ async def read_with(
     _maybe_fail(p)
     if held != entry:
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
-        return epoch_records_to_arrow(await shard.replay(held))
+        return epoch_columns_to_arrow(await shard.replay(held))
     if rows is None:
-        rows = epoch_records_to_arrow(records)
+        rows = epoch_columns_to_arrow(records)
         del records
     log.info("%s: %d records%s", p.describe(), rows.num_rows, _how(entry))
     if read_ahead is not None and p.start.after is not None and entry.end is not None:
@@ -238,7 +238,7 @@ async def _read_ahead(
                 files.abandon(p.stream, p.shard_id, after)
                 return
             # Built here, in the background, as the task would have: it hands a slice to Spark.
-            rows = epoch_records_to_arrow(records)
+            rows = epoch_columns_to_arrow(records)
             batch = ReadAheadBatch(
                 after, rows, entry.caught_up, entry.shard_end, entry.millis_behind
             )

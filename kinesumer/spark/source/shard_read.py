@@ -5,16 +5,17 @@ ledger, which decides which of these a task does, is the caller's (:mod:`.execut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from operator import itemgetter
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
 from ...errors import KinesumerError
 from ...kinesis import KinesisReader, ShardBatch
+from ...kinesis.columns import EpochColumns
 from ...kinesis.reader import IteratorExpired
-from ...models import EpochRecord, Position
+from ...models import Position
 from ..deps import require_pyarrow
 from .ledger import LedgerEntry
 from .offsets import Start
@@ -24,33 +25,25 @@ from .readahead import ReadAheadBatch
 if TYPE_CHECKING:
     import pyarrow
 
-#: Where a record's arrival time is in the tuple.
-ARRIVAL = EpochRecord._fields.index("approximate_arrival_timestamp")
-
 
 class ReplayMismatchError(KinesumerError):
     """A replayed batch could not read the records its ledger recorded (trimmed by retention,
     or the stream was re-created): the batch cannot be reproduced exactly."""
 
 
-def _reached_tip(batch: ShardBatch[EpochRecord], asked: int) -> bool:
+def _reached_tip(batch: ShardBatch[EpochColumns], asked: int) -> bool:
     """Whether an answer that gave records ended at the shard's tip: nothing behind it
     (``MillisBehindLatest`` 0) and fewer records than asked for. The second half keeps a
     stand-in that always reports 0 (kinesalite) from ending a backlog's read after one full
     answer; on AWS an answer cut short by size says how far behind it is. An answer whose only
     record was the resume point (skipped) gave nothing: that case stays with the empty-answer
     rule, which asks once more so a drained closed shard can say SHARD_END."""
-    return bool(batch.records) and batch.millis_behind == 0 and batch.raw_count < asked
+    return len(batch.records) > 0 and batch.millis_behind == 0 and batch.raw_count < asked
 
 
-def _latest_arrival_ms(records: list[EpochRecord]) -> int | None:
+def _latest_arrival_ms(records: EpochColumns) -> int | None:
     """The latest arrival time of ``records`` in epoch milliseconds (None if none has one)."""
-    arrivals: Iterator[float | None] = map(itemgetter(ARRIVAL), records)
-    try:
-        latest = max(arrivals, default=None)  # type: ignore[type-var]
-    except TypeError:  # some records have none (built by hand; Kinesis always sets it)
-        known = [r.approximate_arrival_timestamp for r in records]
-        latest = max((a for a in known if a is not None), default=None)
+    latest = records.latest_arrival()
     return None if latest is None else epoch_micros(latest) // 1000
 
 
@@ -63,8 +56,8 @@ def epoch_micros(seconds: float) -> int:
     return int(whole) * 1_000_000 + math.floor((seconds - whole) * 1e6 + 0.5)
 
 
-def _position(record: EpochRecord) -> tuple[int, int]:
-    return int(record.sequence_number), record.sub_sequence_number
+def _position(records: EpochColumns, index: int) -> tuple[int, int]:
+    return int(records.sequence_numbers[index]), records.sub_sequence_numbers[index]
 
 
 class ShardRangeReader:
@@ -113,7 +106,7 @@ class ShardRangeReader:
 
     async def _records(
         self, deadline: float, wanted: Callable[[], int]
-    ) -> AsyncIterator[ShardBatch[EpochRecord]]:
+    ) -> AsyncGenerator[ShardBatch[EpochColumns], None]:
         """Yield GetRecords answers from the partition's start (an async generator), each asked
         for no more records than the caller still ``wanted()`` (at most ``scan_limit``).
 
@@ -135,7 +128,7 @@ class ShardRangeReader:
             self._next_call = loop.time() + p.config.scan_interval
             self.asked = min(p.config.scan_limit, max(1, wanted()) + (1 if skip else 0))
             try:
-                batch = await self._reader.get_epoch_records(
+                batch = await self._reader.get_epoch_columns(
                     p.stream, p.shard_id, iterator, self.asked, skip
                 )
             except IteratorExpired:
@@ -145,50 +138,53 @@ class ShardRangeReader:
                 continue
             if batch.raw_count:
                 skip = None  # the resume point has been passed
-            if batch.records:
-                tail = batch.records[-1]
-                last = Position(tail.sequence_number, tail.sub_sequence_number)
+            if len(batch.records):
+                last = batch.records.position(-1)
             yield batch
             if batch.next_iterator is None or time.monotonic() >= deadline:
                 return
             iterator = batch.next_iterator
 
-    async def read_new(self) -> tuple[list[EpochRecord], LedgerEntry]:
+    async def read_new(self) -> tuple[EpochColumns, LedgerEntry]:
         p = self._p
-        out: list[EpochRecord] = []
+        out = EpochColumns(p.stream, p.shard_id)
         caught_up = shard_end = False
         empty = 0
         behind: int | None = None  # the last answer's MillisBehindLatest (for progress)
         deadline = time.monotonic() + p.max_read_seconds
-        async for batch in self._records(deadline, lambda: p.limit - len(out)):
-            behind = batch.millis_behind
-            out.extend(batch.records)
-            if len(out) > p.limit:
-                del out[p.limit :]  # the rest of this answer belongs to the next batch
-                break
-            if batch.next_iterator is None:
-                shard_end = True
-                break
-            if len(out) == p.limit:
-                break
-            if batch.raw_count == 0 and not batch.millis_behind:
-                # At the tip. With nothing read yet, ask once more: a drained closed shard may
-                # answer empty once before it says SHARD_END (kinesalite does).
-                empty += 1
-                if out or empty >= 2:
+        answers = self._records(deadline, lambda: p.limit - len(out))
+        # Closed on leaving: a generator left at a ``break`` would hold its caller's
+        # records (``wanted`` reads them) until the loop finalized it.
+        async with contextlib.aclosing(answers):
+            async for batch in answers:
+                behind = batch.millis_behind
+                out.extend(batch.records)
+                if len(out) > p.limit:
+                    out.truncate(p.limit)  # the rest of this answer belongs to the next batch
+                    break
+                if batch.next_iterator is None:
+                    shard_end = True
+                    break
+                if len(out) == p.limit:
+                    break
+                if batch.raw_count == 0 and not batch.millis_behind:
+                    # At the tip. With nothing read yet, ask once more: a drained closed shard may
+                    # answer empty once before it says SHARD_END (kinesalite does).
+                    empty += 1
+                    if len(out) or empty >= 2:
+                        caught_up = True
+                        break
+                elif _reached_tip(batch, self.asked):
+                    # A steady trickle never answers empty: stop where the answer reached the tip,
+                    # so a batch lasts about one GetRecords, not ``max_read_seconds``.
                     caught_up = True
                     break
-            elif _reached_tip(batch, self.asked):
-                # A steady trickle never answers empty: stop where the answer reached the tip,
-                # so a batch lasts about one GetRecords, not ``max_read_seconds``.
-                caught_up = True
-                break
         return out, self._entry(out, caught_up, shard_end, behind)
 
     def _entry(
-        self, out: list[EpochRecord], caught_up: bool, shard_end: bool, behind: int | None
+        self, out: EpochColumns, caught_up: bool, shard_end: bool, behind: int | None
     ) -> LedgerEntry:
-        end = Position(out[-1].sequence_number, out[-1].sub_sequence_number) if out else None
+        end = out.position(-1) if len(out) else None
         arrival = _latest_arrival_ms(out)
         return self._entry_of(end, len(out), caught_up, shard_end, behind, arrival)
 
@@ -216,31 +212,36 @@ class ShardRangeReader:
             millis_behind=behind,
         )
 
-    async def replay(self, entry: LedgerEntry) -> list[EpochRecord]:
+    async def replay(self, entry: LedgerEntry) -> EpochColumns:
         """Exactly the ``entry.count`` records from the start through ``entry.end``."""
         p = self._p
+        out = EpochColumns(p.stream, p.shard_id)
         if entry.end is None or entry.count == 0:
-            return []
+            return out
         end = (int(entry.end.sequence_number), entry.end.sub_sequence_number)
-        out: list[EpochRecord] = []
         deadline = time.monotonic() + max(60.0, 3 * p.max_read_seconds)
         reached = False
         empty = 0
-        async for batch in self._records(deadline, lambda: entry.count - len(out)):
-            for record in batch.records:
-                if _position(record) > end:
+        answers = self._records(deadline, lambda: entry.count - len(out))
+        # Closed on leaving: a generator left at a ``break`` would hold its caller's
+        # records (``wanted`` reads them) until the loop finalized it.
+        async with contextlib.aclosing(answers):
+            async for batch in answers:
+                got = batch.records
+                upto = 0
+                while upto < len(got) and _position(got, upto) <= end:
+                    upto += 1
+                out.extend(got.head(upto))
+                if (len(out) and _position(out, -1) >= end) or len(out) >= entry.count:
+                    reached = True
                     break
-                out.append(record)
-            if (out and _position(out[-1]) >= end) or len(out) >= entry.count:
-                reached = True
-                break
-            if batch.records and _position(batch.records[-1]) > end:
-                break
-            tip = batch.raw_count == 0 and not batch.millis_behind
-            empty = empty + 1 if tip else 0
-            if empty >= 3:
-                break  # at the shard's tip, and the recorded end never came: it is not there
-        if not reached or len(out) != entry.count or _position(out[-1]) != end:
+                if len(got) and _position(got, -1) > end:
+                    break
+                tip = batch.raw_count == 0 and not batch.millis_behind
+                empty = empty + 1 if tip else 0
+                if empty >= 3:
+                    break  # at the shard's tip, and the recorded end never came: it is not there
+        if not reached or len(out) != entry.count or _position(out, -1) != end:
             raise ReplayMismatchError(
                 f"{p.describe()}: the ledger recorded {entry.count} records ending at "
                 f"{entry.end.sequence_number}/{entry.end.sub_sequence_number}, but the shard now "
