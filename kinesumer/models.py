@@ -26,8 +26,8 @@ class Record(NamedTuple):
 
 class EpochRecord(NamedTuple):
     """A :class:`Record` with its arrival time in epoch seconds (a float), as the GetRecords
-    answer holds it: the form the Spark executors read into, whose Arrow columns are built
-    without a datetime per record (:func:`kinesumer.spark.arrow.epoch_records_to_arrow`)."""
+    answer holds it: how the Spark executors unpack KPL aggregates on their way to
+    :class:`~kinesumer.kinesis.columns.EpochColumns`."""
 
     stream: str
     shard_id: str

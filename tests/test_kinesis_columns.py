@@ -46,11 +46,21 @@ WITH_AGGREGATES = [
     *plain(2, first=104),
 ]
 
-SKIPS = [None, Position("100", 0), Position("100", 3), Position("101", 0), Position("102", 1)]
+SKIPS = [
+    None,
+    Position("100", 0),
+    Position("100", 3),
+    Position("100", -1),  # not one the library writes; the rule holds anyway
+    Position("101", 0),
+    Position("102", 1),
+]
+
+
+REPEATED = [*plain(1), *plain(2)]  # sequence numbers 100, 100, 101: not Kinesis's, same rule
 
 
 @pytest.mark.parametrize("skip", SKIPS)
-@pytest.mark.parametrize("answer", [plain(0), plain(5), WITH_AGGREGATES], ids=len)
+@pytest.mark.parametrize("answer", [plain(0), plain(5), WITH_AGGREGATES, REPEATED], ids=len)
 def test_columns_hold_the_records_the_tuple_path_gives(
     answer: list[EpochRawRecord], skip: Position | None
 ) -> None:

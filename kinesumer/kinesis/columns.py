@@ -153,9 +153,13 @@ def epoch_columns_of(
         datas,
         [r.ApproximateArrivalTimestamp for r in raw],
     )
-    # No aggregate: every record's sub-sequence number is 0 and its sequence number its own,
-    # so only a first record at the resume point is skipped (``kpl``'s rule, for plain records).
-    if skip_through is not None and out.sequence_numbers[:1] == [skip_through.sequence_number]:
-        for column in out._lists():
-            del column[0]
+    # ``kpl``'s rule, for records whose sub-sequence numbers are all 0: the leading records at
+    # the resume point's sequence number (one at most: Kinesis never repeats one).
+    if skip_through is not None and skip_through.sub_sequence_number >= 0:
+        drop = 0
+        while drop < len(out) and out.sequence_numbers[drop] == skip_through.sequence_number:
+            drop += 1
+        if drop:
+            for column in out._lists():
+                del column[:drop]
     return out
