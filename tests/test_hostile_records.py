@@ -23,8 +23,8 @@ from typing import Any
 import aws_kinesis_agg
 import pytest
 from _group import create_stream, kinesis, make_config, put, setup_table
+from _kpl import aggregate
 from _wait import wait_until
-from aws_kinesis_agg.aggregator import RecordAggregator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,13 +76,6 @@ HOSTILE = {
 
 def raw(data: bytes, seq: str = "49590338271490256608559692538361571095921575989136588898") -> Any:
     return {"SequenceNumber": seq, "PartitionKey": OUTER, "Data": data}
-
-
-def aggregate(pairs: list[tuple[str, bytes]]) -> bytes:
-    agg = RecordAggregator()
-    for key, data in pairs:
-        assert agg.add_user_record(key, data) is None
-    return bytes(agg.clear_and_get().get_contents()[2])
 
 
 # -- the parser ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import hashlib
 
 import aws_kinesis_agg
 import pytest
-from aws_kinesis_agg.aggregator import RecordAggregator
+from _kpl import aggregate
 
 from kinesumer.kinesis.columns import EpochColumns, epoch_columns_of
 from kinesumer.kinesis.kpl import epoch_records_of
@@ -18,14 +18,6 @@ from kinesumer.kinesis.lean import EpochRawRecord
 from kinesumer.models import EpochRecord, Position
 
 STREAM, SHARD = "s", "shardId-000000000000"
-
-
-def aggregate(pairs: list[tuple[str, bytes]]) -> bytes:
-    agg = RecordAggregator()
-    for key, data in pairs:
-        assert agg.add_user_record(key, data) is None
-    _, _, blob = agg.clear_and_get().get_contents()
-    return bytes(blob)
 
 
 def plain(count: int, first: int = 100) -> list[EpochRawRecord]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import aws_kinesis_agg
 import pytest
-from aws_kinesis_agg.aggregator import RecordAggregator
+from _kpl import aggregate
 
 from kinesumer.kinesis import kpl
 from kinesumer.kinesis.kpl import records_of, to_records
@@ -17,14 +17,6 @@ from kinesumer.kinesis.lean import RawRecord
 from kinesumer.models import Position
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-
-def aggregate(pairs: list[tuple[str, bytes]]) -> bytes:
-    agg = RecordAggregator()
-    for key, data in pairs:
-        assert agg.add_user_record(key, data) is None
-    _, _, blob = agg.clear_and_get().get_contents()
-    return bytes(blob)
 
 
 def raw(seq: str, data: bytes, key: str = "k") -> dict[str, Any]:

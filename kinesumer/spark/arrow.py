@@ -99,8 +99,8 @@ def epoch_columns_to_arrow(columns: EpochColumns) -> pyarrow.Table:
     same table, one Arrow array per column list, the stream and shard repeated in C, the
     timestamp column computed from the floats in C (:func:`epoch_to_timestamp`).
 
-    From a GetRecords answer to this table, decoding included: 0.42x the CPU of building
-    ``Record`` tuples with datetimes and then an array per column, 0.58x that of
+    From a GetRecords answer to this table, decoding included: 0.52x the CPU of building
+    ``Record`` tuples with datetimes and then an array per column, 0.79x that of
     ``EpochRecord`` tuples and one struct array (``benchmarks/bench_arrow_build.py``)."""
     pa = require_pyarrow()
     schema = arrow_schema()
