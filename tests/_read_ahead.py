@@ -19,7 +19,7 @@ from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Record
-from kinesumer.spark.arrow import rows_to_records
+from kinesumer.spark.arrow import table_to_records
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.partition import ShardPartition
 from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
@@ -97,7 +97,7 @@ class Worker:
     def read(self, p: ShardPartition) -> list[Record]:
         """``p``'s task, as an executor runs it (its read-ahead goes on in the background)."""
         files = ReadAheadFiles(self.root, p.config.app, p.query)
-        return rows_to_records(self.loop.run(read_with(self.clients, self.stats, p, files)))
+        return table_to_records(self.loop.run(read_with(self.clients, self.stats, p, files)))
 
     def settle(self) -> None:
         """Wait until the read-ahead this worker started has ended."""

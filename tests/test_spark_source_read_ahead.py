@@ -31,7 +31,7 @@ from _wait import wait_until
 
 from kinesumer.config import Config
 from kinesumer.models import Position, Record
-from kinesumer.spark.arrow import arrow_schema, records_to_arrow, rows_to_batches, rows_to_records
+from kinesumer.spark.arrow import arrow_schema, records_to_arrow, table_to_records
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_records
 from kinesumer.spark.source.ledger import LedgerEntry
@@ -126,8 +126,8 @@ def test_a_batch_formed_from_read_ahead_is_the_batch_a_read_would_form(
     assert entry == LedgerEntry(
         2, STREAM, SHARD, end, count, caught_up, False, last_arrival_ms, "o", 0, 0
     )
-    assert rows_to_records(rows) == records[:limit]
-    batches = list(rows_to_batches(rows))
+    assert table_to_records(rows) == records[:limit]
+    batches = rows.to_batches()
     assert all(b.schema.equals(arrow_schema(), check_metadata=True) for b in batches)
     assert pyarrow.Table.from_batches(batches).equals(records_to_arrow(records[:limit]))
 
@@ -319,7 +319,7 @@ def test_read_ahead_off_reads_for_itself(setup: dict[str, Any]) -> None:
         assert partition.read_ahead is False
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(executor, "read_with", capturing)
-            got = rows_to_records(
+            got = table_to_records(
                 executor.worker_clients().read(pickle.loads(pickle.dumps(partition)))
             )
         assert [r.data for r in got] == produced[:10]

@@ -28,7 +28,7 @@ from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.models import Record
 from kinesumer.spark import arrow
-from kinesumer.spark.arrow import rows_to_records
+from kinesumer.spark.arrow import table_to_records
 from kinesumer.spark.source import executor
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.ledger import LedgerEntry
@@ -58,7 +58,7 @@ class Worker:
             current = asyncio.current_task()
             assert current is not None
             self.tasks.add(current)
-            return rows_to_records(await read_with(self.clients, self.stats, p, files))
+            return table_to_records(await read_with(self.clients, self.stats, p, files))
 
         return self.loop.run(task())
 

@@ -28,7 +28,7 @@ from _spark_fakes import SoloMember
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Position, Record
-from kinesumer.spark.arrow import records_to_arrow, rows_to_records
+from kinesumer.spark.arrow import records_to_arrow, table_to_records
 from kinesumer.spark.source import readahead
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset, Start
@@ -47,7 +47,7 @@ async def _attempts(
     count: int, clients: AwsClients, stats: RequestStats, p: ShardPartition, files: ReadAheadFiles
 ) -> list[list[Record]]:
     got = await asyncio.gather(*(read_with(clients, stats, p, files) for _ in range(count)))
-    return [rows_to_records(rows) for rows in got]
+    return [table_to_records(rows) for rows in got]
 
 
 #: Called before each batch's read; may return the partition to read instead.

@@ -29,7 +29,7 @@ from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.reader import ShardBatch
 from kinesumer.models import Position, Record
-from kinesumer.spark.arrow import rows_to_records
+from kinesumer.spark.arrow import table_to_records
 from kinesumer.spark.source.executor import read_with
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
@@ -139,7 +139,7 @@ def read_until(
             end = following
             for partition in planner.partitions(end):
                 p = pickle.loads(pickle.dumps(partition))
-                got.extend(rows_to_records(loop.run(read_with(clients, stats, p, files))))
+                got.extend(table_to_records(loop.run(read_with(clients, stats, p, files))))
             loop.run(background_done())
             planner.commit(end)
     finally:

@@ -78,7 +78,7 @@ class EpochColumns:
         )
 
     def records(self) -> Iterator[EpochRecord]:
-        """The records, one tuple each (tests, diagnostics, the replay's comparison)."""
+        """The records, one tuple each (tests and diagnostics)."""
         return (self.record(i) for i in range(len(self)))
 
     def position(self, index: int) -> Position:

@@ -11,7 +11,7 @@ are derived from :data:`FIELDS` (a test pins the equalities).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from ..models import Record
 from .deps import require_pyarrow, require_spark
@@ -147,25 +147,10 @@ def records_to_batches(
         yield from records_to_arrow(records[start : start + rows]).to_batches()
 
 
-#: A shard's rows for Spark: records as read, or an Arrow table of :func:`arrow_schema` (what a
-#: read-ahead file holds: built once, in the background, never turned back into records).
-Rows = Union[Sequence[Record], "pyarrow.Table"]
-
-
-def rows_to_batches(rows: Rows, size: int = 10_000) -> Iterator[pyarrow.RecordBatch]:
-    """``rows`` as Arrow record batches of at most ``size`` rows each, in :func:`arrow_schema`."""
-    if isinstance(rows, Sequence):
-        yield from records_to_batches(rows, size)
-    else:
-        yield from rows.to_batches(max_chunksize=size)
-
-
-def rows_to_records(rows: Rows) -> list[Record]:
-    """``rows`` as records: the inverse of :func:`records_to_arrow` (tests and diagnostics; the
-    read path hands tables to Spark as they are)."""
-    if isinstance(rows, Sequence):
-        return list(rows)
-    columns = [rows.column(name).to_pylist() for name in COLUMNS]
+def table_to_records(table: pyarrow.Table) -> list[Record]:
+    """A table of :func:`arrow_schema` as records: the inverse of :func:`records_to_arrow`
+    (tests and diagnostics; the read path hands tables to Spark as they are)."""
+    columns = [table.column(name).to_pylist() for name in COLUMNS]
     return [Record(*values) for values in zip(*columns, strict=True)]
 
 

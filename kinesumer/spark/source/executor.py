@@ -34,7 +34,7 @@ from ...config import Config
 from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
 from ...models import Position, Record
-from ..arrow import epoch_columns_to_arrow, rows_to_records
+from ..arrow import epoch_columns_to_arrow, table_to_records
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
@@ -122,7 +122,7 @@ async def read_records(p: ShardPartition) -> list[Record]:
     clients = AwsClients(p.config, stats)
     await clients.open()
     try:
-        return rows_to_records(await read_with(clients, stats, p))
+        return table_to_records(await read_with(clients, stats, p))
     finally:
         await clients.close()
 

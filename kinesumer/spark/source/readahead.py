@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...models import Position, Record
-from ..arrow import rows_to_records
+from ..arrow import table_to_records
 from .readahead_format import LAYOUT, Header, UnreadableReadAhead, decode, write
 from .readahead_paths import age, claim_alive, digest, mtime, position_of, text_of
 
@@ -93,7 +93,7 @@ class ReadAheadBatch:
     @property
     def records(self) -> list[Record]:
         """The rows as records (tests and diagnostics)."""
-        return rows_to_records(self.rows)
+        return table_to_records(self.rows)
 
 
 async def _wait_for(data: str, pending: Path, deadline: float) -> None:
