@@ -138,6 +138,9 @@ def test_a_task_failing_mid_read_is_retried_on_the_same_range(
         test_fail_first_read_dir=str(markers),
     )
     assert len(list(markers.iterdir())) >= 2  # every first attempt failed once
+    # Spark's first attempts (attempt number 0) of the batches this run planned wrote their
+    # range without looking the ledger up; the retries looked, and replayed it.
+    assert {m.read_text() for m in markers.iterdir()} == {"first attempt"}
     assert sorted(sink.datas()) == sorted(produced)
 
 

@@ -46,6 +46,7 @@ from .compat import (
 )
 from .errors import named_error_first, named_errors
 from .executor import read_partition
+from .offsets import SourceOffset
 from .options import (
     SourceOptions,
     parse_options,
@@ -109,6 +110,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._initial_offset: dict[str, Any] | None = None
         # Spark makes a reader per run of the query: a restart is a new one.
         self._run = uuid.uuid4().hex
+        self._planned: tuple[str, int] | None = None  # the batch latestOffset planned last
 
     @property
     def options(self) -> SourceOptions:
@@ -124,6 +126,7 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._exit_hooks = False
         self._initial_offset = None
         self._run = uuid.uuid4().hex
+        self._planned = None
 
     def _leave_on_exit(self) -> None:
         """In the query's long-lived source worker (the only process that calls the offset
@@ -153,7 +156,11 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._leave_on_exit()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self._planner.latest_offset(start, max_rows)
+        latest = self._planner.latest_offset(start, max_rows)
+        end = SourceOffset.from_json(latest)
+        if end.batch != SourceOffset.from_json(start).batch:  # a new batch, planned here
+            self._planned = (end.query, end.batch)
+        return latest
 
     @named_errors
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -170,7 +177,9 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @named_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
-        return [replace(p, run=self._run) for p in self._planner.partitions(end)]
+        offset = SourceOffset.from_json(end)
+        here = self._planned == (offset.query, offset.batch)
+        return [replace(p, run=self._run, planned_here=here) for p in self._planner.partitions(end)]
 
     @named_errors
     def read(self, partition: ShardPartition) -> Iterator[Any]:  # type: ignore[override]

@@ -15,6 +15,12 @@ KPL unpacking, epoch timestamps) inside ``asyncio.run``. The ledger decides the 
 
 Records are handed to Spark only after the ledger holds their range, so no attempt ever yields
 what a concurrent attempt might not agree on.
+
+The first attempt of a batch this run planned (not one taken from the offset log after a
+restart: ``ShardPartition.planned_here``) does not look the item up: there is none unless a
+concurrent attempt wrote it, and the conditional write finds that one anyway (case 2's last
+step). One DynamoDB read less per shard and batch; a retry or a speculative copy (Spark's
+attempt number above 0) looks first, as does any read outside a Spark task.
 """
 
 from __future__ import annotations
@@ -141,7 +147,7 @@ async def read_with(
     )
     reader = KinesisReader(clients.kinesis, stats, p.config.region)
     shard = ShardRangeReader(reader, p)
-    entry = await ledger.get(p.batch, p.stream, p.shard_id)
+    entry = None if first_attempt(p) else await ledger.get(p.batch, p.stream, p.shard_id)
     if entry is not None:
         log.info("%s: replay of %d records", p.describe(), entry.count)
         return epoch_columns_to_arrow(await shard.replay(entry))
@@ -169,8 +175,23 @@ async def read_with(
     if read_ahead is not None and p.start.after is not None and entry.end is not None:
         read_ahead.ended(p.stream, p.shard_id, p.start.after, entry.end)
     if read_ahead is not None and _more_behind(entry, p):
-        _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard))
+        _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard, shard.next_iterator))
     return rows
+
+
+def first_attempt(p: ShardPartition) -> bool:
+    """Whether this is Spark's first attempt at this task of a batch planned in this run. A
+    stage run again (a shuffle's output lost) starts its attempts at 0 again: such a task reads
+    anew, then finds the earlier attempt's item at the write and replays it (correct, one read
+    more; rare)."""
+    if not p.planned_here:
+        return False
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - the source needs pyspark
+        return False
+    context = TaskContext.get()
+    return context is not None and context.attemptNumber() == 0
 
 
 #: How long past ``max_read_seconds`` a task waits for a read-ahead of its start under way
@@ -212,11 +233,20 @@ def _from(p: ShardPartition, after: Position) -> ShardPartition:
 
 
 async def _read_ahead(
-    files: ReadAheadFiles, reader: KinesisReader, p: ShardPartition, done: ShardRangeReader
+    files: ReadAheadFiles,
+    reader: KinesisReader,
+    p: ShardPartition,
+    done: ShardRangeReader,
+    iterator: str | None = None,
 ) -> None:
     """Read the shard's next batches ahead, from ``p``'s start, while records are behind and
     up to the read-ahead's depth, and leave them for their tasks. A failure leaves nothing:
-    the next task reads for itself, and meets the error there if it lasts."""
+    the next task reads for itself, and meets the error there if it lasts.
+
+    Each read starts from the iterator the read before it ended with, when there is one
+    (``iterator`` for the first: the task's own read), passed on in the read-ahead's files
+    between workers: no GetShardIterator per batch (a call Kinesis allows 5 times a second per
+    shard, for all its readers)."""
     for _ in range(DEPTH + 2):  # each step moves on; DEPTH stops it sooner
         after = p.start.after
         assert after is not None
@@ -225,12 +255,12 @@ async def _read_ahead(
                 past = files.read_past(p.stream, p.shard_id, after)
                 if past is None:
                     return
-                p = _from(p, past)  # read ahead already: go on past it
+                p, iterator = _from(p, past[0]), past[1]  # read ahead already: go on past it
                 continue
         except OSError as error:
             log.warning("%s: no read-ahead: %r", p.describe(), error)
             return
-        ahead = ShardRangeReader(reader, p)
+        ahead = ShardRangeReader(reader, p, iterator)
         ahead.paced_after(done)  # the shard's reads stay ``scan_interval`` apart
         try:
             records, entry = await ahead.read_new()
@@ -243,7 +273,8 @@ async def _read_ahead(
                 after, rows, entry.caught_up, entry.shard_end, entry.millis_behind
             )
             more = _more_behind(entry, p)
-            files.finish(p.stream, p.shard_id, batch, p.run, entry.end if more else None)
+            iterator = ahead.next_iterator if more else None
+            files.finish(p.stream, p.shard_id, batch, p.run, entry.end if more else None, iterator)
             # In its file now: not held (twice: records and Arrow) while the next is read.
             del records, rows, batch
         except asyncio.CancelledError:
@@ -265,7 +296,8 @@ def _how(entry: LedgerEntry) -> str:
 
 
 def _maybe_fail(p: ShardPartition) -> None:
-    """TEST ONLY seam: fail the first attempt of (batch, shard) once, after its ledger write."""
+    """TEST ONLY seam: fail the first attempt of (batch, shard) once, after its ledger write
+    (the marker file says whether that attempt looked its ledger item up first)."""
     if not p.fail_first_read_dir:
         return
     marker = Path(p.fail_first_read_dir) / f"{p.query}-{p.batch}-{p.stream}-{p.shard_id}"
@@ -273,5 +305,7 @@ def _maybe_fail(p: ShardPartition) -> None:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return
+    # What the tests check of Spark's attempt numbers: the attempt read without looking first.
+    os.write(fd, b"first attempt" if first_attempt(p) else b"looked first")
     os.close(fd)
     raise InjectedReadFailure(f"test seam: first read of {p.describe()} fails once")

@@ -43,6 +43,10 @@ class ShardPartition(InputPartition):
     #: This run of the query (a token the driver's reader makes when Spark creates it, once per
     #: run): a read-ahead file of another run is not taken (its "caught up" is that of then).
     run: str = ""
+    #: The batch was planned by this run's reader (its ``latestOffset``), not taken from the
+    #: offset log after a restart: a first task attempt finds no ledger item for it unless a
+    #: concurrent attempt wrote one, so it skips looking (see :mod:`.executor`).
+    planned_here: bool = False
 
     @property
     def key(self) -> tuple[str, str]:

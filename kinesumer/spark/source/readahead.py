@@ -68,6 +68,10 @@ DEPTH = 2
 WAIT_STEP = 0.01
 ALIVE_STEP = 0.1
 
+#: How long a read-ahead's last iterator is used by the next read ahead of the shard (Kinesis
+#: lets an iterator be used for 5 minutes; an expired one is replaced where it fails).
+ITERATOR_SECONDS = 240.0
+
 #: How often (at most) one process sweeps a root's stale files: a sweep stats every file of
 #: every query's folder, and a worker reading ahead begins once per batch and shard.
 SWEEP_EVERY = 60.0
@@ -271,10 +275,12 @@ class ReadAheadFiles:
         batch: ReadAheadBatch,
         run: str = "",
         next_after: Position | None = None,
+        next_iterator: str | None = None,
     ) -> None:
         """Leave ``batch``, read ahead in run ``run`` of the query, for the next task, and drop
         the claim :meth:`begin` made. ``next_after``: where the read-ahead goes on from (records
-        are behind ``batch``), for :meth:`read_past`."""
+        are behind ``batch``), and ``next_iterator`` an iterator right there if the read had
+        one, for :meth:`read_past`."""
         name = self._name(stream, shard_id, batch.after)
         header = Header(
             layout=LAYOUT,
@@ -290,24 +296,34 @@ class ReadAheadFiles:
         try:
             if next_after is not None:  # before the data: whoever sees the data sees this
                 tail = f"{next_after.sequence_number} {next_after.sub_sequence_number}"
-                name.with_suffix(".next").write_text(tail)
+                if next_iterator is not None:
+                    tail += f" {next_iterator}"
+                # Whole or not at all (a killed worker must not leave half an iterator).
+                written = name.with_suffix(f".next-{os.getpid()}")
+                written.write_text(tail)
+                os.replace(written, name.with_suffix(".next"))
             write(partial, header, batch.rows)
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
             name.with_suffix(".pending").unlink(missing_ok=True)
 
-    def read_past(self, stream: str, shard_id: str, after: Position) -> Position | None:
+    def read_past(
+        self, stream: str, shard_id: str, after: Position
+    ) -> tuple[Position, str | None] | None:
         """Where the read-ahead made from ``after`` goes on from, if it was made with records
         behind it: a worker that finds that start read ahead already goes on past it, so the
-        read-ahead stays :data:`DEPTH` batches ahead instead of stopping there."""
+        read-ahead stays :data:`DEPTH` batches ahead instead of stopping there. With it, the
+        iterator the read ended with, if it had one and is young enough to use (else None:
+        the next read asks GetShardIterator)."""
+        path = self._name(stream, shard_id, after).with_suffix(".next")
         try:
-            sequence, sub = (
-                self._name(stream, shard_id, after).with_suffix(".next").read_text().split()
-            )
-            return Position(sequence, int(sub))
+            sequence, sub, *rest = path.read_text().split()
+            past = Position(sequence, int(sub))
         except (OSError, ValueError):
             return None
+        iterator = rest[0] if len(rest) == 1 and age(path) < ITERATOR_SECONDS else None
+        return past, iterator
 
     def abandon(self, stream: str, shard_id: str, after: Position) -> None:
         """The read-ahead :meth:`begin` claimed failed: drop the claim, leave nothing. Never

@@ -63,11 +63,19 @@ def _position(records: EpochColumns, index: int) -> tuple[int, int]:
 class ShardRangeReader:
     """GetRecords on one shard for one partition, paced at ``scan_interval``."""
 
-    def __init__(self, reader: KinesisReader, p: ShardPartition) -> None:
+    def __init__(
+        self, reader: KinesisReader, p: ShardPartition, iterator: str | None = None
+    ) -> None:
         self._reader = reader
         self._p = p
         self._next_call = 0.0
         self.asked = p.config.scan_limit  # the Limit of the last GetRecords
+        # An iterator right after the partition's start (``start.after``), from the read that
+        # ended there, used instead of asking GetShardIterator (once: a replay asks anew).
+        self._start_iterator = iterator if p.start.after is not None else None
+        #: After :meth:`read_new`: an iterator right after the batch's last record, when the
+        #: batch took all of its last answer (None otherwise: then the next read must ask).
+        self.next_iterator: str | None = None
 
     @property
     def partition(self) -> ShardPartition:
@@ -118,8 +126,12 @@ class ShardRangeReader:
         resume record, whose user records up to the resume point are skipped."""
         p = self._p
         after = p.start.after
-        iterator = await self._iterator(p.start, after)
+        iterator, self._start_iterator = self._start_iterator, None
         skip = last = after
+        if iterator is None:
+            iterator = await self._iterator(p.start, after)
+        else:
+            skip = None  # right after the start already: no resume record in the answer
         loop = asyncio.get_running_loop()
         while True:
             delay = self._next_call - loop.time()
@@ -161,7 +173,9 @@ class ShardRangeReader:
                 out.extend(batch.records)
                 if len(out) > p.limit:
                     out.truncate(p.limit)  # the rest of this answer belongs to the next batch
+                    self.next_iterator = None
                     break
+                self.next_iterator = batch.next_iterator  # right after ``out``'s last record
                 if batch.next_iterator is None:
                     shard_end = True
                     break
@@ -179,6 +193,8 @@ class ShardRangeReader:
                     # so a batch lasts about one GetRecords, not ``max_read_seconds``.
                     caught_up = True
                     break
+        if not len(out):
+            self.next_iterator = None  # no end to key it by
         return out, self._entry(out, caught_up, shard_end, behind)
 
     def _entry(
