@@ -112,7 +112,8 @@ def requests(workers: list[Worker], name: str) -> int:
 
 def read_all(workers: list[Worker], setup: dict[str, Any], per_shard: int, total: int) -> list[Any]:
     """Batches read by the workers in turn (each task on the next worker, as Spark may hand a
-    shard's tasks to any of a host's workers) until ``total`` records came; their records."""
+    shard's tasks to any of a host's workers) until ``total`` records came; their records, once
+    the read-ahead the workers went on with has ended."""
     got: list[Record] = []
     planned = partitions(setup, per_shard)
     try:
@@ -121,9 +122,11 @@ def read_all(workers: list[Worker], setup: dict[str, Any], per_shard: int, total
                 wait_until(lambda: not list(workers[0].root.rglob("*.pending")), timeout=30)
             got += workers[n % 2].read(partition)
             if len(got) >= total:
-                return got
+                break
     finally:
         planned.close()
+    for worker in workers:
+        worker.settle()
     return got
 
 
@@ -179,8 +182,6 @@ def test_reads_ahead_start_from_the_iterator_the_read_before_ended_with(
     produced = put_plain(setup, 80)
     attempt[0] = 0
     got = read_all(workers, setup, per_shard=10, total=80)
-    for worker in workers:
-        worker.settle()
     assert [r.data for r in got] == produced
     # Nine reads or more (8 batches, and the tip found empty), and two GetShardIterators: the
     # first batch's own read, from TRIM_HORIZON, and one at the tip (the read ahead of batch 9
@@ -202,8 +203,6 @@ def test_kpl_batches_cut_inside_an_answer_ask_for_an_iterator_and_lose_nothing(
     produced = put_aggregates(setup, 60 // per, per)
     attempt[0] = 0
     got = read_all(workers, setup, per_shard=10, total=60)
-    for worker in workers:
-        worker.settle()
     assert [r.data for r in got] == produced
     assert requests(workers, "kinesis:GetShardIterator") >= 6
 
@@ -247,8 +246,6 @@ def test_an_iterator_kinesis_says_expired_is_replaced_and_nothing_is_lost(
     monkeypatch.setattr(KinesisReader, "get_epoch_columns", get_epoch_columns)
     attempt[0] = 0
     got = read_all(workers, setup, per_shard=10, total=50)
-    for worker in workers:
-        worker.settle()
     assert [r.data for r in got] == produced
     assert expired
 
