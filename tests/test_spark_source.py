@@ -144,6 +144,39 @@ def test_a_task_failing_mid_read_is_retried_on_the_same_range(
     assert sorted(sink.datas()) == sorted(produced)
 
 
+def test_a_plain_sinks_first_attempts_do_not_look_the_ledger_up(
+    spark: Any, group: dict[str, Any], tmp_path: Any
+) -> None:
+    """The partitions a batch's tasks run are the first planned for it (only those skip the
+    lookup; a further job on the batch plans them again and looks): so with a sink that is not
+    foreachBatch too. Each first attempt fails once after its write (the test seam) and notes
+    whether it looked."""
+    config, stream = group["config"], group["stream"]
+    create_stream(group["url"], stream, 2)
+    put(group["url"], stream, 0, 40)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    frame = (
+        spark.readStream.format("kinesumer")
+        .options(**option_strings(config, [stream], test_fail_first_read_dir=str(markers)))
+        .load()
+    )
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(300)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None
+    assert len(list(markers.iterdir())) >= 2
+    assert {m.read_text() for m in markers.iterdir()} == {"first attempt"}
+
+
 def test_a_windowed_aggregation_with_a_watermark_runs(
     spark: Any, group: dict[str, Any], tmp_path: Any
 ) -> None:

@@ -160,6 +160,38 @@ def test_outside_a_spark_task_or_for_a_batch_from_the_offset_log_the_ledger_is_l
         assert executor.first_attempt(partition) is False
 
 
+def test_only_the_first_partitions_of_a_batch_this_run_planned_skip_the_lookup(
+    setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark plans a batch's partitions again for each further job that reads it (a second
+    action on a foreachBatch DataFrame): by then the first job's tasks wrote the batch's items,
+    so those tasks look first and replay (found by a review: they read anew, lost the write,
+    then replayed, and a read-ahead they began on another host went untaken). A batch from the
+    offset log (a new reader: a restart) looks first too."""
+    from kinesumer.spark.source.compat import ReadAllAvailable
+    from kinesumer.spark.source.datasource import KinesumerStreamReader
+
+    put_plain(setup, 5)
+    monkeypatch.setattr(KinesumerStreamReader, "_leave_on_exit", lambda self: None)
+    options = SourceOptions(config=setup["config"], streams=(setup["stream"],))
+    reader = KinesumerStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert SourceOffset.from_json(end).batch == SourceOffset.from_json(start).batch + 1
+        (first,) = reader.partitions(start, end)
+        (again,) = reader.partitions(start, end)
+        assert first.planned_here and not again.planned_here
+        (restarted,) = KinesumerStreamReader(options).partitions(start, end)
+        assert not restarted.planned_here
+        # Nothing new: the same offset again, and nothing planned here to skip a lookup for.
+        assert reader.latestOffset(end, ReadAllAvailable()) == end
+        (after,) = reader.partitions(start, end)
+        assert not after.planned_here
+    finally:
+        reader.stop()
+
+
 def test_a_first_attempt_that_lost_the_race_returns_the_winners_range(
     setup: dict[str, Any], workers: list[Worker], attempt: list[int | None]
 ) -> None:

@@ -179,6 +179,11 @@ class KinesumerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         offset = SourceOffset.from_json(end)
         here = self._planned == (offset.query, offset.batch)
+        if here:
+            # Once: Spark plans a batch's partitions again for each further job that reads it
+            # (another action on a foreachBatch DataFrame, a self-join): its ledger items exist
+            # by then, so those tasks look them up first and replay.
+            self._planned = None
         return [replace(p, run=self._run, planned_here=here) for p in self._planner.partitions(end)]
 
     @named_errors

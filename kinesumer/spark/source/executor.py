@@ -16,8 +16,9 @@ KPL unpacking, epoch timestamps) inside ``asyncio.run``. The ledger decides the 
 Records are handed to Spark only after the ledger holds their range, so no attempt ever yields
 what a concurrent attempt might not agree on.
 
-The first attempt of a batch this run planned (not one taken from the offset log after a
-restart: ``ShardPartition.planned_here``) does not look the item up: there is none unless a
+The first attempt of a batch this run planned, in the first job that reads it
+(``ShardPartition.planned_here``: not a batch taken from the offset log after a restart, nor a
+further job reading the batch again), does not look the item up: there is none unless a
 concurrent attempt wrote it, and the conditional write finds that one anyway (case 2's last
 step). One DynamoDB read less per shard and batch; a retry or a speculative copy (Spark's
 attempt number above 0) looks first, as does any read outside a Spark task.

@@ -44,8 +44,9 @@ class ShardPartition(InputPartition):
     #: run): a read-ahead file of another run is not taken (its "caught up" is that of then).
     run: str = ""
     #: The batch was planned by this run's reader (its ``latestOffset``), not taken from the
-    #: offset log after a restart: a first task attempt finds no ledger item for it unless a
-    #: concurrent attempt wrote one, so it skips looking (see :mod:`.executor`).
+    #: offset log after a restart, and these are the first partitions planned for it (not a
+    #: further job's that reads the batch again): a first task attempt finds no ledger item
+    #: unless a concurrent attempt wrote one, so it skips looking (see :mod:`.executor`).
     planned_here: bool = False
 
     @property

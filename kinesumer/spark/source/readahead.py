@@ -293,19 +293,20 @@ class ReadAheadFiles:
             run=run,
         )
         partial = name.with_suffix(f".partial-{os.getpid()}")
+        # ``.next`` whole or not at all: a killed worker must not leave half an iterator.
+        partial_next = name.with_suffix(f".next-{os.getpid()}")
         try:
             if next_after is not None:  # before the data: whoever sees the data sees this
                 tail = f"{next_after.sequence_number} {next_after.sub_sequence_number}"
                 if next_iterator is not None:
                     tail += f" {next_iterator}"
-                # Whole or not at all (a killed worker must not leave half an iterator).
-                written = name.with_suffix(f".next-{os.getpid()}")
-                written.write_text(tail)
-                os.replace(written, name.with_suffix(".next"))
+                partial_next.write_text(tail)
+                os.replace(partial_next, name.with_suffix(".next"))
             write(partial, header, batch.rows)
             os.rename(partial, name.with_suffix(".data"))
         finally:
             partial.unlink(missing_ok=True)
+            partial_next.unlink(missing_ok=True)
             name.with_suffix(".pending").unlink(missing_ok=True)
 
     def read_past(
