@@ -108,6 +108,15 @@ def start_query(
     return writer.start()
 
 
+def run_to_end(query: Any, timeout: float = 300) -> None:
+    """Wait for an availableNow ``query`` to end (its error raised), stopping it if it did not."""
+    try:
+        query.awaitTermination(timeout)
+    finally:
+        if query.isActive:
+            query.stop()
+
+
 def checkpoints(config: Config, stream: str) -> dict[str, dict[str, Any]]:
     """The group's checkpoint items of ``stream``, by shard id."""
     client = boto3.client(

@@ -18,7 +18,7 @@ pytest.importorskip("pyarrow")
 
 from _group import create_stream
 from _produced import by_key, kinesis, read_all
-from _spark_source import local_spark
+from _spark_source import local_spark, run_to_end
 from _standins import NodeStandIn
 
 from kinesumer.spark import KinesumerDataSource
@@ -108,11 +108,7 @@ def test_a_pipeline_from_the_source_to_the_sink_with_failed_tasks_retried(
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(300)
-    finally:
-        if query.isActive:
-            query.stop()
+    run_to_end(query)
     assert query.exception() is None
     written = read_all(kinesalite.url, out)
     assert sorted(r.data for r in written) == sorted(d + b"!" for d in produced)

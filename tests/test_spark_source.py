@@ -19,6 +19,7 @@ from _spark_source import (
     local_spark,
     members,
     query_group,
+    run_to_end,
     spark_group,
     start_query,
 )
@@ -52,12 +53,7 @@ def group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
 
 def run_available_now(spark: Any, config: Config, stream: str, path: str, **kw: Any) -> Collector:
     sink = Collector(fail_on=kw.pop("fail_on", None))
-    query = start_query(spark, config, [stream], sink, path, available_now=True, **kw)
-    try:
-        query.awaitTermination(300)
-    finally:
-        if query.isActive:
-            query.stop()
+    run_to_end(start_query(spark, config, [stream], sink, path, available_now=True, **kw))
     return sink
 
 
@@ -167,11 +163,7 @@ def test_a_plain_sinks_first_attempts_do_not_look_the_ledger_up(
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(300)
-    finally:
-        if query.isActive:
-            query.stop()
+    run_to_end(query)
     assert query.exception() is None
     assert len(list(markers.iterdir())) >= 2
     assert {m.read_text() for m in markers.iterdir()} == {"first attempt"}

@@ -16,9 +16,10 @@ import asyncio
 import os
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +48,21 @@ def setup(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, Any]:
     return one_shard_stream(kinesalite, dynalite, unique_name)
 
 
-@pytest.fixture
-def workers(setup: dict[str, Any], tmp_path: Path) -> Iterator[list[Worker]]:
+@contextmanager
+def two_workers(setup: dict[str, Any], root: Path) -> Iterator[list[Worker]]:
     """Two executor workers of one host (one read-ahead folder), as Spark's ``local[2]``."""
-    made = [Worker(setup["config"], tmp_path / "ra", name=f"test-worker-{n}") for n in range(2)]
+    made = [Worker(setup["config"], root, name=f"test-worker-{n}") for n in range(2)]
     try:
         yield made
     finally:
         for worker in made:
             worker.close()
+
+
+@pytest.fixture
+def workers(setup: dict[str, Any], tmp_path: Path) -> Iterator[list[Worker]]:
+    with two_workers(setup, tmp_path / "ra") as made:
+        yield made
 
 
 class Attempt:
@@ -80,7 +87,7 @@ def attempt(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
     return number
 
 
-def partitions(setup: dict[str, Any], per_shard: int) -> Iterator[ShardPartition]:
+def partitions(setup: dict[str, Any], per_shard: int) -> Generator[ShardPartition, None, None]:
     """Batches planned one after another by the driver, as Spark's first attempts get them."""
     options = SourceOptions(
         config=setup["config"], streams=(setup["stream"],), max_records_per_shard=per_shard
@@ -110,12 +117,11 @@ def requests(workers: list[Worker], name: str) -> int:
     return sum(w.stats.requests[name] for w in workers)
 
 
-def read_all(workers: list[Worker], setup: dict[str, Any], per_shard: int, total: int) -> list[Any]:
+def read_all(workers: list[Worker], planned: Iterator[ShardPartition], total: int) -> list[Any]:
     """Batches read by the workers in turn (each task on the next worker, as Spark may hand a
     shard's tasks to any of a host's workers) until ``total`` records came; their records, once
     the read-ahead the workers went on with has ended."""
     got: list[Record] = []
-    planned = partitions(setup, per_shard)
     try:
         for n, partition in enumerate(planned):
             if n:  # the read-ahead of this start, if one is under way, written first
@@ -124,7 +130,9 @@ def read_all(workers: list[Worker], setup: dict[str, Any], per_shard: int, total
             if len(got) >= total:
                 break
     finally:
-        planned.close()
+        close = getattr(planned, "close", None)
+        if close is not None:
+            close()
     for worker in workers:
         worker.settle()
     return got
@@ -208,20 +216,31 @@ def test_a_first_attempt_that_lost_the_race_returns_the_winners_range(
         assert asyncio.run(read_records(partition)) == winner  # and a replay, the same again
 
 
+@pytest.mark.parametrize("position", ["LATEST", "TRIM_HORIZON"])
 def test_reads_ahead_start_from_the_iterator_the_read_before_ended_with(
-    setup: dict[str, Any], workers: list[Worker], attempt: list[int | None]
+    kinesalite: Any,
+    dynalite: Any,
+    unique_name: Any,
+    tmp_path: Path,
+    attempt: list[int | None],
+    position: str,
 ) -> None:
+    setup = one_shard_stream(kinesalite, dynalite, unique_name, initial_position=position)
+    planned = partitions(setup, per_shard=10)
+    first = next(planned)  # at LATEST (the default), the shard is opened here: records come after
     produced = put_plain(setup, 80)
     attempt[0] = 0
-    got = read_all(workers, setup, per_shard=10, total=80)
+    with two_workers(setup, tmp_path / "ra") as workers:
+        got = read_all(workers, chain([first], planned), total=80)
+        planned.close()
+        # Nine reads or more (8 batches, and the tip found empty), and two GetShardIterators:
+        # the first batch's own read (from LATEST's pin or TRIM_HORIZON), and one at the tip
+        # (the read ahead of batch 9 found nothing and left no file; the last task's read-ahead
+        # reads there again, anew). Every other read, ahead in either worker, went on from the
+        # iterator the read before it ended with (before: one GetShardIterator per read).
+        assert requests(workers, "kinesis:GetRecords") >= 9
+        assert requests(workers, "kinesis:GetShardIterator") <= 2
     assert [r.data for r in got] == produced
-    # Nine reads or more (8 batches, and the tip found empty), and two GetShardIterators: the
-    # first batch's own read, from TRIM_HORIZON, and one at the tip (the read ahead of batch 9
-    # found nothing and left no file; the last task's read-ahead reads there again, anew).
-    # Every other read, ahead in either worker, went on from the iterator the read before it
-    # ended with (before: one GetShardIterator per read).
-    assert requests(workers, "kinesis:GetRecords") >= 9
-    assert requests(workers, "kinesis:GetShardIterator") <= 2
 
 
 @pytest.mark.parametrize("per", [3, 5])
@@ -234,7 +253,7 @@ def test_kpl_batches_cut_inside_an_answer_ask_for_an_iterator_and_lose_nothing(
     iterator after the answer would skip it. Each read asks for an iterator at its start."""
     produced = put_aggregates(setup, 60 // per, per)
     attempt[0] = 0
-    got = read_all(workers, setup, per_shard=10, total=60)
+    got = read_all(workers, partitions(setup, per_shard=10), total=60)
     assert [r.data for r in got] == produced
     assert requests(workers, "kinesis:GetShardIterator") >= 6
 
@@ -277,7 +296,7 @@ def test_an_iterator_kinesis_says_expired_is_replaced_and_nothing_is_lost(
     monkeypatch.setattr(ShardRangeReader, "__init__", init)
     monkeypatch.setattr(KinesisReader, "get_epoch_columns", get_epoch_columns)
     attempt[0] = 0
-    got = read_all(workers, setup, per_shard=10, total=50)
+    got = read_all(workers, partitions(setup, per_shard=10), total=50)
     assert [r.data for r in got] == produced
     assert expired
 
