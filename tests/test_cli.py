@@ -444,7 +444,8 @@ def test_errors_are_one_line_with_documented_exit_codes(
     one_line(
         ["status", *g["where"]],
         cli.EXIT_ERROR,
-        f"kinesumer: table '{g['table']}' does not exist: create it with `kinesumer "
+        f"kinesumer: table '{g['table']}' does not exist in us-east-1 at {g['url']}: create it "
+        f"with `kinesumer "
         f"create-table --table {g['table']} --region us-east-1 --dynamodb-endpoint {g['url']}`",
     )
     nothing_there = ["--app", "a", "--table", "t-x", "--dynamodb-endpoint", "http://127.0.0.1:9"]
