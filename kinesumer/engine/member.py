@@ -15,7 +15,13 @@ import logging
 
 from ..aws import AwsClients, RequestStats
 from ..config import Config, default_client_id
-from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
+from ..errors import (
+    ConfigError,
+    ConsumerClosedError,
+    KinesumerError,
+    StreamNotFoundError,
+    TransientAWSError,
+)
 from ..kinesis.reader import KinesisReader
 from ..metrics import metrics_for
 from ..statestore.dynamodb.store import DynamoDBStateStore
@@ -34,6 +40,22 @@ from .shard_sync import ShardStart, ShardSync
 from .supervisor import Supervisor
 
 log = logging.getLogger("kinesumer")
+
+
+async def check_written_streams(reader: KinesisReader, streams: tuple[str, ...]) -> None:
+    """The streams a failure policy writes failed records to exist and can be described:
+    a missing dead-letter stream is a :class:`~kinesumer.errors.ConfigError` of ``run()``
+    at the join, not a write that fails when the first record fails, long after."""
+    for stream in streams:
+        try:
+            await reader.check_stream(stream)
+        except StreamNotFoundError as exc:
+            raise ConfigError(
+                "on_failure",
+                f"failed records are written to stream {stream!r}, which does not exist "
+                f"({exc}): create it before run(), or name another",
+                "run",
+            ) from exc
 
 
 class GroupMember:
@@ -104,9 +126,11 @@ class GroupMember:
     def failure(self) -> BaseException | None:
         return self.lifecycle.failure
 
-    async def start(self, streams: tuple[str, ...]) -> None:
+    async def start(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         """Connect, check the table and streams (named errors, now), join the group and claim
-        this client's first shards before returning. Joined already: change the streams."""
+        this client's first shards before returning. Joined already: change the streams.
+        ``writes_to``: streams a handler's failure policy writes to (dead letters), checked
+        at the join like the streams read (:func:`check_written_streams`)."""
         lifecycle = self.lifecycle
         if lifecycle.closing_or_closed:
             raise ConsumerClosedError(EngineState.CLOSED.message)
@@ -120,12 +144,12 @@ class GroupMember:
         lifecycle.begin_join()
         ok = False
         try:
-            await self._join(streams)
+            await self._join(streams, writes_to)
             ok = True
         finally:
             lifecycle.end_join(ok)
 
-    async def _join(self, streams: tuple[str, ...]) -> None:
+    async def _join(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         config = self.config
         self.supervisor = Supervisor(self.client_id, self.lifecycle)
         self.supervisor.on_failure.append(self._stop_everything)
@@ -137,6 +161,7 @@ class GroupMember:
             await self.store.check()
             for stream in streams:
                 await self.reader.check_stream(stream)
+            await check_written_streams(self.reader, writes_to)
             await self.on_streams_checked(streams)
             self.coordinator.streams = streams
             await self.coordinator.membership.announce()
