@@ -14,7 +14,6 @@ from botocore.exceptions import (
 )
 
 from ..aws import error_code
-from ..aws.clients import default_region
 from ..errors import ConfigError, KinesumerError, StateTableNotFoundError
 
 EXIT_OK = 0
@@ -98,6 +97,8 @@ def _missing_table(args: argparse.Namespace) -> str:
         )
         if value
     )
+    from ..aws.clients import default_region  # boto3: only once an error is being explained
+
     region = getattr(args, "region", None) or default_region() or "the default region"
     endpoint = getattr(args, "dynamodb_endpoint", None)
     where = f"{region}" + (f" at {endpoint}" if endpoint else "")

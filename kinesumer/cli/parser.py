@@ -10,6 +10,7 @@ from importlib import import_module
 from .._version import __version__
 from .consumers import add_deregister_consumer
 from .errors import EXIT_CODES
+from .local_aws import add_local_aws
 from .options import (
     DEFAULT_CLIENT_TIMEOUT,
     env_option,
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
     add_produce(commands)
+    add_local_aws(commands)
     add_outbox(commands)
     add_controls(commands, shared)
     return parser
