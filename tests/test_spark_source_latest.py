@@ -19,6 +19,7 @@ from typing import Any
 
 import boto3
 import pytest
+from _faultproxy import FaultProxy
 from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
 
@@ -156,3 +157,31 @@ def test_a_driver_clock_running_ahead_pins_latest_at_aws_time(
         assert read_all(planner, first) == sorted(new)
     finally:
         planner.close()
+
+
+@pytest.mark.parametrize("ahead", [60.0, -60.0], ids=["dynamodb-ahead", "dynamodb-behind"])
+def test_a_pin_is_kinesis_time_less_the_margin_whatever_dynamodbs_clock_says(
+    latest: dict[str, Any], ahead: float
+) -> None:
+    """The pin follows the rule of every LATEST start in the group: the ``Date`` of Kinesis's
+    answer less ``SERVER_CLOCK_MARGIN_MS``, not DynamoDB's ``Date``. With DynamoDB's clock a
+    minute ahead a pin from it would skip a minute of records; a minute behind, it would read a
+    minute of records from before LATEST."""
+    proxy = FaultProxy(latest["config"].dynamodb_endpoint)
+    proxy.date_offset = ahead
+    try:
+        config = latest["config"].replace(dynamodb_endpoint=proxy.url)
+        planner, _ = new_run({**latest, "config": config})
+        try:
+            kinesis_now = time.time() * 1000
+            first = first_batch(planner)
+            for shard in first["shards"].values():
+                assert kinesis_now - SERVER_CLOCK_MARGIN_MS - 1000 <= shard["at_timestamp"]
+                assert shard["at_timestamp"] <= time.time() * 1000 - SERVER_CLOCK_MARGIN_MS
+            time.sleep(0.05)
+            new = put(latest["url"], latest["stream"], 10, 20)
+            assert read_all(planner, first) == sorted(new)
+        finally:
+            planner.close()
+    finally:
+        proxy.stop()
