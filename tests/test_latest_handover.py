@@ -280,3 +280,25 @@ def test_the_later_owner_reads_what_reached_an_uncommitted_batch_of_the_first(
     got = read_after(world, later)
     missed = sorted(set(sent) - set(got), key=lambda data: int(data))
     assert not missed, f"{later} after {first}: {len(missed)} of {len(sent)} never read"
+
+
+def test_a_query_whose_settled_batches_read_nothing_hands_its_start_to_a_plain_member(
+    world: World,
+) -> None:
+    """The query settles a batch that read no record (no position to write) and stops; then
+    records arrive while nobody holds the shard: the plain member that takes it reads them
+    all, from the query's start, not from its own "now"."""
+    planner, offset = new_query(world)
+    try:
+        first = planner.latest_offset(offset, None)
+        assert first["shards"] and read_batch(planner, first) == []
+        planner.latest_offset(first, None)  # settles batch 1 (nothing read: no position)
+        planner.commit(first)
+    finally:
+        planner.close()
+    recorded = world.started_at()
+    sent = world.put(0, 20)
+    got = read_after(world, "plain")
+    missed = set(sent) - set(got)
+    assert not missed, f"plain after an idle query: {len(missed)} of {len(sent)} never read"
+    assert recorded is not None, "the start outlives a settled empty batch"
