@@ -45,6 +45,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from email.message import Message
+from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple, cast
 from urllib.parse import parse_qs, urlsplit
@@ -408,6 +409,17 @@ def error_response(
 # --- the server --------------------------------------------------------------------------------
 
 
+def _shifted(date: str, seconds: float) -> str:
+    """An HTTP ``Date`` value moved by ``seconds`` (unchanged when 0 or unreadable)."""
+    if not seconds:
+        return date
+    try:
+        when = parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return date
+    return formatdate(when + seconds, usegmt=True)
+
+
 class _ProxyServer(ThreadingHTTPServer):
     """ThreadingHTTPServer that tracks its connections and threads so stop() can end them all."""
 
@@ -548,7 +560,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._reset()
             return
         relayed = [
-            (name, value)
+            (name, _shifted(value, proxy.date_offset) if name.lower() == "date" else value)
             for name, value in response.getheaders()
             if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length"
         ]
@@ -730,6 +742,9 @@ class FaultProxy:
             raise ValueError(f"upstream_url must look like http://host:port, got {upstream_url!r}")
         self.upstream_url = upstream_url.rstrip("/")
         self.upstream_timeout = upstream_timeout
+        #: Seconds added to the ``Date`` header of every relayed answer: a service whose clock
+        #: is that far ahead (negative: behind). Set at any time.
+        self.date_offset = 0.0
         self._upstream_host: str = split.hostname
         self._upstream_port: int = split.port
         self._lock = threading.Lock()

@@ -126,6 +126,20 @@ class ReadElsewhereMember(GroupMember):
         self._begun.setdefault(key, []).append(lease if held else None)
         return held
 
+    async def record_start(
+        self, key: tuple[str, str], lease_number: int, started_at_ms: int
+    ) -> bool:
+        lease = self.leases.get(key)
+        if (
+            lease is None
+            or lease.status is not LeaseStatus.ACTIVE
+            or lease.checkpoint.lease != lease_number
+        ):
+            return False
+        if lease.checkpointed is not None:
+            return True  # reading resumes after the checkpoint: no start to record
+        return await self.checkpointer.record_start(lease, started_at_ms)
+
     def _end(self, key: tuple[str, str]) -> Lease | None:
         begun = self._begun.get(key)
         if not begun:
@@ -217,6 +231,18 @@ class ExternalReadMember:
         since the caller looked): the caller must not read it; the begin() still counts, and its
         complete() writes nothing and returns False."""
         return self._loop.run(self._member.begin((key[0], key[1]), lease))
+
+    def record_start(self, key: tuple[str, str], lease: int, started_at_ms: int) -> bool:
+        """Record where reading the shard at ``LATEST`` begins (epoch ms, Kinesis's clock) in
+        its checkpoint item, before a batch of it is planned: every later owner of the shard
+        (plain, fan-out, another query) starts there, also when no batch ever committed. Fenced
+        on owner and lease number ``lease``, as a checkpoint; a start already recorded is kept,
+        and a shard with a checkpoint records none. False: the shard is not held under
+        ``lease`` (the lease is marked lost when the write was refused): do not read it."""
+        try:
+            return self._loop.run(self._member.record_start((key[0], key[1]), lease, started_at_ms))
+        except ConsumerClosedError:
+            return False
 
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False
