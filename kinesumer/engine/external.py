@@ -78,6 +78,9 @@ class ReadElsewhereMember(GroupMember):
         self._readable: dict[Lease, InitialPosition] = {}
         # The leases begun batches were counted on, oldest first, by shard.
         self._begun: dict[tuple[str, str], list[Lease | None]] = {}
+        #: The leases whose LATEST start this member recorded: the planner asks at every batch
+        #: while the shard has no checkpoint, one write per lease is enough.
+        self._starts_recorded: set[tuple[tuple[str, str], int]] = set()
 
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         stream, shard_id = lease.key
@@ -136,9 +139,12 @@ class ReadElsewhereMember(GroupMember):
             or lease.checkpoint.lease != lease_number
         ):
             return False
-        if lease.checkpointed is not None:
-            return True  # reading resumes after the checkpoint: no start to record
-        return await self.checkpointer.record_start(lease, started_at_ms)
+        if lease.checkpointed is not None or (key, lease_number) in self._starts_recorded:
+            return True  # resumes after the checkpoint, or recorded already under this lease
+        recorded = await self.checkpointer.record_start(lease, started_at_ms)
+        if recorded:
+            self._starts_recorded.add((key, lease_number))
+        return recorded
 
     def _end(self, key: tuple[str, str]) -> Lease | None:
         begun = self._begun.get(key)
