@@ -102,6 +102,25 @@ def setup_table(config: Config) -> None:
     create_state_table(config)
 
 
+def recorded_starts(config: Config, stream: str) -> dict[str, int | None]:
+    """Shard id -> where a ``LATEST`` read of it began (epoch ms, the checkpoint item's
+    ``started_at``; None: none recorded), for every checkpoint item of ``stream`` (boto3,
+    strongly consistent)."""
+    client = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name=config.region
+    )
+    items = client.query(
+        TableName=config.dynamodb_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"check_point#{config.app}#{stream}"}},
+        ConsistentRead=True,
+    )["Items"]
+    return {
+        item["sk"]["S"]: int(item["started_at"]["N"]) if "started_at" in item else None
+        for item in items
+    }
+
+
 @contextlib.asynccontextmanager
 async def state_store(config: Config) -> AsyncIterator[DynamoDBStateStore]:
     """The group's state table as another process sees it (its own clients, built from the
@@ -143,6 +162,16 @@ class Member:
     def owned(self) -> set[tuple[str, str]]:
         return {
             (s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"
+        }
+
+    def reading(self) -> set[tuple[str, str]]:
+        """The shards it holds whose reading has begun (a GetRecords answered): from
+        ``LATEST``, their iterator is open, so every record put from now on is read. What a
+        test at ``LATEST`` waits for before it puts records."""
+        return {
+            (s.stream, s.shard_id)
+            for s in self.consumer.stats().shards
+            if s.status == "active" and s.millis_behind is not None
         }
 
     def flushed(self) -> bool:
