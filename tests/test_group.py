@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -234,6 +235,49 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     assert sorted(set(datas(sink))) == sorted(produced)
     # a flushed before dying: b resumed after a's checkpoint, so nothing was delivered twice.
     assert duplicates(sink) == {}
+
+
+async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_warned_once(
+    group: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard with no position but a recorded LATEST start is read from that start, whatever
+    the member's initial position: each member says so once per shard, at WARNING, naming the
+    command that makes the group forget it."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    shards = ["shardId-000000000000", "shardId-000000000001"]
+    async with state_store(group["config"]) as earlier:  # a run at LATEST, as its fetcher does
+        for shard_id in shards:
+            claimed = await earlier.claim(stream, shard_id, "earlier", None)
+            assert claimed is not None and await earlier.record_start(claimed, 1_000)
+            assert await earlier.write_checkpoint(claimed, None, release=True)
+    caplog.set_level(logging.WARNING, logger="kinesumer.coordinator")
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    await eventually(lambda: len(a.reading()) == 2, what="a reads both shards")
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 1 and len(b.reading()) == 1, what="split")
+    (moved,) = b.owned()
+    await b.close()
+    await eventually(lambda: len(a.reading()) == 2, what="a reads both shards again")
+    await a.close()
+
+    def warned(client_id: str) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING
+            and r.getMessage().startswith(f"[{client_id}] ")
+            and "recorded LATEST start" in r.getMessage()
+        ]
+
+    command = f"kinesumer checkpoints reset --app {group['app']} --table {group['table']}"
+    (to_a,) = warned("a")  # once, though it claimed the moved shard again
+    assert f"{shards[0]}, {shards[1]} have no checkpoint" in to_a
+    assert "initial_position TRIM_HORIZON" in to_a
+    assert f"`{command} --stream {stream} --shard ID` for each" in to_a
+    (to_b,) = warned("b")
+    assert f"`{command} --stream {stream} --shard {moved[1]}`" in to_b
 
 
 async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> None:

@@ -1,5 +1,10 @@
 """``kinesumer checkpoints list|reset|set``: show checkpoints, and move them as an operator.
 
+Without a position a shard resumes where a ``LATEST`` read of it began (its checkpoint's
+``started_at``; for the Spark source's queries, their LATEST pin): ``list`` shows it, and
+``reset`` forgets it with the position (else a backfill at ``TRIM_HORIZON`` after a ``LATEST``
+run would still start there and read nothing older).
+
 Moves go through the state store's own codec and condition
 (:meth:`~kinesumer.statestore.dynamodb.DynamoDBStateStore.move_checkpoint`): conditional on the
 lease read just before, so a racing claim makes them fail, never clobber; and they refuse a shard

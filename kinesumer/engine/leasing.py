@@ -217,11 +217,14 @@ class Leasing:
             initial = self._shard_sync.start_of((stream, shards[0][0])).initial
             wanted = initial if isinstance(initial, str) else initial.isoformat()
             ids = [shard_id for shard_id, _ in shards]
-            which = f"--shard {ids[0]}" if len(ids) == 1 else "--shard ID for each"
+            command = f"{self._reset_command} --stream {shlex.quote(stream)}"
+            if len(ids) == 1:
+                how = f"`{command} --shard {ids[0]}`"
+            else:
+                how = f"`{command} --shard ID` for each (`--all-shards`: every shard of it)"
             log.warning(
                 "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s): read from there, "
-                "not from initial_position %s. To read from %s, stop the group and run `%s "
-                "--stream %s %s` (--all-shards resets every shard of the stream)",
+                "not from initial_position %s. To read from %s, stop the group and run %s",
                 self.client_id,
                 stream,
                 ", ".join(ids),
@@ -229,9 +232,7 @@ class Leasing:
                 ", ".join(sorted({_iso(ms) for _, ms in shards})),
                 wanted,
                 wanted,
-                self._reset_command,
-                stream,
-                which,
+                how,
             )
 
     async def _give_back(self, lease: Lease) -> None:
