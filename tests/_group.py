@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import boto3
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record, create_state_table
 from kinesumer.aws import AwsClients, RequestStats
@@ -195,6 +196,21 @@ class Member:
             self.task.cancel()
         await engine_of(self.consumer).abort()
         await asyncio.gather(*([self.task] if self.task else []), return_exceptions=True)
+
+
+#: The initial positions the group's own tests run at: the default first.
+POSITIONS = ("LATEST", "TRIM_HORIZON")
+
+
+async def wait_reading(members: Iterable[Member], shards: int, timeout: float = 30) -> None:
+    """Until ``members`` read ``shards`` shards between them, each read begun (see
+    :meth:`Member.reading`): at ``LATEST``, a test puts records only after this."""
+    group = list(members)
+    await eventually(
+        lambda: sum(len(m.reading()) for m in group) == shards,
+        timeout,
+        f"{shards} shards read by {[m.client_id for m in group]}",
+    )
 
 
 def datas(sink: list[tuple[str, Record]]) -> list[bytes]:
