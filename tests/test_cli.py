@@ -22,7 +22,15 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, make_config, put, recorded_starts, setup_table
+from _group import (
+    create_stream,
+    kinesis,
+    make_config,
+    put,
+    recorded_starts,
+    setup_table,
+    state_store,
+)
 
 from kinesumer import Kinesumer, cli
 from kinesumer.aws import AwsClients, RequestStats
@@ -515,6 +523,39 @@ def test_status_and_list_show_where_a_shard_without_position_resumes(
         assert shards[first]["sequence_number"] is None
         assert shards[second]["started_at"] is None
         assert shards[second]["spark_latest_pin"] == view.iso_time(pinned)
+
+
+def test_reset_of_a_recorded_start_loses_to_a_racing_claim(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting a recorded LATEST start is fenced like a reset of a position: a member that
+    claims the shard between the read and the write keeps it, and its start."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    shard = "shardId-000000000000"
+
+    async def started_earlier() -> None:  # what a run at LATEST leaves, as its fetcher writes it
+        async with state_store(g["config"]) as store:
+            claimed = await store.claim(g["stream"], shard, "earlier", None)
+            assert claimed is not None and await store.record_start(claimed, 2_000)
+            assert await store.write_checkpoint(claimed, None, release=True)
+
+    asyncio.run(started_earlier())
+    real = view.stream_shards
+
+    async def read_then_race(store: DynamoDBStateStore, stream: str, live: Any) -> Any:
+        views = await real(store, stream, live)
+        assert await store.claim(stream, views[0].shard_id, "racer", views[0].checkpoint)
+        return views
+
+    monkeypatch.setattr(view, "stream_shards", read_then_race)
+    select = ["--stream", g["stream"], "--shard", shard]
+    code, _, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_REFUSED and "changed while it was being written" in err
+    monkeypatch.undo()
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"], *select)
+    (after,) = json.loads(out)
+    assert after["owner"] == "racer" and after["started_at"] == view.iso_time(2_000)
 
 
 def _checkpoint(capsys: pytest.CaptureFixture[str], g: dict[str, Any]) -> dict[str, Any]:
