@@ -106,21 +106,20 @@ async def test_expired_iterator_resumes_after_last_delivered_not_checkpoint(
 
 
 async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
-    at: dict[str, Any],
+    proxied: dict[str, Any],
 ) -> None:
     """A member cut off from DynamoDB longer than client_timeout: it stops delivering before the
     survivor takes its shards over (never both at once); when it comes back it rejoins; the only
     duplicates are records it delivered during the outage and could not checkpoint."""
 
-    url, stream, proxied = at["url"], at["stream"], at
+    url, stream = proxied["url"], proxied["stream"]
     create_stream(url, stream, 2)
-    config = at["config"]
+    config = proxied["config"]
     direct = config.replace(dynamodb_endpoint=proxied["dynamodb"].upstream_url)
     sink: list[tuple[str, Record]] = []
     cut = Member(config.replace(client_id="cut"), [stream], sink).start()
     other = Member(direct.replace(client_id="other"), [stream], sink).start()
     await eventually(lambda: len(cut.owned()) == 1 and len(other.owned()) == 1, what="split")
-    await wait_reading([cut, other], 2)
     produced = put(url, stream, 0, 100)
     await eventually(lambda: len(sink) >= 100, what="first 100")
     await eventually(lambda: cut.flushed() and other.flushed(), what="both checkpoints flushed")
@@ -152,18 +151,17 @@ async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
 
 
 async def test_handoff_release_survives_writes_failing_past_the_retry_budget(
-    at: dict[str, Any],
+    proxied: dict[str, Any],
 ) -> None:
     """The release write of a handoff keeps trying: until it lands the shard is owned by a live
     member and nobody else may claim it, so giving up would strand the shard."""
-    url, stream, proxied = at["url"], at["stream"], at
+    url, stream = proxied["url"], proxied["stream"]
     create_stream(url, stream, 2)
-    config = at["config"]
+    config = proxied["config"]
     direct = config.replace(dynamodb_endpoint=proxied["dynamodb"].upstream_url)
     sink: list[tuple[str, Record]] = []
     a = Member(config.replace(client_id="a"), [stream], sink).start()
     await eventually(lambda: len(a.owned()) == 2, what="a owns both shards")
-    await wait_reading([a], 2)
     produced = put(url, stream, 0, 50)
     await eventually(lambda: len(sink) >= 50, what="first 50")
     # Many more failures than one write's retry budget (6 attempts), periodic flushes included.
