@@ -7,6 +7,7 @@ demo and its Ctrl-C) runs as subprocesses, each stopped by its own pid.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -21,12 +22,23 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
+from _group import (
+    create_stream,
+    kinesis,
+    make_config,
+    put,
+    recorded_starts,
+    setup_table,
+    state_store,
+)
 
 from kinesumer import Kinesumer, cli
+from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.cli import view
+from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
 from kinesumer.models import ClientInfo
 from kinesumer.signals import interrupt_on_sigterm, signals_ignored, stop_on_signals
+from kinesumer.spark.source.pins import LatestPins, local_now_ms
 from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
 
 Names = Callable[[str], str]
@@ -413,6 +425,137 @@ def test_checkpoint_write_loses_to_a_racing_claim(
     assert "changed while it was being written" in err and "nothing written" in err
     monkeypatch.undo()
     assert _checkpoint(capsys, g)["owner"] == "racer"
+
+
+async def _spark_latest_pin(config: Any, key: tuple[str, str], *, make: bool = False) -> Any:
+    """The Spark source's LATEST pin of ``key`` (epoch ms or None), pinned first if ``make``:
+    through the source's own code, as a query of the group would."""
+    aws = AwsClients(config, RequestStats())
+    await aws.open()
+    try:
+        pins = LatestPins(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
+        return await pins.pin(key, local_now_ms()) if make else await pins.started_at(key)
+    finally:
+        await aws.close()
+
+
+def _read_at_latest(g: dict[str, Any], member: Callable[..., Kinesumer], shards: int) -> None:
+    """A member of the group at ``LATEST`` (the default) until it recorded where its read of
+    every shard began, then closed: what a first run of an app leaves in the table."""
+    consumer = member("at-latest", initial_position="LATEST")
+    poll_until(
+        lambda: (
+            (starts := recorded_starts(g["config"], g["stream"])) is not None
+            and len(starts) == shards
+            and None not in starts.values()
+        ),
+        what="the LATEST starts recorded",
+    )
+    consumer.close()
+
+
+def test_reset_forgets_a_recorded_latest_start_so_a_backfill_reads_everything(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], member: Callable[..., Kinesumer]
+) -> None:
+    """A run at LATEST records where it began; a later run at TRIM_HORIZON resumes there (the
+    recorded start wins, as a position would), so records older than the start are never read.
+    ``checkpoints reset --all-shards`` forgets the start (and the Spark source's LATEST pin):
+    a TRIM_HORIZON member then reads every record."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    produced = put(g["url"], g["stream"], 0, 20)
+    # Older than the 5 s the recorded start stays behind Kinesis's clock.
+    put_at_ms = int(time.time() * 1000)
+    poll_until(lambda: time.time() * 1000 > put_at_ms + SERVER_CLOCK_MARGIN_MS + 500, 10)
+    _read_at_latest(g, member, 2)
+    starts = recorded_starts(g["config"], g["stream"])
+    assert all(start is not None and start > put_at_ms for start in starts.values()), starts
+    pinned = (g["stream"], "shardId-000000000000")
+    assert asyncio.run(_spark_latest_pin(g["config"], pinned, make=True)) is not None
+
+    code, out, err = run(
+        capsys, "checkpoints", "reset", *g["where"], "--stream", g["stream"], "--all-shards"
+    )
+    assert code == 0, err
+    backfill = member("backfill", initial_position="TRIM_HORIZON")
+    got: list[bytes] = []
+
+    def read_all() -> bool:
+        got.extend(r.data for r in backfill.poll(max_records=100, timeout=0.2))
+        return len(got) >= len(produced)
+
+    poll_until(read_all, 20, f"the 20 records older than the recorded start (reset: {out})")
+    assert sorted(got) == sorted(produced)
+    assert out.count("reset (was started at ") == 2, out
+    assert asyncio.run(_spark_latest_pin(g["config"], pinned)) is None
+
+
+def test_status_and_list_show_where_a_shard_without_position_resumes(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], member: Callable[..., Kinesumer]
+) -> None:
+    """Without a position, a shard resumes at its recorded LATEST start (or, for the Spark
+    source's queries, at their LATEST pin): both tables and both JSON documents show it."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    _read_at_latest(g, member, 2)
+    first, second = "shardId-000000000000", "shardId-000000000001"
+    started = recorded_starts(g["config"], g["stream"])[first]
+    assert started is not None
+    select = ["--stream", g["stream"], "--shard", second]
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == 0 and "reset (was started at" in out, (out, err)
+    pinned = asyncio.run(_spark_latest_pin(g["config"], (g["stream"], second), make=True))
+    shown = {
+        first: f"started at {view.iso_time(started)} (LATEST)",
+        second: f"Spark started at {view.iso_time(pinned)} (LATEST)",
+    }
+
+    for command in (["checkpoints", "list"], ["status"]):
+        code, out, err = run(capsys, *command, *g["where"])
+        assert code == 0, err
+        for shard, text in shown.items():
+            assert any(shard in line and text in line for line in out.splitlines()), out
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"])
+    listed = {s["shard_id"]: s for s in json.loads(out)}
+    (stream,) = status_json(capsys, g)["streams"]
+    for shards in (listed, {s["shard_id"]: s for s in stream["shards"]}):
+        assert shards[first]["started_at"] == view.iso_time(started)
+        assert shards[first]["sequence_number"] is None
+        assert shards[second]["started_at"] is None
+        assert shards[second]["spark_latest_pin"] == view.iso_time(pinned)
+
+
+def test_reset_of_a_recorded_start_loses_to_a_racing_claim(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting a recorded LATEST start is fenced like a reset of a position: a member that
+    claims the shard between the read and the write keeps it, and its start."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    shard = "shardId-000000000000"
+
+    async def started_earlier() -> None:  # what a run at LATEST leaves, as its fetcher writes it
+        async with state_store(g["config"]) as store:
+            claimed = await store.claim(g["stream"], shard, "earlier", None)
+            assert claimed is not None and await store.record_start(claimed, 2_000)
+            assert await store.write_checkpoint(claimed, None, release=True)
+
+    asyncio.run(started_earlier())
+    real = view.stream_shards
+
+    async def read_then_race(store: DynamoDBStateStore, stream: str, live: Any) -> Any:
+        views = await real(store, stream, live)
+        assert await store.claim(stream, views[0].shard_id, "racer", views[0].checkpoint)
+        return views
+
+    monkeypatch.setattr(view, "stream_shards", read_then_race)
+    select = ["--stream", g["stream"], "--shard", shard]
+    code, _, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_REFUSED and "changed while it was being written" in err
+    monkeypatch.undo()
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"], *select)
+    (after,) = json.loads(out)
+    assert after["owner"] == "racer" and after["started_at"] == view.iso_time(2_000)
 
 
 def _checkpoint(capsys: pytest.CaptureFixture[str], g: dict[str, Any]) -> dict[str, Any]:

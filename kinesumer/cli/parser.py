@@ -206,8 +206,9 @@ def add_checkpoints(
         "checkpoints",
         "list, reset or set shard checkpoints",
         [],
-        "Inspect and move checkpoints. `reset` removes a shard's position (it restarts at the "
-        "group's initial position); `set` makes it resume right after record --sequence. Both "
+        "Inspect and move checkpoints. `reset` removes a shard's position, and where a LATEST "
+        "read of it began (it restarts at the group's initial position); `set` makes it "
+        "resume right after record --sequence. Both "
         "refuse a shard a live member owns unless --force, which also takes the shard from its "
         "owner: at its next checkpoint write the owner finds its lease gone, drops what it "
         "buffered and claims the shard again at the new position (what it delivered meanwhile "

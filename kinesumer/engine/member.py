@@ -33,7 +33,7 @@ from .coordinator import Coordinator
 from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
-from .leasing import Leasing
+from .leasing import Leasing, reset_command
 from .lifecycle import EngineState, Lifecycle, run_to_the_end
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
@@ -221,6 +221,7 @@ class GroupMember:
             self.supervisor.fail,
             self.hooks,
             metrics,
+            reset_command=reset_command(config.app, config.dynamodb_table),
         )
         self.leasing.on_hook_failed = self._leave_quietly
         self.coordinator = Coordinator(
