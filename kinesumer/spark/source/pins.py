@@ -37,6 +37,7 @@ from typing import Any
 
 from ...aws import RequestStats
 from ...statestore.dynamodb.codecs import ABSENT, item_key
+from ...statestore.schema import spark_latest_pk
 from ...statestore.dynamodb.table import StateTable
 from .offsets import Start
 
@@ -44,7 +45,8 @@ Key = tuple[str, str]
 
 
 def pins_pk(app: str) -> str:
-    return f"spark_latest#{app}"
+    """The partition key of ``app``'s pins (the state store's schema owns the name)."""
+    return spark_latest_pk(app)
 
 
 class LatestPins:
