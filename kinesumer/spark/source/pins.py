@@ -37,8 +37,8 @@ from typing import Any
 
 from ...aws import RequestStats
 from ...statestore.dynamodb.codecs import ABSENT, item_key
-from ...statestore.schema import spark_latest_pk
 from ...statestore.dynamodb.table import StateTable
+from ...statestore.schema import spark_latest_pk
 from .offsets import Start
 
 Key = tuple[str, str]
