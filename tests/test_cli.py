@@ -708,3 +708,29 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_forced_reset_prints_the_owner_it_took_the_shard_from_escaped(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Owner ids come from the table (anyone with write access to it wrote them): what a
+    command prints of them reaches the terminal escaped, as ``status`` shows them."""
+    from kinesumer.models import Position
+    from kinesumer.statestore.dynamodb.codecs import client_item, new_checkpoint_item
+
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    hostile = "m-\x1b]0;pwned\x07-\u202eevil"
+    shard = "shardId-000000000000"
+    db = boto3.client("dynamodb", endpoint_url=g["url"], region_name="us-east-1")
+    member_item = ClientInfo(client_id=hostile, last_update_ms=int(time.time() * 1000), beat=1)
+    db.put_item(TableName=g["table"], Item=client_item(g["app"], member_item, 3600))
+    position = Position("49590000000000000000000000000000000000000000000000000001", 0)
+    checkpoint = new_checkpoint_item(g["app"], g["stream"], shard, position)
+    checkpoint["owner"] = {"S": hostile}
+    db.put_item(TableName=g["table"], Item=checkpoint)
+    select = ["--stream", g["stream"], "--shard", shard, "--force"]
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == 0, err
+    assert "taken from live member m-\\x1b]0;pwned\\x07-\\u202eevil" in out, out
+    assert "\x1b" not in out + err and "\u202e" not in out + err

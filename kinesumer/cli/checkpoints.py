@@ -30,7 +30,7 @@ from . import view
 from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
 from .liveness import live_owners
 from .options import group_config
-from .render import printable_lines, shard_table
+from .render import printable, printable_lines, shard_table
 
 
 def checkpoints_command(args: argparse.Namespace) -> int:
@@ -133,7 +133,9 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
         was = shard.resumes_at if shard is not None else "-"
         was = seen.sequence_number if seen and seen.sequence_number else was
         was = "no position" if was == "-" else was
-        taken = f"; taken from live member {seen.owner}" if seen and seen.owner in live else ""
+        taken = ""
+        if seen and seen.owner in live:  # the id comes from the table: escaped, as status does
+            taken = f"; taken from live member {printable(seen.owner)}"
         if position is None:
             print(
                 f"{stream}/{shard_id}: reset (was {was}); restarts at the initial position{taken}"
