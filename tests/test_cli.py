@@ -44,11 +44,18 @@ from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
 Names = Callable[[str], str]
 
 
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
 class Running:
     """A subprocess whose stdout lines are collected by a thread, so a test can wait for a line
     with a deadline instead of blocking on a pipe. :meth:`stop` kills it by its own pid."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None = None, *, sigint_ignored: bool = False
+    ) -> None:
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -56,6 +63,8 @@ class Running:
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,  # a terminal's Ctrl-C reaches pytest only
+            # As a background job of a script starts it: SIGINT and SIGQUIT ignored.
+            preexec_fn=_ignore_interrupts if sigint_ignored else None,
         )
         self.lines: list[str] = []
         self._errors: list[bytes] = []
@@ -294,10 +303,11 @@ def test_status_shows_leader_owned_shards_and_lag(
     assert json.loads(out)["leader"] is None
 
 
-def test_status_watch_refreshes_until_interrupted(g: dict[str, Any]) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["terminal", "background-job"])
+def test_status_watch_refreshes_until_interrupted(g: dict[str, Any], sigint_ignored: bool) -> None:
     setup_table(g["config"])
     argv = [sys.executable, "-m", "kinesumer.cli", "status", "--watch", "0.2", *g["where"]]
-    proc = Running(argv)
+    proc = Running(argv, sigint_ignored=sigint_ignored)
     try:
         proc.wait_for(lambda: proc.output.count("refreshing every") >= 2, 30, "two refreshes")
         proc.send_signal(signal.SIGINT)
