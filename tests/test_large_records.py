@@ -1,0 +1,212 @@
+"""Records over 1 MiB (up to 10 MiB) on a stream whose maximum record size was raised: the
+producer learns each stream's limit and takes records up to it, alone in their call and never in
+a KPL aggregate; a record over the limit is refused at ``put()`` by name.
+
+kinesis-local (kinesis-mock 0.6.2) is the stand-in that knows ``MaxRecordSizeInKiB``
+(CreateStream, DescribeStreamSummary, UpdateMaxRecordSize) and takes a record of up to the
+stream's limit in PutRecords (kinesalite and moto refuse anything over 1 MiB). Its GetRecords
+cannot answer with a record of 10 MiB (it fails with a 500): records read back here are 3 MiB;
+the read paths of a 10 MiB record are in ``test_large_records_read.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from _standins import KinesisLocalStandIn
+
+from kinesumer import AsyncProducer, Producer
+from kinesumer.errors import RecordTooLargeError
+from kinesumer.producer.batching import Lane, fill_call, hold_back
+from kinesumer.producer.options import ProducerOptions
+from kinesumer.producer.records import PendingRecord
+from kinesumer.producer.shards import ShardPacer
+
+MIB = 1024 * 1024
+#: A key of one character: data of TEN_MIB - 1 bytes makes a record of exactly 10 MiB.
+TEN_MIB = 10 * MIB
+
+
+def _client(url: str) -> Any:
+    return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+
+
+def _create(url: str, name: str, max_kib: int | None = None) -> None:
+    client = _client(url)
+    extra = {} if max_kib is None else {"MaxRecordSizeInKiB": max_kib}
+    client.create_stream(StreamName=name, ShardCount=1, **extra)
+    client.get_waiter("stream_exists").wait(
+        StreamName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+
+
+def _read(url: str, stream: str) -> list[dict[str, Any]]:
+    client = _client(url)
+    shard = client.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+    iterator = client.get_shard_iterator(
+        StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records: list[dict[str, Any]] = []
+    for _ in range(20):
+        answer = client.get_records(ShardIterator=iterator, Limit=1)
+        records.extend(answer["Records"])
+        if not answer["Records"] and answer.get("MillisBehindLatest", 0) == 0:
+            break
+        iterator = answer["NextShardIterator"]
+    return records
+
+
+def test_a_large_record_is_written_between_small_ones_in_put_order(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    # 2 MiB, not 10: kinesis-local takes ~1.5 s per MiB of PutRecords on a busy machine (16 s
+    # for 10 MiB), past the producer's 10 s read timeout; 10 MiB is taken at put() below and
+    # batched in the unit tests at the end.
+    stream = unique_name("large")
+    _create(kinesis_local.url, stream, max_kib=10240)
+    large = b"x" * (2 * MIB)
+    with Producer(kinesis_endpoint=kinesis_local.url, region="us-east-1") as producer:
+        futures = [
+            producer.put(stream, b"before", partition_key="k"),
+            producer.put(stream, large, partition_key="k"),
+            producer.put(stream, b"after", partition_key="k"),
+        ]
+        producer.flush()
+        stats = producer.stats()
+    sequences = [int(f.result().sequence_number) for f in futures]
+    assert sequences == sorted(sequences)  # one key, in put order
+    assert [r["Data"] for r in _read(kinesis_local.url, stream)] == [b"before", large, b"after"]
+    assert stats.records_put == 3 and stats.bytes_put == 2 * MIB + len("beforeafter") + 3
+
+
+def test_a_large_record_is_refused_at_put_by_its_streams_limit_and_the_message_says_why(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    default, raised = unique_name("one-mib"), unique_name("five-mib")
+    _create(kinesis_local.url, default)
+    _create(kinesis_local.url, raised, max_kib=5 * 1024)
+    with Producer(kinesis_endpoint=kinesis_local.url, region="us-east-1") as producer:
+        with pytest.raises(RecordTooLargeError, match="takes at most 1048576 bytes") as one:
+            producer.put(default, b"x" * (2 * MIB), partition_key="k")
+        assert (one.value.size, one.value.limit, one.value.stream) == (2 * MIB + 1, MIB, default)
+        assert "UpdateMaxRecordSize" in str(one.value)
+        with pytest.raises(RecordTooLargeError, match="at most 5242880 bytes"):
+            producer.put(raised, b"x" * (5 * MIB), partition_key="k")  # + its key: 1 byte over
+        with pytest.raises(RecordTooLargeError, match="10 MiB"):
+            producer.put(raised, b"x" * TEN_MIB, partition_key="k")  # no stream takes it
+        assert producer.stats().records_failed == 0
+    # A 10 MiB record (data + key) is taken at put() by a stream raised to 10 MiB.
+    _create(kinesis_local.url, ten := unique_name("ten-mib"), max_kib=10240)
+
+    async def put_ten() -> None:
+        async with AsyncProducer(kinesis_endpoint=kinesis_local.url, region="us-east-1") as p:
+            core = p._core  # the check put() makes, without writing 10 MiB to a slow stand-in
+            record = p._record(ten, b"x" * (TEN_MIB - 1), "k", None, None)
+            await core.check_large(record)
+            with pytest.raises(RecordTooLargeError):
+                await core.check_large(p._record(default, b"x" * (TEN_MIB - 1), "k", None, None))
+
+    asyncio.run(put_ten())
+
+
+def test_a_raised_limit_is_learned_again_when_a_record_would_be_refused(
+    kinesis_local: KinesisLocalStandIn,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("kinesumer.producer.limits.RELEARN_AFTER", 0.0)
+    stream = unique_name("raised-later")
+    _create(kinesis_local.url, stream)
+    client = _client(kinesis_local.url)
+
+    async def main() -> None:
+        async with AsyncProducer(kinesis_endpoint=kinesis_local.url, region="us-east-1") as p:
+            with pytest.raises(RecordTooLargeError):
+                await p.put(stream, b"x" * (3 * MIB), partition_key="k")
+            arn = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+                "StreamARN"
+            ]
+            client.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=4096)
+            deadline = time.monotonic() + 10
+            while (
+                client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"].get(
+                    "MaxRecordSizeInKiB"
+                )
+                != 4096
+            ):
+                assert time.monotonic() < deadline, "UpdateMaxRecordSize did not take"
+                await asyncio.sleep(0.1)
+            future = await p.put(stream, b"y" * (3 * MIB), partition_key="k")
+            await p.flush()
+            await future
+
+    asyncio.run(main())
+    assert [len(r["Data"]) for r in _read(kinesis_local.url, stream)] == [3 * MIB]
+
+
+def test_an_aggregating_producer_puts_a_large_record_alone_and_plain(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("large-agg")
+    _create(kinesis_local.url, stream, max_kib=10240)
+    large = b"L" * (3 * MIB)
+    with Producer(
+        kinesis_endpoint=kinesis_local.url, region="us-east-1", aggregate=True, linger=0.5
+    ) as producer:
+        futures = [producer.put(stream, b"s%d" % i, partition_key="k") for i in range(3)]
+        futures.append(producer.put(stream, large, partition_key="k"))
+        futures += [producer.put(stream, b"t%d" % i, partition_key="k") for i in range(3)]
+        producer.flush()
+    results = [f.result() for f in futures]
+    records = _read(kinesis_local.url, stream)
+    # Three entries: an aggregate, the large record as it was put, an aggregate.
+    assert len(records) == 3 and records[1]["Data"] == large
+    assert records[0]["Data"][:4] == records[2]["Data"][:4] == b"\xf3\x89\x9a\xc2"  # KPL magic
+    assert results[3].sub_sequence_number == 0
+    assert len({r.sequence_number for r in results}) == 3
+
+
+def _record(key: str, size: int, seq: int) -> PendingRecord:
+    record = PendingRecord("s", b"x" * (size - len(key)), key, None, None)
+    record.seq = seq
+    return record
+
+
+@pytest.mark.parametrize("aggregate", [False, True])
+def test_a_large_record_goes_alone_in_its_call_from_a_full_pace_and_bursts(
+    aggregate: bool,
+) -> None:
+    pacer = ShardPacer(1000, MIB, now=0.0)
+    lane = Lane("shard-0", pacer)
+    lane.queue.extend(
+        [_record("a", 100, 1), _record("b", TEN_MIB, 2), _record("c", 100, 3)],
+    )
+    # The small record goes; the large one waits for a call of its own and a full pace.
+    entries, _ = fill_call([lane], 0.0, by_key=True, busy=set(), aggregate=aggregate)
+    assert [r.key for e in entries for r in e.records] == ["a"]
+    entries, wake = fill_call([lane], 0.0, by_key=True, busy=set(), aggregate=aggregate)
+    assert entries == [] and 0 < wake <= 0.001
+    entries, _ = fill_call([lane], 0.001, by_key=True, busy=set(), aggregate=aggregate)
+    assert [(len(e.records), e.size) for e in entries] == [(1, TEN_MIB)]
+    assert entries[0].data == b"x" * (TEN_MIB - 1)  # plain: never in an aggregate
+    # A call of one large entry is never held back for being small.
+    options = ProducerOptions(aggregate=aggregate)
+    assert not hold_back(entries, {"shard-0": lane}, set(), options)
+    # The burst left the pace in debt: the next record waits about nine seconds.
+    entries, wake = fill_call([lane], 0.002, by_key=True, busy=set(), aggregate=aggregate)
+    assert entries == [] and 8.9 < wake < 10.1
+
+
+def test_a_large_record_never_shares_a_call_with_another_lanes_records() -> None:
+    lanes = [Lane(f"shard-{i}", ShardPacer(1000, MIB, now=0.0)) for i in range(2)]
+    lanes[0].queue.append(_record("big", 4 * MIB, 1))
+    lanes[1].queue.extend(_record(f"k{i}", 1000, 2 + i) for i in range(10))
+    entries, _ = fill_call(lanes, 0.0, by_key=True, busy=set(), aggregate=False)
+    assert [e.records[0].key for e in entries] == ["big"]
+    entries, _ = fill_call(lanes, 0.0, by_key=True, busy=set(), aggregate=False)
+    assert len(entries) == 10 and all(e.shard_id == "shard-1" for e in entries)
