@@ -12,6 +12,8 @@ the read paths of a 10 MiB record are in ``test_large_records_read.py``.
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ import boto3
 import pytest
 from _standins import KinesisLocalStandIn
 
-from kinesumer import AsyncProducer, Producer
+from kinesumer import AsyncProducer, Producer, cli
 from kinesumer.errors import RecordTooLargeError
 from kinesumer.producer.batching import Lane, fill_call, hold_back
 from kinesumer.producer.options import ProducerOptions
@@ -210,3 +212,60 @@ def test_a_large_record_never_shares_a_call_with_another_lanes_records() -> None
     assert [e.records[0].key for e in entries] == ["big"]
     entries, _ = fill_call(lanes, 0.0, by_key=True, busy=set(), aggregate=False)
     assert len(entries) == 10 and all(e.shard_id == "shard-1" for e in entries)
+
+
+def test_a_record_larger_than_the_buffer_bound_waits_for_an_empty_buffer_not_forever(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("large-buffer")
+    _create(kinesis_local.url, stream, max_kib=10240)
+    with Producer(
+        kinesis_endpoint=kinesis_local.url, region="us-east-1", max_buffered_bytes=MIB
+    ) as producer:
+        large = producer.put(stream, b"x" * (2 * MIB), partition_key="k", block=False)
+        producer.flush()
+        assert large.result().sequence_number
+
+
+def test_kinesumer_produce_writes_a_large_line_to_a_raised_stream_and_names_the_limit(
+    kinesis_local: KinesisLocalStandIn,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    raised, default = unique_name("cli-large"), unique_name("cli-default")
+    _create(kinesis_local.url, raised, max_kib=4096)
+    _create(kinesis_local.url, default)
+    line = b"y" * (2 * MIB)
+    where = ["--region", "us-east-1", "--kinesis-endpoint", kinesis_local.url, "--key", "k"]
+    for stream in (raised, default):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"small\n" + line)))
+        codes = cli.main(["produce", stream, *where])
+        err = capsys.readouterr().err
+        if stream == raised:
+            assert codes == 0, err
+        else:
+            assert codes == 1 and "RecordTooLargeError" in err and "1048576" in err, err
+    assert [len(r["Data"]) for r in _read(kinesis_local.url, raised)] == [5, 2 * MIB]
+    assert [r["Data"] for r in _read(kinesis_local.url, default)] == [b"small"]
+
+
+def test_the_spark_sinks_task_writes_a_large_row_and_fails_on_one_over_the_limit(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+
+    from kinesumer.spark.sink.writer import parse_sink_options, write_rows
+
+    raised, default = unique_name("sink-large"), unique_name("sink-default")
+    _create(kinesis_local.url, raised, max_kib=4096)
+    _create(kinesis_local.url, default)
+    large = b"z" * (3 * MIB)
+    options = {"region": "us-east-1", "kinesis_endpoint": kinesis_local.url}
+    rows = [Row(data=b"small", partition_key="k"), Row(data=large, partition_key="k")]
+    parsed = parse_sink_options({**options, "stream": raised})
+    assert write_rows(parsed, iter(rows)).rows == 2
+    assert [r["Data"] for r in _read(kinesis_local.url, raised)] == [b"small", large]
+    with pytest.raises(RecordTooLargeError, match="at most 1048576 bytes"):
+        write_rows(parse_sink_options({**options, "stream": default}), iter(rows))

@@ -90,9 +90,10 @@ class ProducerCore:
         )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._room:
-            while (
-                self._buffered_records + 1 > limit_records
-                or self._buffered_bytes + size > limit_bytes
+            # A record larger than max_buffered_bytes (a large record, up to 10 MiB) waits for
+            # an empty buffer, not for room it could never have.
+            while self._buffered_records + 1 > limit_records or (
+                self._buffered_bytes + size > limit_bytes and self._buffered_bytes > 0
             ):
                 if self.closed:
                     raise ProducerClosedError("this producer was closed; create a new one")
@@ -107,9 +108,9 @@ class ProducerCore:
 
     def try_admit(self, size: int) -> bool:
         with self._room:
-            if (
-                self._buffered_records + 1 > self.options.max_buffered_records
-                or self._buffered_bytes + size > self.options.max_buffered_bytes
+            if self._buffered_records + 1 > self.options.max_buffered_records or (
+                self._buffered_bytes + size > self.options.max_buffered_bytes
+                and self._buffered_bytes > 0  # see admit()
             ):
                 return False
             self._buffered_records += 1
