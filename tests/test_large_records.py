@@ -12,6 +12,7 @@ the read paths of a 10 MiB record are in ``test_large_records_read.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import sys
 import time
@@ -23,7 +24,7 @@ import pytest
 from _standins import KinesisLocalStandIn
 
 from kinesumer import AsyncProducer, Producer, cli
-from kinesumer.errors import RecordTooLargeError
+from kinesumer.errors import FlushError, RecordRejectedError, RecordTooLargeError
 from kinesumer.producer.batching import Lane, fill_call, hold_back
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
@@ -269,3 +270,22 @@ def test_the_spark_sinks_task_writes_a_large_row_and_fails_on_one_over_the_limit
     assert [r["Data"] for r in _read(kinesis_local.url, raised)] == [b"small", large]
     with pytest.raises(RecordTooLargeError, match="at most 1048576 bytes"):
         write_rows(parse_sink_options({**options, "stream": default}), iter(rows))
+
+
+def test_a_lowered_limit_is_learned_again_after_kinesis_refused_a_large_record(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("lowered")
+    _create(kinesis_local.url, stream, max_kib=4096)
+    client = _client(kinesis_local.url)
+    arn = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    with Producer(kinesis_endpoint=kinesis_local.url, region="us-east-1") as producer:
+        producer.put(stream, b"a" * (2 * MIB), partition_key="k").result(timeout=60)
+        client.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=1024)
+        refused = producer.put(stream, b"b" * (2 * MIB), partition_key="k")  # 4 MiB, it knew
+        with pytest.raises(RecordRejectedError, match="max record size"):
+            refused.result(timeout=60)
+        with pytest.raises(RecordTooLargeError, match="at most 1048576 bytes"):
+            producer.put(stream, b"c" * (2 * MIB), partition_key="k")
+        with contextlib.suppress(FlushError):
+            producer.flush()
