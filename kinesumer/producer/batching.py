@@ -216,6 +216,7 @@ def _scan(
     wake = float("inf")
     starved: int | None = None
     queue = lane.queue
+    large = MAX_RECORD_BYTES
     scanned = 0
     skipped = 0
     for record in queue:
@@ -232,28 +233,29 @@ def _scan(
         if by_key and (record.key in busy or record.key in passed):
             keep.append(record)
             continue
-        if record.size > MAX_RECORD_BYTES:
-            if taken or not large_ok:
-                starved = record.size  # it waits for a call of its own, and a full pace
-                scanned -= 1
-                break
-            taken.append(record)
-            packed = None
-            break
         if packed is not None:
             packed_size = packed.size_with(record.data, record.key, record.explicit_hash_key)
             size = packed_size + len((packed.first_key or record.key).encode("utf-8"))
-            if size > byte_budget:
+            if size > byte_budget:  # at most 1 MiB here: a large record always lands here
+                if record.size > large and large_ok and not taken:
+                    taken.append(record)  # alone, and plain
+                    packed = None
+                    break
                 starved = size
                 scanned -= 1
                 break
             packed.add(record.data, record.key, record.explicit_hash_key, packed_size)
         else:
-            if len(taken) >= record_budget or record.size > byte_budget:
-                starved = record.size if record.size > byte_budget else None
+            size = record.size
+            if size > byte_budget or len(taken) >= record_budget or size > large:
+                if size > large and large_ok and not taken:
+                    taken.append(record)  # alone
+                    break
+                # A large record waits for a call of its own, and a full pace.
+                starved = size if size > byte_budget or size > large else None
                 scanned -= 1
                 break
-            byte_budget -= record.size
+            byte_budget -= size
             if by_key:
                 passed.add(record.key)  # one entry per key per call
         taken.append(record)
