@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -149,7 +150,7 @@ def _answer_body(datas: list[bytes]) -> bytes:
         for i, data in enumerate(datas)
     ]
     body = {"Records": records, "NextShardIterator": "next", "MillisBehindLatest": 0}
-    return lean._ENCODE(body)
+    return json.dumps(body).encode()
 
 
 def test_the_spark_sources_columns_arrow_table_and_read_ahead_file_carry_a_10_mib_record(
