@@ -25,7 +25,12 @@ from _faultproxy import Fault, FaultKind, FaultProxy, OpKey
 from _standins import KinesisLocalStandIn
 
 from kinesumer import AsyncProducer, Producer, cli
-from kinesumer.errors import FlushError, RecordRejectedError, RecordTooLargeError
+from kinesumer.errors import (
+    FlushError,
+    RecordRejectedError,
+    RecordTooLargeError,
+    StreamNotFoundError,
+)
 from kinesumer.producer.batching import Lane, fill_call, hold_back
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
@@ -305,3 +310,26 @@ def test_a_lowered_limit_is_learned_again_after_kinesis_refused_a_large_record(
             producer.put(stream, b"c" * (2 * MIB), partition_key="k")
         with contextlib.suppress(FlushError):
             producer.flush()
+
+
+def test_an_unknown_limit_lets_kinesis_judge_and_put_raises_nothing_new(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """DescribeStreamSummary throttled past retries (the fault proxy), or the stream missing:
+    put() takes the large record and Kinesis decides; a missing stream fails its future with
+    StreamNotFoundError, as a small record's (the outbox relay, for one, expects no other
+    error from put())."""
+    stream, missing = unique_name("unknown-limit"), unique_name("missing")
+    _create(kinesis_local.url, stream, max_kib=4096)
+    large = b"u" * (2 * MIB)
+    with FaultProxy(kinesis_local.url) as proxy:
+        proxy.add_rule(Fault.throttle(), service="kinesis", operation="DescribeStreamSummary")
+        with Producer(kinesis_endpoint=proxy.url, region="us-east-1") as producer:
+            written = producer.put(stream, large, partition_key="k")
+            lost = producer.put(missing, large, partition_key="k")
+            with contextlib.suppress(FlushError):
+                producer.flush()
+    assert written.result().sequence_number
+    with pytest.raises(StreamNotFoundError):
+        lost.result()
+    assert [r["Data"] for r in _read(kinesis_local.url, stream)] == [large]

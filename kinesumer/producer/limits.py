@@ -7,12 +7,16 @@ UpdateMaxRecordSize; AWS's "Handle large records"). A record of at most 1 MiB ne
 asked: the producer of such records never calls DescribeStreamSummary (nor needs the right to).
 A larger one is checked against its stream's limit, which :class:`RecordSizeLimits` learns once
 per stream and asks again for when a record would be refused by it (UpdateMaxRecordSize may have
-raised it since) or when Kinesis refused a large record (it may have been lowered).
+raised it since) or when Kinesis refused a large record (it may have been lowered). A limit
+that cannot be learned (DescribeStreamSummary denied, throttled past retries, the stream
+missing) refuses nothing: Kinesis judges the record itself, and ``put()`` raises only what it
+raised before (a missing stream fails the record's future, as it fails a small record's).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from typing import Any
 
@@ -20,8 +24,10 @@ from botocore.exceptions import ClientError
 
 from ..aws.accounting import RequestStats
 from ..aws.retry import call_with_retry, error_code, is_denied
-from ..errors import AccessDeniedError, RecordTooLargeError, StreamNotFoundError
+from ..errors import AccessDeniedError, KinesumerError, RecordTooLargeError, StreamNotFoundError
 from .records import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
+
+log = logging.getLogger("kinesumer.producer")
 
 #: Seconds a learned limit refuses records before a refused record asks Kinesis again: a
 #: raised limit is seen within this, and a producer refusing many records of one stream asks
@@ -53,7 +59,18 @@ class RecordSizeLimits:
         now = time.monotonic()
         if entry is not None and (size <= entry[0] or now - entry[1] < RELEARN_AFTER):
             return entry[0]
-        limit = await describe_max_record_bytes(client, stream)
+        try:
+            limit = await describe_max_record_bytes(client, stream)
+        except (KinesumerError, ClientError) as exc:
+            # Kinesis judges the record: one it refuses fails its future and makes the next
+            # large record ask again (forget); one it takes was never ours to refuse.
+            log.warning(
+                "the maximum record size of %s is unknown (%s): Kinesis judges records over "
+                "1 MiB itself",
+                stream,
+                exc,
+            )
+            limit = LARGEST_RECORD_BYTES
         self._learned[stream] = (limit, time.monotonic())
         return limit
 
