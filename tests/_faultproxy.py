@@ -43,11 +43,12 @@ import threading
 import uuid
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
@@ -105,6 +106,9 @@ class FaultKind(enum.Enum):
     LOST_RESPONSE = "lost_response"
     """Forward the request (it takes effect upstream), then close the client connection with a
     TCP RST instead of relaying the answer: a write that landed but whose answer was lost."""
+    REWRITE_ANSWER = "rewrite_answer"
+    """Forward, then relay a successful (200) JSON answer as ``Fault.rewrite`` changed it: an
+    answer no stand-in gives (e.g. a GetRecords carrying a record larger than it serves)."""
     REFUSE_ENTRIES = "refuse_entries"
     """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
     ``ProvisionedThroughputExceededException`` (or ``Fault.code``); forward the rest and merge
@@ -122,8 +126,11 @@ class Fault:
     seconds: float = 0.0
     share: float = 0.0
     code: str = ""
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if (self.rewrite is None) != (self.kind is not FaultKind.REWRITE_ANSWER):
+            raise ValueError(f"{self.kind.value}: rewrite is for rewrite_answer, and only it")
         if self.kind is FaultKind.REFUSE_ENTRIES:
             if not 0.0 <= self.share <= 1.0:
                 raise ValueError(f"share must be within [0, 1], got {self.share}")
@@ -182,6 +189,11 @@ class Fault:
         """PutRecords: refuse about ``share`` of each call's entries with the entry error
         ``code`` (default: throughput exceeded; e.g. ``KMSDisabledException``)."""
         return cls(FaultKind.REFUSE_ENTRIES, share=share, code=code)
+
+    @classmethod
+    def rewrite_answer(cls, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Fault:
+        """Relay a successful JSON answer as ``rewrite`` returns it (given the parsed answer)."""
+        return cls(FaultKind.REWRITE_ANSWER, rewrite=rewrite)
 
     @classmethod
     def expired_iterator(cls) -> Fault:
@@ -530,6 +542,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._reset()
         elif kind is FaultKind.LOST_RESPONSE:
             self._forward(key, body, lose_answer=True)
+        elif kind is FaultKind.REWRITE_ANSWER:
+            self._forward(key, body, rewrite=rule.fault.rewrite)
         elif kind is FaultKind.BLACKHOLE:
             self._hold(rule)
             self._abandon()
@@ -539,7 +553,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             status, headers, payload = error_response(kind, key, self.headers)
             self._respond(status, http.client.responses.get(status, ""), headers, payload)
 
-    def _forward(self, key: OpKey, body: bytes, lose_answer: bool = False) -> None:
+    def _forward(
+        self,
+        key: OpKey,
+        body: bytes,
+        lose_answer: bool = False,
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         proxy = self.server.proxy
         headers = [
             (name, value)
@@ -559,10 +579,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if lose_answer:
             self._reset()
             return
+        if rewrite is not None and response.status == 200:
+            data = json.dumps(rewrite(json.loads(data))).encode()
         relayed = [
             (name, _shifted(value, proxy.date_offset) if name.lower() == "date" else value)
             for name, value in response.getheaders()
-            if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length"
+            if name.lower() not in _HOP_BY_HOP
+            and name.lower() != "content-length"
+            and not (rewrite is not None and name.lower() == "x-amz-crc32")  # of the old body
         ]
         if self.command == "HEAD":
             length = response.getheader("Content-Length")
