@@ -35,7 +35,7 @@ from _group import (
 from kinesumer import Kinesumer, cli
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.cli import view
-from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
+from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS, KinesisReader
 from kinesumer.models import ClientInfo
 from kinesumer.signals import interrupt_on_sigterm, signals_ignored, stop_on_signals
 from kinesumer.spark.source.pins import LatestPins, local_now_ms
@@ -444,7 +444,14 @@ async def _spark_latest_pin(config: Any, key: tuple[str, str], *, make: bool = F
     await aws.open()
     try:
         pins = LatestPins(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
-        return await pins.pin(key, local_now_ms()) if make else await pins.started_at(key)
+        if not make:
+            return await pins.started_at(key)
+        reader = KinesisReader(aws.kinesis, RequestStats(), "us-east-1")
+
+        async def opened_now() -> int:  # where a LATEST read opened now begins (Kinesis's clock)
+            return (await reader.open_latest(*key))[1]
+
+        return await pins.pin(key, opened_now, local_now_ms())
     finally:
         await aws.close()
 
@@ -744,3 +751,64 @@ def test_a_forced_reset_prints_the_owner_it_took_the_shard_from_escaped(
     assert code == 0, err
     assert "taken from live member m-\\x1b]0;pwned\\x07-\\u202eevil" in out, out
     assert "\x1b" not in out + err and "\u202e" not in out + err
+
+
+@pytest.mark.parametrize("race_before", ["forget_latest_pin", "move_checkpoint"])
+def test_a_reset_racing_a_query_never_says_done_while_the_old_start_still_wins(
+    g: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    race_before: str,
+) -> None:
+    """A reset forgets two things, the Spark pin and the checkpoint's recorded start, in two
+    conditional writes. A query of the group claiming the shard between (or before) them and
+    recording the pin's instant as its start must make the reset fail and say so, never exit 0
+    with the old start recorded again; run again, it forgets both."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    shard = "shardId-000000000000"
+    key = (g["stream"], shard)
+    began = int(time.time() * 1000) - 60_000
+
+    async def a_query_ran() -> None:  # pinned, recorded, released the shard before a checkpoint
+        aws = AwsClients(g["config"], RequestStats())
+        await aws.open()
+        try:
+            pins = LatestPins(aws.dynamodb, g["table"], g["app"], RequestStats())
+
+            async def at_began() -> int:
+                return began
+
+            await pins.pin(key, at_began, began)
+        finally:
+            await aws.close()
+        async with state_store(g["config"]) as store:
+            claimed = await store.claim(g["stream"], shard, "query-1", None)
+            assert claimed is not None and await store.record_start(claimed, began)
+            assert await store.write_checkpoint(claimed, None, release=True)
+
+    asyncio.run(a_query_ran())
+    real = getattr(DynamoDBStateStore, race_before)
+    raced: list[bool] = []
+
+    async def racing(self: DynamoDBStateStore, *args: Any) -> bool:
+        if not raced:  # another query of the group claims the shard and records its start
+            raced.append(True)
+            seen = (await self.get_checkpoints(g["stream"], [shard]))[shard]
+            claimed = await self.claim(g["stream"], shard, "query-2", seen)
+            assert claimed is not None and await self.record_start(claimed, began)
+            assert await self.write_checkpoint(claimed, None, release=True)
+        result: bool = await real(self, *args)
+        return result
+
+    monkeypatch.setattr(DynamoDBStateStore, race_before, racing)
+    select = ["--stream", g["stream"], "--shard", shard]
+    code, _, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert raced and code == cli.EXIT_REFUSED, err
+    assert "run the command again" in err
+    monkeypatch.undo()
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_OK, err
+    code, out, _ = run(capsys, "checkpoints", "list", "--json", *g["where"], *select)
+    (after,) = json.loads(out)
+    assert after["started_at"] is None and after["spark_latest_pin"] is None, after

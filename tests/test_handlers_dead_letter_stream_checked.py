@@ -11,7 +11,8 @@ from _group import create_stream, make_config, setup_table
 from _standins import NodeStandIn
 
 from kinesumer import AsyncKinesumer, Kinesumer
-from kinesumer.errors import ConfigError
+from kinesumer.engine.member import check_written_streams
+from kinesumer.errors import AccessDeniedError, ConfigError
 from kinesumer.handlers.policies import DeadLetter, Retry, RetryLater
 
 
@@ -74,3 +75,22 @@ async def test_the_async_face_refuses_it_too(group: dict[str, Any]) -> None:
         with pytest.raises(ConfigError) as refused:
             await consumer.run([group["stream"]], handler, on_failure=DeadLetter(group["missing"]))
     assert repr(group["missing"]) in str(refused.value)
+
+
+class DeniedDescribe:
+    """A reader whose principal may write to the dead-letter stream but not describe it."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    async def check_stream(self, stream: str) -> None:
+        self.checked.append(stream)
+        raise AccessDeniedError(f"AWS denied kinesis:DescribeStreamSummary on stream {stream!r}")
+
+
+async def test_a_dead_letter_stream_that_may_not_be_described_is_not_refused() -> None:
+    """A policy of an earlier release grants PutRecord alone on dead-letter streams: the run
+    starts (the write tells whether the stream is there), it is not refused at the join."""
+    reader = DeniedDescribe()
+    await check_written_streams(reader, ("orders-dlq",))  # type: ignore[arg-type]
+    assert reader.checked == ["orders-dlq"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import boto3
@@ -128,6 +129,35 @@ def test_a_shard_a_plain_member_began_at_latest_is_read_from_there(
         first = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
         assert {s["at_timestamp"] for s in first["shards"].values()} == {began}
         late = put(latest["url"], latest["stream"], 30, 4)  # after the planner's own "now"
+        assert read_all(planner, first) == sorted(new + late)
+    finally:
+        planner.close()
+
+
+@pytest.mark.parametrize("position", ["TRIM_HORIZON", "AT_TIMESTAMP"])
+def test_a_query_at_another_initial_position_reads_from_the_groups_recorded_start(
+    latest: dict[str, Any], position: str
+) -> None:
+    """The recorded start wins over the query's own initial position, as it does for plain and
+    fan-out members (and as the member's WARNING says): at TRIM_HORIZON the query would read
+    again what the group read before, at an AT_TIMESTAMP after the start it would skip what the
+    first reader never processed."""
+    began = int(time.time() * 1000) - SERVER_CLOCK_MARGIN_MS  # a plain member opened LATEST
+    time.sleep(0.05)
+    new = put(latest["url"], latest["stream"], 10, 20)  # ... and left before processing these
+    time.sleep(1.1)
+    after_them = datetime.now(timezone.utc)
+    client = boto3.client("kinesis", endpoint_url=latest["url"], region_name="us-east-1")
+    shards = client.list_shards(StreamName=latest["stream"])["Shards"]
+    initial = "TRIM_HORIZON" if position == "TRIM_HORIZON" else after_them
+    latest["config"] = latest["config"].replace(initial_position=initial)
+    planner, _ = new_run(
+        latest, shared=True, started={(latest["stream"], s["ShardId"]): began for s in shards}
+    )
+    try:
+        first = planner.latest_offset(SourceOffset(planner.query or "", 0).to_json(), None)
+        assert {s.get("at_timestamp") for s in first["shards"].values()} == {began}
+        late = put(latest["url"], latest["stream"], 30, 4)
         assert read_all(planner, first) == sorted(new + late)
     finally:
         planner.close()

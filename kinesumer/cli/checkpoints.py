@@ -113,20 +113,24 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
         forgets = seen is not None and (
             seen.sequence_number is not None or seen.started_at_ms is not None or seen.finished
         )
-        moves = position is not None or forgets
-        if moves and not await store.move_checkpoint(stream, shard_id, seen, position):
-            conflicts += 1
-            print(
-                f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
-                f"claimed it or moved its checkpoint): nothing written; run the command again",
-                file=sys.stderr,
-            )
-            continue
+        # The pin first, then the checkpoint: a query claiming the shard between the two
+        # would otherwise record the pin's instant into the freshly reset item (the move is
+        # conditional on the claim it read, so a claim between them makes it fail instead).
         if pin is not None and not await store.forget_latest_pin(stream, shard_id, pin):
             conflicts += 1
             print(
                 f"kinesumer: the Spark LATEST pin of {stream}/{shard_id} changed while it was "
                 f"being removed: run the command again",
+                file=sys.stderr,
+            )
+            continue
+        moves = position is not None or forgets
+        if moves and not await store.move_checkpoint(stream, shard_id, seen, position):
+            conflicts += 1
+            print(
+                f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
+                f"claimed it or moved its checkpoint): its position was not moved; run the "
+                f"command again",
                 file=sys.stderr,
             )
             continue

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -78,9 +79,11 @@ class ReadElsewhereMember(GroupMember):
         self._readable: dict[Lease, InitialPosition] = {}
         # The leases begun batches were counted on, oldest first, by shard.
         self._begun: dict[tuple[str, str], list[Lease | None]] = {}
-        #: The leases whose LATEST start this member recorded: the planner asks at every batch
-        #: while the shard has no checkpoint, one write per lease is enough.
-        self._starts_recorded: set[tuple[tuple[str, str], int]] = set()
+        #: The leases (claims) whose LATEST start this member recorded: the planner asks at
+        #: every batch while the shard has no checkpoint, one write per claim is enough. By
+        #: object, not by lease number: a claim made again (after a loss, an operator's move, a
+        #: deleted item whose numbers start over) is a new object and records again.
+        self._starts_recorded: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         stream, shard_id = lease.key
@@ -139,11 +142,11 @@ class ReadElsewhereMember(GroupMember):
             or lease.checkpoint.lease != lease_number
         ):
             return False
-        if lease.checkpointed is not None or (key, lease_number) in self._starts_recorded:
-            return True  # resumes after the checkpoint, or recorded already under this lease
+        if lease.checkpointed is not None or lease in self._starts_recorded:
+            return True  # resumes after the checkpoint, or recorded already under this claim
         recorded = await self.checkpointer.record_start(lease, started_at_ms)
         if recorded:
-            self._starts_recorded.add((key, lease_number))
+            self._starts_recorded.add(lease)
         return recorded
 
     def _end(self, key: tuple[str, str]) -> Lease | None:

@@ -16,6 +16,7 @@ import logging
 from ..aws import AwsClients, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
+    AccessDeniedError,
     ConfigError,
     ConsumerClosedError,
     KinesumerError,
@@ -43,12 +44,16 @@ log = logging.getLogger("kinesumer")
 
 
 async def check_written_streams(reader: KinesisReader, streams: tuple[str, ...]) -> None:
-    """The streams a failure policy writes failed records to exist and can be described:
-    a missing dead-letter stream is a :class:`~kinesumer.errors.ConfigError` of ``run()``
-    at the join, not a write that fails when the first record fails, long after."""
+    """The streams a failure policy writes failed records to exist: a missing dead-letter
+    stream is a :class:`~kinesumer.errors.ConfigError` of ``run()`` at the join, not a write
+    that fails when the first record fails, long after. A principal that may write to the
+    stream but not describe it (a policy of an earlier release grants PutRecord alone) is not
+    refused: the check is skipped, as the write will tell."""
     for stream in streams:
         try:
             await reader.check_stream(stream)
+        except AccessDeniedError as exc:
+            log.info("not checking dead-letter stream %r at the start: %s", stream, exc)
         except StreamNotFoundError as exc:
             raise ConfigError(
                 "on_failure",

@@ -294,9 +294,20 @@ class Planner:
             elif holder.position is not None:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
-                starts[key] = initial_start(holder.start, holder.lease)
-                if holder.started_at_ms is not None:  # a plain member's LATEST start
-                    self._handed_over[key] = holder.started_at_ms
+                initial = initial_start(holder.start, holder.lease)
+                recorded = holder.started_at_ms  # where the group's first LATEST read began
+                if recorded is None:
+                    starts[key] = initial
+                    self._handed_over.pop(key, None)  # forgotten (a reset) since it was seen
+                elif initial.at == "LATEST":
+                    starts[key] = initial  # pinned from the earliest of the two (see _pin)
+                    self._handed_over[key] = recorded
+                else:
+                    # The recorded start wins over this query's own initial position, as it
+                    # does for every face of the group (``kinesumer checkpoints reset`` forgets
+                    # it): a TRIM_HORIZON query would replay what the group read already, an
+                    # AT_TIMESTAMP after it skip what its first reader never processed.
+                    starts[key] = Start(at_timestamp_ms=recorded, lease=holder.lease)
         return starts
 
     def _pin(self, member: Member, starts: dict[Key, Start]) -> dict[Key, Start]:
