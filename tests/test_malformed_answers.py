@@ -34,6 +34,10 @@ Names = Callable[[str], str]
 PAGES = {
     "html": Fault.answer(b"<html>gateway</html>"),
     "empty-json": Fault.answer(b"{}", "application/x-amz-json-1.1"),
+    # Well-formed, but an open shard's "end": the listing shows it open.
+    "end-of-an-open-shard": Fault.answer(
+        b'{"Records": [], "MillisBehindLatest": 0}', "application/x-amz-json-1.1"
+    ),
 }
 MALFORMED = "kinesis.GetRecords:MalformedAnswer"
 
