@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kinesumer.aws import RequestStats, botocore_session
+from kinesumer.aws.retry import MalformedAnswer
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader, ShardBatch
@@ -339,3 +340,24 @@ def test_lean_reads_kinesalite_like_botocore(
     assert lean_batch.records == plain_batch.records
     assert len(lean_batch.records) == 52 and lean_batch.raw_count == 51
     assert decoded == [51]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>gateway</html>",
+        b"{}",
+        b'{"Records": []}',
+        b'{"MillisBehindLatest": 0}',
+        b'{"Records": [], "MillisBehindLatest": null, "NextShardIterator": "n"}',
+    ],
+)
+def test_an_answer_without_records_or_lag_is_malformed_both_ways(pair: _Pair, body: bytes) -> None:
+    """A 200 whose body is not a Kinesis answer (a gateway's page; JSON without ``Records`` or
+    ``MillisBehindLatest``, which Kinesis sends in every answer) is a MalformedAnswer on the
+    lean client and on the botocore-only one, never an answer without a next iterator."""
+    _Canned.status, _Canned.body = 200, body
+    for client in pair.clients:
+        for call in (lean.get_records, lean.get_epoch_records):
+            with pytest.raises(MalformedAnswer):
+                pair.loop.run_until_complete(call(client, "it", 10))
