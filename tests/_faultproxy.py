@@ -113,6 +113,9 @@ class FaultKind(enum.Enum):
     """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
     ``ProvisionedThroughputExceededException`` (or ``Fault.code``); forward the rest and merge
     the answers (a partial failure, as AWS answers when a shard is over its limit)."""
+    ANSWER = "answer"
+    """200 with ``Fault.body`` and ``Fault.content_type`` instead of forwarding: what a gateway,
+    a captive portal or a broken proxy on the way may send (an HTML page, a garbled body)."""
 
 
 @dataclass(frozen=True)
@@ -127,10 +130,14 @@ class Fault:
     share: float = 0.0
     code: str = ""
     rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, compare=False)
+    body: bytes = b""
+    content_type: str = ""
 
     def __post_init__(self) -> None:
         if (self.rewrite is None) != (self.kind is not FaultKind.REWRITE_ANSWER):
             raise ValueError(f"{self.kind.value}: rewrite is for rewrite_answer, and only it")
+        if self.kind is not FaultKind.ANSWER and (self.body or self.content_type):
+            raise ValueError(f"{self.kind.value} takes no body")
         if self.kind is FaultKind.REFUSE_ENTRIES:
             if not 0.0 <= self.share <= 1.0:
                 raise ValueError(f"share must be within [0, 1], got {self.share}")
@@ -196,6 +203,11 @@ class Fault:
         return cls(FaultKind.REWRITE_ANSWER, rewrite=rewrite)
 
     @classmethod
+    def answer(cls, body: bytes, content_type: str = "text/html") -> Fault:
+        """A 200 answer of ``body`` (``content_type``), the request not forwarded."""
+        return cls(FaultKind.ANSWER, body=body, content_type=content_type)
+
+    @classmethod
     def expired_iterator(cls) -> Fault:
         """Kinesis ``ExpiredIteratorException`` (HTTP 400)."""
         return cls(FaultKind.EXPIRED_ITERATOR)
@@ -242,8 +254,10 @@ class Rule:
         rate: float,
         count: int | None,
         seed: int,
+        skip: int = 0,
     ) -> None:
         self.fault = fault
+        self.skip = skip
         self.service = service
         self.operation = operation
         self.rate = rate
@@ -252,6 +266,7 @@ class Rule:
         self._proxy = proxy
         self._rng = random.Random(seed)
         self._fired = 0
+        self._skipped = 0
         self._removed = threading.Event()
 
     @property
@@ -549,6 +564,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._abandon()
         elif kind is FaultKind.REFUSE_ENTRIES:
             self._refuse_entries(rule, key, body)
+        elif kind is FaultKind.ANSWER:
+            headers = [
+                ("x-amzn-RequestId", str(uuid.uuid4())),
+                ("Content-Type", rule.fault.content_type),
+            ]
+            self._respond(200, "OK", headers, rule.fault.body)
         else:
             status, headers, payload = error_response(kind, key, self.headers)
             self._respond(status, http.client.responses.get(status, ""), headers, payload)
@@ -818,6 +839,7 @@ class FaultProxy:
         rate: float = 1.0,
         count: int | None = None,
         seed: int = 0,
+        skip: int = 0,
     ) -> Rule:
         """Inject ``fault`` into matching requests from now on.
 
@@ -825,7 +847,8 @@ class FaultProxy:
         :class:`OpKey`. A matching rule fires with probability ``rate``, drawn from its own
         ``random.Random(seed)`` so a test sees the same sequence on every run, and at most
         ``count`` times. Rules are tried in the order they were added; the first that fires
-        decides the request's fate.
+        decides the request's fate. The first ``skip`` requests it matches go their way (the
+        fault lands mid-stream: after that many calls).
         """
         if isinstance(fault, FaultKind):
             fault = Fault(fault)
@@ -833,7 +856,9 @@ class FaultProxy:
             raise ValueError(f"rate must be within [0, 1], got {rate}")
         if count is not None and count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        rule = Rule(self, fault, service, operation, rate, count, seed)
+        if skip < 0:
+            raise ValueError(f"skip must be >= 0, got {skip}")
+        rule = Rule(self, fault, service, operation, rate, count, seed, skip)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -860,6 +885,9 @@ class FaultProxy:
         with self._lock:
             self._stats.setdefault(key, OpStats()).requests += 1
             for rule in self._rules:
+                if rule._matches(key) and rule._skipped < rule.skip:
+                    rule._skipped += 1
+                    continue
                 if rule._matches(key) and rule._rng.random() < rule.rate:
                     rule._fired += 1
                     return rule
