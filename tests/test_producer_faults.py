@@ -216,9 +216,10 @@ def test_a_stale_map_that_cannot_be_listed_again_keeps_writing(
         for i in range(30):  # lands on the children: the map is stale
             producer.put(stream, b"%d" % i, partition_key=f"k{i}")
         producer.flush()
-        # Put while the map is being listed again, which fails past its retries.
+        # The map is listed again beside the writes; put once that listing failed past its
+        # retries.
+        wait_until(lambda: rule.fired == 6, what="the listing refused past its retries")
         for i in range(30, 60):
             producer.put(stream, b"%d" % i, partition_key=f"k{i}")
         producer.flush()
-        assert rule.fired == 6  # the map could not be listed again
     assert len(read_all(kinesalite.url, stream)) == 61

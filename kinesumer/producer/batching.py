@@ -96,8 +96,9 @@ class Entry:
                 for record in records:
                     packed.add(record.data, record.key, record.explicit_hash_key)
             self.data = packed.encode()
-            # The aggregate goes where its first record would go (all of them, by the map).
-            self.explicit_hash_key: str | None = str(first.hash_key)
+            # The aggregate goes where its first record would go: all of them, to its lane's
+            # shard (a record pinned where its key landed carries that hash key).
+            self.explicit_hash_key: str | None = first.explicit_hash_key or str(first.hash_key)
         else:
             self.data = first.data
             self.explicit_hash_key = first.explicit_hash_key

@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -47,6 +47,21 @@ RETRYABLE_ENTRY_CODES = frozenset(
     }
 )
 _EXPIRY_CHECK = 0.2
+#: Seconds before the shards are listed again after a listing failed past its retries, doubled
+#: per failure in a row up to the maximum (the writer keeps writing meanwhile: see _pin).
+LIST_AGAIN_AFTER = 1.0
+LIST_AGAIN_MAX = 10.0
+
+
+class _Pin(NamedTuple):
+    """Where a key's records went when they left the map's routing (``ordering="key"`` with
+    ``aggregate=True``): the shard they landed on, a hash key that landed there (as sent), and
+    the key's own hash key (its records' ``hash_key``, which routing never changes)."""
+
+    shard_id: str
+    hash_key: int
+    text: str
+    own: int
 
 
 class Outcomes(Protocol):
@@ -77,10 +92,13 @@ class StreamWriter:
         self._busy: set[str] = set()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stale = False
-        # Aggregates that landed on another shard than the map said (a reshard): the shard and
-        # their keys; and keys pinned to such a shard since (see _pin).
-        self._landed: list[tuple[str, list[str]]] = []
-        self._pinned: dict[str, int] = {}
+        # Answers that named a shard the map does not route to (a reshard since the listing).
+        self._stale_answers = 0
+        self._listing: asyncio.Task[None] | None = None
+        self._list_failures = 0
+        self._list_after = 0.0
+        # Keys whose records landed off the map's routing, and where (see _pin).
+        self._pinned: dict[str, _Pin] = {}
         self._rotation = 0
         self._last_expiry = 0.0
         self.pending = 0
@@ -106,7 +124,7 @@ class StreamWriter:
         """Write until closed with nothing left; fails every record it holds if the stream
         cannot be written at all."""
         try:
-            await self._refresh_map()
+            self._apply_map(await self._list_shards())
             while not (self.closing and self.pending == 0 and not self._in_flight):
                 await self._step()
         except (StreamNotFoundError, AccessDeniedError) as exc:
@@ -114,6 +132,11 @@ class StreamWriter:
         except Exception as exc:  # a bug or AWS past retries: every record learns of it
             log.exception("writer of %s failed", self.stream)
             self.failure = exc
+        finally:
+            if self._listing is not None:
+                self._listing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._listing
         if self.failure is not None:
             self._fail_all(self.failure)
 
@@ -122,13 +145,14 @@ class StreamWriter:
         if now - self._last_expiry >= _EXPIRY_CHECK:
             self._expire(now)
             self._last_expiry = now
-        if self._stale:
-            try:
-                await self._refresh_map()
-            except TransientAWSError as exc:
-                # The old map still routes every record (Kinesis places it by its hash key):
-                # keep writing by it and list again at the next step.
-                log.warning("listing the shards of %s again failed (%s)", self.stream, exc)
+        listing = self._listing
+        if listing is not None and listing.done():
+            self._listing = None
+            listing.result()  # a missing stream or a denied listing stops the writer
+        if self._stale and self._listing is None and now >= self._list_after:
+            # Beside the writes, which need no listing: Kinesis places each record by its hash
+            # key whatever the map says, and keys stay where they landed (_pin).
+            self._listing = asyncio.get_running_loop().create_task(self._list_again())
         wait: float | None = None
         if self.pending and len(self._in_flight) < self._options.max_in_flight:
             linger_left = self._linger_left(now)
@@ -153,6 +177,9 @@ class StreamWriter:
                 wait = linger_left
         if self.pending:
             wait = _EXPIRY_CHECK if wait is None else min(wait, _EXPIRY_CHECK)
+        if self._stale and self._listing is None:
+            list_in = max(0.0, self._list_after - now)
+            wait = list_in if wait is None else min(wait, list_in)
         with contextlib.suppress(asyncio.TimeoutError):
             await await_within(self.wake.wait(), wait)
         self.wake.clear()
@@ -201,16 +228,14 @@ class StreamWriter:
     def _answered(self, entries: list[Entry], results: list[dict[str, Any]]) -> None:
         refused: list[Entry] = []
         written: list[tuple[PendingRecord, PutResult]] = []
+        landings: dict[str, _Pin] = {}
         throttled = 0
         for entry, result in zip(entries, results, strict=True):
             code = result.get("ErrorCode")
             if code is None:
-                if result["ShardId"] != entry.shard_id:
-                    self._stale = True  # resharded since the map was listed
-                    if len(entry.records) > 1:
-                        keys = [record.key for record in entry.records]
-                        self._landed.append((result["ShardId"], keys))
                 shard_id, sequence_number = result["ShardId"], result["SequenceNumber"]
+                if shard_id != entry.shard_id:
+                    self._landed_elsewhere(entry, shard_id, landings)
                 if len(entry.records) == 1:
                     written.append((entry.records[0], PutResult(shard_id, sequence_number, 0)))
                 else:
@@ -232,6 +257,8 @@ class StreamWriter:
                 )
                 for record in entry.records:
                     self._outcomes.failed(record, error)
+        if landings:
+            self._pin(landings)
         self._outcomes.succeeded(written)
         if refused:
             self._requeue(refused)
@@ -281,13 +308,13 @@ class StreamWriter:
         for record in reversed(records):
             record.attempts += 1
             record.not_before = not_before
-            self._lane_for(record).queue.appendleft(record)
+            self._reroute(record).queue.appendleft(record)
             self.pending += 1
             self.pending_bytes += record.size
 
     # -- shard map --
 
-    async def _refresh_map(self) -> None:
+    async def _list_shards(self) -> list[dict[str, Any]]:
         shards: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"StreamName": self.stream}
         stats = RequestStats()
@@ -311,59 +338,138 @@ class StreamWriter:
                 raise
             shards.extend(page["Shards"])
             if not page.get("NextToken"):
-                break
+                return shards
             kwargs = {"NextToken": page["NextToken"]}
+
+    async def _list_again(self) -> None:
+        """List a stale map again, as a task beside the writes."""
+        stale_answers = self._stale_answers
+        try:
+            shards = await self._list_shards()
+        except TransientAWSError as exc:
+            self._list_failures += 1
+            pause = min(LIST_AGAIN_MAX, LIST_AGAIN_AFTER * 2 ** (self._list_failures - 1))
+            self._list_after = time.monotonic() + pause
+            log.warning(
+                "listing the shards of %s again failed (%s); writing on by the old map and "
+                "where keys landed, listing again in %.0fs",
+                self.stream,
+                exc,
+                pause,
+            )
+        else:
+            self._list_failures = 0
+            self._apply_map(shards)
+            # An answer that named another shard while this listing ran may be newer than it.
+            self._stale = self._stale_answers != stale_answers
+        finally:
+            self.wake.set()
+
+    def _apply_map(self, shards: list[dict[str, Any]]) -> None:
+        """Route by a new listing: every held record to its lane again, in put order."""
         self._map = ShardMap(shards)
         self._stale = False
-        self._pin()
+        for key, pin in list(self._pinned.items()):
+            home = self._map.shard_for(pin.hash_key)
+            if self._map.shard_for(pin.own) == home:
+                del self._pinned[key]  # the key's own hash key routes there now
+            elif home != pin.shard_id:
+                self._pinned[key] = pin._replace(shard_id=home)  # that shard split since
         held = [r for lane in self._lanes.values() for r in lane.queue] + self._unrouted
         held.sort(key=lambda r: r.seq)  # per-key order survives the move (see .batching)
-        now = time.monotonic()
-        self._lanes = {
-            shard_id: self._lanes[shard_id]
-            if shard_id in self._lanes
-            else Lane(
-                shard_id,
-                ShardPacer(
-                    self._options.shard_records_per_second,
-                    self._options.shard_bytes_per_second,
-                    now,
-                ),
-            )
-            for shard_id in self._map.shard_ids
-        }
-        for lane in self._lanes.values():
-            lane.queue.clear()
+        lanes, self._lanes = self._lanes, {}
+        for shard_id in self._map.shard_ids:
+            self._lanes[shard_id] = lanes.get(shard_id) or self._new_lane(shard_id)
+            self._lanes[shard_id].queue.clear()
         self._unrouted = []
         for record in held:
-            self._lane_for(record).queue.append(record)
+            self._reroute(record).queue.append(record)
 
-    def _pin(self) -> None:
-        """Keep each key of an aggregate that a reshard sent to a sibling shard on that sibling.
+    def _new_lane(self, shard_id: str) -> Lane:
+        return Lane(
+            shard_id,
+            ShardPacer(
+                self._options.shard_records_per_second,
+                self._options.shard_bytes_per_second,
+                time.monotonic(),
+            ),
+        )
 
-        An aggregate goes where its first record's hash key goes; when the map was stale (a
-        split since it was listed), the others' keys landed on the first's child, which may not
-        be theirs. Their next records must follow them there, or a reader would meet them on two
-        sibling shards with no order between: they get that shard's first hash key as their
-        explicit hash key from now on.
+    def _landed_elsewhere(self, entry: Entry, shard_id: str, landings: dict[str, _Pin]) -> None:
+        """An entry landed on another shard than its lane's: note a stale map, and (aggregating
+        with ``ordering="key"``) where the entry's keys are now."""
+        assert self._map is not None
+        text = entry.explicit_hash_key or str(entry.records[0].hash_key)
+        hash_key = int(text)
+        if self._map.shard_for(hash_key) != shard_id:
+            self._stale = True  # resharded since the map was listed
+            self._stale_answers += 1
+        if self._options.aggregate and self._options.ordering == "key":
+            for record in entry.records:
+                old = self._pinned.get(record.key)
+                own = record.hash_key if old is None else old.own
+                landings[record.key] = _Pin(shard_id, hash_key, text, own)
+
+    def _pin(self, landings: dict[str, _Pin]) -> None:
+        """Keep each key whose records just landed off the map's routing on that shard.
+
+        The rule (``ordering="key"``, ``aggregate=True``): once a key's entry landed on a shard,
+        its later records go to that same shard until it closes; then to a child of it (its
+        next entry lands on one, and this runs again). An aggregate goes where the hash key it
+        carries goes, so after a split the producer has not listed, its keys land together on
+        the child of that hash key, which need not be theirs. Their later records carry the
+        hash key that landed (an explicit hash key): they follow it there, and no aggregate
+        of the old map's lane can take them to a sibling, where no reader would keep their
+        order. Known from the PutRecords answer alone: no listing needed, none waited for.
+        A key whose own hash key routes to that shard (by the map) needs no pin.
+
+        Runs before the answered keys are free again (``ordering="key"``: none of their
+        records is in flight); their held records move to their new lane, in put order.
         """
         assert self._map is not None
-        for shard_id, keys in self._landed:
-            start = self._map.start_of(shard_id)
-            if start is None:
-                continue  # closed again since: a later aggregate of these keys tells
-            for key in keys:
-                if self._map.shard_for(self._pinned.get(key, key_hash(key))) != shard_id:
-                    self._pinned[key] = start
-        self._landed = []
+        for key, pin in landings.items():
+            if self._map.shard_for(pin.own) == pin.shard_id:
+                self._pinned.pop(key, None)
+            else:
+                self._pinned[key] = pin
+                if pin.shard_id not in self._lanes:
+                    self._lanes[pin.shard_id] = self._new_lane(pin.shard_id)
+        moving: list[PendingRecord] = []
+        for lane in self._lanes.values():
+            if any(record.key in landings for record in lane.queue):
+                kept = [record for record in lane.queue if record.key not in landings]
+                moving.extend(record for record in lane.queue if record.key in landings)
+                lane.queue.clear()
+                lane.queue.extend(kept)
+        if not moving:
+            return
+        joined: dict[str, Lane] = {}
+        for record in moving:
+            lane = self._reroute(record)
+            lane.queue.append(record)
+            joined[lane.shard_id] = lane
+        for lane in joined.values():
+            ordered = sorted(lane.queue, key=attrgetter("seq"))
+            lane.queue.clear()
+            lane.queue.extend(ordered)
 
     def _lane_for(self, record: PendingRecord) -> Lane:
+        """A new record's lane: its pin's, else the map's for its hash key."""
         assert self._map is not None
         pin = self._pinned.get(record.key)
-        if pin is not None and record.hash_key != pin:
-            record.hash_key = pin
-            record.explicit_hash_key = str(pin)
-        return self._lanes[self._map.shard_for(record.hash_key)]
+        if pin is None:
+            return self._lanes[self._map.shard_for(record.hash_key)]
+        record.explicit_hash_key = pin.text
+        return self._lanes[pin.shard_id]
+
+    def _reroute(self, record: PendingRecord) -> Lane:
+        """:meth:`_lane_for` for a held record, which may carry a pin its key no longer has:
+        it goes by its own hash key again."""
+        text = record.explicit_hash_key
+        if text is not None and record.key not in self._pinned and int(text) != record.hash_key:
+            own = record.hash_key
+            record.explicit_hash_key = None if own == key_hash(record.key) else str(own)
+        return self._lane_for(record)
 
     # -- failing records --
 
