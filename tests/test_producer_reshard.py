@@ -8,9 +8,10 @@ does not hold a flush)."""
 
 from __future__ import annotations
 
-import itertools
 import threading
+from collections import Counter
 from collections.abc import Callable
+from itertools import combinations, pairwise
 
 import pytest
 from _faultproxy import Fault, FaultProxy, OpKey
@@ -19,7 +20,7 @@ from _produced import read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 
-from kinesumer import Producer
+from kinesumer import Producer, PutResult
 
 KEYS = 30
 ROUND = 100
@@ -28,31 +29,87 @@ LISTING_ATTEMPTS = 6
 LIST_SHARDS = OpKey("kinesis", "ListShards")
 
 
-def put_round(producer: Producer, stream: str, start: int) -> int:
+def put_round(producer: Producer, stream: str, start: int) -> list[PutResult]:
     """Put records numbered ``start`` .. ``start + ROUND - 1`` over ``KEYS`` keys and flush;
-    the next number."""
-    for i in range(start, start + ROUND):
+    where each landed."""
+    futures = [
         producer.put(stream, b"%d" % i, partition_key=f"key-{i % KEYS}")
+        for i in range(start, start + ROUND)
+    ]
     producer.flush()
-    return start + ROUND
+    return [future.result() for future in futures]
 
 
-def split_in_two(url: str, stream: str) -> str:
-    """Split the stream's one shard at the middle of its range; the parent's id."""
+def split_in_two(url: str, stream: str, shard_id: str | None = None) -> str:
+    """Split a shard (default: the stream's first) at the middle of its range; its id."""
     client = kinesis(url)
-    parent = client.list_shards(StreamName=stream)["Shards"][0]
-    low, high = (int(parent["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    shards = client.list_shards(StreamName=stream)["Shards"]
+    shard = next(s for s in shards if shard_id in (None, s["ShardId"]))
+    low, high = (int(shard["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
     client.split_shard(
-        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
+        StreamName=stream, ShardToSplit=shard["ShardId"], NewStartingHashKey=str((low + high) // 2)
     )
     client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-    return str(parent["ShardId"])
+    return str(shard["ShardId"])
 
 
 def listed(proxy: FaultProxy) -> int:
     """ListShards calls Kinesis answered (through the proxy)."""
     stats = proxy.stats().get(LIST_SHARDS)
     return 0 if stats is None else stats.forwarded
+
+
+def round_until_listed(producer: Producer, stream: str, start: int, proxy: FaultProxy) -> int:
+    """Rounds of puts until the producer listed the shards again (it may list only once a put
+    shows it the map is stale); the next number."""
+    before = listed(proxy)
+    for _ in range(200):
+        put_round(producer, stream, start)
+        start += ROUND
+        if listed(proxy) > before:
+            return start
+    pytest.fail("the producer did not list the shards again once it could")
+
+
+def check_each_key_on_one_line(url: str, stream: str, numbers: int) -> dict[str, set[str]]:
+    """Every record once; no key on two shards of which neither descends from the other (a
+    reader reads those side by side); each key's records in put order as a reader meets them
+    (a parent before its children). Each key's shards."""
+    shards = kinesis(url).list_shards(StreamName=stream)["Shards"]
+    parents = {
+        s["ShardId"]: {s.get("ParentShardId"), s.get("AdjacentParentShardId")} - {None}
+        for s in shards
+    }
+
+    def ancestors(shard_id: str) -> set[str]:
+        found: set[str] = set()
+        todo = list(parents[shard_id])
+        while todo:
+            parent = todo.pop()
+            if parent in parents and parent not in found:
+                found.add(parent)
+                todo.extend(parents[parent])
+        return found
+
+    order = [s["ShardId"] for s in shards]
+    assert all(order.index(p) < order.index(c) for c in order for p in ancestors(c))
+    records = read_all(url, stream)  # shard by shard as listed: parents first
+    assert sorted(int(r.data) for r in records) == list(range(numbers))  # each record once
+    on: dict[str, set[str]] = {}
+    for record in records:
+        on.setdefault(record.partition_key, set()).add(record.shard_id)
+    apart = sorted(
+        key
+        for key, held in on.items()
+        if any(a not in ancestors(b) and b not in ancestors(a) for a, b in combinations(held, 2))
+    )
+    assert apart == [], f"{len(apart)} of {len(on)} keys on sibling shards"
+    per_key: dict[str, list[int]] = {}
+    for record in records:
+        per_key.setdefault(record.partition_key, []).append(int(record.data))
+    for key, put_order in per_key.items():
+        assert all(a < b for a, b in pairwise(put_order)), key
+    return on
 
 
 @pytest.mark.parametrize("aggregate", [True, False], ids=["aggregated", "plain"])
@@ -70,9 +127,11 @@ def test_each_key_stays_on_one_child_while_the_split_cannot_be_listed(
     ) as producer:
         number = 0
         for _ in range(3):
-            number = put_round(producer, stream, number)
+            put_round(producer, stream, number)
+            number += ROUND
         parent = split_in_two(kinesalite.url, stream)
         refused = proxy.add_rule(Fault.throttle(), service="kinesis", operation="ListShards")
+        landed: list[PutResult] = []
         for round_ in range(6):
             if round_ == 3:
                 # Half the rounds while the first listing retries, half after it gave up.
@@ -80,34 +139,62 @@ def test_each_key_stays_on_one_child_while_the_split_cannot_be_listed(
                     lambda: refused.fired > LISTING_ATTEMPTS,
                     what="a listing refused past its retries, and the next one refused",
                 )
-            number = put_round(producer, stream, number)
+            landed += put_round(producer, stream, number)
+            number += ROUND
         assert listed(proxy) == 1  # only the first listing, before the split, was answered
         refused.remove()
-        for _ in range(200):
-            number = put_round(producer, stream, number)
-            if listed(proxy) > 1:
-                break
-        else:
-            pytest.fail("the producer did not list the shards again once it could")
-        number = put_round(producer, stream, number)  # routed by the new map
+        number = round_until_listed(producer, stream, number, proxy)
+        put_round(producer, stream, number)  # routed by the new map
+        number += ROUND
 
-    records = read_all(kinesalite.url, stream)
-    assert sorted(int(r.data) for r in records) == list(range(number))  # each record once
-    children: dict[str, set[str]] = {}
-    for record in records:
-        if record.shard_id != parent:
-            children.setdefault(record.partition_key, set()).add(record.shard_id)
-    assert len(children) == KEYS
-    split_keys = sorted(key for key, shards in children.items() if len(shards) > 1)
-    assert split_keys == [], f"{len(split_keys)} of {KEYS} keys on both children"
-    # In the order a reader meets them: the parent, then each key's one child.
-    per_key: dict[str, list[int]] = {}
-    for record in records:
-        per_key.setdefault(record.partition_key, []).append(int(record.data))
-    for key, numbers in per_key.items():
-        assert all(a < b for a, b in itertools.pairwise(numbers)), key
+    assert parent not in {result.shard_id for result in landed}
     if aggregate:
-        assert any(r.sub_sequence_number > 0 for r in records)
+        assert any(result.sub_sequence_number > 0 for result in landed)
+    on = check_each_key_on_one_line(kinesalite.url, stream, number)
+    assert len(on) == KEYS and all(parent in held and len(held) == 2 for held in on.values())
+
+
+@pytest.mark.parametrize("aggregate", [True, False], ids=["aggregated", "plain"])
+def test_a_key_follows_its_shard_into_a_second_split_neither_listed(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    fault_proxy: Callable[[str], FaultProxy],
+    aggregate: bool,
+) -> None:
+    """A split, then a split of the child holding most records, with ListShards refused
+    throughout: each key moves only from a shard to a child of it."""
+    stream = unique_name("r2")
+    create_stream(kinesalite.url, stream, 1)
+    proxy = fault_proxy(kinesalite.url)
+    with Producer(kinesis_endpoint=proxy.url, region="us-east-1", aggregate=aggregate) as producer:
+        number = 0
+        for _ in range(2):
+            put_round(producer, stream, number)
+            number += ROUND
+        split_in_two(kinesalite.url, stream)
+        refused = proxy.add_rule(Fault.throttle(), service="kinesis", operation="ListShards")
+        landed: list[PutResult] = []
+        for _ in range(3):
+            landed += put_round(producer, stream, number)
+            number += ROUND
+        busiest = Counter(result.shard_id for result in landed).most_common(1)[0][0]
+        split_in_two(kinesalite.url, stream, busiest)
+        for _ in range(3):
+            put_round(producer, stream, number)
+            number += ROUND
+        assert listed(proxy) == 1
+        refused.remove()
+        number = round_until_listed(producer, stream, number, proxy)
+        put_round(producer, stream, number)
+        number += ROUND
+
+    on = check_each_key_on_one_line(kinesalite.url, stream, number)
+    grandchildren = {
+        s["ShardId"]
+        for s in kinesis(kinesalite.url).list_shards(StreamName=stream)["Shards"]
+        if s.get("ParentShardId") == busiest
+    }
+    assert any(busiest in held and held & grandchildren for held in on.values())
 
 
 @pytest.mark.parametrize("aggregate", [True, False], ids=["aggregated", "plain"])
@@ -122,11 +209,9 @@ def test_a_listing_that_never_answers_does_not_hold_the_puts(
     stream = unique_name("rh")
     create_stream(kinesalite.url, stream, 1)
     proxy = fault_proxy(kinesalite.url)
-    with Producer(
-        kinesis_endpoint=proxy.url, region="us-east-1", aggregate=aggregate
-    ) as producer:
+    with Producer(kinesis_endpoint=proxy.url, region="us-east-1", aggregate=aggregate) as producer:
         put_round(producer, stream, 0)
-        parent = split_in_two(kinesalite.url, stream)
+        split_in_two(kinesalite.url, stream)
         held = proxy.add_rule(Fault.blackhole(), service="kinesis", operation="ListShards")
         errors: list[BaseException] = []
 
@@ -147,11 +232,4 @@ def test_a_listing_that_never_answers_does_not_hold_the_puts(
             assert errors == []
         finally:
             held.remove()
-        number = 6 * ROUND
-    records = read_all(kinesalite.url, stream)
-    assert sorted(int(r.data) for r in records) == list(range(number))
-    children: dict[str, set[str]] = {}
-    for record in records:
-        if record.shard_id != parent:
-            children.setdefault(record.partition_key, set()).add(record.shard_id)
-    assert all(len(shards) == 1 for shards in children.values()), children
+    check_each_key_on_one_line(kinesalite.url, stream, 6 * ROUND)

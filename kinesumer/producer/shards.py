@@ -42,13 +42,6 @@ class ShardMap:
         index = bisect.bisect_right(self._starts, hash_key) - 1
         return self.shard_ids[max(index, 0)]
 
-    def start_of(self, shard_id: str) -> int | None:
-        """The first hash key of an open shard (None: not an open shard of this map)."""
-        try:
-            return self._starts[self.shard_ids.index(shard_id)]
-        except ValueError:
-            return None
-
     def __len__(self) -> int:
         return len(self.shard_ids)
 

@@ -49,8 +49,8 @@ RETRYABLE_ENTRY_CODES = frozenset(
 _EXPIRY_CHECK = 0.2
 #: Seconds before the shards are listed again after a listing failed past its retries, doubled
 #: per failure in a row up to the maximum (the writer keeps writing meanwhile: see _pin).
-LIST_AGAIN_AFTER = 1.0
-LIST_AGAIN_MAX = 10.0
+LIST_AGAIN_AFTER = 0.5
+LIST_AGAIN_MAX = 5.0
 
 
 class _Pin(NamedTuple):
