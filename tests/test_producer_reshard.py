@@ -8,10 +8,12 @@ does not hold a flush)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable
 from itertools import combinations, pairwise
+from typing import Any
 
 import pytest
 from _faultproxy import Fault, FaultProxy, OpKey
@@ -21,6 +23,8 @@ from _standins import NodeStandIn
 from _wait import wait_until
 
 from kinesumer import Producer, PutResult
+from kinesumer.producer import stream as stream_writer
+from kinesumer.producer.records import key_hash
 
 KEYS = 30
 ROUND = 100
@@ -233,3 +237,77 @@ def test_a_listing_that_never_answers_does_not_hold_the_puts(
         finally:
             held.remove()
     check_each_key_on_one_line(kinesalite.url, stream, 6 * ROUND)
+
+
+def test_a_listing_older_than_where_keys_landed_moves_none_of_them(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listing answered before a second split, applied after keys landed on that split's two
+    children (one key set on each): the listing names neither child, and each set stays on its
+    own. (By that listing's map both sets belong to their closed parent's lane, and one
+    aggregate from there would take both to one child.) The next listing is held until the
+    end, so that only the old one routes the last rounds."""
+    stream = unique_name("ro")
+    create_stream(kinesalite.url, stream, 1)
+    answered = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+    call_with_retry = stream_writer.call_with_retry
+    holding = {"on": False}
+
+    async def held_listing(operation: str, call: Any, stats: Any, **kwargs: Any) -> Any:
+        answer = await call_with_retry(operation, call, stats, **kwargs)
+        if operation == "kinesis.ListShards" and holding["on"]:
+            which = 0 if not answered[0].is_set() else 1
+            answered[which].set()
+            await asyncio.to_thread(release[which].wait, 60)
+        return answer
+
+    monkeypatch.setattr(stream_writer, "call_with_retry", held_listing)
+    producer = Producer(kinesis_endpoint=kinesalite.url, region="us-east-1", aggregate=True)
+    try:
+        number = 0
+        for _ in range(2):
+            put_round(producer, stream, number)
+            number += ROUND
+        holding["on"] = True
+        split_in_two(kinesalite.url, stream)
+        child = put_round(producer, stream, number)[0].shard_id  # the map is stale: listed
+        number += ROUND
+        wait_until(answered[0].is_set, what="the listing answered (and held)")
+        split_in_two(kinesalite.url, stream, child)
+        first_set = {result.shard_id for result in put_round(producer, stream, number)}
+        number += ROUND
+        assert len(first_set) == 1 and child not in first_set
+        grandchildren = {
+            s["ShardId"]: int(s["HashKeyRange"]["StartingHashKey"])
+            for s in kinesis(kinesalite.url).list_shards(StreamName=stream)["Shards"]
+            if s.get("ParentShardId") == child
+        }
+        (other,) = set(grandchildren) - first_set
+        low, high = sorted(grandchildren.values())
+        in_other = (
+            (lambda h: h >= high) if grandchildren[other] == high else (lambda h: low <= h < high)
+        )
+        second_keys = [k for k in (f"new-{i}" for i in range(2000)) if in_other(key_hash(k))][:10]
+        futures = [
+            producer.put(stream, b"%d" % i, partition_key=second_keys[i % 10])
+            for i in range(number, number + 50)
+        ]
+        producer.flush()
+        number += 50
+        assert {f.result().shard_id for f in futures} == {other}
+        release[0].set()  # the listing from before the second split is applied now
+        wait_until(answered[1].is_set, what="the next listing answered (and held)")
+        for _ in range(3):
+            for i in range(number, number + ROUND):
+                key = f"key-{i % KEYS}" if i % 2 else second_keys[i % 10]
+                producer.put(stream, b"%d" % i, partition_key=key)
+            producer.flush()
+            number += ROUND
+    finally:
+        for event in release:
+            event.set()
+        producer.close()
+    check_each_key_on_one_line(kinesalite.url, stream, number)

@@ -366,19 +366,27 @@ class StreamWriter:
             self.wake.set()
 
     def _apply_map(self, shards: list[dict[str, Any]]) -> None:
-        """Route by a new listing: every held record to its lane again, in put order."""
+        """Route by a new listing: every held record to its lane again, in put order.
+
+        A pin to a shard the listing does not name at all (not even closed) is newer than the
+        listing (an answer landed there while it ran): it stays, with its lane, or the old
+        map's lane would send the key's next aggregate wherever its first record goes."""
         self._map = ShardMap(shards)
         self._stale = False
+        listed = {str(shard["ShardId"]) for shard in shards}
         for key, pin in list(self._pinned.items()):
+            if pin.shard_id not in listed:
+                continue
             home = self._map.shard_for(pin.hash_key)
             if self._map.shard_for(pin.own) == home:
                 del self._pinned[key]  # the key's own hash key routes there now
             elif home != pin.shard_id:
-                self._pinned[key] = pin._replace(shard_id=home)  # that shard split since
+                self._pinned[key] = pin._replace(shard_id=home)  # that shard closed since
         held = [r for lane in self._lanes.values() for r in lane.queue] + self._unrouted
         held.sort(key=lambda r: r.seq)  # per-key order survives the move (see .batching)
         lanes, self._lanes = self._lanes, {}
-        for shard_id in self._map.shard_ids:
+        newer = {pin.shard_id for pin in self._pinned.values()} - listed
+        for shard_id in [*self._map.shard_ids, *sorted(newer)]:
             self._lanes[shard_id] = lanes.get(shard_id) or self._new_lane(shard_id)
             self._lanes[shard_id].queue.clear()
         self._unrouted = []
