@@ -23,11 +23,13 @@ of one key k in put order r1, r2, ...:
 
 Hence k's written records carry increasing sequence numbers in put order on their shard. Across
 a reshard, ri lands on the parent before r(i+1) is sent to a child, and readers (kinesumer among
-them) finish a parent before its children. With ``aggregate=True`` the unit is a KPL aggregate:
-several records of k may share one entry (one entry is written or refused as a whole, in order
-inside), and the rule holds per entry. The price: without aggregation a single hot key writes
-one record per round trip; ``aggregate=True`` lifts that (many records of the key per entry);
-``ordering="none"`` drops the rule.
+them) finish a parent before its children; k never lands on two siblings, which readers read
+side by side (an aggregate's keys stay where it landed: ``StreamWriter._pin``). With
+``aggregate=True`` the unit is a KPL aggregate: several records of k may share one entry (one
+entry is written or refused as a whole, in order inside), and the rule holds per entry. The
+price: without aggregation a single hot key writes one record per round trip;
+``aggregate=True`` lifts that (many records of the key per entry); ``ordering="none"`` drops
+the rule.
 
 **Large records** (over 1 MiB, up to a stream's raised maximum record size): one goes alone in
 its call (AWS takes at most 10 MiB a call; the 5 MiB of ordinary calls would not hold it) and

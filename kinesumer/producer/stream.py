@@ -352,7 +352,7 @@ class StreamWriter:
             self._list_after = time.monotonic() + pause
             log.warning(
                 "listing the shards of %s again failed (%s); writing on by the old map and "
-                "where keys landed, listing again in %.0fs",
+                "where keys landed, listing again in %.1fs",
                 self.stream,
                 exc,
                 pause,
@@ -422,8 +422,9 @@ class StreamWriter:
         """Keep each key whose records just landed off the map's routing on that shard.
 
         The rule (``ordering="key"``, ``aggregate=True``): once a key's entry landed on a shard,
-        its later records go to that same shard until it closes; then to a child of it (its
-        next entry lands on one, and this runs again). An aggregate goes where the hash key it
+        its later records go to that same shard until it closes; then to the shard that took
+        over the hash key they carry (a child, or a merge's shard: the key's next entry lands
+        there, and this runs again). An aggregate goes where the hash key it
         carries goes, so after a split the producer has not listed, its keys land together on
         the child of that hash key, which need not be theirs. Their later records carry the
         hash key that landed (an explicit hash key): they follow it there, and no aggregate
