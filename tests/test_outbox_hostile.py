@@ -442,3 +442,53 @@ def test_the_cli_redacts_the_password_from_a_refused_connection(
     err = capsys.readouterr().err
     assert "nosuchdb" in err and "s3cr3t-pw" not in err
     assert PostgresOutbox(conninfo).redact(f"x {conninfo} y").count("s3cr3t-pw") == 0
+
+
+def test_the_documented_grants_are_enough_for_the_application_and_the_relays(
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+) -> None:
+    """The application's role publishes and the relays' role relays with the grants the docs
+    ("The table: Roles") list, and nothing more."""
+    names = Names(outbox.table)
+    app, relay = unique_name("app").replace("-", "_"), unique_name("relay").replace("-", "_")
+    grants = [
+        "CREATE ROLE {app} LOGIN",
+        "CREATE ROLE {relay} LOGIN",
+        "GRANT INSERT, SELECT (id) ON {table} TO {app}",
+        "GRANT USAGE ON SEQUENCE {sequence} TO {app}",
+        "GRANT SELECT, DELETE ON {table} TO {relay}",
+        "GRANT SELECT, INSERT ON {dead} TO {relay}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {parts}, {presence} TO {relay}",
+    ]
+    with postgres.connect() as admin:
+        for grant in grants:
+            admin.execute(
+                sql.SQL(grant).format(
+                    app=sql.Identifier(app),
+                    relay=sql.Identifier(relay),
+                    table=names.table,
+                    sequence=sql.Identifier(outbox.table + "_id_seq"),
+                    dead=names.dead,
+                    parts=names.parts,
+                    presence=names.presence,
+                )
+            )
+    stream = unique_name("ob")
+    create_stream(kinesalite.url, stream, 1)
+    as_app = PostgresOutbox(
+        postgres.conninfo.replace("user=kinesumer", f"user={app}"), table=outbox.table
+    )
+    publish(as_app, stream, ["a", "b"])
+    as_relay = PostgresOutbox(
+        postgres.conninfo.replace("user=kinesumer", f"user={relay}"), table=outbox.table
+    )
+    running = Relays(as_relay, kinesalite.url)
+    running.start()
+    try:
+        wait_until(lambda: running.pending() == 0, what="the relay's role to relay every row")
+    finally:
+        running.close()
+    assert by_key(read_all(kinesalite.url, stream)) == {"a": [b"v"], "b": [b"v"]}
