@@ -116,6 +116,7 @@ _GIVE_BACK = (
     "WHERE part = ANY(%(parts)s) AND pid = %(pid)s AND started = %(started)s"
 )
 _LIVE_RELAYS = "SELECT count(*) FROM {presence} AS c WHERE " + LIVE
+_MINE = "SELECT part FROM {parts} WHERE pid = %(pid)s AND started = %(started)s"
 _JOIN = "INSERT INTO {presence} (pid, role, started) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 _FORGET_DEAD = "DELETE FROM {presence} AS c WHERE NOT " + LIVE
 
@@ -315,6 +316,15 @@ class Relay:
         row = self._conn.execute(self.names.query(_LIVE_RELAYS)).fetchone()
         share = math.ceil(PARTITIONS / max(1, int(row[0]) if row else 1))
         mine = {"pid": pid, "role": role, "started": started}
+        # What the table says this session holds: a claim written over by another session of
+        # the relays' role (an administrator, say) is no longer read here, between cycles.
+        claimed = {int(p) for (p,) in self._conn.execute(self.names.query(_MINE), mine)}
+        if self.held - claimed:
+            log.warning(
+                "outbox relay: %d partition(s) of this relay were claimed by another session",
+                len(self.held - claimed),
+            )
+        self.held = claimed
         if len(self.held) > share:
             extra = sorted(self.held)[share:]
             self._conn.execute(self.names.query(_GIVE_BACK), {**mine, "parts": extra})
@@ -344,8 +354,6 @@ class Relay:
         """Say so when this relay holds no partition while rows wait in partitions no live
         relay holds (no claim to take: a session of the relays' role holding them all, say)."""
         assert self._conn is not None
-        with self.counters.lock:
-            self.counters.starved_reads += 1
         if time.monotonic() - self._starved_logged < STARVED_LOG_INTERVAL:
             return
         pending = self._conn.execute(self.names.query(LAG)).fetchone()
