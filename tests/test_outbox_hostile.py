@@ -492,3 +492,28 @@ def test_the_documented_grants_are_enough_for_the_application_and_the_relays(
     finally:
         running.close()
     assert by_key(read_all(kinesalite.url, stream)) == {"a": [b"v"], "b": [b"v"]}
+
+
+def test_adding_the_checks_to_a_busy_old_table_gives_up_instead_of_queueing_writers(
+    outbox: PostgresOutbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open transaction that published holds the table: create_table() on a table without
+    the checks waits ALTER_LOCK_TIMEOUT for it (every publish() would queue behind the ALTER
+    meanwhile), then raises OutboxError, changing nothing; once the writer commits it works."""
+    from kinesumer.outbox import outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "ALTER_LOCK_TIMEOUT", 0.2)
+    insert_unchecked(outbox, [])  # the table as an older version created it
+    with psycopg.connect(outbox.conninfo) as writer:
+        with writer.transaction():
+            outbox.publish(writer, "s", b"v", partition_key="k")
+            with pytest.raises(OutboxError, match="run it again"):
+                outbox.create_table()
+        outbox.create_table()
+    with psycopg.connect(outbox.conninfo) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = %s::regclass "
+            "AND conname LIKE 'outbox_%%' AND convalidated",
+            (outbox.table,),
+        ).fetchone()
+    assert found is not None and found[0] == 3

@@ -52,6 +52,9 @@ from .stats import OutboxStats, summarize
 
 log = logging.getLogger("kinesumer.outbox")
 
+#: How long create_table() waits for each lock it needs (seconds).
+ALTER_LOCK_TIMEOUT = 5.0
+
 _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 #: Lower case: the name is quoted in SQL and read back unquoted (``to_regclass``).
 _TABLE = re.compile(r"^[a-z_][a-z0-9_]{0,57}(\.[a-z_][a-z0-9_]{0,57})?$")
@@ -108,13 +111,28 @@ class PostgresOutbox:
 
     # -- the table ------------------------------------------------------------------------------
     def create_table(self) -> None:
-        """Create the outbox table, its index and its dead-letter table (idempotent)."""
+        """Create the outbox table, its index, its dead-letter table and the relays' tables, and
+        add the table's checks (idempotent; an upgrade runs it once: see the docs' "Upgrading").
+        Raises :class:`OutboxError` when other sessions keep a lock it needs for
+        ALTER_LOCK_TIMEOUT, having changed nothing."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn, conn.transaction():
-            # Concurrent CREATE ... IF NOT EXISTS can still collide: one at a time.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._names.lock_class,))
-            for statement in self._names.schema():
-                conn.execute(statement)
-            self._add_constraints(conn)
+            # Every lock taken here waits after the transactions already holding the table (an
+            # open publish(), a session holding the advisory lock below): waiting long would
+            # hold every publish() queued behind it meanwhile.
+            timeout = f"{max(1, int(ALTER_LOCK_TIMEOUT * 1000))}ms"
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+            try:
+                # Concurrent CREATE ... IF NOT EXISTS can still collide: one at a time.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._names.lock_class,))
+                for statement in self._names.schema():
+                    conn.execute(statement)
+                self._add_constraints(conn)
+            except errors.LockNotAvailable as exc:
+                raise OutboxError(
+                    f"create_table(): other sessions held a lock it needs on {self.table!r} "
+                    f"for {ALTER_LOCK_TIMEOUT:g} s (open transactions on the table); run it "
+                    f"again (nothing was changed)"
+                ) from exc
 
     def _add_constraints(self, conn: psycopg.Connection[Any]) -> None:
         """The table's CHECKs: added NOT VALID where missing (a table created by an earlier
