@@ -234,6 +234,7 @@ def test_rows_for_a_missing_stream_do_not_hold_back_a_valid_row(
     assert outbox.stats().pending == 40
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings and not [line for line in warnings if "secret-key" in line]
+    assert "secret-key" in caplog.text  # at DEBUG, for whoever asks for it
 
 
 def test_a_row_that_keeps_failing_moves_aside_with_its_error_after_max_attempts(

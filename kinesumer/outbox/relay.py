@@ -476,6 +476,11 @@ class Relay:
                 with self.counters.lock:
                     self.counters.failed_attempts += 1
                 failed.append(error)
+                if log.isEnabledFor(logging.DEBUG):  # keys are row text: at DEBUG only
+                    log.debug(
+                        "outbox relay: row %d (%r/%r) not written: %s",
+                        *(row.id, row.stream, row.partition_key, brief(error)),
+                    )
                 if self._give_up(key, row, read_at):
                     dead.append((row, self._given_up(key, row, error, read_at)))
                     self._backoff.pop(key, None)
