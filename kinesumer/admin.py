@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from botocore.exceptions import ClientError
 
 from .aws import ClientFactory, error_code
+from .aws.clients import default_region
 from .config import Config
 from .core.controls import Controls, StepDown
 from .errors import (
@@ -207,7 +208,9 @@ def _raise_named(config: Config, operation: str, exc: ClientError) -> NoReturn:
     code = error_code(exc)
     name = config.dynamodb_table
     if code == "ResourceNotFoundException":
-        raise StateTableNotFoundError(f"DynamoDB table {name!r} does not exist") from exc
+        region = config.effective_dynamodb_region or default_region() or "the default region"
+        where = f"{region} at {config.dynamodb_endpoint}" if config.dynamodb_endpoint else region
+        raise StateTableNotFoundError(f"DynamoDB table {name!r} does not exist in {where}") from exc
     if code == "AccessDeniedException":
         raise AccessDeniedError(f"AWS denied dynamodb:{operation} on {name!r}: {exc}") from exc
     raise StateStoreError(f"dynamodb:{operation} on {name!r} failed: {exc}") from exc

@@ -18,7 +18,8 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── ProducerError               a record could not be (or was not) written (Producer)
     │   ├── InvalidRecordError          bad input at put(): key, payload type, hash key (also
     │   │   │                           ValueError)
-    │   │   └── RecordTooLargeError         data + key over 1 MiB
+    │   │   └── RecordTooLargeError         data + key over the stream's maximum record
+    │   │                                   size (1 MiB unless raised; 10 MiB at most)
     │   ├── BufferFullError             put(block=False) met a full buffer
     │   ├── DeliveryTimeoutError        not written within delivery_timeout
     │   ├── RecordRejectedError         Kinesis refused the entry for good (names its code)
@@ -40,6 +41,8 @@ Errors raised inside the engine's background tasks are re-raised to the caller o
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class KinesumerError(Exception):
@@ -148,7 +151,24 @@ class InvalidRecordError(ProducerError, ValueError):
 
 
 class RecordTooLargeError(InvalidRecordError):
-    """A record's data plus its partition key exceed Kinesis' 1 MiB per record."""
+    """A record's data plus its partition key exceed what its stream takes: 1 MiB, unless the
+    stream's maximum record size (``MaxRecordSizeInKiB``) was raised, and 10 MiB at most.
+
+    ``size``: the record's bytes (data plus UTF-8 key); ``limit``: the most it could have been;
+    ``stream``: the stream whose limit refused it (None: no stream takes it).
+    """
+
+    def __init__(
+        self, message: str, *, size: int = 0, limit: int = 0, stream: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+        self.stream = stream
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Its fields survive pickling (Spark hands a task's error to the driver).
+        return (type(self), (str(self),), self.__dict__)
 
 
 class BufferFullError(ProducerError):

@@ -69,6 +69,16 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def interrupt_on_sigint() -> Iterator[None]:
+    """While inside, SIGINT raises ``KeyboardInterrupt``, also in a process that started with
+    SIGINT ignored: a background job of a non-interactive shell (``cmd &`` in a script, some CI
+    runners) inherits SIGINT and SIGQUIT as ignored, and Python then installs no Ctrl-C handler,
+    so ``kill -INT`` would do nothing. Outside the main thread: nothing."""
+    with _installed({signal.SIGINT: signal.default_int_handler}):
+        yield
+
+
+@contextlib.contextmanager
 def signals_ignored() -> Iterator[None]:
     """While inside, SIGINT and SIGTERM are ignored: for cleanup that must not be cut short
     (stopping child processes). Outside the main thread: nothing."""

@@ -43,10 +43,12 @@ import threading
 import uuid
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
+from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
@@ -104,10 +106,16 @@ class FaultKind(enum.Enum):
     LOST_RESPONSE = "lost_response"
     """Forward the request (it takes effect upstream), then close the client connection with a
     TCP RST instead of relaying the answer: a write that landed but whose answer was lost."""
+    REWRITE_ANSWER = "rewrite_answer"
+    """Forward, then relay a successful (200) JSON answer as ``Fault.rewrite`` changed it: an
+    answer no stand-in gives (e.g. a GetRecords carrying a record larger than it serves)."""
     REFUSE_ENTRIES = "refuse_entries"
     """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
     ``ProvisionedThroughputExceededException`` (or ``Fault.code``); forward the rest and merge
     the answers (a partial failure, as AWS answers when a shard is over its limit)."""
+    ANSWER = "answer"
+    """200 with ``Fault.body`` and ``Fault.content_type`` instead of forwarding: what a gateway,
+    a captive portal or a broken proxy on the way may send (an HTML page, a garbled body)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +129,15 @@ class Fault:
     seconds: float = 0.0
     share: float = 0.0
     code: str = ""
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, compare=False)
+    body: bytes = b""
+    content_type: str = ""
 
     def __post_init__(self) -> None:
+        if (self.rewrite is None) != (self.kind is not FaultKind.REWRITE_ANSWER):
+            raise ValueError(f"{self.kind.value}: rewrite is for rewrite_answer, and only it")
+        if self.kind is not FaultKind.ANSWER and (self.body or self.content_type):
+            raise ValueError(f"{self.kind.value} takes no body")
         if self.kind is FaultKind.REFUSE_ENTRIES:
             if not 0.0 <= self.share <= 1.0:
                 raise ValueError(f"share must be within [0, 1], got {self.share}")
@@ -183,6 +198,16 @@ class Fault:
         return cls(FaultKind.REFUSE_ENTRIES, share=share, code=code)
 
     @classmethod
+    def rewrite_answer(cls, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Fault:
+        """Relay a successful JSON answer as ``rewrite`` returns it (given the parsed answer)."""
+        return cls(FaultKind.REWRITE_ANSWER, rewrite=rewrite)
+
+    @classmethod
+    def answer(cls, body: bytes, content_type: str = "text/html") -> Fault:
+        """A 200 answer of ``body`` (``content_type``), the request not forwarded."""
+        return cls(FaultKind.ANSWER, body=body, content_type=content_type)
+
+    @classmethod
     def expired_iterator(cls) -> Fault:
         """Kinesis ``ExpiredIteratorException`` (HTTP 400)."""
         return cls(FaultKind.EXPIRED_ITERATOR)
@@ -229,8 +254,10 @@ class Rule:
         rate: float,
         count: int | None,
         seed: int,
+        skip: int = 0,
     ) -> None:
         self.fault = fault
+        self.skip = skip
         self.service = service
         self.operation = operation
         self.rate = rate
@@ -239,6 +266,7 @@ class Rule:
         self._proxy = proxy
         self._rng = random.Random(seed)
         self._fired = 0
+        self._skipped = 0
         self._removed = threading.Event()
 
     @property
@@ -408,6 +436,17 @@ def error_response(
 # --- the server --------------------------------------------------------------------------------
 
 
+def _shifted(date: str, seconds: float) -> str:
+    """An HTTP ``Date`` value moved by ``seconds`` (unchanged when 0 or unreadable)."""
+    if not seconds:
+        return date
+    try:
+        when = parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return date
+    return formatdate(when + seconds, usegmt=True)
+
+
 class _ProxyServer(ThreadingHTTPServer):
     """ThreadingHTTPServer that tracks its connections and threads so stop() can end them all."""
 
@@ -518,16 +557,30 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._reset()
         elif kind is FaultKind.LOST_RESPONSE:
             self._forward(key, body, lose_answer=True)
+        elif kind is FaultKind.REWRITE_ANSWER:
+            self._forward(key, body, rewrite=rule.fault.rewrite)
         elif kind is FaultKind.BLACKHOLE:
             self._hold(rule)
             self._abandon()
         elif kind is FaultKind.REFUSE_ENTRIES:
             self._refuse_entries(rule, key, body)
+        elif kind is FaultKind.ANSWER:
+            headers = [
+                ("x-amzn-RequestId", str(uuid.uuid4())),
+                ("Content-Type", rule.fault.content_type),
+            ]
+            self._respond(200, "OK", headers, rule.fault.body)
         else:
             status, headers, payload = error_response(kind, key, self.headers)
             self._respond(status, http.client.responses.get(status, ""), headers, payload)
 
-    def _forward(self, key: OpKey, body: bytes, lose_answer: bool = False) -> None:
+    def _forward(
+        self,
+        key: OpKey,
+        body: bytes,
+        lose_answer: bool = False,
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         proxy = self.server.proxy
         headers = [
             (name, value)
@@ -547,10 +600,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if lose_answer:
             self._reset()
             return
+        if rewrite is not None and response.status == 200:
+            data = json.dumps(rewrite(json.loads(data))).encode()
         relayed = [
-            (name, value)
+            (name, _shifted(value, proxy.date_offset) if name.lower() == "date" else value)
             for name, value in response.getheaders()
-            if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length"
+            if name.lower() not in _HOP_BY_HOP
+            and name.lower() != "content-length"
+            and not (rewrite is not None and name.lower() == "x-amz-crc32")  # of the old body
         ]
         if self.command == "HEAD":
             length = response.getheader("Content-Length")
@@ -730,6 +787,9 @@ class FaultProxy:
             raise ValueError(f"upstream_url must look like http://host:port, got {upstream_url!r}")
         self.upstream_url = upstream_url.rstrip("/")
         self.upstream_timeout = upstream_timeout
+        #: Seconds added to the ``Date`` header of every relayed answer: a service whose clock
+        #: is that far ahead (negative: behind). Set at any time.
+        self.date_offset = 0.0
         self._upstream_host: str = split.hostname
         self._upstream_port: int = split.port
         self._lock = threading.Lock()
@@ -779,6 +839,7 @@ class FaultProxy:
         rate: float = 1.0,
         count: int | None = None,
         seed: int = 0,
+        skip: int = 0,
     ) -> Rule:
         """Inject ``fault`` into matching requests from now on.
 
@@ -786,7 +847,8 @@ class FaultProxy:
         :class:`OpKey`. A matching rule fires with probability ``rate``, drawn from its own
         ``random.Random(seed)`` so a test sees the same sequence on every run, and at most
         ``count`` times. Rules are tried in the order they were added; the first that fires
-        decides the request's fate.
+        decides the request's fate. The first ``skip`` requests it matches go their way (the
+        fault lands mid-stream: after that many calls).
         """
         if isinstance(fault, FaultKind):
             fault = Fault(fault)
@@ -794,7 +856,9 @@ class FaultProxy:
             raise ValueError(f"rate must be within [0, 1], got {rate}")
         if count is not None and count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        rule = Rule(self, fault, service, operation, rate, count, seed)
+        if skip < 0:
+            raise ValueError(f"skip must be >= 0, got {skip}")
+        rule = Rule(self, fault, service, operation, rate, count, seed, skip)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -821,6 +885,9 @@ class FaultProxy:
         with self._lock:
             self._stats.setdefault(key, OpStats()).requests += 1
             for rule in self._rules:
+                if rule._matches(key) and rule._skipped < rule.skip:
+                    rule._skipped += 1
+                    continue
                 if rule._matches(key) and rule._rng.random() < rule.rate:
                     rule._fired += 1
                     return rule

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import boto3
+from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record, create_state_table
 from kinesumer.aws import AwsClients, RequestStats
@@ -102,6 +103,25 @@ def setup_table(config: Config) -> None:
     create_state_table(config)
 
 
+def recorded_starts(config: Config, stream: str) -> dict[str, int | None]:
+    """Shard id -> where a ``LATEST`` read of it began (epoch ms, the checkpoint item's
+    ``started_at``; None: none recorded), for every checkpoint item of ``stream`` (boto3,
+    strongly consistent)."""
+    client = boto3.client(
+        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name=config.region
+    )
+    items = client.query(
+        TableName=config.dynamodb_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"check_point#{config.app}#{stream}"}},
+        ConsistentRead=True,
+    )["Items"]
+    return {
+        item["sk"]["S"]: int(item["started_at"]["N"]) if "started_at" in item else None
+        for item in items
+    }
+
+
 @contextlib.asynccontextmanager
 async def state_store(config: Config) -> AsyncIterator[DynamoDBStateStore]:
     """The group's state table as another process sees it (its own clients, built from the
@@ -145,6 +165,16 @@ class Member:
             (s.stream, s.shard_id) for s in self.consumer.stats().shards if s.status == "active"
         }
 
+    def reading(self) -> set[tuple[str, str]]:
+        """The shards it holds whose reading has begun (a GetRecords answered): from
+        ``LATEST``, their iterator is open, so every record put from now on is read. What a
+        test at ``LATEST`` waits for before it puts records."""
+        return {
+            (s.stream, s.shard_id)
+            for s in self.consumer.stats().shards
+            if s.status == "active" and s.millis_behind is not None
+        }
+
     def flushed(self) -> bool:
         """Every shard it holds is checkpointed at the last record it delivered from it: what a
         test waits for before a crash or an outage whose duplicates it counts (a fixed sleep of a
@@ -166,6 +196,21 @@ class Member:
             self.task.cancel()
         await engine_of(self.consumer).abort()
         await asyncio.gather(*([self.task] if self.task else []), return_exceptions=True)
+
+
+#: The initial positions the group's own tests run at: the default first.
+POSITIONS = ("LATEST", "TRIM_HORIZON")
+
+
+async def wait_reading(members: Iterable[Member], shards: int, timeout: float = 30) -> None:
+    """Until ``members`` read ``shards`` shards between them, each read begun (see
+    :meth:`Member.reading`): at ``LATEST``, a test puts records only after this."""
+    group = list(members)
+    await eventually(
+        lambda: sum(len(m.reading()) for m in group) == shards,
+        timeout,
+        f"{shards} shards read by {[m.client_id for m in group]}",
+    )
 
 
 def datas(sink: list[tuple[str, Record]]) -> list[bytes]:

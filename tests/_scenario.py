@@ -526,6 +526,26 @@ class Scenario:
             lambda: balanced(members, wanted), timeout, f"a balanced split of {wanted}"
         )
 
+    def wait_reading(
+        self, stream: str, shards: Iterable[str], initial: str, timeout: float = 60
+    ) -> float:
+        """At ``LATEST``: until the read of every shard in ``shards`` (``stream/shard``) began,
+        its start recorded in its checkpoint item (the iterator is open: records put from now
+        on are read), or it has a position. At another initial position: at once."""
+        if initial != "LATEST":
+            return 0.0
+        ids = {key.split("/", 1)[1] for key in shards}
+
+        def begun() -> bool:
+            found = self.checkpoints(stream)
+            return all(
+                found.get(i, {}).get("started_at") is not None
+                or found.get(i, {}).get("sequence_number") is not None
+                for i in ids
+            )
+
+        return self.wait(begun, timeout, f"the reads of {sorted(ids)} begun")
+
     def wait_delivered(self, numbers: Iterable[int], timeout: float = 60) -> float:
         wanted = set(numbers)
         return self.wait(

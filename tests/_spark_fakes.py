@@ -95,6 +95,14 @@ class SoloMember:
         self.begun[key] = self.begun.get(key, 0) + 1
         return key not in self.finished and lease in (None, self.leases.get(key, 1))
 
+    def record_start(self, key: tuple[str, str], lease: int, started_at_ms: int) -> bool:
+        self.calls.append(("record_start", key, started_at_ms))
+        if lease != self.leases.get(key, 1):
+            return False
+        if self.positions.get(key) is None:
+            self.started.setdefault(key, started_at_ms)
+        return True
+
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False
     ) -> bool:

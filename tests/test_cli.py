@@ -7,6 +7,7 @@ demo and its Ctrl-C) runs as subprocesses, each stopped by its own pid.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -21,22 +22,40 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
+from _group import (
+    create_stream,
+    kinesis,
+    make_config,
+    put,
+    recorded_starts,
+    setup_table,
+    state_store,
+)
 
 from kinesumer import Kinesumer, cli
+from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.cli import view
+from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS, KinesisReader
 from kinesumer.models import ClientInfo
 from kinesumer.signals import interrupt_on_sigterm, signals_ignored, stop_on_signals
+from kinesumer.spark.source.pins import LatestPins, local_now_ms
 from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
 
 Names = Callable[[str], str]
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 class Running:
     """A subprocess whose stdout lines are collected by a thread, so a test can wait for a line
     with a deadline instead of blocking on a pipe. :meth:`stop` kills it by its own pid."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None = None, *, sigint_ignored: bool = False
+    ) -> None:
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -44,6 +63,8 @@ class Running:
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,  # a terminal's Ctrl-C reaches pytest only
+            # As a background job of a script starts it: SIGINT and SIGQUIT ignored.
+            preexec_fn=_ignore_interrupts if sigint_ignored else None,
         )
         self.lines: list[str] = []
         self._errors: list[bytes] = []
@@ -282,10 +303,11 @@ def test_status_shows_leader_owned_shards_and_lag(
     assert json.loads(out)["leader"] is None
 
 
-def test_status_watch_refreshes_until_interrupted(g: dict[str, Any]) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["terminal", "background-job"])
+def test_status_watch_refreshes_until_interrupted(g: dict[str, Any], sigint_ignored: bool) -> None:
     setup_table(g["config"])
     argv = [sys.executable, "-m", "kinesumer.cli", "status", "--watch", "0.2", *g["where"]]
-    proc = Running(argv)
+    proc = Running(argv, sigint_ignored=sigint_ignored)
     try:
         proc.wait_for(lambda: proc.output.count("refreshing every") >= 2, 30, "two refreshes")
         proc.send_signal(signal.SIGINT)
@@ -415,6 +437,144 @@ def test_checkpoint_write_loses_to_a_racing_claim(
     assert _checkpoint(capsys, g)["owner"] == "racer"
 
 
+async def _spark_latest_pin(config: Any, key: tuple[str, str], *, make: bool = False) -> Any:
+    """The Spark source's LATEST pin of ``key`` (epoch ms or None), pinned first if ``make``:
+    through the source's own code, as a query of the group would."""
+    aws = AwsClients(config, RequestStats())
+    await aws.open()
+    try:
+        pins = LatestPins(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
+        if not make:
+            return await pins.started_at(key)
+        reader = KinesisReader(aws.kinesis, RequestStats(), "us-east-1")
+
+        async def opened_now() -> int:  # where a LATEST read opened now begins (Kinesis's clock)
+            return (await reader.open_latest(*key))[1]
+
+        return await pins.pin(key, opened_now, local_now_ms())
+    finally:
+        await aws.close()
+
+
+def _read_at_latest(g: dict[str, Any], member: Callable[..., Kinesumer], shards: int) -> None:
+    """A member of the group at ``LATEST`` (the default) until it recorded where its read of
+    every shard began, then closed: what a first run of an app leaves in the table."""
+    consumer = member("at-latest", initial_position="LATEST")
+    poll_until(
+        lambda: (
+            (starts := recorded_starts(g["config"], g["stream"])) is not None
+            and len(starts) == shards
+            and None not in starts.values()
+        ),
+        what="the LATEST starts recorded",
+    )
+    consumer.close()
+
+
+def test_reset_forgets_a_recorded_latest_start_so_a_backfill_reads_everything(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], member: Callable[..., Kinesumer]
+) -> None:
+    """A run at LATEST records where it began; a later run at TRIM_HORIZON resumes there (the
+    recorded start wins, as a position would), so records older than the start are never read.
+    ``checkpoints reset --all-shards`` forgets the start (and the Spark source's LATEST pin):
+    a TRIM_HORIZON member then reads every record."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    produced = put(g["url"], g["stream"], 0, 20)
+    # Older than the 5 s the recorded start stays behind Kinesis's clock.
+    put_at_ms = int(time.time() * 1000)
+    poll_until(lambda: time.time() * 1000 > put_at_ms + SERVER_CLOCK_MARGIN_MS + 500, 10)
+    _read_at_latest(g, member, 2)
+    starts = recorded_starts(g["config"], g["stream"])
+    assert all(start is not None and start > put_at_ms for start in starts.values()), starts
+    pinned = (g["stream"], "shardId-000000000000")
+    assert asyncio.run(_spark_latest_pin(g["config"], pinned, make=True)) is not None
+
+    code, out, err = run(
+        capsys, "checkpoints", "reset", *g["where"], "--stream", g["stream"], "--all-shards"
+    )
+    assert code == 0, err
+    backfill = member("backfill", initial_position="TRIM_HORIZON")
+    got: list[bytes] = []
+
+    def read_all() -> bool:
+        got.extend(r.data for r in backfill.poll(max_records=100, timeout=0.2))
+        return len(got) >= len(produced)
+
+    poll_until(read_all, 20, f"the 20 records older than the recorded start (reset: {out})")
+    assert sorted(got) == sorted(produced)
+    assert out.count("reset (was started at ") == 2, out
+    assert asyncio.run(_spark_latest_pin(g["config"], pinned)) is None
+
+
+def test_status_and_list_show_where_a_shard_without_position_resumes(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], member: Callable[..., Kinesumer]
+) -> None:
+    """Without a position, a shard resumes at its recorded LATEST start (or, for the Spark
+    source's queries, at their LATEST pin): both tables and both JSON documents show it."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 2)
+    _read_at_latest(g, member, 2)
+    first, second = "shardId-000000000000", "shardId-000000000001"
+    started = recorded_starts(g["config"], g["stream"])[first]
+    assert started is not None
+    select = ["--stream", g["stream"], "--shard", second]
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == 0 and "reset (was started at" in out, (out, err)
+    pinned = asyncio.run(_spark_latest_pin(g["config"], (g["stream"], second), make=True))
+    shown = {
+        first: f"started at {view.iso_time(started)} (LATEST)",
+        second: f"Spark started at {view.iso_time(pinned)} (LATEST)",
+    }
+
+    for command in (["checkpoints", "list"], ["status"]):
+        code, out, err = run(capsys, *command, *g["where"])
+        assert code == 0, err
+        for shard, text in shown.items():
+            assert any(shard in line and text in line for line in out.splitlines()), out
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"])
+    listed = {s["shard_id"]: s for s in json.loads(out)}
+    (stream,) = status_json(capsys, g)["streams"]
+    for shards in (listed, {s["shard_id"]: s for s in stream["shards"]}):
+        assert shards[first]["started_at"] == view.iso_time(started)
+        assert shards[first]["sequence_number"] is None
+        assert shards[second]["started_at"] is None
+        assert shards[second]["spark_latest_pin"] == view.iso_time(pinned)
+
+
+def test_reset_of_a_recorded_start_loses_to_a_racing_claim(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting a recorded LATEST start is fenced like a reset of a position: a member that
+    claims the shard between the read and the write keeps it, and its start."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    shard = "shardId-000000000000"
+
+    async def started_earlier() -> None:  # what a run at LATEST leaves, as its fetcher writes it
+        async with state_store(g["config"]) as store:
+            claimed = await store.claim(g["stream"], shard, "earlier", None)
+            assert claimed is not None and await store.record_start(claimed, 2_000)
+            assert await store.write_checkpoint(claimed, None, release=True)
+
+    asyncio.run(started_earlier())
+    real = view.stream_shards
+
+    async def read_then_race(store: DynamoDBStateStore, stream: str, live: Any) -> Any:
+        views = await real(store, stream, live)
+        assert await store.claim(stream, views[0].shard_id, "racer", views[0].checkpoint)
+        return views
+
+    monkeypatch.setattr(view, "stream_shards", read_then_race)
+    select = ["--stream", g["stream"], "--shard", shard]
+    code, _, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_REFUSED and "changed while it was being written" in err
+    monkeypatch.undo()
+    code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"], *select)
+    (after,) = json.loads(out)
+    assert after["owner"] == "racer" and after["started_at"] == view.iso_time(2_000)
+
+
 def _checkpoint(capsys: pytest.CaptureFixture[str], g: dict[str, Any]) -> dict[str, Any]:
     code, out, err = run(capsys, "checkpoints", "list", "--json", *g["where"])
     assert code == 0, err
@@ -444,7 +604,8 @@ def test_errors_are_one_line_with_documented_exit_codes(
     one_line(
         ["status", *g["where"]],
         cli.EXIT_ERROR,
-        f"kinesumer: table '{g['table']}' does not exist: create it with `kinesumer "
+        f"kinesumer: table '{g['table']}' does not exist in us-east-1 at {g['url']}: create it "
+        f"with `kinesumer "
         f"create-table --table {g['table']} --region us-east-1 --dynamodb-endpoint {g['url']}`",
     )
     nothing_there = ["--app", "a", "--table", "t-x", "--dynamodb-endpoint", "http://127.0.0.1:9"]
@@ -564,3 +725,90 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_forced_reset_prints_the_owner_it_took_the_shard_from_escaped(
+    g: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Owner ids come from the table (anyone with write access to it wrote them): what a
+    command prints of them reaches the terminal escaped, as ``status`` shows them."""
+    from kinesumer.models import Position
+    from kinesumer.statestore.dynamodb.codecs import client_item, new_checkpoint_item
+
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    hostile = "m-\x1b]0;pwned\x07-\u202eevil"
+    shard = "shardId-000000000000"
+    db = boto3.client("dynamodb", endpoint_url=g["url"], region_name="us-east-1")
+    member_item = ClientInfo(client_id=hostile, last_update_ms=int(time.time() * 1000), beat=1)
+    db.put_item(TableName=g["table"], Item=client_item(g["app"], member_item, 3600))
+    position = Position("49590000000000000000000000000000000000000000000000000001", 0)
+    checkpoint = new_checkpoint_item(g["app"], g["stream"], shard, position)
+    checkpoint["owner"] = {"S": hostile}
+    db.put_item(TableName=g["table"], Item=checkpoint)
+    select = ["--stream", g["stream"], "--shard", shard, "--force"]
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == 0, err
+    assert "taken from live member m-\\x1b]0;pwned\\x07-\\u202eevil" in out, out
+    assert "\x1b" not in out + err and "\u202e" not in out + err
+
+
+@pytest.mark.parametrize("race_before", ["forget_latest_pin", "move_checkpoint"])
+def test_a_reset_racing_a_query_never_says_done_while_the_old_start_still_wins(
+    g: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    race_before: str,
+) -> None:
+    """A reset forgets two things, the Spark pin and the checkpoint's recorded start, in two
+    conditional writes. A query of the group claiming the shard between (or before) them and
+    recording the pin's instant as its start must make the reset fail and say so, never exit 0
+    with the old start recorded again; run again, it forgets both."""
+    setup_table(g["config"])
+    create_stream(g["url"], g["stream"], 1)
+    shard = "shardId-000000000000"
+    key = (g["stream"], shard)
+    began = int(time.time() * 1000) - 60_000
+
+    async def a_query_ran() -> None:  # pinned, recorded, released the shard before a checkpoint
+        aws = AwsClients(g["config"], RequestStats())
+        await aws.open()
+        try:
+            pins = LatestPins(aws.dynamodb, g["table"], g["app"], RequestStats())
+
+            async def at_began() -> int:
+                return began
+
+            await pins.pin(key, at_began, began)
+        finally:
+            await aws.close()
+        async with state_store(g["config"]) as store:
+            claimed = await store.claim(g["stream"], shard, "query-1", None)
+            assert claimed is not None and await store.record_start(claimed, began)
+            assert await store.write_checkpoint(claimed, None, release=True)
+
+    asyncio.run(a_query_ran())
+    real = getattr(DynamoDBStateStore, race_before)
+    raced: list[bool] = []
+
+    async def racing(self: DynamoDBStateStore, *args: Any) -> bool:
+        if not raced:  # another query of the group claims the shard and records its start
+            raced.append(True)
+            seen = (await self.get_checkpoints(g["stream"], [shard]))[shard]
+            claimed = await self.claim(g["stream"], shard, "query-2", seen)
+            assert claimed is not None and await self.record_start(claimed, began)
+            assert await self.write_checkpoint(claimed, None, release=True)
+        result: bool = await real(self, *args)
+        return result
+
+    monkeypatch.setattr(DynamoDBStateStore, race_before, racing)
+    select = ["--stream", g["stream"], "--shard", shard]
+    code, _, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert raced and code == cli.EXIT_REFUSED, err
+    assert "run the command again" in err
+    monkeypatch.undo()
+    code, out, err = run(capsys, "checkpoints", "reset", *g["where"], *select)
+    assert code == cli.EXIT_OK, err
+    code, out, _ = run(capsys, "checkpoints", "list", "--json", *g["where"], *select)
+    (after,) = json.loads(out)
+    assert after["started_at"] is None and after["spark_latest_pin"] is None, after

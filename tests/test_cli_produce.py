@@ -107,3 +107,25 @@ def test_produce_puts_plain_lines_each_once_and_a_keys_lines_in_order(
     assert code == 0, err
     assert "250 line(s) written" in err
     assert by_key(read_all(kinesalite.url, keyed)) == {"one": lines}
+
+
+def test_produce_a_line_nested_too_deeply_fails_that_line_only(
+    kinesalite: NodeStandIn,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A hostile line (nested past the JSON parser's recursion limit) is one failed line, and
+    the lines around it are written."""
+    stream = unique_name("cli")
+    create_stream(kinesalite.url, stream, 1)
+    where = ["--region", "us-east-1", "--kinesis-endpoint", kinesalite.url]
+    deep = b"[" * 200_000 + b"]" * 200_000
+    deep_key = b'{"id": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    stdin = b'{"id": 1}\n' + deep + b"\n" + deep_key + b'\n{"id": 2}\n'
+    code, _, err = run(monkeypatch, capsys, stdin, "produce", stream, *where, "--key-field", "id")
+    assert code == 1
+    assert "line 2 not written: a JSON line nested too deeply to parse" in err
+    assert "line 3 not written: a JSON line nested too deeply to parse" in err
+    assert "2 line(s) written" in err and "2 NOT written (KinesumerError: 2)" in err
+    assert sorted(r.partition_key for r in read_all(kinesalite.url, stream)) == ["1", "2"]

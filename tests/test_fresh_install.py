@@ -5,8 +5,8 @@ by that environment's pytest from outside the repository, the plugin found throu
 ``pytest11`` entry point alone (no ``-p``, no conftest).
 
 It builds a venv and installs boto3, aiobotocore and moto into it (about a minute with pip's
-cache warm), so it runs where ``KINESUMER_FRESH_INSTALL=1`` (``.ci/run`` sets it) and is skipped
-elsewhere.
+cache warm), so it runs where ``KINESUMER_FRESH_INSTALL=1`` (``./scripts/test``, the README's
+test command, and so CI, set it) and is skipped under a bare ``pytest``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ EXAMPLES = ("testing_mock_aws.py", "testing_fixtures.py", "testing_handler.py")
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("KINESUMER_FRESH_INSTALL") != "1",
-    reason="builds a venv and installs the package: KINESUMER_FRESH_INSTALL=1 (set by .ci/run)",
+    reason="builds a venv and installs the package: KINESUMER_FRESH_INSTALL=1 (./scripts/test)",
 )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from _group import (
+    POSITIONS,
     Member,
     create_stream,
     datas,
@@ -17,6 +19,7 @@ from _group import (
     put,
     setup_table,
     state_store,
+    wait_reading,
 )
 from _wait import eventually
 
@@ -39,15 +42,30 @@ def config_for(g: dict[str, Any], **overrides: Any) -> Any:
     return make_config(g["url"], g["url"], g["app"], g["table"], **overrides)
 
 
-async def test_two_clients_split_shards_and_read_every_record_once(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+@pytest.fixture(params=POSITIONS)
+def at(request: pytest.FixtureRequest, group: dict[str, Any]) -> dict[str, Any]:
+    """:func:`group` with its members' ``initial_position`` (``group["initial_position"]``):
+    the default ``LATEST``, and ``TRIM_HORIZON``. At ``LATEST`` a test puts records only once
+    the members read every shard (:func:`wait_reading`)."""
+    return {**group, "initial_position": request.param}
+
+
+def member_of(at: dict[str, Any], client_id: str, streams: list[str], sink: Any) -> Member:
+    """A started member of ``at``'s group, at its initial position."""
+    config = config_for(at, client_id=client_id, initial_position=at["initial_position"])
+    return Member(config, streams, sink).start()
+
+
+async def test_two_clients_split_shards_and_read_every_record_once(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 4)
-    produced = put(url, stream, 0, 200)
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    a = member_of(at, "a", [stream], sink)
     await eventually(lambda: len(a.owned()) == 4, what="a owns all 4 shards")
+    await wait_reading([a], 4)
+    produced = put(url, stream, 0, 200)
     await eventually(lambda: len(sink) >= 100, what="a reading")
-    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    b = member_of(at, "b", [stream], sink)
     joined = time.monotonic()
     await eventually(
         lambda: len(a.owned()) == 2 and len(b.owned()) == 2 and not (a.owned() & b.owned()),
@@ -67,12 +85,13 @@ async def test_two_clients_split_shards_and_read_every_record_once(group: dict[s
             assert (stream, record.shard_id) in owned[cid]
 
 
-async def test_three_clients_read_every_record_exactly_once(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+async def test_three_clients_read_every_record_exactly_once(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 6)
     sink: list[tuple[str, Record]] = []
-    members = [Member(config_for(group, client_id=c), [stream], sink).start() for c in "xyz"]
+    members = [member_of(at, c, [stream], sink) for c in "xyz"]
     await eventually(lambda: [len(m.owned()) for m in members] == [2, 2, 2], what="two shards each")
+    await wait_reading(members, 6)
     owned = [m.owned() for m in members]
     assert set().union(*owned) == {(stream, f"shardId-{i:012d}") for i in range(6)}
     produced = put(url, stream, 0, 600)
@@ -86,13 +105,14 @@ async def test_three_clients_read_every_record_exactly_once(group: dict[str, Any
         assert mine <= shards  # membership was stable: nobody read another's shard
 
 
-async def test_leaving_client_hands_shards_over_without_duplicates(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+async def test_leaving_client_hands_shards_over_without_duplicates(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 4)
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a"), [stream], sink).start()
-    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    a = member_of(at, "a", [stream], sink)
+    b = member_of(at, "b", [stream], sink)
     await eventually(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, what="split")
+    await wait_reading([a, b], 4)
     produced = put(url, stream, 0, 300)
     await eventually(lambda: len(sink) >= 150, what="half consumed")
     await a.close()  # graceful: checkpoints written, shards released, client item deleted
@@ -136,19 +156,37 @@ async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) ->
     await a.close()
 
 
-async def test_restart_resumes_after_the_checkpoint(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+def put_once_reading(
+    consumer: AsyncKinesumer, shards: int, url: str, stream: str, count: int
+) -> asyncio.Task[list[bytes]]:
+    """Put records 0..count-1 once ``consumer`` reads ``shards`` shards (at ``LATEST``, records
+    put earlier are not read), from a task: the test meanwhile iterates the consumer."""
+
+    async def once_reading() -> list[bytes]:
+        await eventually(
+            lambda: sum(s.millis_behind is not None for s in consumer.stats().shards) == shards,
+            what=f"{shards} shards read",
+        )
+        return put(url, stream, 0, count)
+
+    return asyncio.create_task(once_reading())
+
+
+async def test_restart_resumes_after_the_checkpoint(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 2)
-    produced = put(url, stream, 0, 200)
+    config = config_for(at, initial_position=at["initial_position"])
     first: list[Record] = []
-    consumer = AsyncKinesumer(config_for(group))
+    consumer = AsyncKinesumer(config)
+    producing = put_once_reading(consumer, 2, url, stream, 200)
     async for record in consumer.consume([stream]):
         first.append(record)
         if len(first) == 120:
             break
     await consumer.aclose()  # from the iterating task: the 120th record counts as processed
+    produced = await producing
     second: list[Record] = []
-    consumer = AsyncKinesumer(config_for(group))
+    consumer = AsyncKinesumer(config)  # at LATEST too: after the checkpoint, not at the tip
     async for record in consumer.consume([stream]):
         second.append(record)
         if len(first) + len(second) == 200:
@@ -158,19 +196,18 @@ async def test_restart_resumes_after_the_checkpoint(group: dict[str, Any]) -> No
     assert sorted(r.data for r in first + second) == sorted(produced)
 
 
-async def test_multiple_streams_spread_over_members(
-    group: dict[str, Any], unique_name: Names
-) -> None:
-    url = group["url"]
-    s1, s2 = group["stream"], unique_name("s")
+async def test_multiple_streams_spread_over_members(at: dict[str, Any], unique_name: Names) -> None:
+    url = at["url"]
+    s1, s2 = at["stream"], unique_name("s")
     create_stream(url, s1, 2)
     create_stream(url, s2, 3)
-    produced = put(url, s1, 0, 100) + put(url, s2, 1000, 150)
     sink: list[tuple[str, Record]] = []
-    members = [Member(config_for(group, client_id=c), [s1, s2], sink).start() for c in "ab"]
+    members = [member_of(at, c, [s1, s2], sink) for c in "ab"]
     await eventually(
         lambda: sorted(len(m.owned()) for m in members) == [2, 3], what="5 shards split 2/3"
     )
+    await wait_reading(members, 5)
+    produced = put(url, s1, 0, 100) + put(url, s2, 1000, 150)
     await eventually(lambda: len(sink) >= 250, what="all records of both streams")
     for m in members:
         await m.close()
@@ -179,12 +216,13 @@ async def test_multiple_streams_spread_over_members(
     assert {r.stream for _, r in sink} == {s1, s2}
 
 
-async def test_manual_commit_checkpoints_only_what_was_committed(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+async def test_manual_commit_checkpoints_only_what_was_committed(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 1)
-    produced = put(url, stream, 0, 60)
-    config = config_for(group, auto_commit=False, commit_interval=0.1)
+    position = at["initial_position"]
+    config = config_for(at, auto_commit=False, commit_interval=0.1, initial_position=position)
     consumer = AsyncKinesumer(config)
+    producing = put_once_reading(consumer, 1, url, stream, 60)
     got: list[Record] = []
     async for record in consumer.consume([stream]):
         got.append(record)
@@ -194,6 +232,7 @@ async def test_manual_commit_checkpoints_only_what_was_committed(group: dict[str
             break
     await asyncio.sleep(0.3)  # periodic flushes must not write the 15 uncommitted records
     await consumer.aclose()  # manual mode: closing does not commit
+    produced = await producing
     again: list[Record] = []
     consumer = AsyncKinesumer(config)
     async for record in consumer.consume([stream]):
@@ -236,6 +275,49 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     assert duplicates(sink) == {}
 
 
+async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_warned_once(
+    group: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard with no position but a recorded LATEST start is read from that start, whatever
+    the member's initial position: each member says so once per shard, at WARNING, naming the
+    command that makes the group forget it."""
+    url, stream = group["url"], group["stream"]
+    create_stream(url, stream, 2)
+    shards = ["shardId-000000000000", "shardId-000000000001"]
+    async with state_store(group["config"]) as earlier:  # a run at LATEST, as its fetcher does
+        for shard_id in shards:
+            claimed = await earlier.claim(stream, shard_id, "earlier", None)
+            assert claimed is not None and await earlier.record_start(claimed, 1_000)
+            assert await earlier.write_checkpoint(claimed, None, release=True)
+    caplog.set_level(logging.WARNING, logger="kinesumer.coordinator")
+    sink: list[tuple[str, Record]] = []
+    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    await eventually(lambda: len(a.reading()) == 2, what="a reads both shards")
+    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    await eventually(lambda: len(a.owned()) == 1 and len(b.reading()) == 1, what="split")
+    (moved,) = b.owned()
+    await b.close()
+    await eventually(lambda: len(a.reading()) == 2, what="a reads both shards again")
+    await a.close()
+
+    def warned(client_id: str) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING
+            and r.getMessage().startswith(f"[{client_id}] ")
+            and "recorded LATEST start" in r.getMessage()
+        ]
+
+    command = f"kinesumer checkpoints reset --app {group['app']} --table {group['table']}"
+    (to_a,) = warned("a")  # once, though it claimed the moved shard again
+    assert f"{shards[0]}, {shards[1]} have no checkpoint" in to_a
+    assert "initial_position TRIM_HORIZON" in to_a
+    assert f"`{command} --stream {stream} --shard ID` for each" in to_a
+    (to_b,) = warned("b")
+    assert f"`{command} --stream {stream} --shard {moved[1]}`" in to_b
+
+
 async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> None:
     from kinesumer.models import Shard
     from kinesumer.statestore.base import ShardCache
@@ -258,14 +340,15 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         assert await store.load_shard_cache("big") == smaller
 
 
-async def test_hot_standby_takes_over_when_a_member_leaves(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
+async def test_hot_standby_takes_over_when_a_member_leaves(at: dict[str, Any]) -> None:
+    url, stream = at["url"], at["stream"]
     create_stream(url, stream, 2)
     sink: list[tuple[str, Record]] = []
-    members = [Member(config_for(group, client_id=c), [stream], sink).start() for c in "abc"]
+    members = [member_of(at, c, [stream], sink) for c in "abc"]
     await eventually(
         lambda: sorted(len(m.owned()) for m in members) == [0, 1, 1], what="one hot standby"
     )
+    await wait_reading(members, 2)
     standby = next(m for m in members if not m.owned())
     leaving = next(m for m in members if m.owned() and m is not standby)
     produced = put(url, stream, 0, 100)
@@ -317,10 +400,10 @@ async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any
         assert await store.list_clients() == []
 
 
-async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
+async def test_rebalance_hooks_and_lag(at: dict[str, Any]) -> None:
     """on_assigned before the first record of a shard; on_revoked during a handoff, after the
     in-hand record and before the release (the checkpoint still names us as owner)."""
-    url, stream = group["url"], group["stream"]
+    url, stream, group = at["url"], at["stream"], at
     create_stream(url, stream, 2)
     events: list[tuple[str, str, list[tuple[str, str]]]] = []
     owner_at_revoke: list[str | None] = []
@@ -336,10 +419,9 @@ async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
         owner_at_revoke.append(checkpoint.owner)
 
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a"), [stream], sink)
-    a.consumer = AsyncKinesumer(
-        config_for(group, client_id="a"), on_assigned=assigned, on_revoked=revoked
-    )
+    config = config_for(group, client_id="a", initial_position=at["initial_position"])
+    a = Member(config, [stream], sink)
+    a.consumer = AsyncKinesumer(config, on_assigned=assigned, on_revoked=revoked)
     a.start()
     # The hook runs once the tick's claims all settled: a lease shows as owned a moment earlier.
     await eventually(
@@ -349,11 +431,12 @@ async def test_rebalance_hooks_and_lag(group: dict[str, Any]) -> None:
     announced = [k for _, kind, keys in events if kind == "assigned" for k in keys]
     assert all(kind == "assigned" for _, kind, _ in events)
     assert sorted(announced) == sorted(a.owned())  # each shard announced once
+    await wait_reading([a], 2)
     put(url, stream, 0, 20)
     await eventually(lambda: len(sink) >= 20, what="records")
     lag = a.consumer.lag()
     assert set(lag) == a.owned() and all(v is not None and v >= 0 for v in lag.values())
-    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    b = member_of(at, "b", [stream], sink)
     await eventually(lambda: len(b.owned()) == 1, what="b takes one shard")
     revokes = [keys for _, kind, keys in events if kind == "revoked"]
     assert len(revokes) == 1 and len(revokes[0]) == 1

@@ -48,6 +48,35 @@ def test_the_fence_leaves_the_next_heartbeat_slack_at_every_allowed_ratio() -> N
         assert heartbeat_slack(config) >= 0.8 * config.heartbeat_interval - 1e-9
 
 
+def test_the_first_fence_counts_from_the_registration_write_not_from_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stall between building the member and its first (registration) write, longer than
+    client_timeout: the fence then stands 0.9 x client_timeout after that write was sent, as
+    every later heartbeat's does, and no earlier deadline from construction survives it."""
+    from kinesumer.engine import heartbeat as heartbeat_module
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+    clock = Clock()
+    monkeypatch.setattr(heartbeat_module, "time", clock)
+    config = Config(app="a", dynamodb_table="state", heartbeat_interval=1, client_timeout=3)
+    heartbeat = Heartbeat(config, "m", tuple)
+    clock.now += 10 * config.client_timeout  # the stall
+    sent = clock.now  # the registration write is sent ...
+    clock.now += 0.5  # ... and lands
+    heartbeat.landed(sent)
+    assert heartbeat.deadline == sent + fence_after(config)
+    assert not heartbeat.lapsed and heartbeat.lapses == 0
+
+
 def test_a_heartbeat_landing_after_the_fence_keeps_it_closed_until_the_watchdog_resumes() -> None:
     """Reopening at once would let leases held across the lapse deliver again, though the others
     may have taken their shards meanwhile; only the watchdog (having lost them) reopens it."""

@@ -92,7 +92,8 @@ FORBIDDEN_KINESIS_ACTIONS = {
     "kinesis:PutRecord",
     "kinesis:PutRecords",
 }
-DEAD_LETTER_WRITE = {"kinesis:PutRecord"}
+#: On the dead-letter streams: the write, and the check run() makes at the join.
+DEAD_LETTER_WRITE = {"kinesis:DescribeStreamSummary", "kinesis:PutRecord"}
 
 REGION = "eu-west-1"
 CONSUMER_ACCOUNT = "111111111111"

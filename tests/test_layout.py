@@ -6,7 +6,9 @@
    a module's own ``_names``, ``self._x`` / ``cls._x``, dunder names, and the few third-party
    privates listed, each with its reason, in :data:`ALLOWED_ATTRIBUTES` (standard library),
    :data:`ALLOWED_IN_FILE` (third-party, one file each) and :data:`ALLOWED_MODULES`.
-2. Every module in ``kinesumer/`` has a docstring saying its job and is at most 400 lines.
+2. Every module in ``kinesumer/`` has a docstring saying its job and holds one concept: past
+   about 800 lines, look for the second one (a split names two ideas; a split made only to get
+   under a number is noise).
 
 "Own" attribute names: an ``x._name`` read is the module's own when that module defines
 ``_name`` itself (a function, class, class-body name, module name, or ``self._name = ...``);
@@ -28,7 +30,7 @@ PACKAGE = "kinesumer"
 #: Directories checked. tests/, benchmarks/ and examples/ are run as scripts or by pytest, so
 #: their files import each other as top-level modules (``from _group import ...``).
 TREES = (PACKAGE, "tests", "benchmarks", "examples")
-MAX_LINES = 400
+MAX_LINES = 800
 
 #: Private attributes of the standard library that code anywhere here may use, with the reason.
 ALLOWED_ATTRIBUTES: dict[str, str] = {
@@ -231,9 +233,11 @@ def test_every_library_module_says_its_job_in_a_docstring(source: Source) -> Non
 
 
 @pytest.mark.parametrize("source", PACKAGE_SOURCES, ids=lambda s: s.where)
-def test_every_library_module_is_at_most_400_lines(source: Source) -> None:
+def test_no_library_module_grows_past_800_lines(source: Source) -> None:
     lines = len(source.path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{source.where} has {lines} lines (at most {MAX_LINES})"
+    assert lines <= MAX_LINES, (
+        f"{source.where} has {lines} lines: past {MAX_LINES}, look for the second concept in it"
+    )
 
 
 # -- the checker itself: what it catches and what it lets through ----------------------------

@@ -160,7 +160,10 @@ def test_refused_answers_are_counted_and_logged(
     """An answer the lean decoder does not accept still gives botocore's result, and is counted
     and logged with the reason (a steady count means the answers changed shape)."""
     Canned.body = json.dumps(
-        {"Records": [{"SequenceNumber": "7", "PartitionKey": "k", "Data": "YW Jj\n"}]}
+        {
+            "Records": [{"SequenceNumber": "7", "PartitionKey": "k", "Data": "YW Jj\n"}],
+            "MillisBehindLatest": 0,
+        }
     ).encode()
     before = lean.refused_answers().get("GetRecords", 0)
 
@@ -296,7 +299,8 @@ class Echo(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["ShardIterator"]
         record = {"SequenceNumber": "1", "PartitionKey": asked, "Data": "YWJj"}
-        body = json.dumps({"Records": [record], "NextShardIterator": asked + "+"}).encode()
+        answer = {"Records": [record], "NextShardIterator": asked + "+", "MillisBehindLatest": 0}
+        body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-amz-json-1.1")
         self.send_header("Content-Length", str(len(body)))
@@ -358,6 +362,7 @@ def test_kill_switch_reads_through_botocore(
                 {"SequenceNumber": "1", "PartitionKey": "k", "Data": "YWJj"},
             ],
             "NextShardIterator": "n",
+            "MillisBehindLatest": 0,
         }
     ).encode()
     decoded: list[bytes] = []

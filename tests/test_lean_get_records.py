@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kinesumer.aws import RequestStats, botocore_session
+from kinesumer.aws.retry import MalformedAnswer
 from kinesumer.kinesis import lean
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import KinesisReader, ShardBatch
@@ -46,11 +47,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         _Canned.calls += 1
-        self.send_response(_Canned.status)
+        # An answer without a next iterator is confirmed by the listing: no shard listed open.
+        listing = self.headers.get("X-Amz-Target", "").endswith(".ListShards")
+        body = b'{"Shards": []}' if listing else _Canned.body
+        self.send_response(200 if listing else _Canned.status)
         self.send_header("Content-Type", "application/x-amz-json-1.1")
-        self.send_header("Content-Length", str(len(_Canned.body)))
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(_Canned.body)
+        self.wfile.write(body)
 
     def log_message(self, *_: Any) -> None:
         pass
@@ -202,7 +206,7 @@ children = st.one_of(
 @given(
     raw=records,
     next_iterator=st.one_of(st.none(), st.just("AAAA/next+it==")),
-    millis=st.one_of(st.none(), st.integers(0, 86_400_000)),
+    millis=st.integers(0, 86_400_000),  # in every Kinesis answer (without: test_malformed_*)
     child_shards=children,
     skip_index=st.integers(0, 3),
 )
@@ -245,7 +249,10 @@ def test_fixed_answers_match_botocore(pair: _Pair, monkeypatch: pytest.MonkeyPat
         # Base64 with a line break: botocore's decoder skips it, msgspec's refuses: the lean
         # path hands the answer to botocore.
         json.dumps(
-            {"Records": [{"SequenceNumber": "1", "PartitionKey": "k", "Data": "YWJj\nZGVm"}]}
+            {
+                "Records": [{"SequenceNumber": "1", "PartitionKey": "k", "Data": "YWJj\nZGVm"}],
+                "MillisBehindLatest": 0,
+            }
         ).encode(),
         # Fields Kinesis may add: ignored both ways.
         json.dumps(
@@ -333,3 +340,24 @@ def test_lean_reads_kinesalite_like_botocore(
     assert lean_batch.records == plain_batch.records
     assert len(lean_batch.records) == 52 and lean_batch.raw_count == 51
     assert decoded == [51]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>gateway</html>",
+        b"{}",
+        b'{"Records": []}',
+        b'{"MillisBehindLatest": 0}',
+        b'{"Records": [], "MillisBehindLatest": null, "NextShardIterator": "n"}',
+    ],
+)
+def test_an_answer_without_records_or_lag_is_malformed_both_ways(pair: _Pair, body: bytes) -> None:
+    """A 200 whose body is not a Kinesis answer (a gateway's page; JSON without ``Records`` or
+    ``MillisBehindLatest``, which Kinesis sends in every answer) is a MalformedAnswer on the
+    lean client and on the botocore-only one, never an answer without a next iterator."""
+    _Canned.status, _Canned.body = 200, body
+    for client in pair.clients:
+        for call in (lean.get_records, lean.get_epoch_records):
+            with pytest.raises(MalformedAnswer):
+                pair.loop.run_until_complete(call(client, "it", 10))

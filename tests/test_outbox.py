@@ -272,13 +272,14 @@ def test_a_row_kinesis_refuses_moves_aside_and_blocks_no_key(
     relays: Relays,
     unique_name: Callable[[str], str],
 ) -> None:
-    """A row over 1 MiB (written by SQL: publish() refuses it) sits first in the table; the
-    relay moves it to the dead-letter table and puts the rest, its own key's later row too."""
+    """A row over its stream's 1 MiB (written by SQL; publish() refuses only what no stream
+    takes, over 10 MiB) sits first in the table; the relay moves it to the dead-letter table
+    and puts the rest, its own key's later row too."""
     stream = unique_name("ob")
     create_stream(kinesalite.url, stream, 1)
     with psycopg.connect(postgres.conninfo) as conn, conn.transaction():
-        with pytest.raises(InvalidRecordError, match="1 MiB"):
-            outbox.publish(conn, stream, b"x" * (1024 * 1024 + 1), partition_key="big")
+        with pytest.raises(InvalidRecordError, match="10 MiB"):
+            outbox.publish(conn, stream, b"x" * (10 * 1024 * 1024), partition_key="big")
         conn.execute(
             f"INSERT INTO {outbox.table} (stream, partition_key, data, record_id, part) "
             "VALUES (%s, 'big', %s, 'r-big', 0)",

@@ -71,8 +71,8 @@ def test_bad_input_raises_named_errors_at_put(
     kinesalite: NodeStandIn, unique_name: Callable[[str], str]
 ) -> None:
     with Producer(kinesis_endpoint=kinesalite.url, region="us-east-1") as producer:
-        with pytest.raises(RecordTooLargeError, match="1 MiB"):
-            producer.put("s", b"x" * (1024 * 1024), partition_key="k")
+        with pytest.raises(RecordTooLargeError, match="10 MiB"):  # no stream takes it
+            producer.put("s", b"x" * (10 * 1024 * 1024), partition_key="k")
         with pytest.raises(InvalidRecordError, match="non-empty"):
             producer.put("s", b"x", partition_key="")
         with pytest.raises(InvalidRecordError, match="256"):
@@ -84,8 +84,9 @@ def test_bad_input_raises_named_errors_at_put(
         with pytest.raises(InvalidRecordError, match="stream"):
             producer.put("bad name!", b"x", partition_key="k")
         assert producer.stats().buffered_records == 0
-    # The largest record Kinesis takes (1 MiB with its key) passes the checks.
-    assert len(check_record(b"x" * (1024 * 1024 - 1), "k", None)) == 1024 * 1024 - 1
+    # The largest record Kinesis takes (10 MiB with its key, on a raised stream) passes the
+    # checks made without the stream's limit.
+    assert len(check_record(b"x" * (10 * 1024 * 1024 - 1), "k", None)) == 10 * 1024 * 1024 - 1
     with pytest.raises(ConfigError, match=r"Producer\(ordering\)"):
         Producer(kinesis_endpoint=kinesalite.url, region="us-east-1", ordering="shard")  # type: ignore[arg-type]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from _faultproxy import Fault, OpKey
-from _group import create_stream, datas, duplicates, put
+from _group import POSITIONS, Member, create_stream, datas, duplicates, put, wait_reading
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
@@ -41,42 +42,41 @@ async def test_list_shards_follows_every_page_with_next_token_only() -> None:
     assert calls == [{"StreamName": "s"}, {"NextToken": "t1"}, {"NextToken": "t2"}]
 
 
-async def consume(consumer: AsyncKinesumer, stream: str, count: int) -> list[Record]:
-    got: list[Record] = []
-    async for record in consumer.consume([stream]):
-        got.append(record)
-        if len(got) == count:
-            break
-    return got
+@pytest.fixture(params=POSITIONS)
+def at(request: pytest.FixtureRequest, proxied: dict[str, Any]) -> dict[str, Any]:
+    """:func:`proxied` with its members at ``initial_position`` ``LATEST`` (the default) and
+    ``TRIM_HORIZON``: records are put once the members read every shard."""
+    config = proxied["config"].replace(initial_position=request.param)
+    return {**proxied, "config": config}
 
 
-async def test_throttled_reads_and_writes_slow_down_but_lose_nothing(
-    proxied: dict[str, Any],
-) -> None:
-    url, stream = proxied["url"], proxied["stream"]
+async def test_throttled_reads_and_writes_slow_down_but_lose_nothing(at: dict[str, Any]) -> None:
+    url, stream, proxied = at["url"], at["stream"], at
     create_stream(url, stream, 2)
-    produced = put(url, stream, 0, 200)
     proxied["kinesis"].add_rule(Fault.throttle(), operation="GetRecords", rate=0.3, seed=1)
     proxied["dynamodb"].add_rule(Fault.throttle(), operation="UpdateItem", rate=0.3, seed=2)
     proxied["dynamodb"].add_rule(Fault.http_500(), operation="PutItem", rate=0.2, seed=3)
-    consumer = AsyncKinesumer(proxied["config"])
-    got = await consume(consumer, stream, 200)
-    retries = consumer.stats().retries
-    await consumer.aclose()
-    assert sorted(r.data for r in got) == sorted(produced)
+    sink: list[tuple[str, Record]] = []
+    member = Member(at["config"], [stream], sink).start()
+    await wait_reading([member], 2)  # at LATEST, through the throttled start records too
+    produced = put(url, stream, 0, 200)
+    await eventually(lambda: len(sink) >= 200, what="200 records")
+    retries = member.consumer.stats().retries
+    await member.close()
+    assert sorted(datas(sink)) == sorted(produced)
     assert retries.get("kinesis.GetRecords:ProvisionedThroughputExceededException", 0) > 0
     injected = proxied["kinesis"].stats()[OpKey("kinesis", "GetRecords")].faults
     assert sum(injected.values()) > 0
 
 
 async def test_expired_iterator_resumes_after_last_delivered_not_checkpoint(
-    proxied: dict[str, Any],
+    at: dict[str, Any],
 ) -> None:
-    url, stream = proxied["url"], proxied["stream"]
+    url, stream, proxied = at["url"], at["stream"], at
     create_stream(url, stream, 1)
-    produced = put(url, stream, 0, 100)
-    # No checkpoint is written during the test: a resume from the checkpoint would replay all.
-    config = proxied["config"].replace(commit_interval=600)
+    # No checkpoint is written during the test: a resume from the checkpoint (or, at LATEST,
+    # from where the read began) would replay all.
+    config = at["config"].replace(commit_interval=600)
     consumer = AsyncKinesumer(config)
     sink: list[tuple[str, Record]] = []
 
@@ -87,6 +87,10 @@ async def test_expired_iterator_resumes_after_last_delivered_not_checkpoint(
     import asyncio
 
     task = asyncio.create_task(run())
+    await eventually(
+        lambda: any(s.millis_behind is not None for s in consumer.stats().shards), what="reading"
+    )
+    produced = put(url, stream, 0, 100)
     await eventually(lambda: len(sink) == 100, what="first 100")
     before = proxied["kinesis"].stats()[OpKey("kinesis", "GetShardIterator")].forwarded
     proxied["kinesis"].add_rule(Fault.expired_iterator(), operation="GetRecords", count=1)
@@ -107,8 +111,6 @@ async def test_dynamodb_outage_past_client_timeout_loses_and_regains_shards(
     """A member cut off from DynamoDB longer than client_timeout: it stops delivering before the
     survivor takes its shards over (never both at once); when it comes back it rejoins; the only
     duplicates are records it delivered during the outage and could not checkpoint."""
-
-    from _group import Member
 
     url, stream = proxied["url"], proxied["stream"]
     create_stream(url, stream, 2)
@@ -153,8 +155,6 @@ async def test_handoff_release_survives_writes_failing_past_the_retry_budget(
 ) -> None:
     """The release write of a handoff keeps trying: until it lands the shard is owned by a live
     member and nobody else may claim it, so giving up would strand the shard."""
-    from _group import Member
-
     url, stream = proxied["url"], proxied["stream"]
     create_stream(url, stream, 2)
     config = proxied["config"]

@@ -28,7 +28,7 @@ from typing import Any
 import aws_kinesis_agg
 import pytest
 from _faultproxy import Fault, FaultKind, FaultProxy, OpKey
-from _group import Member, datas, make_config, put, setup_table
+from _group import POSITIONS, Member, datas, make_config, put, setup_table
 from _group import create_stream as create_stream_in_process
 from _group import duplicates as in_process_duplicates
 from _scenario import (
@@ -252,16 +252,21 @@ def test_graceful_leave_and_join_without_duplicates(world: Scenario, unique_name
 # --- 4. split and merge -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("initial", POSITIONS)
 def test_split_and_merge_parents_drained_before_children_across_members(
-    world: Scenario, unique_name: Names
+    world: Scenario, unique_name: Names, initial: str
 ) -> None:
     """Split one shard and merge two others while three members consume. For every key, every
     record written before the reshard is delivered (by whichever member) before any record
-    written after it; per-key order holds; nothing is lost; the parents end ``finished``."""
+    written after it; per-key order holds; nothing is lost; the parents end ``finished``. At
+    ``LATEST`` too: the children start at ``TRIM_HORIZON`` (their records follow their
+    parents')."""
     stream = unique_name("s")
     roots = world.create_stream(stream, 4)
-    members = [world.start_member(f"m{i}", [stream]) for i in (1, 2, 3)]
+    at = ["--initial-position", initial]
+    members = [world.start_member(f"m{i}", [stream], extra=at) for i in (1, 2, 3)]
     world.wait_balanced(members, shard_keys(stream, roots))
+    world.wait_reading(stream, shard_keys(stream, roots), initial)
     producer = world.producer(stream).start()
     world.wait(lambda: len(world.delivered_numbers()) >= 300, 60, "300 records before")
 
@@ -548,18 +553,25 @@ def test_member_cut_off_from_dynamodb_is_fenced_and_rejoins(
 # --- 7. expired iterators -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("initial", POSITIONS)
 def test_expired_iterator_resumes_after_last_record_without_replay(
-    world: Scenario, unique_name: Names, fault_proxy: ProxyFactory
+    world: Scenario, unique_name: Names, fault_proxy: ProxyFactory, initial: str
 ) -> None:
     """GetRecords answers ExpiredIteratorException three times. With commit_interval far beyond
-    the test, no checkpoint is ever written, so a resume from the checkpoint would replay the
-    whole shard: reading resumes after the last record instead, with no duplicate."""
+    the test, no checkpoint is ever written, so a resume from the checkpoint (at ``LATEST``,
+    from where the read began) would replay the whole shard: reading resumes after the last
+    record instead, with no duplicate."""
     stream = unique_name("s")
-    world.create_stream(stream, 2)
+    shards = shard_keys(stream, world.create_stream(stream, 2))
     proxy = fault_proxy(world.kinesis_url)
     member = world.start_member(
-        "m1", [stream], kinesis_url=proxy.url, config={**FAST, "commit_interval": 600}
+        "m1",
+        [stream],
+        kinesis_url=proxy.url,
+        config={**FAST, "commit_interval": 600},
+        extra=["--initial-position", initial],
     )
+    world.wait_reading(stream, shards, initial)
     producer = world.producer(stream)
     produced = producer.put(200)
     world.wait_delivered(produced)

@@ -221,3 +221,72 @@ def test_a_task_failing_after_some_rows_were_written_is_retried_and_only_its_row
     twice = {row for row, seen in counts.items() if seen > 1}
     assert os.path.exists(marker) and twice  # the task did fail after writing some rows
     assert twice <= set(range(5500)) and max(counts.values()) == 2
+
+
+def test_their_option_names_write_and_a_refusal_reaches_the_user_as_one_named_line(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """A user switching from the AWS Labs or Databricks connector keeps their option names;
+    a refused option reaches them as the library's named error, not a Python traceback."""
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 1)
+    frame = spark.createDataFrame([(b"x", "k")], "data binary, partition_key string")
+    (
+        frame.write.format("kinesumer")
+        .mode("append")
+        .option("kinesis.streamName", stream)
+        .option("kinesis.region", "us-east-1")
+        .option("kinesis.endpointUrl", kinesalite.url)
+        .save()
+    )
+    assert [r.data for r in read_all(kinesalite.url, stream)] == [b"x"]
+    with pytest.raises(Exception) as refused:
+        (
+            frame.write.format("kinesumer")
+            .mode("append")
+            .option("streamName", stream)
+            .option("region", "us-east-1")
+            .option("kinesis_endpoint", kinesalite.url)
+            .option("ordering", "shard")
+            .save()
+        )
+    text = str(refused.value)
+    assert "ConfigError: Producer(ordering): must be" in text, text
+    assert "Traceback (most recent call last)" not in text, text
+
+
+def _out_of_key_order(records: list[Any]) -> int:
+    """Records whose number is below an earlier one of the same key (as read, shard by shard:
+    a key lives on one shard)."""
+    seen: dict[str, int] = {}
+    late = 0
+    for record in records:
+        number = int(record.data)
+        if number < seen.get(record.partition_key, -1):
+            late += 1
+        seen[record.partition_key] = max(number, seen.get(record.partition_key, -1))
+    return late
+
+
+def test_rows_repartitioned_by_key_and_sorted_are_written_in_key_order(
+    spark: Any, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """What docs/spark/sink.md tells: a key's rows in one task, in the order to keep."""
+    stream = unique_name("sink")
+    create_stream(kinesalite.url, stream, 2)
+    rows = [(f"{i}", f"k{i % 40}", i) for i in range(4000)]
+    frame = spark.createDataFrame(rows, "data string, partition_key string, n long").repartition(4)
+    (
+        frame.repartition(4, "partition_key")
+        .sortWithinPartitions("n")
+        .drop("n")
+        .write.format("kinesumer")
+        .mode("append")
+        .option("stream", stream)
+        .option("region", "us-east-1")
+        .option("kinesis_endpoint", kinesalite.url)
+        .save()
+    )
+    written = read_all(kinesalite.url, stream)
+    assert sorted(int(r.data) for r in written) == list(range(4000))
+    assert _out_of_key_order(written) == 0

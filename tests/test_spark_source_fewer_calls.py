@@ -263,11 +263,28 @@ def test_an_old_iterator_is_not_passed_on(tmp_path: Path) -> None:
     assert files.begin("s", "shardId-0", Position("10", 0))
     batch = readahead.ReadAheadBatch(Position("10", 0), _empty_rows(), False, False, 0)
     files.finish("s", "shardId-0", batch, "run", Position("20", 0), "ITERATOR")
-    assert files.read_past("s", "shardId-0", Position("10", 0)) == (Position("20", 0), "ITERATOR")
+    assert files.read_past("s", "shardId-0", Position("10", 0), "run") == (
+        Position("20", 0),
+        "ITERATOR",
+    )
     (written,) = (tmp_path / "ra").rglob("*.next")
     old = time.time() - readahead.ITERATOR_SECONDS - 1
     os.utime(written, (old, old))
-    assert files.read_past("s", "shardId-0", Position("10", 0)) == (Position("20", 0), None)
+    assert files.read_past("s", "shardId-0", Position("10", 0), "run") == (Position("20", 0), None)
+
+
+def test_a_previous_runs_place_to_go_on_from_is_not_taken(tmp_path: Path) -> None:
+    """A query restarted with the same id finds its previous run's files: where that run's
+    reads ahead went on from is that run's, like its batches (``take``)."""
+    files = ReadAheadFiles(tmp_path / "ra", "app", "query")
+    assert files.begin("s", "shardId-0", Position("10", 0))
+    batch = readahead.ReadAheadBatch(Position("10", 0), _empty_rows(), False, False, 0)
+    files.finish("s", "shardId-0", batch, "run-1", Position("20", 0), "ITERATOR")
+    assert files.read_past("s", "shardId-0", Position("10", 0), "run-2") is None
+    assert files.read_past("s", "shardId-0", Position("10", 0), "run-1") == (
+        Position("20", 0),
+        "ITERATOR",
+    )
 
 
 def test_an_iterator_kinesis_says_expired_is_replaced_and_nothing_is_lost(

@@ -18,7 +18,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,9 +29,11 @@ from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
 from botocore.credentials import DeferredRefreshableCredentials
+from botocore.exceptions import BotoCoreError, NoRegionError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..config import Config
+from ..errors import ConfigError
 from .accounting import RequestStats, instrument
 from .retry import call_with_retry
 
@@ -63,6 +65,51 @@ def parse_timestamp(value: Any) -> datetime:
     return parsed
 
 
+#: The region variable most AWS SDKs and runtimes (Lambda, ECS, the Java and JavaScript SDKs)
+#: set and read. botocore reads only ``AWS_DEFAULT_REGION`` and the profile's: a session whose
+#: chain finds no region takes this one.
+REGION_ENV = "AWS_REGION"
+
+
+def region_of(session: botocore.session.Session) -> str | None:
+    """The region a client of ``session`` made without one uses: botocore's chain (read now:
+    the environment may have changed since the session was made), else :data:`REGION_ENV`."""
+    try:
+        region: str | None = session.get_config_variable("region")
+    except BotoCoreError:  # a profile that does not exist: creating a client says so
+        return None
+    return region or os.environ.get(REGION_ENV, "").strip() or None
+
+
+def with_region_env(session: botocore.session.Session) -> botocore.session.Session:
+    """A new ``session``, with the region of :data:`REGION_ENV` where botocore's chain has
+    none."""
+    region = region_of(session)
+    if region is not None:
+        session.set_config_variable("region", region)
+    return session
+
+
+def default_region() -> str | None:
+    """The region a client made without one would use: botocore's chain, then
+    :data:`REGION_ENV`."""
+    return region_of(botocore.session.Session())
+
+
+@contextlib.contextmanager
+def region_required(service: str, field: str) -> Iterator[None]:
+    """Turns botocore's bare ``NoRegionError`` (raised as a client is made) into a
+    :class:`~kinesumer.errors.ConfigError` that says where a region comes from."""
+    try:
+        yield
+    except NoRegionError as exc:
+        raise ConfigError(
+            field,
+            f"no AWS region for {service}: set Config({field}=...) (or region), or "
+            f"{REGION_ENV} or AWS_DEFAULT_REGION, or a region in the AWS profile",
+        ) from exc
+
+
 def moto_loaded() -> bool:
     """Whether moto's mock (``mock_aws``) is imported in this process: checked without importing
     moto, which is not a dependency of the library."""
@@ -91,6 +138,7 @@ def botocore_session() -> AioSession:
     With moto's mock loaded, its in-process answers are made awaitable for aiobotocore
     (:mod:`kinesumer.testing.inprocess`, imported only then); without, nothing changes."""
     session = AioSession()
+    with_region_env(session)
     session.get_component("response_parser_factory").set_parser_defaults(
         timestamp_parser=parse_timestamp
     )
@@ -106,16 +154,20 @@ def botocore_session() -> AioSession:
 #: (a new session per client re-reads them: about 0.1-0.2 s before a member's first heartbeat).
 #: boto3 sessions are not safe for concurrent client creation: the lock serialises it; the clients
 #: themselves are thread-safe.
+_blocking_botocore: botocore.session.Session | None = None
 _blocking_session: boto3.session.Session | None = None
 _blocking_lock = threading.Lock()
 
 
 def blocking_client(service: str, **options: Any) -> Any:
     """A blocking boto3 client of ``service`` from the process's shared session."""
-    global _blocking_session
+    global _blocking_botocore, _blocking_session
     with _blocking_lock:
-        if _blocking_session is None:
-            _blocking_session = boto3.session.Session()
+        if _blocking_botocore is None or _blocking_session is None:
+            _blocking_botocore = botocore.session.Session()
+            _blocking_session = boto3.session.Session(botocore_session=_blocking_botocore)
+        if options.get("region_name") is None:
+            options["region_name"] = region_of(_blocking_botocore)
         return _blocking_session.client(service, **options)
 
 
@@ -213,7 +265,7 @@ def blocking_role_session(config: Config, client_id: str | None = None) -> boto3
             "expiry_time": expiry,
         }
 
-    role_session = botocore.session.Session()
+    role_session = with_region_env(botocore.session.Session())
     role_session._credentials = DeferredRefreshableCredentials(
         refresh_using=fetch, method="sts-assume-role"
     )
@@ -240,13 +292,14 @@ class ClientFactory:
     async def dynamodb(self, *, read_timeout: float = 10.0) -> AsyncIterator[Any]:
         """An aiobotocore DynamoDB client on the state table's region and endpoint."""
         config = self.config
-        async with session_for(config).client(
-            "dynamodb",
-            region_name=config.effective_dynamodb_region,
-            endpoint_url=config.dynamodb_endpoint,
-            config=boto_config(read_timeout=read_timeout),
-        ) as client:
-            yield self._instrumented(client)
+        with region_required("DynamoDB", "dynamodb_region"):
+            async with session_for(config).client(
+                "dynamodb",
+                region_name=config.effective_dynamodb_region,
+                endpoint_url=config.dynamodb_endpoint,
+                config=boto_config(read_timeout=read_timeout),
+            ) as client:
+                yield self._instrumented(client)
 
     @contextlib.asynccontextmanager
     async def kinesis(self) -> AsyncIterator[Any]:
@@ -259,13 +312,14 @@ class ClientFactory:
             )
         else:
             session = session_for(config)
-        async with session.client(
-            "kinesis",
-            region_name=config.effective_kinesis_region,
-            endpoint_url=config.kinesis_endpoint,
-            config=boto_config(),
-        ) as client:
-            yield self._instrumented(client)
+        with region_required("Kinesis", "kinesis_region"):
+            async with session.client(
+                "kinesis",
+                region_name=config.effective_kinesis_region,
+                endpoint_url=config.kinesis_endpoint,
+                config=boto_config(),
+            ) as client:
+                yield self._instrumented(client)
 
     def sync_dynamodb(self, *, attempts: int | None = None, timeout: float | None = None) -> Any:
         """A blocking boto3 DynamoDB client, for threads without an event loop (the heartbeat)
@@ -277,12 +331,13 @@ class ClientFactory:
         if timeout is not None:
             options.update(connect_timeout=timeout, read_timeout=timeout)
         config = self.config
-        client = blocking_client(
-            "dynamodb",
-            region_name=config.effective_dynamodb_region,
-            endpoint_url=config.dynamodb_endpoint,
-            config=BotoConfig(**options) if options else None,
-        )
+        with region_required("DynamoDB", "dynamodb_region"):
+            client = blocking_client(
+                "dynamodb",
+                region_name=config.effective_dynamodb_region,
+                endpoint_url=config.dynamodb_endpoint,
+                config=BotoConfig(**options) if options else None,
+            )
         return self._instrumented(client)
 
     def sync_kinesis(self, *, attempts: int | None = None) -> Any:
@@ -298,10 +353,11 @@ class ClientFactory:
             "endpoint_url": config.kinesis_endpoint,
             "config": BotoConfig(retries=retries) if retries else None,
         }
-        if config.role_arn:
-            client = blocking_role_session(config, self.client_id).client("kinesis", **options)
-        else:
-            client = blocking_client("kinesis", **options)
+        with region_required("Kinesis", "kinesis_region"):
+            if config.role_arn:
+                client = blocking_role_session(config, self.client_id).client("kinesis", **options)
+            else:
+                client = blocking_client("kinesis", **options)
         return self._instrumented(client)
 
     def _instrumented(self, client: Any) -> Any:

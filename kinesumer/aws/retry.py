@@ -66,6 +66,12 @@ _DENIED_CODES = frozenset(
 )
 
 
+class MalformedAnswer(Exception):
+    """A successful (HTTP 200) answer that is not the service's: a proxy's or gateway's page, a
+    garbled body, or one that says what the service's cannot (a shard ended that its listing
+    shows open). Transient: the same call again may reach the service itself."""
+
+
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
@@ -77,7 +83,10 @@ def is_throttle(exc: BaseException) -> bool:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Errors worth retrying: throttling, server-side failures, network trouble, timeouts."""
+    """Errors worth retrying: throttling, server-side failures, network trouble, timeouts,
+    answers that are not the service's (:class:`MalformedAnswer`)."""
+    if isinstance(exc, MalformedAnswer):
+        return True
     if isinstance(exc, ClientError):
         code = error_code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)

@@ -28,7 +28,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from ..signals import interrupt_on_sigterm
+from ..signals import interrupt_on_sigint, interrupt_on_sigterm
 from .errors import (
     EXIT_CODES,
     EXIT_ERROR,
@@ -64,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         # The CLI's reads retry like the library's; one warning per retry is noise here.
         logging.getLogger("kinesumer.aws").setLevel(logging.ERROR)
-    # SIGTERM interrupts like Ctrl-C (commands that stop gracefully install their own).
-    with interrupt_on_sigterm():
+    # SIGINT and SIGTERM interrupt (commands that stop gracefully install their own), also in a
+    # process started with SIGINT ignored (a background job of a script).
+    with interrupt_on_sigint(), interrupt_on_sigterm():
         try:
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)

@@ -1,5 +1,10 @@
 """``kinesumer checkpoints list|reset|set``: show checkpoints, and move them as an operator.
 
+Without a position a shard resumes where a ``LATEST`` read of it began (its checkpoint's
+``started_at``; for the Spark source's queries, their LATEST pin): ``list`` shows it, and
+``reset`` forgets it with the position (else a backfill at ``TRIM_HORIZON`` after a ``LATEST``
+run would still start there and read nothing older).
+
 Moves go through the state store's own codec and condition
 (:meth:`~kinesumer.statestore.dynamodb.DynamoDBStateStore.move_checkpoint`): conditional on the
 lease read just before, so a racing claim makes them fail, never clobber; and they refuse a shard
@@ -25,7 +30,7 @@ from . import view
 from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
 from .liveness import live_owners
 from .options import group_config
-from .render import printable_lines, shard_table
+from .render import printable, printable_lines, shard_table
 
 
 def checkpoints_command(args: argparse.Namespace) -> int:
@@ -95,21 +100,46 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
         raise CliError("; ".join(refusals), EXIT_REFUSED)
     conflicts = 0
     for shard_id in targets:
-        seen = known[shard_id].checkpoint if shard_id in known else None
-        if position is None and (seen is None or seen.sequence_number is None):
+        shard = known.get(shard_id)
+        seen = shard.checkpoint if shard is not None else None
+        # Where readers resume without a position (a recorded LATEST start, the Spark source's
+        # LATEST pin) is forgotten by a reset too, or it would still win over the initial
+        # position. A set moves past both: its position is read first.
+        pin = shard.spark_pin_ms if shard is not None and position is None else None
+        if position is None and (shard is None or shard.resumes_at == "-"):
             print(f"{stream}/{shard_id}: no position to reset (starts at the initial position)")
-            if seen is None or not seen.finished:
+            if shard is None or not shard.finished:
                 continue
-        if not await store.move_checkpoint(stream, shard_id, seen, position):
+        forgets = seen is not None and (
+            seen.sequence_number is not None or seen.started_at_ms is not None or seen.finished
+        )
+        # The pin first, then the checkpoint: a query claiming the shard between the two
+        # would otherwise record the pin's instant into the freshly reset item (the move is
+        # conditional on the claim it read, so a claim between them makes it fail instead).
+        if pin is not None and not await store.forget_latest_pin(stream, shard_id, pin):
             conflicts += 1
             print(
-                f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
-                f"claimed it or moved its checkpoint): nothing written; run the command again",
+                f"kinesumer: the Spark LATEST pin of {stream}/{shard_id} changed while it was "
+                f"being removed: run the command again",
                 file=sys.stderr,
             )
             continue
-        was = seen.sequence_number if seen and seen.sequence_number else "no position"
-        taken = f"; taken from live member {seen.owner}" if seen and seen.owner in live else ""
+        moves = position is not None or forgets
+        if moves and not await store.move_checkpoint(stream, shard_id, seen, position):
+            conflicts += 1
+            print(
+                f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
+                f"claimed it or moved its checkpoint): its position was not moved; run the "
+                f"command again",
+                file=sys.stderr,
+            )
+            continue
+        was = shard.resumes_at if shard is not None else "-"
+        was = seen.sequence_number if seen and seen.sequence_number else was
+        was = "no position" if was == "-" else was
+        taken = ""
+        if seen and seen.owner in live:  # the id comes from the table: escaped, as status does
+            taken = f"; taken from live member {printable(seen.owner)}"
         if position is None:
             print(
                 f"{stream}/{shard_id}: reset (was {was}); restarts at the initial position{taken}"

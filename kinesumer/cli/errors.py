@@ -77,7 +77,7 @@ def describe_error(exc: BaseException, args: argparse.Namespace) -> tuple[str | 
             EXIT_ERROR,
         )
     if isinstance(exc, NoRegionError):
-        return "no AWS region: pass --region or set AWS_REGION", EXIT_ERROR
+        return "no AWS region: pass --region, or set AWS_REGION or AWS_DEFAULT_REGION", EXIT_ERROR
     if isinstance(exc, EndpointConnectionError):
         return f"{exc}: is the endpoint right and the server running?", EXIT_ERROR
     if isinstance(exc, ClientError):
@@ -97,7 +97,12 @@ def _missing_table(args: argparse.Namespace) -> str:
         )
         if value
     )
+    from ..aws.clients import default_region  # boto3: only once an error is being explained
+
+    region = getattr(args, "region", None) or default_region() or "the default region"
+    endpoint = getattr(args, "dynamodb_endpoint", None)
+    where = f"{region}" + (f" at {endpoint}" if endpoint else "")
     return (
-        f"table {table!r} does not exist: create it with `kinesumer create-table --table "
-        f"{table}{flags}` (production: Terraform, infra/modules/state-table)"
+        f"table {table!r} does not exist in {where}: create it with `kinesumer create-table "
+        f"--table {table}{flags}` (production: Terraform, infra/modules/state-table)"
     )

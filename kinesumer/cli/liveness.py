@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from ..core.liveness import Observer
 from ..models import ClientInfo
 from ..statestore.dynamodb.store import DynamoDBStateStore
+from .render import printable
 
 #: Seconds between two reads of the watched client items.
 WATCH_EVERY = 0.2
@@ -78,7 +79,8 @@ async def live_owners(
             if not said and time.monotonic() - began >= SAY_AFTER:
                 said = True
                 print(
-                    f"kinesumer: watching {', '.join(sorted(pending))} for a heartbeat (up to "
+                    f"kinesumer: watching {printable(', '.join(sorted(pending)))} for a "
+                    f"heartbeat (up to "
                     f"{timeout:g}s, the group's client_timeout)",
                     file=sys.stderr,
                 )

@@ -10,6 +10,7 @@ from importlib import import_module
 from .._version import __version__
 from .consumers import add_deregister_consumer
 from .errors import EXIT_CODES
+from .local_aws import add_local_aws
 from .options import (
     DEFAULT_CLIENT_TIMEOUT,
     env_option,
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
     add_produce(commands)
+    add_local_aws(commands)
     add_outbox(commands)
     add_controls(commands, shared)
     return parser
@@ -204,8 +206,9 @@ def add_checkpoints(
         "checkpoints",
         "list, reset or set shard checkpoints",
         [],
-        "Inspect and move checkpoints. `reset` removes a shard's position (it restarts at the "
-        "group's initial position); `set` makes it resume right after record --sequence. Both "
+        "Inspect and move checkpoints. `reset` removes a shard's position, and where a LATEST "
+        "read of it began (it restarts at the group's initial position); `set` makes it "
+        "resume right after record --sequence. Both "
         "refuse a shard a live member owns unless --force, which also takes the shard from its "
         "owner: at its next checkpoint write the owner finds its lease gone, drops what it "
         "buffered and claims the shard again at the new position (what it delivered meanwhile "

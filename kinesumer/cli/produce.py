@@ -112,10 +112,17 @@ def line_key(line: bytes, number: int, args: argparse.Namespace) -> str:
         doc: Any = json.loads(line)
     except ValueError as exc:
         raise KinesumerError(f"not a JSON line ({exc}); --key-field needs JSON objects") from None
+    except RecursionError:  # nested deeper than the parser goes: this line fails, not the run
+        raise KinesumerError("a JSON line nested too deeply to parse") from None
     if not isinstance(doc, dict) or doc.get(args.key_field) is None:
         raise KinesumerError(f"no field {args.key_field!r} in this JSON line")
     value = doc[args.key_field]
-    return value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except RecursionError:
+        raise KinesumerError(f"field {args.key_field!r} is nested too deeply for a key") from None
 
 
 class Tally:

@@ -61,16 +61,11 @@ def shard_table(shards: Iterable[ShardView], now_ms: int, *, lease: bool = False
     rows = []
     for view in shards:
         checkpoint = view.checkpoint
-        position = "-"
-        if checkpoint and checkpoint.sequence_number:
-            position = checkpoint.sequence_number
-            if checkpoint.sub_sequence_number:
-                position += f"/{checkpoint.sub_sequence_number}"
         row = [
             view.shard_id,
             view.state,
             view.owner or "-",
-            position,
+            view.resumes_at,
             "-" if view.lag_ms is None else f"{view.lag_ms} ms",
             _age(now_ms, checkpoint.last_update_ms) if checkpoint else "-",
         ]

@@ -7,7 +7,9 @@ command line parses client, shard-cache and checkpoint items exactly as the cons
   agree on who is alive;
 - streams: those with a shard cache, plus the streams live members say they consume;
 - shards: the shard cache (lineage, closed) and the checkpoint items (``owner``, ``lease``,
-  position, ``finished``); lag is what the owner reports in its client item's ``owned`` map.
+  position, ``finished``, and without a position the recorded ``LATEST`` start that readers
+  resume from), plus the Spark source's ``LATEST`` pins; lag is what the owner reports in its
+  client item's ``owned`` map.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class ShardView:
     owner_live: bool
     lag_ms: int | None  # MillisBehindLatest the (live) owner reports; None when unknown
     efo_stalls: int = 0  # enhanced fan-out stalls the (live) owner reports
+    #: Where the app's Spark queries first opened the shard at LATEST (epoch ms), if they did.
+    spark_pin_ms: int | None = None
 
     @property
     def shard_id(self) -> str:
@@ -63,6 +67,33 @@ class ShardView:
     @property
     def finished(self) -> bool:
         return bool(self.checkpoint and self.checkpoint.finished)
+
+    @property
+    def position(self) -> str | None:
+        """The checkpointed position (``sequence[/sub-sequence]``), or None."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or not checkpoint.sequence_number:
+            return None
+        sub = checkpoint.sub_sequence_number
+        return checkpoint.sequence_number + (f"/{sub}" if sub else "")
+
+    @property
+    def started_at_ms(self) -> int | None:
+        """Where a LATEST read of the shard began (epoch ms, Kinesis's clock), while it has no
+        position: readers resume there, whatever their initial position, until a position is
+        checkpointed or ``checkpoints reset`` forgets it."""
+        return self.checkpoint.started_at_ms if self.checkpoint else None
+
+    @property
+    def resumes_at(self) -> str:
+        """Where the next reader of the shard starts, as the tables show it."""
+        if self.position is not None:
+            return self.position
+        if self.started_at_ms is not None:
+            return f"started at {iso_time(self.started_at_ms)} (LATEST)"
+        if self.spark_pin_ms is not None:
+            return f"Spark started at {iso_time(self.spark_pin_ms)} (LATEST)"
+        return "-"
 
     @property
     def state(self) -> str:
@@ -136,6 +167,8 @@ def shard_json(view: ShardView) -> dict[str, Any]:
         "sequence_number": checkpoint.sequence_number if checkpoint else None,
         "sub_sequence_number": checkpoint.sub_sequence_number if checkpoint else None,
         "finished": view.finished,
+        "started_at": None if view.started_at_ms is None else iso_time(view.started_at_ms),
+        "spark_latest_pin": None if view.spark_pin_ms is None else iso_time(view.spark_pin_ms),
         "millis_behind_latest": view.lag_ms,
         "efo_stalls": view.efo_stalls,
         "last_update": iso_time(checkpoint.last_update_ms) if checkpoint else None,
@@ -191,6 +224,7 @@ async def stream_shards(
     checkpoint can outlive its shard in the cache, and a new shard has no checkpoint yet)."""
     cache = await store.load_shard_cache(stream)
     checkpoints = await store.get_checkpoints(stream)
+    pins = await store.latest_pins(stream)
     shards = cache.by_id() if cache is not None else {}
     for shard_id in checkpoints:
         shards.setdefault(shard_id, Shard(shard_id))
@@ -208,6 +242,7 @@ async def stream_shards(
                 owner_live=owner in live,
                 lag_ms=None if lag is None or lag < 0 else lag,
                 efo_stalls=stalls,
+                spark_pin_ms=pins.get(shard_id),
             )
         )
     return tuple(views)

@@ -82,10 +82,10 @@ class AsyncKinesumer(BaseKinesumer):
             "name": name,
             "max_record_age": max_record_age,
         }
-        options, invocation, names = self._prepare_run(streams, handler, arguments, True)
+        options, invocation, names, writes_to = self._prepare_run(streams, handler, arguments, True)
         try:
             try:
-                await self._engine.start(names)
+                await self._engine.start(names, writes_to)
             except ConsumerClosedError:
                 return  # aclose() from another task while joining: nothing was handled
             runner = TaskRunner(

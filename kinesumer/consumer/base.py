@@ -273,10 +273,12 @@ class BaseKinesumer:
         handler: Callable[..., Any],
         run_arguments: dict[str, Any],
         is_async: bool,
-    ) -> tuple[RunOptions, Invocation, tuple[str, ...]]:
+    ) -> tuple[RunOptions, Invocation, tuple[str, ...], tuple[str, ...]]:
         """``run()``'s checks (ConfigError naming the argument), before anything starts: the
-        options, the invocation, and the streams to join (with the policy's retry-later
-        stream); the sink is attached to the engine. Topics give their names and type."""
+        options, the invocation, the streams to join (with the policy's retry-later stream),
+        and the streams failed records are written to that the run does not read (checked
+        at the join); the sink is attached to the engine. Topics give their names and
+        type."""
         items = _as_list(streams)
         streams, run_arguments["decode"] = run_streams(items, run_arguments.get("decode"))
         names = self._stream_names(streams, "run", items)
@@ -329,6 +331,9 @@ class BaseKinesumer:
         )
         if invocation.extra_streams:  # the policy's own (retry-later): not within topics=
             names = check_streams([*names, *invocation.extra_streams])
+        policies = [options.on_failure, *(a.invocation.policy for a in self._added.current)]
+        written = {stream for policy in policies for stream in dead_letter_streams(policy)}
+        writes_to = tuple(sorted(written - set(names)))
         self._begin_run()  # before the sink's claim hook goes into a running engine
         if options.sink is not None:
             try:
@@ -336,7 +341,7 @@ class BaseKinesumer:
             except BaseException:
                 self._end_run()
                 raise
-        return options, invocation, names
+        return options, invocation, names, writes_to
 
     def _begin_run(self) -> None:
         """One run() at a time, and none on a consumer that consume()/subscribe() joined with:

@@ -128,10 +128,12 @@ class Kinesumer(BaseKinesumer):
             "name": name,
             "max_record_age": max_record_age,
         }
-        options, invocation, names = self._prepare_run(streams, handler, arguments, False)
+        options, invocation, names, writes_to = self._prepare_run(
+            streams, handler, arguments, False
+        )
         try:
             try:
-                self._run(self._engine.start(names))
+                self._run(self._engine.start(names, writes_to))
             except ConsumerClosedError:
                 return  # close() from another thread while joining: nothing was handled
             runner = ThreadRunner(

@@ -39,6 +39,7 @@ from .fetcher import ShardFetcher
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .lifecycle import run_to_the_end
+from .member import check_written_streams
 from .supervisor import Supervisor, wait_done
 
 log = logging.getLogger("kinesumer")
@@ -56,7 +57,7 @@ class BroadcastEngine(Engine):
         self._lister: asyncio.Task[None] | None = None
 
     # -- joining ------------------------------------------------------------------------------
-    async def start(self, streams: tuple[str, ...]) -> None:
+    async def start(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         """Connect, check the streams, list their shards and start reading every one before
         returning. Joined already: change the streams."""
         lifecycle = self.lifecycle
@@ -68,9 +69,9 @@ class BroadcastEngine(Engine):
             if streams != self._streams:
                 await self.refresh(streams)
             return
-        await super().start(streams)  # the lifecycle's checks, then _join below
+        await super().start(streams, writes_to)  # the lifecycle's checks, then _join below
 
-    async def _join(self, streams: tuple[str, ...]) -> None:
+    async def _join(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         config = self.config
         joined_at_ms = int(time.time() * 1000)
         self.supervisor = supervisor = Supervisor(self.client_id, self.lifecycle)
@@ -95,6 +96,7 @@ class BroadcastEngine(Engine):
             )
             for stream in streams:
                 await self.reader.check_stream(stream)
+            await check_written_streams(self.reader, writes_to)
             self._plan = ShardPlan(
                 config.initial_position, saved, joined_at_ms, config.broadcast_resume
             )

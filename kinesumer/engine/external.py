@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -78,6 +79,11 @@ class ReadElsewhereMember(GroupMember):
         self._readable: dict[Lease, InitialPosition] = {}
         # The leases begun batches were counted on, oldest first, by shard.
         self._begun: dict[tuple[str, str], list[Lease | None]] = {}
+        #: The leases (claims) whose LATEST start this member recorded: the planner asks at
+        #: every batch while the shard has no checkpoint, one write per claim is enough. By
+        #: object, not by lease number: a claim made again (after a loss, an operator's move, a
+        #: deleted item whose numbers start over) is a new object and records again.
+        self._starts_recorded: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     def on_claimed(self, lease: Lease, start: ShardStart) -> None:
         stream, shard_id = lease.key
@@ -125,6 +131,23 @@ class ReadElsewhereMember(GroupMember):
             lease.begin_batch()
         self._begun.setdefault(key, []).append(lease if held else None)
         return held
+
+    async def record_start(
+        self, key: tuple[str, str], lease_number: int, started_at_ms: int
+    ) -> bool:
+        lease = self.leases.get(key)
+        if (
+            lease is None
+            or lease.status is not LeaseStatus.ACTIVE
+            or lease.checkpoint.lease != lease_number
+        ):
+            return False
+        if lease.checkpointed is not None or lease in self._starts_recorded:
+            return True  # resumes after the checkpoint, or recorded already under this claim
+        recorded = await self.checkpointer.record_start(lease, started_at_ms)
+        if recorded:
+            self._starts_recorded.add(lease)
+        return recorded
 
     def _end(self, key: tuple[str, str]) -> Lease | None:
         begun = self._begun.get(key)
@@ -217,6 +240,18 @@ class ExternalReadMember:
         since the caller looked): the caller must not read it; the begin() still counts, and its
         complete() writes nothing and returns False."""
         return self._loop.run(self._member.begin((key[0], key[1]), lease))
+
+    def record_start(self, key: tuple[str, str], lease: int, started_at_ms: int) -> bool:
+        """Record where reading the shard at ``LATEST`` begins (epoch ms, Kinesis's clock) in
+        its checkpoint item, before a batch of it is planned: every later owner of the shard
+        (plain, fan-out, another query) starts there, also when no batch ever committed. Fenced
+        on owner and lease number ``lease``, as a checkpoint; a start already recorded is kept,
+        and a shard with a checkpoint records none. False: the shard is not held under
+        ``lease`` (the lease is marked lost when the write was refused): do not read it."""
+        try:
+            return self._loop.run(self._member.record_start((key[0], key[1]), lease, started_at_ms))
+        except ConsumerClosedError:
+            return False
 
     def complete(
         self, key: tuple[str, str], position: Position | None, *, finished: bool = False

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timezone
 
 from ..errors import TransientAWSError
 from ..metrics import Metrics
@@ -43,6 +45,8 @@ class Leasing:
         report: Callable[[BaseException, str], None],
         hooks: RebalanceHooks,
         metrics: Metrics,
+        *,
+        reset_command: str = "kinesumer checkpoints reset",
     ) -> None:
         self.client_id = client_id
         self._handoff_timeout = handoff_timeout
@@ -63,6 +67,11 @@ class Leasing:
         #: owner the others wait for would never hand it off.
         self._lost: dict[tuple[str, str], Checkpoint] = {}
         self.rebalances = 0
+        #: The command an operator runs to forget a shard's recorded start (its group's
+        #: ``--app`` and ``--table`` included), named by the warning below.
+        self._reset_command = reset_command
+        #: Shards whose recorded LATEST start this member warned about (once each).
+        self._warned_starts: set[tuple[str, str]] = set()
         #: Awaited after an on_assigned hook failed and the member was failed (it leaves the
         #: group, so the others take the shards at once).
         self.on_hook_failed: Callable[[], Awaitable[None]] | None = None
@@ -177,6 +186,7 @@ class Leasing:
             if self.on_hook_failed is not None:
                 await self.on_hook_failed()
             raise
+        self._warn_recorded_starts(gained)
         for key in gained:  # read only once the application has heard about the shard
             self._on_claimed(self._leases[key], self._shard_sync.start_of(key))
         for key, result in zip(keys, results, strict=True):
@@ -186,6 +196,44 @@ class Leasing:
                 log.warning("[%s] claim of %s/%s: %s", self.client_id, *key, result)
             elif isinstance(result, BaseException):
                 raise result
+
+    def _warn_recorded_starts(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Once per shard, at WARNING: a shard with no position but a recorded LATEST start is
+        read from that start, whatever this member's initial position (a backfill at
+        TRIM_HORIZON after a LATEST run would otherwise read nothing, silently). Names the
+        command that makes the group forget the start."""
+        found: dict[str, list[tuple[str, int]]] = {}
+        for key in keys:
+            lease = self._leases[key]
+            started = lease.checkpoint.started_at_ms
+            if started is None or lease.checkpointed is not None or key in self._warned_starts:
+                continue
+            initial = self._shard_sync.start_of(key).initial
+            if initial == "LATEST":
+                continue
+            self._warned_starts.add(key)
+            found.setdefault(key[0], []).append((key[1], started))
+        for stream, shards in sorted(found.items()):
+            initial = self._shard_sync.start_of((stream, shards[0][0])).initial
+            wanted = initial if isinstance(initial, str) else initial.isoformat()
+            ids = [shard_id for shard_id, _ in shards]
+            command = f"{self._reset_command} --stream {shlex.quote(stream)}"
+            if len(ids) == 1:
+                how = f"`{command} --shard {ids[0]}`"
+            else:
+                how = f"`{command} --shard ID` for each (`--all-shards`: every shard of it)"
+            log.warning(
+                "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s): read from there, "
+                "not from initial_position %s. To read from %s, stop the group and run %s",
+                self.client_id,
+                stream,
+                ", ".join(ids),
+                "has" if len(ids) == 1 else "have",
+                ", ".join(sorted({_iso(ms) for _, ms in shards})),
+                wanted,
+                wanted,
+                how,
+            )
 
     async def _give_back(self, lease: Lease) -> None:
         """Release a lease whose shard was never read (its checkpoint is unchanged)."""
@@ -248,3 +296,12 @@ class Leasing:
         self._leases[key] = Lease(claimed)  # claim_pending starts reading it
         self._lost.pop(key, None)
         return True
+
+
+def reset_command(app: str, table: str) -> str:
+    """``kinesumer checkpoints reset`` for the group ``app`` in state table ``table``."""
+    return f"kinesumer checkpoints reset --app {shlex.quote(app)} --table {shlex.quote(table)}"
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")

@@ -15,7 +15,14 @@ import logging
 
 from ..aws import AwsClients, RequestStats
 from ..config import Config, default_client_id
-from ..errors import ConsumerClosedError, KinesumerError, TransientAWSError
+from ..errors import (
+    AccessDeniedError,
+    ConfigError,
+    ConsumerClosedError,
+    KinesumerError,
+    StreamNotFoundError,
+    TransientAWSError,
+)
 from ..kinesis.reader import KinesisReader
 from ..metrics import metrics_for
 from ..statestore.dynamodb.store import DynamoDBStateStore
@@ -27,13 +34,33 @@ from .coordinator import Coordinator
 from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
-from .leasing import Leasing
+from .leasing import Leasing, reset_command
 from .lifecycle import EngineState, Lifecycle, run_to_the_end
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
 from .supervisor import Supervisor
 
 log = logging.getLogger("kinesumer")
+
+
+async def check_written_streams(reader: KinesisReader, streams: tuple[str, ...]) -> None:
+    """The streams a failure policy writes failed records to exist: a missing dead-letter
+    stream is a :class:`~kinesumer.errors.ConfigError` of ``run()`` at the join, not a write
+    that fails when the first record fails, long after. A principal that may write to the
+    stream but not describe it (a policy of an earlier release grants PutRecord alone) is not
+    refused: the check is skipped, as the write will tell."""
+    for stream in streams:
+        try:
+            await reader.check_stream(stream)
+        except AccessDeniedError as exc:
+            log.info("not checking dead-letter stream %r at the start: %s", stream, exc)
+        except StreamNotFoundError as exc:
+            raise ConfigError(
+                "on_failure",
+                f"failed records are written to stream {stream!r}, which does not exist "
+                f"({exc}): create it before run(), or name another",
+                "run",
+            ) from exc
 
 
 class GroupMember:
@@ -104,9 +131,11 @@ class GroupMember:
     def failure(self) -> BaseException | None:
         return self.lifecycle.failure
 
-    async def start(self, streams: tuple[str, ...]) -> None:
+    async def start(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         """Connect, check the table and streams (named errors, now), join the group and claim
-        this client's first shards before returning. Joined already: change the streams."""
+        this client's first shards before returning. Joined already: change the streams.
+        ``writes_to``: streams a handler's failure policy writes to (dead letters), checked
+        at the join like the streams read (:func:`check_written_streams`)."""
         lifecycle = self.lifecycle
         if lifecycle.closing_or_closed:
             raise ConsumerClosedError(EngineState.CLOSED.message)
@@ -120,12 +149,12 @@ class GroupMember:
         lifecycle.begin_join()
         ok = False
         try:
-            await self._join(streams)
+            await self._join(streams, writes_to)
             ok = True
         finally:
             lifecycle.end_join(ok)
 
-    async def _join(self, streams: tuple[str, ...]) -> None:
+    async def _join(self, streams: tuple[str, ...], writes_to: tuple[str, ...] = ()) -> None:
         config = self.config
         self.supervisor = Supervisor(self.client_id, self.lifecycle)
         self.supervisor.on_failure.append(self._stop_everything)
@@ -137,6 +166,7 @@ class GroupMember:
             await self.store.check()
             for stream in streams:
                 await self.reader.check_stream(stream)
+            await check_written_streams(self.reader, writes_to)
             await self.on_streams_checked(streams)
             self.coordinator.streams = streams
             await self.coordinator.membership.announce()
@@ -196,6 +226,7 @@ class GroupMember:
             self.supervisor.fail,
             self.hooks,
             metrics,
+            reset_command=reset_command(config.app, config.dynamodb_table),
         )
         self.leasing.on_hook_failed = self._leave_quietly
         self.coordinator = Coordinator(

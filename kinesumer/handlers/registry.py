@@ -34,14 +34,20 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..engine.leases import Lease
 from ..models import Record
 
+if TYPE_CHECKING:
+    from .policies import FailurePolicy
+
 
 class AddedInvocation(Protocol):
     """How an added handler is called (kinesumer.handlers.invoke.Invocation)."""
+
+    #: Its failure policy (the streams it writes dead letters to are checked at the join).
+    policy: FailurePolicy
 
     def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
 

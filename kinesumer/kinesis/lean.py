@@ -19,7 +19,11 @@ How, through botocore's public events on clients :func:`install` was given:
   and hands botocore an empty body to parse. PutRecords' ``FailedRecordCount`` and ``Records``
   (the names and string values botocore would return) become the response; GetRecords' decoded
   answer (:class:`RecordsAnswer`) is handed to the caller directly. An answer the decoder does
-  not accept (not the shape Kinesis documents) is left to botocore, the reference.
+  not accept (not the shape Kinesis documents) is left to botocore, the reference. A GetRecords
+  answer that botocore's parse shows is not Kinesis's either (a gateway's HTML page, a garbled
+  body, JSON without ``Records`` or ``MillisBehindLatest``: botocore parses each into no members
+  at all, which would read as "no next iterator", the shard's end) raises
+  :class:`~kinesumer.aws.retry.MalformedAnswer`, a transient error the readers retry.
 
 What a call needs travels in a context variable set around the call: each call runs in its own
 task, whose context the handlers see, so the same client's other calls (a user's own client, say)
@@ -38,6 +42,8 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from ..aws.retry import MalformedAnswer
 
 log = logging.getLogger("kinesumer.kinesis")
 
@@ -82,11 +88,17 @@ AnyRawRecord = TypeVar("AnyRawRecord", RawRecord, EpochRawRecord)
 
 
 class RecordsAnswer(msgspec.Struct, Generic[AnyRawRecord], gc=False):
-    """A GetRecords answer: what the readers use of it (``ChildShards`` as botocore gives it)."""
+    """A GetRecords answer: what the readers use of it (``ChildShards`` as botocore gives it).
 
-    Records: list[AnyRawRecord] = []
+    ``Records`` and ``MillisBehindLatest`` are required: Kinesis sends both in every answer, mid
+    shard and at its end (so do kinesalite, kinesis-local and moto). A body without them is not
+    a Kinesis answer, and with defaults even ``{}`` would decode as "no next iterator": an open
+    shard's end. Checked by the decoder itself, once per answer (:func:`well_formed` checks
+    botocore's parse the same way)."""
+
+    Records: list[AnyRawRecord]
+    MillisBehindLatest: int
     NextShardIterator: str | None = None
-    MillisBehindLatest: int | None = None
     ChildShards: list[dict[str, Any]] | None = None
 
 
@@ -192,7 +204,8 @@ async def put_records(
 async def get_records(client: Any, iterator: str, limit: int) -> RecordsAnswer[RawRecord]:
     """GetRecords, decoded by :mod:`msgspec` on a client :func:`install` succeeded on, by
     botocore otherwise (or when the answer is not the documented shape). Errors are botocore's
-    ``ClientError`` either way."""
+    ``ClientError`` either way, and :class:`MalformedAnswer` for an answer that is not Kinesis's
+    (:func:`well_formed`)."""
     if not is_lean(client):
         return from_botocore(await client.get_records(ShardIterator=iterator, Limit=limit))
     slot = _AnswerSlot(epoch=False)
@@ -223,8 +236,26 @@ async def _get(slot: _AnswerSlot, client: Any, iterator: str, limit: int) -> dic
     return response
 
 
+def well_formed(response: dict[str, Any]) -> dict[str, Any]:
+    """``response``, botocore's parse of a GetRecords answer, if it is a Kinesis answer:
+    ``Records`` a list and ``MillisBehindLatest`` a number, as Kinesis sends in every answer.
+    Else :class:`MalformedAnswer` (transient): botocore parses a body that is not JSON, or JSON
+    of another shape, into none of the members, which must not read as the shard's end."""
+    if isinstance(response.get("Records"), list) and isinstance(
+        response.get("MillisBehindLatest"), int
+    ):
+        return response
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    raise MalformedAnswer(
+        f"a GetRecords answer without Records or MillisBehindLatest (content-type "
+        f"{headers.get('content-type')!r}; a proxy's or gateway's page, or a garbled body?)"
+    )
+
+
 def from_botocore(response: dict[str, Any]) -> RecordsAnswer[RawRecord]:
-    """The answer botocore parsed, in the form the lean decoder gives."""
+    """The answer botocore parsed, in the form the lean decoder gives; :class:`MalformedAnswer`
+    if it is not a Kinesis answer (:func:`well_formed`)."""
+    well_formed(response)
     return RecordsAnswer[RawRecord](
         Records=[
             RawRecord(
@@ -235,8 +266,8 @@ def from_botocore(response: dict[str, Any]) -> RecordsAnswer[RawRecord]:
             )
             for r in response.get("Records", [])
         ],
+        MillisBehindLatest=response["MillisBehindLatest"],
         NextShardIterator=response.get("NextShardIterator"),
-        MillisBehindLatest=response.get("MillisBehindLatest"),
         ChildShards=response.get("ChildShards"),
     )
 
@@ -255,8 +286,8 @@ def epoch_answer(answer: RecordsAnswer[RawRecord]) -> RecordsAnswer[EpochRawReco
             )
             for r in answer.Records
         ],
-        NextShardIterator=answer.NextShardIterator,
         MillisBehindLatest=answer.MillisBehindLatest,
+        NextShardIterator=answer.NextShardIterator,
         ChildShards=answer.ChildShards,
     )
 

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from botocore.exceptions import ClientError
 
 from ..aws import RequestStats, call_with_retry, denied, error_code, is_denied
+from ..aws.retry import MalformedAnswer
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard
@@ -24,6 +25,10 @@ from .kpl import epoch_records, records_of, to_records
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
+#: A lean GetRecords answer, in either form.
+Answer = TypeVar(
+    "Answer", lean.RecordsAnswer[lean.RawRecord], lean.RecordsAnswer[lean.EpochRawRecord]
+)
 
 #: How far before the ``Date`` of the answer that opened a ``LATEST`` iterator its start is put:
 #: the header counts whole seconds, the position was fixed a little before the answer was
@@ -71,7 +76,13 @@ class KinesisReader:
     GetRecords goes the lean way (:mod:`.lean`: signed and sent by botocore, the answer decoded
     by msgspec) unless ``lean_get_records`` is False, or None (the default) and the environment
     sets :data:`BOTOCORE_GET_RECORDS_ENV` to ``1`` (the benchmarks' "before"), or the client is
-    not a JSON client."""
+    not a JSON client.
+
+    Every GetRecords answer is checked before it is used, inside the retried call: one that is
+    not a Kinesis answer (:func:`.lean.well_formed`), or that ends an open shard
+    (:meth:`_confirm_end`), raises :class:`~kinesumer.aws.retry.MalformedAnswer`, retried with
+    backoff like any transient error (counted in ``RequestStats.retries``, logged), with the
+    same iterator: reading resumes exactly where it was."""
 
     def __init__(
         self,
@@ -117,14 +128,14 @@ class KinesisReader:
         )
 
     async def list_shards(self, stream: str) -> list[Shard]:
-        """Every shard of the stream (all ListShards pages), with parents and closed flags."""
+        """Every shard of the stream (all ListShards pages), with parents and closed flags. A
+        page without ``Shards`` is not Kinesis's answer (it would list no shard): retried
+        (:class:`MalformedAnswer`)."""
         shards: list[Shard] = []
         kwargs: dict[str, Any] = {"StreamName": stream}
         while True:
-            response = await self._call(
-                "ListShards", stream, partial(self._kinesis.list_shards, **kwargs)
-            )
-            for s in response.get("Shards", []):
+            response = await self._call("ListShards", stream, partial(self._page, kwargs))
+            for s in response["Shards"]:
                 shards.append(
                     Shard(
                         shard_id=s["ShardId"],
@@ -139,6 +150,12 @@ class KinesisReader:
             # With NextToken, ListShards refuses StreamName: the token carries the stream.
             kwargs = {"NextToken": token}
         return sorted(set(shards))
+
+    async def _page(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        response: dict[str, Any] = await self._kinesis.list_shards(**kwargs)
+        if not isinstance(response.get("Shards"), list):
+            raise MalformedAnswer("a ListShards answer without Shards")
+        return response
 
     async def shard_iterator(
         self,
@@ -236,8 +253,9 @@ class KinesisReader:
         # backoff) before the fetcher reports it and starts over.
         if not self._lean:
             return await self._botocore_get_records(stream, shard_id, iterator, limit, skip_through)
+        fetch = partial(lean.get_records, self._kinesis, iterator, limit)
         answer = await self._call(
-            "GetRecords", stream, partial(lean.get_records, self._kinesis, iterator, limit), 15
+            "GetRecords", stream, partial(self._answer, stream, shard_id, fetch), 15
         )
         return _batch(
             answer, records_of(stream, shard_id, answer.Records, skip_through, self._stats)
@@ -260,7 +278,9 @@ class KinesisReader:
             columns = EpochColumns.from_records(stream, shard_id, epoch_records(batch.records))
             return ShardBatch(columns, batch.next_iterator, batch.millis_behind, batch.raw_count)
         fetch = partial(lean.get_epoch_records, self._kinesis, iterator, limit)
-        answer = await self._call("GetRecords", stream, fetch, 15)
+        answer = await self._call(
+            "GetRecords", stream, partial(self._answer, stream, shard_id, fetch), 15
+        )
         raw = answer.Records
         return _batch(answer, epoch_columns_of(stream, shard_id, raw, skip_through, self._stats))
 
@@ -274,19 +294,49 @@ class KinesisReader:
     ) -> ShardBatch[list[Record]]:
         """GetRecords parsed by botocore alone: a client the lean path cannot serve, and the
         reference the lean path is tested against."""
-        response = await self._call(
-            "GetRecords",
-            stream,
-            lambda: self._kinesis.get_records(ShardIterator=iterator, Limit=limit),
-            attempts=15,
-        )
-        raw = response.get("Records", [])
+
+        async def fetch() -> dict[str, Any]:
+            got = await self._kinesis.get_records(ShardIterator=iterator, Limit=limit)
+            response = lean.well_formed(got)
+            if response.get("NextShardIterator") is None:
+                await self._confirm_end(stream, shard_id, response.get("ChildShards"))
+            return response
+
+        response = await self._call("GetRecords", stream, fetch, attempts=15)
+        raw = response["Records"]
         return ShardBatch(
             records=to_records(stream, shard_id, raw, skip_through, self._stats),
             next_iterator=response.get("NextShardIterator"),
             millis_behind=response.get("MillisBehindLatest"),
             raw_count=len(raw),
         )
+
+    async def _answer(
+        self, stream: str, shard_id: str, fetch: Callable[[], Awaitable[Answer]]
+    ) -> Answer:
+        """``fetch()``'s answer (a Kinesis answer: the lean decoder requires its members), the
+        shard's end it says confirmed (:meth:`_confirm_end`)."""
+        answer = await fetch()
+        if answer.NextShardIterator is None:
+            await self._confirm_end(stream, shard_id, answer.ChildShards)
+        return answer
+
+    async def _confirm_end(
+        self, stream: str, shard_id: str, children: list[dict[str, Any]] | None
+    ) -> None:
+        """An answer without a next iterator ends the shard only if the shard is closed: the
+        answer names its children (AWS, kinesis-local), or the stream's listing shows it with
+        an EndingSequenceNumber (kinesalite sends no ChildShards), or no longer lists it (aged
+        out). An open shard's "end" is not Kinesis's answer: :class:`MalformedAnswer`. Costs
+        one ListShards call (a page per 1,000 shards) per shard end without ChildShards."""
+        if children:
+            return
+        for shard in await self.list_shards(stream):
+            if shard.shard_id == shard_id and not shard.closed:
+                raise MalformedAnswer(
+                    f"a GetRecords answer of {stream}/{shard_id} without a next iterator, but "
+                    f"the shard is open by its listing"
+                )
 
 
 def _batch(

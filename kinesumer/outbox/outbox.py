@@ -182,10 +182,12 @@ class PostgresOutbox:
         same stream and key waits for this one; publish a transaction's keys in a fixed order,
         e.g. sorted, or two transactions taking the same keys in opposite orders deadlock and
         PostgreSQL aborts one with ``psycopg.errors.DeadlockDetected``). Raises
-        :class:`InvalidRecordError` (payload the topic cannot encode, bad key, over 1 MiB),
+        :class:`InvalidRecordError` (payload the topic cannot encode, bad key, over 10 MiB),
         :class:`OutboxConnectionError`, :class:`OutboxTableNotFoundError`, and
         :class:`OutboxError` when the key's lock is not granted within ``lock_timeout`` (the
-        transaction is then aborted: roll it back).
+        transaction is then aborted: roll it back). A row over 1 MiB is checked against its
+        stream's maximum record size by the relay (publish() holds no Kinesis client): one over
+        it moves to the dead-letter table as ``RecordTooLargeError``.
         """
         _check_connection(conn)
         params = self._params(stream, data, partition_key, explicit_hash_key, record_id)

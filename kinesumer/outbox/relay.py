@@ -70,6 +70,7 @@ from psycopg import sql
 
 from ..errors import (
     BufferFullError,
+    InvalidRecordError,
     OutboxTableNotFoundError,
     ProducerClosedError,
     RecordRejectedError,
@@ -136,6 +137,8 @@ def refused_for_good(error: BaseException) -> bool:
     opted in) is the stream's configuration, which an operator heals: every row of the stream
     gets it, so moving rows aside would empty the outbox into the dead-letter table; the rows
     wait instead, as for a stream not created yet."""
+    if isinstance(error, InvalidRecordError):  # the record itself (e.g. over the stream's size)
+        return True
     return isinstance(error, RecordRejectedError) and not error.code.startswith("KMS")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ProducerClosedError
 from ..topics import Topic
 from .base import BaseProducer
-from .records import PutResult
+from .records import MAX_RECORD_BYTES, PutResult
 
 
 class AsyncProducer(BaseProducer):
@@ -54,6 +54,8 @@ class AsyncProducer(BaseProducer):
         await self.start()
         future: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
         record = self._record(stream, data, partition_key, explicit_hash_key, future)
+        if record.size > MAX_RECORD_BYTES:
+            await self._core.check_large(record)
         await self._core.admit_async(record.size, self.options.block if block is None else block)
         self._core.submit(record)
         return future

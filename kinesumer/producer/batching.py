@@ -28,6 +28,13 @@ several records of k may share one entry (one entry is written or refused as a w
 inside), and the rule holds per entry. The price: without aggregation a single hot key writes
 one record per round trip; ``aggregate=True`` lifts that (many records of the key per entry);
 ``ordering="none"`` drops the rule.
+
+**Large records** (over 1 MiB, up to a stream's raised maximum record size): one goes alone in
+its call (AWS takes at most 10 MiB a call; the 5 MiB of ordinary calls would not hold it) and
+never into a KPL aggregate. It waits until its shard's pace is full, first in a call, then goes
+as a burst, as Kinesis takes it: the pacer's bytes go into debt by its size, and its shard's
+later records wait until the shard is back under its pace. It is taken by the same rule as
+any other record, so key order holds.
 """
 
 from __future__ import annotations
@@ -128,6 +135,8 @@ def fill_call(
         if len(entries) >= MAX_CALL_RECORDS or call_bytes >= MAX_CALL_BYTES:
             break
         room_records, room_bytes = lane.pacer.room(now)
+        # A large record may go only first in a call, with its shard's pace full (a burst).
+        large_ok = not entries and lane.pacer.full()
         byte_budget = min(room_bytes, MAX_CALL_BYTES - call_bytes)
         if aggregate:
             record_budget = 1.0 if room_records >= 1 else 0.0
@@ -142,7 +151,7 @@ def fill_call(
                 wake = min(wake, lane.pacer.wait(int(need), 0, now))
             continue
         taken, passed_wake, starved, packed = _scan(
-            lane, now, by_key, busy, aggregate, byte_budget, int(record_budget)
+            lane, now, by_key, busy, aggregate, byte_budget, int(record_budget), large_ok
         )
         wake = min(wake, passed_wake)
         if starved is not None:
@@ -159,6 +168,8 @@ def fill_call(
         entries.extend(lane_entries)
         if by_key:
             busy.update(record.key for record in taken)
+        if taken[0].size > MAX_RECORD_BYTES:
+            break  # a large record goes alone
     return entries, (0.0 if entries else wake)
 
 
@@ -174,6 +185,8 @@ def hold_back(
     """
     if not entries or len(entries) >= options.min_call_entries:
         return False
+    if entries[0].size > MAX_RECORD_BYTES:
+        return False  # a large record's call is alone by design: it never grows
     for entry in reversed(entries):
         lane = lanes[entry.shard_id]
         lane.pacer.take(-1, -entry.size)
@@ -190,10 +203,12 @@ def _scan(
     aggregate: bool,
     byte_budget: float,
     record_budget: int,
+    large_ok: bool = False,
 ) -> tuple[list[PendingRecord], float, int | None, Aggregate | None]:
     """Take records from the front part of one lane; see the module docstring for the rule.
     Returns them, the seconds until a backed-off record may go, the size of the record the
-    pace (or the call) had no room for, if any, and (``aggregate``) the records packed."""
+    pace (or the call) had no room for, if any, and (``aggregate``) the records packed.
+    ``large_ok``: a large record met before any other is taken, alone (``packed`` None)."""
     taken: list[PendingRecord] = []
     keep: list[PendingRecord] = []
     passed: set[str] = set()
@@ -201,6 +216,7 @@ def _scan(
     wake = float("inf")
     starved: int | None = None
     queue = lane.queue
+    large = MAX_RECORD_BYTES
     scanned = 0
     skipped = 0
     for record in queue:
@@ -220,17 +236,26 @@ def _scan(
         if packed is not None:
             packed_size = packed.size_with(record.data, record.key, record.explicit_hash_key)
             size = packed_size + len((packed.first_key or record.key).encode("utf-8"))
-            if size > byte_budget:
+            if size > byte_budget:  # at most 1 MiB here: a large record always lands here
+                if record.size > large and large_ok and not taken:
+                    taken.append(record)  # alone, and plain
+                    packed = None
+                    break
                 starved = size
                 scanned -= 1
                 break
             packed.add(record.data, record.key, record.explicit_hash_key, packed_size)
         else:
-            if len(taken) >= record_budget or record.size > byte_budget:
-                starved = record.size if record.size > byte_budget else None
+            size = record.size
+            if size > byte_budget or len(taken) >= record_budget or size > large:
+                if size > large and large_ok and not taken:
+                    taken.append(record)  # alone
+                    break
+                # A large record waits for a call of its own, and a full pace.
+                starved = size if size > byte_budget or size > large else None
                 scanned -= 1
                 break
-            byte_budget -= record.size
+            byte_budget -= size
             if by_key:
                 passed.add(record.key)  # one entry per key per call
         taken.append(record)

@@ -19,12 +19,13 @@ from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..config import Config
-from ..errors import BufferFullError, FlushError, ProducerClosedError
+from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
 from ..metrics import Metrics
 from . import lean
 from .futures import settle
+from .limits import RecordSizeLimits, refuse_over_limit
 from .options import ProducerOptions
-from .records import PendingRecord, PutResult
+from .records import MAX_RECORD_BYTES, PendingRecord, PutResult
 from .stats import ProducerStats, latency_summary
 from .stream import StreamWriter
 
@@ -41,6 +42,7 @@ class ProducerCore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stack = contextlib.AsyncExitStack()
         self._client: Any = None
+        self._record_limits = RecordSizeLimits()
         self._writers: dict[str, StreamWriter] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Admission (any thread).
@@ -88,9 +90,10 @@ class ProducerCore:
         )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._room:
-            while (
-                self._buffered_records + 1 > limit_records
-                or self._buffered_bytes + size > limit_bytes
+            # A record larger than max_buffered_bytes (a large record, up to 10 MiB) waits for
+            # an empty buffer, not for room it could never have.
+            while self._buffered_records + 1 > limit_records or (
+                self._buffered_bytes + size > limit_bytes and self._buffered_bytes > 0
             ):
                 if self.closed:
                     raise ProducerClosedError("this producer was closed; create a new one")
@@ -105,9 +108,9 @@ class ProducerCore:
 
     def try_admit(self, size: int) -> bool:
         with self._room:
-            if (
-                self._buffered_records + 1 > self.options.max_buffered_records
-                or self._buffered_bytes + size > self.options.max_buffered_bytes
+            if self._buffered_records + 1 > self.options.max_buffered_records or (
+                self._buffered_bytes + size > self.options.max_buffered_bytes
+                and self._buffered_bytes > 0  # see admit()
             ):
                 return False
             self._buffered_records += 1
@@ -149,6 +152,12 @@ class ProducerCore:
             loop.call_soon_threadsafe(self._drain)
 
     # -- the loop --
+
+    async def check_large(self, record: PendingRecord) -> None:
+        """Raise :class:`~kinesumer.errors.RecordTooLargeError` when ``record`` (over 1 MiB:
+        ``put`` asks only then) exceeds its stream's maximum record size (:mod:`.limits`)."""
+        limit = await self._record_limits.limit_for(self._client, record.stream, record.size)
+        refuse_over_limit(record.stream, record.size, limit)
 
     def _drain(self) -> int:
         """Route the inbox's records to their writers; the put order (seq) reached."""
@@ -207,6 +216,9 @@ class ProducerCore:
         self._resolved([record for record, _ in written], nbytes)
 
     def failed(self, record: PendingRecord, error: BaseException) -> None:
+        if record.size > MAX_RECORD_BYTES and isinstance(error, RecordRejectedError):
+            # Its stream's limit may have been lowered since it was learned: ask again.
+            self._record_limits.forget(record.stream)
         name = type(error).__name__
         self._failures[name] += 1
         self._failures_total[name] += 1

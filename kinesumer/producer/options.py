@@ -24,7 +24,8 @@ class ProducerOptions:
 
     ``linger``: how long a record may wait for others to fill a call; ``max_buffered_records`` /
     ``max_buffered_bytes``: what may be put and not yet written (a full buffer blocks ``put``, or
-    raises :class:`~kinesumer.errors.BufferFullError` with ``block=False``);
+    raises :class:`~kinesumer.errors.BufferFullError` with ``block=False``; a record larger than
+    ``max_buffered_bytes``, up to 10 MiB on a raised stream, waits for an empty buffer);
     ``delivery_timeout``: after this long unwritten, a record fails with
     :class:`~kinesumer.errors.DeliveryTimeoutError`; ``ordering``: ``"key"`` keeps each partition
     key's records in put order through partial failures, ``"none"`` does not; ``aggregate``:

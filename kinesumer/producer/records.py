@@ -1,9 +1,12 @@
 """What a producer holds for one record between ``put()`` and its acknowledgement, the checks a
 record passes at ``put()``, and Kinesis' limits.
 
-Limits (Kinesis API reference, PutRecords): a record's data plus its partition key (UTF-8) at
-most 1 MiB; a partition key 1 to 256 Unicode characters; an explicit hash key a decimal integer in
-``[0, 2**128 - 1]``; a PutRecords call at most 500 entries and 5 MiB (data plus keys). A record
+Limits (Kinesis API reference, PutRecords; "Handle large records"): a record's data plus its
+partition key (UTF-8) at most 1 MiB on every stream, at most 10 MiB on a stream whose maximum
+record size was raised (:mod:`.limits` learns each stream's); a partition key 1 to 256 Unicode
+characters; an explicit hash key a decimal integer in ``[0, 2**128 - 1]``; a PutRecords call at
+most 500 entries and 5 MiB of records of up to 1 MiB (data plus keys), or one larger record alone
+(AWS: at most 10 MiB a call; stand-ins and older endpoints: 5 MiB). A record
 goes to the shard whose hash key range holds the MD5 of its partition key read as a 128-bit
 big-endian integer, or its explicit hash key when one is given.
 """
@@ -18,7 +21,12 @@ from typing import Any, NamedTuple
 
 from ..errors import InvalidRecordError, RecordTooLargeError
 
+#: What every stream takes (its default maximum record size), and the bound of a KPL aggregate:
+#: a record over it is "large" and goes alone in its PutRecords call, never into an aggregate.
 MAX_RECORD_BYTES = 1024 * 1024
+#: What a stream whose maximum record size was raised takes at most (10 MiB): no stream takes
+#: more, so :func:`check_record` refuses it without asking.
+LARGEST_RECORD_BYTES = 10 * 1024 * 1024
 MAX_CALL_BYTES = 5 * 1024 * 1024
 MAX_CALL_RECORDS = 500
 MAX_KEY_CHARS = 256
@@ -100,7 +108,9 @@ def valid_hash_key(value: object) -> bool:
 
 def check_record(data: object, partition_key: object, explicit_hash_key: object) -> bytes:
     """The record's data as bytes, after the checks Kinesis would fail it for; raises
-    :class:`InvalidRecordError` (or :class:`RecordTooLargeError`) saying what to fix."""
+    :class:`InvalidRecordError` (or :class:`RecordTooLargeError`) saying what to fix. A record
+    over 1 MiB passes when no stream could refuse it for its size alone: the producer checks
+    it against its stream's limit next (:mod:`.limits`)."""
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
     if not isinstance(data, bytes):
@@ -125,10 +135,13 @@ def check_record(data: object, partition_key: object, explicit_hash_key: object)
             f"zero) in [0, 2**128 - 1], got {shown}"
         )
     size = len(data) + len(partition_key.encode("utf-8"))
-    if size > MAX_RECORD_BYTES:
+    if size > LARGEST_RECORD_BYTES:
         raise RecordTooLargeError(
-            f"put(data): {size} bytes of data and partition key, Kinesis allows at most "
-            f"{MAX_RECORD_BYTES} (1 MiB) per record; split the payload or store it elsewhere "
-            f"and put a reference"
+            f"put(data): {size} bytes of data and partition key, Kinesis takes at most "
+            f"{LARGEST_RECORD_BYTES} (10 MiB) per record, and 1 MiB unless the stream's "
+            f"maximum record size was raised; split the payload or store it elsewhere and put "
+            f"a reference",
+            size=size,
+            limit=LARGEST_RECORD_BYTES,
         )
     return data

@@ -7,7 +7,8 @@ when Kinesis answers with another shard than the map named, and lists the shards
 
 :class:`ShardPacer` is a token bucket per shard at the shard's write limits (1,000 records and
 1 MiB per second by default), a second's worth of burst: the producer sends no faster, so that
-throttling stays the exception. Both classes are pure: time comes in as an argument.
+throttling stays the exception. A large record (over the bucket) goes from a full bucket and
+leaves it in debt, as Kinesis bursts for it. Both classes are pure: time comes in as an argument.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ class ShardPacer:
             self._records if self.record_rate is not None else float("inf"),
             self._bytes if self.byte_rate is not None else float("inf"),
         )
+
+    def full(self) -> bool:
+        """Whether the bytes bucket is full (as of the last :meth:`room`): a large record, over
+        the bucket's size, goes only then, and leaves the bucket in debt by the rest."""
+        return self.byte_rate is None or self._bytes >= self.byte_rate
 
     def take(self, records: int, nbytes: int) -> None:
         """Spend what was sent (after :meth:`room` said it fits)."""

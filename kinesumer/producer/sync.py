@@ -18,7 +18,7 @@ from ..errors import ProducerClosedError
 from ..topics import Topic
 from .base import BaseProducer
 from .futures import new_future
-from .records import PutResult
+from .records import MAX_RECORD_BYTES, PutResult
 
 T = TypeVar("T")
 
@@ -64,7 +64,9 @@ class Producer(BaseProducer):
         :class:`~kinesumer.Topic` (or a stream of this producer's topics). ``block`` (default:
         the producer's): wait for buffer room (at most ``timeout`` seconds), or raise
         :class:`~kinesumer.errors.BufferFullError`. Bad input raises here:
-        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError``. The future
+        :class:`~kinesumer.errors.InvalidRecordError` / ``RecordTooLargeError`` (a record over
+        1 MiB is checked against its stream's maximum record size, learned with one
+        DescribeStreamSummary per stream: :mod:`kinesumer.producer.limits`). The future
         makes its lock on its first use (:mod:`kinesumer.producer.futures`): one unwatched
         future per buffered record costs the garbage collector one object, not ten.
         """
@@ -72,6 +74,8 @@ class Producer(BaseProducer):
             raise ProducerClosedError("this producer was closed; create a new one")
         future: concurrent.futures.Future[PutResult] = new_future()
         record = self._record(stream, data, partition_key, explicit_hash_key, future)
+        if record.size > MAX_RECORD_BYTES:
+            self._run(self._core.check_large(record))
         self._core.admit(record.size, self.options.block if block is None else block, timeout)
         self._core.submit(record)
         return future

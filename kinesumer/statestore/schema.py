@@ -26,6 +26,12 @@ def checkpoint_pk(app: str, stream: str) -> str:
     return f"check_point#{app}#{stream}"
 
 
+def spark_latest_pk(app: str) -> str:
+    """The Spark source's ``LATEST`` pins of ``app`` (:mod:`kinesumer.spark.source.pins`), one
+    per shard at ``sk=<stream>#<shard id>``."""
+    return f"spark_latest#{app}"
+
+
 def item_size(item: dict[str, Any]) -> int:
     """An item's size as DynamoDB bills and limits it (400 KB), from its attribute values:
     names and values in UTF-8 bytes, numbers at most 21 bytes, 3 bytes per map or list plus

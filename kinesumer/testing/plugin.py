@@ -65,7 +65,8 @@ def local_aws(kinesumer_server: LocalAWS, monkeypatch: pytest.MonkeyPatch) -> Lo
     kinesumer_server.reset()
     for name, value in kinesumer_server.environment().items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     return kinesumer_server
 

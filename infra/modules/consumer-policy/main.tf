@@ -177,12 +177,14 @@ data "aws_iam_policy_document" "this" {
   dynamic "statement" {
     for_each = length(var.dead_letter_stream_arns) > 0 ? [1] : []
     content {
-      # Handlers' dead letters (and retry-later records): PutRecord only, only
-      # on the streams named for it. A stream encrypted with a customer-managed
-      # key also needs kms:GenerateDataKey on that key: dead_letter_stream_kms_key_arns.
+      # Handlers' dead letters (and retry-later records): PutRecord, and
+      # DescribeStreamSummary so run() finds a missing stream when it starts
+      # rather than when the first record fails; only on the streams named for
+      # it. A stream encrypted with a customer-managed key also needs
+      # kms:GenerateDataKey on that key: dead_letter_stream_kms_key_arns.
       sid       = "KinesisDeadLetterWrite"
       effect    = "Allow"
-      actions   = ["kinesis:PutRecord"]
+      actions   = ["kinesis:DescribeStreamSummary", "kinesis:PutRecord"]
       resources = sort(distinct(var.dead_letter_stream_arns))
     }
   }

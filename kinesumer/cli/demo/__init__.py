@@ -10,7 +10,8 @@ duplicates only among what the killed member delivered but had not checkpointed 
 
 Children run in their own session (Ctrl-C in the terminal reaches only the demo) and are stopped
 by their own pid whatever happens; they also stop when their stdin closes, so even a demo that
-is itself SIGKILLed leaves no member behind.
+is itself SIGKILLed leaves no member behind. The server answers only requests signed with its own
+random keys (:mod:`kinesumer.aws.local_server`): other users of the machine cannot reach it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ...aws.local_server import LocalAWS, LocalAWSError
 from ..errors import CliError
 from .script import Demo
 
@@ -29,26 +31,25 @@ def run_demo(*, members: int, shards: int, records: int, rate: float) -> int:
     # moto answers 500 to the rare request racing another in its threads (the library retries);
     # its werkzeug logger would print every request otherwise.
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+    server = LocalAWS()
     try:
-        from moto.server import ThreadedMotoServer  # not a dependency of the library itself
-    except ImportError:
-        raise CliError(
-            "the demo needs moto's server: pip install 'moto[server]>=5.1' "
-            "(it comes with kinesumer[test])"
-        ) from None
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+        server.start()
+    except LocalAWSError as exc:
+        raise CliError(f"{exc} (the demo needs it: pip install 'kinesumer[testing]')") from None
     try:
-        host, port = server.get_host_and_port()
-        return Demo(f"http://{host}:{port}", members, shards, records, rate).run()
+        # The members inherit these: the server answers only requests signed with its keys.
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=server.access_key, AWS_SECRET_ACCESS_KEY=server.secret_key
+        )
+        return Demo(server.url, members, shards, records, rate).run()
     finally:
         server.stop()
 
 
 def _local_only_environment() -> None:
-    """Fake credentials for this process and its members: the demo must never reach a real
-    account, whatever profile, role or endpoint the shell has configured."""
+    """No credentials of the shell's for this process and its members: the demo must never
+    reach a real account, whatever profile, role or endpoint the shell has configured (the
+    local server's own keys are set once it has started)."""
     for name in list(os.environ):
         if name.startswith(("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ROLE")):
             del os.environ[name]

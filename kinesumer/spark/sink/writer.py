@@ -23,6 +23,7 @@ row's own (e.g. an id in the payload).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from ...errors import ConfigError
 from ...kinesis.reader import KinesisReader
 from ...producer import Producer
 from ...producer.base import BaseProducer
+from ..source.aliases import suggest
+from ..source.errors import named_error_first
 
 _STRINGS = (
     "region",
@@ -55,13 +58,61 @@ class SinkOptions:
     producer: dict[str, Any] = field(default_factory=dict)
 
 
+#: The AWS Labs and Databricks connectors' sink options that mean one of ours (lower case, as
+#: Spark hands them over): a user switching connectors changes only the format's name.
+SINK_ALIASES: dict[str, str] = {
+    "kinesis.streamname": "stream",
+    "streamname": "stream",
+    "kinesis.region": "region",
+    "kinesis.kinesisregion": "kinesis_region",
+    "kinesis.endpointurl": "kinesis_endpoint",
+    "endpoint": "kinesis_endpoint",
+    "kinesis.stsrolearn": "role_arn",
+    "rolearn": "role_arn",
+    "roleexternalid": "external_id",
+    "externalid": "external_id",
+    "kinesis.stsendpointurl": "sts_endpoint",
+    "stsendpoint": "sts_endpoint",
+}
+
+
+def _canonical(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` with lower-case names and the other connectors' names as ours; a name given
+    twice (ours and an alias) with different values is refused."""
+    values: dict[str, str] = {}
+    given_as: dict[str, str] = {}
+    for key, value in options.items():
+        name = key.lower()
+        ours = SINK_ALIASES.get(name, name)
+        if ours in values and values[ours] != value:
+            raise ConfigError(
+                ours,
+                f"is given twice with different values (as {given_as[ours]!r} and {key!r})",
+                "sink",
+            )
+        values[ours], given_as[ours] = value, key
+    return values
+
+
+def _hint(name: str, known: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a sink option ``name`` nearly spelled as one of ours or an
+    alias (``stream_name``), else the source's hint when it names a sink option."""
+    squashed = re.sub(r"[^a-z0-9]", "", name.lower().removeprefix("kinesis."))
+    for candidate in (*known, *SINK_ALIASES):
+        if re.sub(r"[^a-z0-9]", "", candidate.removeprefix("kinesis.")) == squashed:
+            return f" (did you mean {SINK_ALIASES.get(candidate, candidate)!r}?)"
+    meant = suggest(name, known)
+    return f" (did you mean {meant!r}?)" if meant in known else ""
+
+
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    values = {key.lower(): value for key, value in options.items()}
+    values = _canonical(options)
     unknown = sorted(set(values) - _KNOWN)
     if unknown:
+        known = sorted(_KNOWN - _SPARKS)
         raise ConfigError(
             unknown[0],
-            f"not an option of the kinesumer sink ({', '.join(sorted(_KNOWN - _SPARKS))})",
+            f"not an option of the kinesumer sink{_hint(unknown[0], known)} ({', '.join(known)})",
             "sink",
         )
     producer: dict[str, Any] = {key: values[key] for key in _STRINGS if values.get(key)}
@@ -156,15 +207,17 @@ def sink_writer(options: Mapping[str, str], schema: Any, overwrite: bool, stream
     """The batch or streaming writer for ``df.write`` / ``df.writeStream``."""
     from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-    if overwrite:
-        raise ConfigError("mode", "Kinesis is append-only: use mode('append')", "sink")
-    parsed = parse_sink_options(options)
-    check_columns(schema, parsed)
-    if not streaming:
-        # A streaming query makes its writer again at every micro-batch's commit (pyspark's
-        # python_streaming_sink_runner): a DescribeStreamSummary there (20 calls/s per account)
-        # could fail a written batch; its first batch's tasks name a missing stream instead.
-        check_stream(parsed)
+    with named_error_first():  # the named error alone, not a Python traceback, reaches Spark
+        if overwrite:
+            raise ConfigError("mode", "Kinesis is append-only: use mode('append')", "sink")
+        parsed = parse_sink_options(options)
+        check_columns(schema, parsed)
+        if not streaming:
+            # A streaming query makes its writer again at every micro-batch's commit (pyspark's
+            # python_streaming_sink_runner): a DescribeStreamSummary there (20 calls/s per
+            # account) could fail a written batch; its first batch's tasks name a missing
+            # stream instead.
+            check_stream(parsed)
 
     @dataclass
     class Commit(WriterCommitMessage):
@@ -172,11 +225,13 @@ def sink_writer(options: Mapping[str, str], schema: Any, overwrite: bool, stream
 
     class BatchWriter(DataSourceWriter):
         def write(self, iterator: Iterator[Any]) -> Any:
-            return Commit(write_rows(parsed, iterator).rows)
+            with named_error_first():
+                return Commit(write_rows(parsed, iterator).rows)
 
     class StreamWriter(DataSourceStreamWriter):
         def write(self, iterator: Iterator[Any]) -> Any:
-            return Commit(write_rows(parsed, iterator).rows)
+            with named_error_first():
+                return Commit(write_rows(parsed, iterator).rows)
 
         def commit(self, messages: list[Any], batchId: int) -> None:
             """Every task flushed before reporting: the rows are written."""

@@ -132,6 +132,9 @@ def canonical_options(given: Mapping[str, str]) -> dict[str, str]:
         text = str(value)
         if ours == "initial_position" and name != ours:
             text = _their_position(name, text)
+        elif ours == "initial_position" and text.strip().lower() in _POSITION_WORDS:
+            # earliest/latest in any case under our own name too, as under theirs
+            text = _POSITION_WORDS[text.strip().lower()]
         if ours in out and out[ours] != text:
             raise ConfigError(
                 ours, f"is given twice with different values (as {origin[ours]!r} and {name!r})"
@@ -139,6 +142,10 @@ def canonical_options(given: Mapping[str, str]) -> dict[str, str]:
         out[ours] = text
         origin[ours] = name
     return out
+
+
+#: Position words every connector's users write, in our spelling.
+_POSITION_WORDS = {"earliest": "TRIM_HORIZON", "trim_horizon": "TRIM_HORIZON", "latest": "LATEST"}
 
 
 def _their_position(name: str, text: str) -> str:

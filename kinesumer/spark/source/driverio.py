@@ -80,8 +80,16 @@ class DriverIO:
         return self._call("ledger clean-up", lambda: self.ledger.delete_before(batch))
 
     def latest_pin(self, key: tuple[str, str], now_ms: int) -> int:
-        """Where reading ``key`` at LATEST began (``now_ms`` if nowhere yet, :mod:`.pins`)."""
-        return self._call("LATEST pin", lambda: self._pins.pin(key, now_ms))
+        """Where reading ``key`` at LATEST began: if nowhere yet, where a LATEST read opened
+        now begins by Kinesis's clock (:mod:`.pins`); ``now_ms``: this host's clock."""
+        return self._call("LATEST pin", lambda: self._pins.pin(key, self._opened(key), now_ms))
+
+    def _opened(self, key: tuple[str, str]) -> Callable[[], Coroutine[Any, Any, int]]:
+        async def instant() -> int:
+            _, since = await self._reader.open_latest(*key)
+            return since
+
+        return instant
 
     def remove_member(self, client_id: str) -> bool:
         """Delete ``client_id``'s client item (the member is believed dead), on condition that

@@ -253,7 +253,7 @@ async def _read_ahead(
         assert after is not None
         try:
             if not files.begin(p.stream, p.shard_id, after):
-                past = files.read_past(p.stream, p.shard_id, after)
+                past = files.read_past(p.stream, p.shard_id, after, p.run)
                 if past is None:
                     return
                 p, iterator = _from(p, past[0]), past[1]  # read ahead already: go on past it

@@ -12,12 +12,19 @@ items; every later ``LATEST`` start of the shard, by any query of the app, reads
     pk = spark_latest#<app>      sk = <stream>#<shard id>
     started_at (N, epoch ms: the first pin), written_at (N, epoch ms)
 
-The instant is AWS's, not the driver's: the ``Date`` header of the DynamoDB answer that found no
-pin (whole seconds, rounded down; botocore sends ``AT_TIMESTAMP`` in whole seconds anyway), so a
-driver whose clock runs ahead cannot pin after records that already arrived (the driver's clock
-only when an endpoint sends no ``Date``). It may read up to a second of earlier records, never
-fewer. Written with ``attribute_not_exists``: the first pin wins and is never moved. Once the
-shard has a checkpoint (a batch read a record and was settled) the checkpoint is where reading
+The instant is Kinesis's, by the rule every face of the group uses for a ``LATEST`` start
+(:func:`~kinesumer.kinesis.reader.start_instant_ms`): the ``Date`` of the GetShardIterator
+answer that opened the shard at ``LATEST``, minus ``SERVER_CLOCK_MARGIN_MS``. A driver whose
+clock runs ahead, or a DynamoDB whose clock runs ahead of Kinesis's, cannot pin after records
+that already arrived (this host's clock, minus a wider margin, only when Kinesis sends no
+``Date``). It may read a few seconds of earlier records, never fewer. Written with
+``attribute_not_exists``: the first pin wins and is never moved.
+
+The pin is also recorded in the group's checkpoint item (``started_at``, fenced by the query's
+lease, kept if one is there: :meth:`~kinesumer.engine.external.ExternalReadMember.record_start`)
+before the shard's first batch is planned, so a plain or fan-out member, or a ``foreach_batch``
+driver, that takes the shard over before any batch committed starts there too. Once the shard
+has a checkpoint (a batch read a record and was settled) the checkpoint is where reading
 resumes and the pin is no longer looked at. The item has no TTL: a query down for longer than
 any TTL must still resume from its pin (from the trim horizon if retention dropped older records).
 """
@@ -25,20 +32,21 @@ any TTL must still resume from its pin (from the trim horizon if retention dropp
 from __future__ import annotations
 
 import time
-from email.utils import parsedate_to_datetime
-from functools import partial
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...aws import RequestStats
 from ...statestore.dynamodb.codecs import ABSENT, item_key
 from ...statestore.dynamodb.table import StateTable
+from ...statestore.schema import spark_latest_pk
 from .offsets import Start
 
 Key = tuple[str, str]
 
 
 def pins_pk(app: str) -> str:
-    return f"spark_latest#{app}"
+    """The partition key of ``app``'s pins (the state store's schema owns the name)."""
+    return spark_latest_pk(app)
 
 
 class LatestPins:
@@ -51,21 +59,15 @@ class LatestPins:
     def _key(self, key: Key) -> dict[str, Any]:
         return item_key(self._pk, f"{key[0]}#{key[1]}")
 
-    async def pin(self, key: Key, local_ms: int) -> int:
-        """The shard's pin: the one it has, or AWS's "now" (``local_ms``, this host's clock,
-        if the answer has no ``Date``), written now."""
+    async def pin(self, key: Key, instant: Callable[[], Awaitable[int]], local_ms: int) -> int:
+        """The shard's pin: the one it has, or ``instant()`` (where a ``LATEST`` read opened now
+        begins, by Kinesis's clock), written now; ``local_ms``: this host's clock (the item's
+        ``written_at``)."""
         table = self._table
-        found = await table.call(
-            "GetItem",
-            partial(
-                table.dynamodb.get_item, TableName=table.name, Key=self._key(key),
-                ConsistentRead=True,
-            ),
-        )  # fmt: skip
-        if "Item" in found:
-            return int(found["Item"]["started_at"]["N"])
-        now_ms = server_ms(found)
-        now_ms = local_ms if now_ms is None else now_ms
+        found = await table.get(self._key(key))
+        if found is not None:
+            return int(found["started_at"]["N"])
+        now_ms = await instant()
         item = self._key(key) | {
             "started_at": {"N": str(now_ms)},
             "written_at": {"N": str(local_ms)},
@@ -79,18 +81,6 @@ class LatestPins:
         """The shard's pin, or None."""
         held = await self._table.get(self._key(key))
         return None if held is None else int(held["started_at"]["N"])
-
-
-def server_ms(response: dict[str, Any]) -> int | None:
-    """The ``Date`` of an AWS answer (epoch ms, whole seconds), or None."""
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    date = headers.get("date")
-    if not date:
-        return None
-    try:
-        return int(parsedate_to_datetime(date).timestamp()) * 1000
-    except (TypeError, ValueError):
-        return None
 
 
 def local_now_ms() -> int:

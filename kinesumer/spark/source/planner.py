@@ -196,7 +196,7 @@ class Planner:
             return start_json
         client_id = str(member.stats().client_id)
         bound = bound_of(self.options.max_records_per_trigger, max_rows)
-        chosen = self.rotation.choose(start, ends, self._pin(starts), bound)
+        chosen = self.rotation.choose(start, ends, self._pin(member, starts), bound)
         planned = self._plan(start, self._begin(member, chosen), max_rows, client_id)
         if planned is None:
             return start_json  # every shard moved away meanwhile
@@ -294,21 +294,41 @@ class Planner:
             elif holder.position is not None:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
-                starts[key] = initial_start(holder.start, holder.lease)
-                if holder.started_at_ms is not None:  # a plain member's LATEST start
-                    self._handed_over[key] = holder.started_at_ms
+                initial = initial_start(holder.start, holder.lease)
+                recorded = holder.started_at_ms  # where the group's first LATEST read began
+                if recorded is None:
+                    starts[key] = initial
+                    self._handed_over.pop(key, None)  # forgotten (a reset) since it was seen
+                elif initial.at == "LATEST":
+                    starts[key] = initial  # pinned from the earliest of the two (see _pin)
+                    self._handed_over[key] = recorded
+                else:
+                    # The recorded start wins over this query's own initial position, as it
+                    # does for every face of the group (``kinesumer checkpoints reset`` forgets
+                    # it): a TRIM_HORIZON query would replay what the group read already, an
+                    # AT_TIMESTAMP after it skip what its first reader never processed.
+                    starts[key] = Start(at_timestamp_ms=recorded, lease=holder.lease)
         return starts
 
-    def _pin(self, starts: dict[Key, Start]) -> dict[Key, Start]:
+    def _pin(self, member: Member, starts: dict[Key, Start]) -> dict[Key, Start]:
         """LATEST starts as AT_TIMESTAMP of where reading of the shard began (:mod:`.pins`):
-        a replay reads the same records, and no later LATEST open starts after the first."""
+        a replay reads the same records, and no later LATEST open starts after the first. The
+        instant is recorded in the group's checkpoint item too (fenced by the lease) before any
+        batch of the shard is planned: whoever takes the shard over before a batch committed
+        starts there. A shard whose record was refused (lost meanwhile) is left out."""
         now_ms = local_now_ms()
-        return {
-            k: pinned(s, self.io.latest_pin(k, now_ms), self._handed_over.get(k))
-            if s.at == "LATEST"
-            else s
-            for k, s in starts.items()
-        }
+        out: dict[Key, Start] = {}
+        for key, start in starts.items():
+            if start.at != "LATEST":
+                out[key] = start
+                continue
+            at = pinned(start, self.io.latest_pin(key, now_ms), self._handed_over.get(key))
+            assert at.at_timestamp_ms is not None
+            if member.record_start(key, start.lease, at.at_timestamp_ms):
+                out[key] = at
+            else:
+                log.info("%s/%s moved to another member before its start was recorded", *key)
+        return out
 
     def _reason(
         self, start: SourceOffset, ends: dict[Key, LedgerEntry], starts: dict[Key, Start]

@@ -300,7 +300,9 @@ class ReadAheadFiles:
                 tail = f"{next_after.sequence_number} {next_after.sub_sequence_number}"
                 if next_iterator is not None:
                     tail += f" {next_iterator}"
-                partial_next.write_text(tail)
+                # The run on a line of its own: a restarted query (same id, same folder) must
+                # not go on from where its previous run's reads ahead were.
+                partial_next.write_text(f"{run}\n{tail}")
                 os.replace(partial_next, name.with_suffix(".next"))
             write(partial, header, batch.rows)
             os.rename(partial, name.with_suffix(".data"))
@@ -310,18 +312,22 @@ class ReadAheadFiles:
             name.with_suffix(".pending").unlink(missing_ok=True)
 
     def read_past(
-        self, stream: str, shard_id: str, after: Position
+        self, stream: str, shard_id: str, after: Position, run: str = ""
     ) -> tuple[Position, str | None] | None:
-        """Where the read-ahead made from ``after`` goes on from, if it was made with records
-        behind it: a worker that finds that start read ahead already goes on past it, so the
-        read-ahead stays :data:`DEPTH` batches ahead instead of stopping there. With it, the
-        iterator the read ended with, if it had one and is young enough to use (else None:
-        the next read asks GetShardIterator)."""
+        """Where the read-ahead made from ``after`` in run ``run`` of the query goes on from, if
+        it was made with records behind it: a worker that finds that start read ahead already
+        goes on past it, so the read-ahead stays :data:`DEPTH` batches ahead instead of
+        stopping there. With it, the iterator the read ended with, if it had one and is young
+        enough to use (else None: the next read asks GetShardIterator). None for another run's
+        (or another version's) file, as :meth:`take` treats its batches."""
         path = self._name(stream, shard_id, after).with_suffix(".next")
         try:
-            sequence, sub, *rest = path.read_text().split()
+            written_run, line = path.read_text().split("\n", 1)
+            sequence, sub, *rest = line.split()
             past = Position(sequence, int(sub))
         except (OSError, ValueError):
+            return None
+        if written_run != run:
             return None
         iterator = rest[0] if len(rest) == 1 and age(path) < ITERATOR_SECONDS else None
         return past, iterator

@@ -54,6 +54,7 @@ class Member(Protocol):
     def start(self, streams: Any) -> None: ...
     def owned(self) -> Any: ...
     def begin(self, key: Key, lease: int | None = None) -> bool: ...
+    def record_start(self, key: Key, lease: int, started_at_ms: int) -> bool: ...
     def complete(self, key: Key, position: Position | None, *, finished: bool = False) -> bool: ...
     def abandon(self, key: Key) -> None: ...
     def stats(self) -> Any: ...
@@ -104,8 +105,17 @@ class Settlement:
                 if entry is None:
                     member.abandon(key)
                 elif not member.complete(key, entry.end, finished=entry.shard_end):
-                    log.warning("%s/%s moved to another member before batch %d settled", *key,
-                                offset.batch)  # fmt: skip
+                    # Lost is all this side knows: the shard moved to another member, or this
+                    # query's heartbeats did not land in time (DynamoDB unreachable) and it let
+                    # the shard go before others could take it; the member's own "lost ..."
+                    # warning said which.
+                    log.warning(
+                        "%s/%s was no longer held when batch %d settled (see the 'lost' warning "
+                        "before this for why): its records are read again by the shard's next "
+                        "holder, from the last checkpoint",
+                        *key,
+                        offset.batch,
+                    )
                     if entry.shard_end:
                         self.keep(entry)  # finished when (if) it is held here again
         self.settled.add(offset.batch)

@@ -16,8 +16,9 @@ from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
 from ..base import MembershipView, PublishedMembers, ShardCache
-from ..schema import SORT_KEY, checkpoint_pk, client_pk
+from ..schema import SORT_KEY, checkpoint_pk, client_pk, spark_latest_pk
 from . import codecs, positions, view
+from .attributes import attribute
 from .codecs import CLIENT_ITEM_BUDGET, client_item
 from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
@@ -250,6 +251,34 @@ class DynamoDBStateStore:
             codecs.checkpoint_key(self._app, stream, shard_id), codecs.move_update(seen, position)
         )
         return written is not None
+
+    async def latest_pins(self, stream: str) -> dict[str, int]:
+        """Where the app's Spark queries first opened each shard of ``stream`` at ``LATEST``
+        (:mod:`kinesumer.spark.source.pins`): shard id -> epoch ms. Unreadable pins are skipped
+        (logged and counted). Not part of the consumers' protocol."""
+        items = await self._table.query(
+            spark_latest_pk(self._app), sort_key=("begins_with(#sk, :sk)", f"{stream}#")
+        )
+        pins = {}
+        for item in items:
+            shard_id = str(item[SORT_KEY]["S"]).removeprefix(f"{stream}#")
+            try:
+                pins[shard_id] = int(attribute(item, "started_at", "N"))
+            except CorruptStateError as exc:
+                self.unreadable.skip("spark_latest", exc)
+        return pins
+
+    async def forget_latest_pin(self, stream: str, shard_id: str, started_at_ms: int) -> bool:
+        """An operator's removal of a shard's Spark ``LATEST`` pin, if it still holds
+        ``started_at_ms`` (a pin made again since is left alone). False: it changed."""
+        key = codecs.item_key(spark_latest_pk(self._app), f"{stream}#{shard_id}")
+        return await self._table.delete_if(
+            key,
+            {
+                "ConditionExpression": "attribute_not_exists(pk) OR started_at = :seen",
+                "ExpressionAttributeValues": {":seen": {"N": str(started_at_ms)}},
+            },
+        )
 
     # -- broadcast members' own positions (see :mod:`.positions`) -----------------------------
     async def open_broadcast_session(self, client_id: str) -> int:

@@ -46,8 +46,12 @@ class StateTable:
             raise
 
     def _missing_table(self) -> str:
+        meta = getattr(self.dynamodb, "meta", None)
+        region = getattr(meta, "region_name", None) or "the configured region"
+        endpoint = getattr(meta, "endpoint_url", None)
+        where = region if not endpoint or "amazonaws.com" in endpoint else f"{region} at {endpoint}"
         return (
-            f"DynamoDB table {self.name!r} does not exist: provision it with Terraform "
+            f"DynamoDB table {self.name!r} does not exist in {where}: provision it with Terraform "
             f"(infra/modules/state-table) or, for local work, `kinesumer create-table`"
         )
 
