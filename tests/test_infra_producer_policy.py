@@ -35,7 +35,8 @@ def test_the_policy_grants_the_producers_calls_on_the_named_streams_only() -> No
     statements = {s["sid"]: s for s in policy_statements(MODULE, "this")}
     assert set(statements) == {"KinesisPut", "StreamKeys"}
     put = statements["KinesisPut"]
-    assert set(put["actions"]) == producer_calls() == {"kinesis:PutRecords", "kinesis:ListShards"}
+    expected = {"kinesis:PutRecords", "kinesis:ListShards", "kinesis:DescribeStreamSummary"}
+    assert set(put["actions"]) == producer_calls() == expected
     assert as_list(put["resources"]) == ["${sort(distinct(var.stream_arns))}"]
     keys = statements["StreamKeys"]
     assert keys["actions"] == ["kms:GenerateDataKey"]

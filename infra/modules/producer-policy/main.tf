@@ -1,12 +1,14 @@
 # The least privilege of a kinesumer Producer, and so of an outbox relay (it
-# puts through a Producer): PutRecords and ListShards (shard-aware batching)
-# on the named streams only. No stream administration, no reads, no
+# puts through a Producer): PutRecords, ListShards (shard-aware batching) and
+# DescribeStreamSummary (a stream's maximum record size, asked for records
+# over 1 MiB only) on the named streams only. No stream administration, no reads, no
 # wildcard: an outbox row names its own stream, so this list, with the relay's
 # --streams, is what bounds where rows written by anyone who can INSERT into
 # the outbox table can go.
 
 locals {
   producer_actions = [
+    "kinesis:DescribeStreamSummary",
     "kinesis:ListShards",
     "kinesis:PutRecords",
   ]
@@ -51,6 +53,6 @@ data "aws_iam_policy_document" "this" {
 resource "aws_iam_policy" "this" {
   count       = var.name == null ? 0 : 1
   name        = var.name
-  description = "kinesumer producer / outbox relay: PutRecords and ListShards on named streams"
+  description = "kinesumer producer / outbox relay: puts to named streams"
   policy      = data.aws_iam_policy_document.this.json
 }
