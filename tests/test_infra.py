@@ -49,6 +49,7 @@ TERRAFORM_DIRS = [
     "modules/state-table",
     "modules/consumer-policy",
     "modules/cross-account-role",
+    "modules/producer-policy",
     "examples/basic",
 ]
 

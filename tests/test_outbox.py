@@ -23,6 +23,7 @@ from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
+from psycopg import sql
 
 from kinesumer import ConfigError, FlushError, InvalidRecordError, Producer, Topic, cli
 from kinesumer.outbox import (
@@ -197,12 +198,13 @@ def test_a_key_reaches_kinesis_in_commit_order_not_id_order(
 
 
 def partition_holders(postgres: PostgresServer, outbox: PostgresOutbox) -> int:
-    """How many sessions hold some of the outbox's partitions (PostgreSQL's own view)."""
+    """How many live sessions hold some of the outbox's partitions (their claims)."""
     with postgres.connect() as conn:
         row = conn.execute(
-            "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid = %s::bigint::oid AND objid < 64 AND objsubid = 2",
-            (Names(outbox.table).lock_class,),
+            sql.SQL(
+                "SELECT count(DISTINCT c.pid) FROM {} AS c JOIN pg_stat_activity AS a "
+                "ON a.pid = c.pid AND a.backend_start = c.started"
+            ).format(Names(outbox.table).parts)
         ).fetchone()
     return 0 if row is None else int(row[0])
 
@@ -454,9 +456,10 @@ def test_a_relay_whose_sessions_are_killed_reconnects_and_loses_nothing(
             if i == 20:  # the relay's sessions (locks and LISTEN) die under it
                 with postgres.connect() as admin:
                     admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory') "
-                        "OR query LIKE 'LISTEN%%'"
+                        sql.SQL(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid IN (SELECT pid FROM {}) OR query LIKE 'LISTEN%%'"
+                        ).format(Names(outbox.table).parts)
                     )
     wait_until(relays.drained, what="the relay to empty the outbox after reconnecting")
     landed = by_key(read_all(kinesalite.url, stream))

@@ -85,6 +85,26 @@ def add_outbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     relay.add_argument(
         "--metrics-port", type=positive_int, metavar="PORT", help="serve Prometheus metrics"
     )
+    relay.add_argument(
+        "--streams",
+        metavar="NAME[,NAME...]",
+        help="the streams rows may name (default: any); a row naming another moves to the "
+        "dead-letter table at once",
+    )
+    relay.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        default=100,
+        metavar="N",
+        help="failed puts of a row before it moves to the dead-letter table (default 100)",
+    )
+    relay.add_argument(
+        "--max-age",
+        type=positive_float,
+        default=86_400.0,
+        metavar="SECONDS",
+        help="age at which a row that fails to be written moves aside instead (default 86400)",
+    )
     relay.set_defaults(handler=relay_command)
 
 
@@ -96,8 +116,14 @@ def _outbox(args: argparse.Namespace) -> Any:
     return PostgresOutbox(args.conninfo, table=args.table)
 
 
-def _connecting(exc: Exception) -> CliError:
-    return CliError(f"PostgreSQL: {str(exc).strip()} (is --conninfo right, the server up?)")
+def _postgres_error(outbox: Any, exc: Exception) -> CliError:
+    """A one-line error for a failed PostgreSQL call, the connection string's secrets removed."""
+    import psycopg
+
+    message = outbox.redact(str(exc).strip())
+    if isinstance(exc, psycopg.OperationalError):
+        return CliError(f"PostgreSQL: {message} (is --conninfo right, the server up?)")
+    return CliError(f"PostgreSQL refused: {message}")
 
 
 def create_table_command(args: argparse.Namespace) -> int:
@@ -106,8 +132,8 @@ def create_table_command(args: argparse.Namespace) -> int:
     outbox = _outbox(args)
     try:
         outbox.create_table()
-    except psycopg.OperationalError as exc:
-        raise _connecting(exc) from exc
+    except psycopg.Error as exc:
+        raise _postgres_error(outbox, exc) from None
     print(f"outbox table {args.table!r} and {args.table}_dead are ready")
     return EXIT_OK
 
@@ -115,10 +141,11 @@ def create_table_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import psycopg
 
+    outbox = _outbox(args)
     try:
-        stats = _outbox(args).stats()
-    except psycopg.OperationalError as exc:
-        raise _connecting(exc) from exc
+        stats = outbox.stats()
+    except psycopg.Error as exc:
+        raise _postgres_error(outbox, exc) from None
     if args.json:
         print(
             json.dumps(
@@ -153,6 +180,9 @@ def relay_command(args: argparse.Namespace) -> int:
             "outbox relay",
         )
     outbox = _outbox(args)
+    streams = None
+    if args.streams is not None:
+        streams = [name.strip() for name in args.streams.split(",") if name.strip()]
     config = Config(
         app="kinesumer-outbox",
         dynamodb_table="kinesumer-outbox-no-table",
@@ -178,16 +208,19 @@ def relay_command(args: argparse.Namespace) -> int:
                     stop=stop,
                     batch_size=args.batch_size,
                     poll_interval=args.poll_interval,
+                    streams=streams,
+                    max_attempts=args.max_attempts,
+                    max_age=args.max_age,
                 )
-            except psycopg.OperationalError as exc:
-                raise _connecting(exc) from exc
+            except psycopg.Error as exc:
+                raise _postgres_error(outbox, exc) from None
     finally:
         # Puts that failed were tried again by the relay (their rows stay until written).
         with contextlib.suppress(FlushError):
             producer.close()
     try:
         pending = f"{outbox.stats().pending} row(s) pending"
-    except psycopg.OperationalError:  # stopped while PostgreSQL is away: still a clean stop
+    except psycopg.Error:  # stopped while PostgreSQL is away: still a clean stop
         pending = "PostgreSQL unreachable, pending rows unknown"
     print(f"relay stopped: {pending}", flush=True)
     return EXIT_OK

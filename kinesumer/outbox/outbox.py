@@ -18,9 +18,12 @@ records in commit order (first occurrences), a rolled-back one never.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import threading
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 try:
@@ -35,15 +38,22 @@ from ..errors import (
     ConfigError,
     InvalidRecordError,
     OutboxConnectionError,
+    OutboxError,
     OutboxTableNotFoundError,
 )
 from ..metrics import Metrics, metrics_for
 from ..producer import Producer
 from ..producer.records import check_record
 from ..topics import Topic
+from .conninfo import Conninfo
 from .relay import Relay
-from .schema import INSERT, LAG, Names, key_lock, partition
+from .schema import CONSTRAINTS, INSERT, LAG, Names, key_lock, partition
 from .stats import OutboxStats, summarize
+
+log = logging.getLogger("kinesumer.outbox")
+
+#: How long create_table() waits for each lock it needs (seconds).
+ALTER_LOCK_TIMEOUT = 5.0
 
 _STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 #: Lower case: the name is quoted in SQL and read back unquoted (``to_regclass``).
@@ -55,6 +65,10 @@ _PUBLISH = INSERT.replace(
     "SELECT %s, %s, %s, %s, %s, %s FROM (SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')) "
     "AS locked",
 )
+#: publish() bounds its wait for the key's lock (any role that can connect can take an advisory
+#: lock) for its own statement only: the caller's setting is put back after it.
+_SET_LOCK_TIMEOUT = "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
+_RESTORE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 
 
 class PostgresOutbox:
@@ -63,14 +77,33 @@ class PostgresOutbox:
     ``conninfo``: how :meth:`create_table`, :meth:`stats` and :meth:`relay` connect (a libpq
     connection string or URL); :meth:`publish` uses the caller's connection. ``table``:
     ``"name"`` or ``"schema.name"``; rows Kinesis refuses for good go to ``<table>_dead``.
+    ``lock_timeout``: the longest :meth:`publish` waits for its key's lock (seconds; None:
+    no limit), held by another transaction publishing the key, or by any session that can
+    connect (advisory locks have no permissions). A connection string libpq cannot parse
+    raises :class:`ConfigError` at once, without quoting it (it may hold a password).
     """
 
-    def __init__(self, conninfo: str, *, table: str = "kinesumer_outbox") -> None:
+    def __init__(
+        self, conninfo: str, *, table: str = "kinesumer_outbox", lock_timeout: float | None = 10.0
+    ) -> None:
         if not isinstance(table, str) or not _TABLE.match(table):
             raise ConfigError(
                 "table", f"a name or schema.name of [a-z0-9_], got {table!r}", "PostgresOutbox"
             )
+        if lock_timeout is not None and (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, (int, float))
+            or not 0.001 <= lock_timeout <= 86_400
+        ):
+            raise ConfigError(
+                "lock_timeout",
+                f"seconds in [0.001, 86400] or None, not {lock_timeout!r}",
+                "PostgresOutbox",
+            )
+        self._conninfo = Conninfo(conninfo)
+        self.redact = self._conninfo.redact
         self.conninfo = conninfo
+        self.lock_timeout = lock_timeout
         self.table = table
         self._names = Names(table)
         self._lock = threading.Lock()
@@ -78,12 +111,55 @@ class PostgresOutbox:
 
     # -- the table ------------------------------------------------------------------------------
     def create_table(self) -> None:
-        """Create the outbox table, its index and its dead-letter table (idempotent)."""
+        """Create the outbox table, its index, its dead-letter table and the relays' tables, and
+        add the table's checks (idempotent; an upgrade runs it once: see the docs' "Upgrading").
+        Raises :class:`OutboxError` when other sessions keep a lock it needs for
+        ALTER_LOCK_TIMEOUT, having changed nothing."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn, conn.transaction():
-            # Concurrent CREATE ... IF NOT EXISTS can still collide: one at a time.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._names.lock_class,))
-            for statement in self._names.schema():
-                conn.execute(statement)
+            # Every lock taken here waits after the transactions already holding the table (an
+            # open publish(), a session holding the advisory lock below): waiting long would
+            # hold every publish() queued behind it meanwhile.
+            timeout = f"{max(1, int(ALTER_LOCK_TIMEOUT * 1000))}ms"
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+            try:
+                # Concurrent CREATE ... IF NOT EXISTS can still collide: one at a time.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._names.lock_class,))
+                for statement in self._names.schema():
+                    conn.execute(statement)
+                self._add_constraints(conn)
+            except errors.LockNotAvailable as exc:
+                raise OutboxError(
+                    f"create_table(): other sessions held a lock it needs on {self.table!r} "
+                    f"for {ALTER_LOCK_TIMEOUT:g} s (open transactions on the table); run it "
+                    f"again (nothing was changed)"
+                ) from exc
+
+    def _add_constraints(self, conn: psycopg.Connection[Any]) -> None:
+        """The table's CHECKs: added NOT VALID where missing (a table created by an earlier
+        version: new rows are checked from now on, existing ones not yet), then validated
+        where not yet valid. A row already there that breaks one leaves it NOT VALID (the
+        relay moves such rows to the dead-letter table; ``create_table()`` again, once they
+        are gone, validates it) and is logged."""
+        found = dict(
+            conn.execute(
+                "SELECT conname, convalidated FROM pg_constraint WHERE conrelid = %s::regclass",
+                (self.table,),
+            ).fetchall()
+        )
+        for name, condition in CONSTRAINTS:
+            if name not in found:
+                conn.execute(self._names.add_constraint(name, condition))
+            if not found.get(name, False):
+                try:
+                    with conn.transaction():
+                        conn.execute(self._names.validate(name))
+                except errors.CheckViolation:
+                    log.warning(
+                        "outbox table %s: existing rows break CHECK %s; it holds for new rows, "
+                        "and is validated by a later create_table() once the relay has moved "
+                        "those rows to %s_dead",
+                        *(self.table, name, self.table),
+                    )
 
     # -- writing --------------------------------------------------------------------------------
     def publish(
@@ -107,16 +183,25 @@ class PostgresOutbox:
         e.g. sorted, or two transactions taking the same keys in opposite orders deadlock and
         PostgreSQL aborts one with ``psycopg.errors.DeadlockDetected``). Raises
         :class:`InvalidRecordError` (payload the topic cannot encode, bad key, over 10 MiB),
-        :class:`OutboxConnectionError`, :class:`OutboxTableNotFoundError`. A row over 1 MiB
-        is checked against its stream's maximum record size by the relay (publish() holds no
-        Kinesis client): one over it moves to the dead-letter table as ``RecordTooLargeError``.
+        :class:`OutboxConnectionError`, :class:`OutboxTableNotFoundError`, and
+        :class:`OutboxError` when the key's lock is not granted within ``lock_timeout`` (the
+        transaction is then aborted: roll it back). A row over 1 MiB is checked against its
+        stream's maximum record size by the relay (publish() holds no Kinesis client): one over
+        it moves to the dead-letter table as ``RecordTooLargeError``.
         """
         _check_connection(conn)
         params = self._params(stream, data, partition_key, explicit_hash_key, record_id)
         try:
-            conn.execute(self._names.query(_PUBLISH), params)
+            if self.lock_timeout is None:
+                conn.execute(self._names.query(_PUBLISH), params)
+            else:
+                found = conn.execute(_SET_LOCK_TIMEOUT, (self._timeout_setting,)).fetchone()
+                conn.execute(self._names.query(_PUBLISH), params)
+                conn.execute(_RESTORE_LOCK_TIMEOUT, (found[0] if found else "0",))
         except errors.UndefinedTable as exc:
             raise self._no_table() from exc
+        except errors.LockNotAvailable as exc:
+            raise self._lock_timed_out() from exc
         return str(params[4])
 
     async def publish_async(
@@ -133,10 +218,31 @@ class PostgresOutbox:
         _check_connection(conn)
         params = self._params(stream, data, partition_key, explicit_hash_key, record_id)
         try:
-            await conn.execute(self._names.query(_PUBLISH), params)
+            if self.lock_timeout is None:
+                await conn.execute(self._names.query(_PUBLISH), params)
+            else:
+                cursor = await conn.execute(_SET_LOCK_TIMEOUT, (self._timeout_setting,))
+                found = await cursor.fetchone()
+                await conn.execute(self._names.query(_PUBLISH), params)
+                await conn.execute(_RESTORE_LOCK_TIMEOUT, (found[0] if found else "0",))
         except errors.UndefinedTable as exc:
             raise self._no_table() from exc
+        except errors.LockNotAvailable as exc:
+            raise self._lock_timed_out() from exc
         return str(params[4])
+
+    @property
+    def _timeout_setting(self) -> str:
+        assert self.lock_timeout is not None
+        return f"{max(1, math.ceil(self.lock_timeout * 1000))}ms"
+
+    def _lock_timed_out(self) -> OutboxError:
+        return OutboxError(
+            f"publish(): the key's lock was not granted within lock_timeout "
+            f"({self.lock_timeout} s): another session holds it (a long transaction publishing "
+            f"the same key, or a session that took the advisory lock); the transaction is "
+            f"aborted: roll it back"
+        )
 
     def _params(
         self,
@@ -181,6 +287,9 @@ class PostgresOutbox:
         batch_size: int = 500,
         poll_interval: float = 1.0,
         metrics: Metrics | None = None,
+        streams: Collection[str] | None = None,
+        max_attempts: int = 100,
+        max_age: float = 86_400.0,
     ) -> None:
         """Put committed rows to Kinesis through ``producer`` until ``stop`` is set (forever
         without it); blocks the calling thread. See :class:`~.relay.Relay` for the guarantees.
@@ -195,6 +304,13 @@ class PostgresOutbox:
         The producer's ``close()`` may raise FlushError for puts that failed and that the relay
         put again (their rows stayed): suppress it. Metrics: the producer's config's (``metrics``
         overrides). Errors that retrying will not heal (no table, a closed producer) raise here.
+
+        ``streams``: the streams rows may name (None: any); a row naming another moves to the
+        dead-letter table at once. A key whose put fails in a way that may heal (a missing
+        stream, throttling, access denied) waits 0.5 s doubling to a minute, out of the reads;
+        its row moves to the dead-letter table, with its last error, after ``max_attempts``
+        failed puts or once ``max_age`` seconds old (an outage longer than that moves rows
+        aside too: raise them for long outages).
         """
         if not isinstance(producer, Producer):
             raise ConfigError(
@@ -216,6 +332,15 @@ class PostgresOutbox:
             raise ConfigError("batch_size", f"an integer >= 1, not {batch_size!r}", "relay")
         if not isinstance(poll_interval, (int, float)) or not 0.001 <= poll_interval <= 60:
             raise ConfigError("poll_interval", f"seconds in [0.001, 60], not {poll_interval!r}")
+        if streams is not None and (
+            isinstance(streams, str)
+            or not all(isinstance(name, str) and _STREAM.match(name) for name in streams)
+        ):
+            raise ConfigError("streams", f"a collection of stream names, not {streams!r}", "relay")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError("max_attempts", f"an integer >= 1, not {max_attempts!r}", "relay")
+        if not isinstance(max_age, (int, float)) or isinstance(max_age, bool) or max_age <= 0:
+            raise ConfigError("max_age", f"seconds > 0, not {max_age!r}", "relay")
         relay = Relay(
             self._names,
             self.conninfo,
@@ -223,6 +348,10 @@ class PostgresOutbox:
             batch_size=batch_size,
             poll_interval=float(poll_interval),
             metrics=metrics or metrics_for(producer.config, "outbox-relay"),
+            streams=None if streams is None else frozenset(streams),
+            max_attempts=max_attempts,
+            max_age=float(max_age),
+            redact=self.redact,
         )
         with self._lock:
             self._relays.append(relay)

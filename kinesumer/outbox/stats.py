@@ -45,6 +45,8 @@ class RelayCounters:
         self.published = 0
         self.moved_aside = 0
         self.failed_attempts = 0
+        #: Reads of the table (one per cycle).
+        self.reads = 0
         self.delays: deque[float] = deque(maxlen=DELAY_SAMPLES)
 
     def acknowledged(self, delays: list[float]) -> None:

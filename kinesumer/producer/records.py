@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
@@ -30,6 +31,9 @@ MAX_CALL_BYTES = 5 * 1024 * 1024
 MAX_CALL_RECORDS = 500
 MAX_KEY_CHARS = 256
 MAX_HASH_KEY = 2**128 - 1
+#: Kinesis' own pattern for ExplicitHashKey: ASCII digits, no leading zero, at most 39 digits
+#: (``str.isdigit()`` also accepts ``'²'``, and ``int()`` refuses over 4,300 digits).
+_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 
 
 class PutResult(NamedTuple):
@@ -93,6 +97,15 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest(), "big")
 
 
+def valid_hash_key(value: object) -> bool:
+    """Whether ``value`` is an explicit hash key Kinesis accepts (its pattern, then its range)."""
+    return (
+        isinstance(value, str)
+        and _HASH_KEY.fullmatch(value) is not None
+        and int(value) <= MAX_HASH_KEY
+    )
+
+
 def check_record(data: object, partition_key: object, explicit_hash_key: object) -> bytes:
     """The record's data as bytes, after the checks Kinesis would fail it for; raises
     :class:`InvalidRecordError` (or :class:`RecordTooLargeError`) saying what to fix. A record
@@ -114,13 +127,13 @@ def check_record(data: object, partition_key: object, explicit_hash_key: object)
             f"put(partition_key): {len(partition_key)} characters, Kinesis allows at most "
             f"{MAX_KEY_CHARS}; shorten or hash it"
         )
-    if explicit_hash_key is not None:
-        text = explicit_hash_key if isinstance(explicit_hash_key, str) else None
-        if text is None or not text.isdigit() or int(text) > MAX_HASH_KEY:
-            raise InvalidRecordError(
-                f"put(explicit_hash_key): must be a decimal string in [0, 2**128 - 1], got "
-                f"{explicit_hash_key!r}"
-            )
+    if explicit_hash_key is not None and not valid_hash_key(explicit_hash_key):
+        shown = repr(explicit_hash_key)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InvalidRecordError(
+            f"put(explicit_hash_key): must be a decimal string of ASCII digits (no leading "
+            f"zero) in [0, 2**128 - 1], got {shown}"
+        )
     size = len(data) + len(partition_key.encode("utf-8"))
     if size > LARGEST_RECORD_BYTES:
         raise RecordTooLargeError(
