@@ -166,17 +166,18 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def relay_command(args: argparse.Namespace) -> int:
-    import boto3
     import psycopg
 
+    from ..aws.clients import default_region
     from ..producer import Producer
 
-    region = args.region or boto3.session.Session().region_name
+    region = args.region or default_region()
     if not region:
         raise ConfigError(
             "region",
             "the relay needs a producer configuration: the AWS region of the streams "
-            "(--region, $AWS_REGION or the profile's), and --kinesis-endpoint for local work",
+            "(--region, $AWS_REGION, $AWS_DEFAULT_REGION or the profile's), and "
+            "--kinesis-endpoint for local work",
             "outbox relay",
         )
     outbox = _outbox(args)
