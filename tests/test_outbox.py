@@ -376,7 +376,12 @@ def test_async_publish_and_prometheus_series(
     relays.start(metrics=PrometheusMetrics("app", "relay", registry=registry))
     wait_until(relays.drained, what="the relay to empty the outbox")
     labels = {"app": "app", "client_id": "relay", "stream": stream}
-    assert registry.get_sample_value("kinesumer_outbox_relayed_total", labels) == 2
+    # The rows are deleted before the relay counts them: wait for the count, do not race it.
+    wait_until(
+        lambda: registry.get_sample_value("kinesumer_outbox_relayed_total", labels) == 2,
+        what="the relayed counter at 2",
+        diagnose=lambda: str(registry.get_sample_value("kinesumer_outbox_relayed_total", labels)),
+    )
     wait_until(
         lambda: (
             registry.get_sample_value(
