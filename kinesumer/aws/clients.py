@@ -292,14 +292,17 @@ class ClientFactory:
     async def dynamodb(self, *, read_timeout: float = 10.0) -> AsyncIterator[Any]:
         """An aiobotocore DynamoDB client on the state table's region and endpoint."""
         config = self.config
-        with region_required("DynamoDB", "dynamodb_region"):
-            async with session_for(config).client(
-                "dynamodb",
-                region_name=config.effective_dynamodb_region,
-                endpoint_url=config.dynamodb_endpoint,
-                config=boto_config(read_timeout=read_timeout),
-            ) as client:
-                yield self._instrumented(client)
+        async with contextlib.AsyncExitStack() as stack:
+            with region_required("DynamoDB", "dynamodb_region"):  # making the client only
+                client = await stack.enter_async_context(
+                    session_for(config).client(
+                        "dynamodb",
+                        region_name=config.effective_dynamodb_region,
+                        endpoint_url=config.dynamodb_endpoint,
+                        config=boto_config(read_timeout=read_timeout),
+                    )
+                )
+            yield self._instrumented(client)
 
     @contextlib.asynccontextmanager
     async def kinesis(self) -> AsyncIterator[Any]:
@@ -312,14 +315,17 @@ class ClientFactory:
             )
         else:
             session = session_for(config)
-        with region_required("Kinesis", "kinesis_region"):
-            async with session.client(
-                "kinesis",
-                region_name=config.effective_kinesis_region,
-                endpoint_url=config.kinesis_endpoint,
-                config=boto_config(),
-            ) as client:
-                yield self._instrumented(client)
+        async with contextlib.AsyncExitStack() as stack:
+            with region_required("Kinesis", "kinesis_region"):  # making the client only
+                client = await stack.enter_async_context(
+                    session.client(
+                        "kinesis",
+                        region_name=config.effective_kinesis_region,
+                        endpoint_url=config.kinesis_endpoint,
+                        config=boto_config(),
+                    )
+                )
+            yield self._instrumented(client)
 
     def sync_dynamodb(self, *, attempts: int | None = None, timeout: float | None = None) -> Any:
         """A blocking boto3 DynamoDB client, for threads without an event loop (the heartbeat)
