@@ -309,7 +309,10 @@ async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_wa
             and "recorded LATEST start" in r.getMessage()
         ]
 
-    command = f"kinesumer checkpoints reset --app {group['app']} --table {group['table']}"
+    command = (
+        f"kinesumer checkpoints reset --app {group['app']} --table {group['table']} "
+        f"--region us-east-1 --dynamodb-endpoint {group['url']}"
+    )
     (to_a,) = warned("a")  # once, though it claimed the moved shard again
     assert f"{shards[0]}, {shards[1]} have no checkpoint" in to_a
     assert "initial_position TRIM_HORIZON" in to_a

@@ -298,9 +298,17 @@ class Leasing:
         return True
 
 
-def reset_command(app: str, table: str) -> str:
-    """``kinesumer checkpoints reset`` for the group ``app`` in state table ``table``."""
-    return f"kinesumer checkpoints reset --app {shlex.quote(app)} --table {shlex.quote(table)}"
+def reset_command(
+    app: str, table: str, region: str | None = None, dynamodb_endpoint: str | None = None
+) -> str:
+    """``kinesumer checkpoints reset`` for the group ``app`` in state table ``table`` (with the
+    table's region and endpoint where the member was given them: the command reaches it)."""
+    command = f"kinesumer checkpoints reset --app {shlex.quote(app)} --table {shlex.quote(table)}"
+    if region:
+        command += f" --region {shlex.quote(region)}"
+    if dynamodb_endpoint:
+        command += f" --dynamodb-endpoint {shlex.quote(dynamodb_endpoint)}"
+    return command
 
 
 def _iso(ms: int) -> str:

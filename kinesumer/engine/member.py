@@ -226,7 +226,12 @@ class GroupMember:
             self.supervisor.fail,
             self.hooks,
             metrics,
-            reset_command=reset_command(config.app, config.dynamodb_table),
+            reset_command=reset_command(
+                config.app,
+                config.dynamodb_table,
+                config.effective_dynamodb_region,
+                config.dynamodb_endpoint,
+            ),
         )
         self.leasing.on_hook_failed = self._leave_quietly
         self.coordinator = Coordinator(
