@@ -1,7 +1,8 @@
 """Outages of Kinesis or DynamoDB ridden out for a bounded time, then a named error.
 
-Every AWS call of the library retries transient errors (throttling, 5xx, dropped connections)
-a few times, for about ten seconds (:func:`kinesumer.aws.retry.call_with_retry`), then raises
+Every AWS call of the library retries transient errors (throttling, 5xx, dropped connections,
+hung calls) a few times, for about ten seconds plus one read timeout
+(:func:`kinesumer.aws.retry.call_with_retry`), then raises
 :class:`~kinesumer.TransientAWSError`. For a streaming query that is too short: a regional
 blip of a minute would fail it. :func:`ride_out` runs one of the source's steps (an executor's
 read of a shard for a batch, one of the driver's ledger, pin or probe calls) again and again,
