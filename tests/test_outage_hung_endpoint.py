@@ -125,6 +125,32 @@ def fails_by_the_bound(
     print(f"\n{service} hung: SourceOutageError {raised - first:.1f} s after the first hung call")
 
 
+async def test_a_call_that_never_answers_is_cut_at_the_budget_the_outage_dated_from_its_send() -> (
+    None
+):
+    """No network: a call that never answers, under an outage clock of 0.5 s. Its first try is
+    given up when the budget ends (without the clock it would wait for ever: botocore's read
+    timeout is what bounds a real first try), no second try is sent past the budget, and the
+    outage is dated from the first try's send."""
+    from kinesumer.aws import RequestStats
+    from kinesumer.aws.retry import OutageClock, call_with_retry, outage_clock
+    from kinesumer.errors import TransientAWSError
+
+    sends: list[float] = []
+
+    async def never_answers() -> None:
+        sends.append(time.monotonic())
+        await asyncio.Event().wait()
+
+    clock = OutageClock(0.5)
+    with outage_clock(clock), pytest.raises(TransientAWSError) as caught:
+        await call_with_retry("kinesis.GetRecords", never_answers, RequestStats())
+    # Dated from the try's send (taken just before the call began), not from its cut.
+    assert clock.since is not None and 0 <= sends[0] - clock.since < 0.25, (clock.since, sends)
+    assert len(sends) == 1  # nothing left of the budget for a second try
+    assert "no answer within 0.5 s" in str(caught.value), str(caught.value)
+
+
 @pytest.mark.parametrize("service", ["kinesis", "dynamodb"])
 def test_an_executor_read_hung_on_a_service_fails_by_outage_timeout_from_the_first_hung_call(
     proxied: dict[str, Any], service: str
