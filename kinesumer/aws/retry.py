@@ -280,6 +280,7 @@ async def call_with_retry(
     except Exception as exc:
         if is_transient(exc):
             raise TransientAWSError(
-                f"{operation} kept failing after {tries} attempts: {error_code(exc)}: {exc}"
+                f"{operation} kept failing after {tries} attempt{'s' * (tries != 1)}: "
+                f"{error_code(exc)}: {exc}"
             ) from exc
         raise
