@@ -81,6 +81,12 @@ _DENIED_CODES = frozenset(
 )
 
 
+#: The least time a try is given when a deadline is near or past (capped by an outage clock's
+#: whole budget). A step retried at the end of its outage budget calls other services too: a
+#: healthy one answers well within this, so a cut try names the service that is really down,
+#: never one whose call merely came last.
+MIN_TRY = 1.0
+
 #: botocore's read timeout for kinesumer's clients (:func:`~.clients.boto_config`): how long one
 #: try may wait for its answer, which a call's :func:`retry_window` leaves room for once.
 CALL_TIMEOUT = 10.0
@@ -210,6 +216,7 @@ async def call_with_retry(
     """
     clock = _clock.get()
     window = retry_window(attempts, initial, maximum)
+    floor = MIN_TRY if clock is None else min(MIN_TRY, clock.timeout)
     first_failed: float | None = None  # monotonic send of this call's first failed try
     tries = 0
 
@@ -257,7 +264,7 @@ async def call_with_retry(
         tries += 1
         sent = time.monotonic()
         ends = deadline(sent)
-        bound = None if ends is None else max(0.0, ends - sent)
+        bound = None if ends is None else max(floor, ends - sent)
         try:
             result = await await_within(call(), bound)
         except BaseException as exc:

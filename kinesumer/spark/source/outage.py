@@ -15,11 +15,13 @@ The first failure is the moment the first failed call was *sent*: a call to a hu
 counts from its send, not from when its tries gave up (which, with botocore's read timeout per
 try, was a minute later). The step's calls run under an outage clock
 (:func:`kinesumer.aws.retry.outage_clock`), which keeps that moment and cuts any call still
-waiting when the budget ends, so the error comes by ``outage_timeout`` after the
-first failed or hung call, plus the moment the cut takes. The steps are safe to repeat: a read
-is decided by the ledger (a repeat reads exactly the recorded range, or records one), and the
-driver's calls are reads or conditional writes. Nothing is lost: a batch that failed is
-replayed by Spark at the restart.
+waiting when the budget ends, so the error comes by ``outage_timeout`` after the first failed
+or hung call, plus at most a second (a try sent as the budget ends is still given
+:data:`~kinesumer.aws.retry.MIN_TRY`, so the error names the service that is really down).
+
+The steps are safe to repeat: a read is decided by the ledger (a repeat reads exactly the
+recorded range, or records one), and the driver's calls are reads or conditional writes.
+Nothing is lost: a batch that failed is replayed by Spark at the restart.
 
 There is no hook for custom metrics in a Python source (SPARK-SOURCE.md): the logs are where
 an outage shows while it lasts.
