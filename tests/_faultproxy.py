@@ -40,6 +40,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -267,6 +268,7 @@ class Rule:
         self._rng = random.Random(seed)
         self._fired = 0
         self._skipped = 0
+        self._first_fired_at: float | None = None
         self._removed = threading.Event()
 
     @property
@@ -274,6 +276,13 @@ class Rule:
         """How many requests this rule has faulted so far."""
         with self._proxy._lock:
             return self._fired
+
+    @property
+    def first_fired_at(self) -> float | None:
+        """When (``time.time()``) this rule first faulted a request: the request had arrived,
+        so its client sent it no later than this. None: not yet."""
+        with self._proxy._lock:
+            return self._first_fired_at
 
     @property
     def removed(self) -> bool:
@@ -890,6 +899,8 @@ class FaultProxy:
                     continue
                 if rule._matches(key) and rule._rng.random() < rule.rate:
                     rule._fired += 1
+                    if rule._first_fired_at is None:
+                        rule._first_fired_at = time.time()
                     return rule
         return None
 

@@ -35,12 +35,12 @@ from botocore.utils import parse_timestamp as botocore_parse_timestamp
 from ..config import Config
 from ..errors import ConfigError
 from .accounting import RequestStats, instrument
-from .retry import call_with_retry
+from .retry import CALL_TIMEOUT, call_with_retry
 
 log = logging.getLogger("kinesumer.aws")
 
 
-def boto_config(read_timeout: float = 10.0) -> BotoConfig:
+def boto_config(read_timeout: float = CALL_TIMEOUT) -> BotoConfig:
     return BotoConfig(
         retries={"total_max_attempts": 1, "mode": "standard"},
         connect_timeout=5,
@@ -289,7 +289,7 @@ class ClientFactory:
         self.client_id = client_id
 
     @contextlib.asynccontextmanager
-    async def dynamodb(self, *, read_timeout: float = 10.0) -> AsyncIterator[Any]:
+    async def dynamodb(self, *, read_timeout: float = CALL_TIMEOUT) -> AsyncIterator[Any]:
         """An aiobotocore DynamoDB client on the state table's region and endpoint."""
         config = self.config
         async with contextlib.AsyncExitStack() as stack:
