@@ -129,8 +129,9 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
             conflicts += 1
             print(
                 f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "
-                f"claimed it or moved its checkpoint): its position was not moved; run the "
-                f"command again",
+                f"claimed it or moved its checkpoint): "
+                f"{'only its Spark pin was removed' if pin is not None else 'nothing written'}; "
+                f"run the command again",
                 file=sys.stderr,
             )
             continue
