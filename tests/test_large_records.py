@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import io
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -333,3 +334,58 @@ def test_an_unknown_limit_lets_kinesis_judge_and_put_raises_nothing_new(
     with pytest.raises(StreamNotFoundError):
         lost.result()
     assert [r["Data"] for r in _read(kinesis_local.url, stream)] == [large]
+
+
+def test_a_large_put_from_a_futures_done_callback_does_not_freeze_the_producer(
+    kinesis_local: KinesisLocalStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """Futures settle on the producer's loop, so their done-callbacks run there: a large put
+    chained from one must not wait for that loop (it would wait for itself, and every put,
+    flush and close after it would hang)."""
+    stream = unique_name("chained")
+    _create(kinesis_local.url, stream, max_kib=10240)
+    producer = Producer(kinesis_endpoint=kinesis_local.url, region="us-east-1")
+    chained: list[Any] = []
+    returned = threading.Event()
+
+    def chain(_: Any) -> None:
+        try:
+            chained.append(producer.put(stream, b"x" * (2 * MIB), partition_key="k"))
+        finally:
+            returned.set()
+
+    try:
+        producer.put(stream, b"small", partition_key="k").add_done_callback(chain)
+        assert returned.wait(60), "the callback's put never returned: the loop waits for itself"
+        after = producer.put(stream, b"after", partition_key="j")
+        producer.flush()
+        assert after.result(timeout=60).shard_id
+        (large,) = chained
+        assert large.result(timeout=60).shard_id  # not refused: the stream takes 10 MiB
+    finally:
+        producer.close()
+
+
+class _ModelWithout:
+    """A botocore client whose Kinesis model predates ``MaxRecordSizeInKiB`` (botocore 1.34,
+    which aioboto3 13 brings): its parse never shows the field, also for a raised stream."""
+
+    class meta:
+        class service_model:
+            @staticmethod
+            def operation_model(name: str) -> Any:
+                class Shape:
+                    members = {"StreamDescriptionSummary": type("S", (), {"members": {}})()}
+
+                return type("Op", (), {"output_shape": Shape()})()
+
+    async def describe_stream_summary(self, StreamName: str) -> dict[str, Any]:
+        return {"StreamDescriptionSummary": {"StreamName": StreamName, "OpenShardCount": 1}}
+
+
+def test_an_older_botocore_that_cannot_show_the_limit_leaves_large_records_to_kinesis() -> None:
+    """Without the field in its model, "absent" cannot mean "1 MiB": the limit is unknown and
+    Kinesis judges, instead of every large record refused on a raised stream."""
+    from kinesumer.producer.limits import describe_max_record_bytes
+
+    assert asyncio.run(describe_max_record_bytes(_ModelWithout(), "orders")) == TEN_MIB

@@ -159,6 +159,14 @@ class ProducerCore:
         limit = await self._record_limits.limit_for(self._client, record.stream, record.size)
         refuse_over_limit(record.stream, record.size, limit)
 
+    def check_large_known(self, record: PendingRecord) -> None:
+        """:meth:`check_large` without asking Kinesis: against the limit learned already, if
+        any (else Kinesis judges the record). For a ``put`` made on the producer's own loop (a
+        future's done-callback), which must not wait for that loop."""
+        limit = self._record_limits.known(record.stream)
+        if limit is not None:
+            refuse_over_limit(record.stream, record.size, limit)
+
     def _drain(self) -> int:
         """Route the inbox's records to their writers; the put order (seq) reached."""
         with self._inbox_lock:

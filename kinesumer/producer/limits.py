@@ -103,7 +103,22 @@ async def describe_max_record_bytes(client: Any, stream: str) -> int:
     kib = answer.get("StreamDescriptionSummary", {}).get("MaxRecordSizeInKiB")
     if isinstance(kib, int) and not isinstance(kib, bool) and kib > 0:
         return min(kib * 1024, LARGEST_RECORD_BYTES)
+    if not knows_max_record_size(client):
+        # botocore drops members its model does not know: an older botocore (aioboto3 13's
+        # 1.34) never shows the field, also for a raised stream. Unknown: Kinesis judges.
+        return LARGEST_RECORD_BYTES
     return MAX_RECORD_BYTES
+
+
+def knows_max_record_size(client: Any) -> bool:
+    """Whether ``client``'s botocore model has DescribeStreamSummary's ``MaxRecordSizeInKiB``
+    (botocore parses only the members its model names)."""
+    try:
+        summary = client.meta.service_model.operation_model("DescribeStreamSummary")
+        members = summary.output_shape.members["StreamDescriptionSummary"].members
+    except (AttributeError, KeyError, LookupError):
+        return False
+    return "MaxRecordSizeInKiB" in members
 
 
 def refuse_over_limit(stream: str, size: int, limit: int) -> None:

@@ -75,7 +75,12 @@ class Producer(BaseProducer):
         future: concurrent.futures.Future[PutResult] = new_future()
         record = self._record(stream, data, partition_key, explicit_hash_key, future)
         if record.size > MAX_RECORD_BYTES:
-            self._run(self._core.check_large(record))
+            if threading.current_thread() is self._thread:
+                # A put from a future's done-callback runs on the loop: waiting for the loop
+                # there would wait for itself, and every put and flush after it with it.
+                self._core.check_large_known(record)
+            else:
+                self._run(self._core.check_large(record))
         self._core.admit(record.size, self.options.block if block is None else block, timeout)
         self._core.submit(record)
         return future
