@@ -21,8 +21,8 @@ How, through botocore's public events on clients :func:`install` was given:
   answer (:class:`RecordsAnswer`) is handed to the caller directly. An answer the decoder does
   not accept (not the shape Kinesis documents) is left to botocore, the reference. A GetRecords
   answer that botocore's parse shows is not Kinesis's either (a gateway's HTML page, a garbled
-  body, JSON without ``Records`` or ``MillisBehindLatest``: botocore parses each into no members
-  at all, which would read as "no next iterator", the shard's end) raises
+  body, JSON without ``Records``: botocore parses each into no members at all, which would
+  read as "no next iterator", the shard's end) raises
   :class:`~kinesumer.aws.retry.MalformedAnswer`, a transient error the readers retry.
 
 What a call needs travels in a context variable set around the call: each call runs in its own
@@ -90,14 +90,15 @@ AnyRawRecord = TypeVar("AnyRawRecord", RawRecord, EpochRawRecord)
 class RecordsAnswer(msgspec.Struct, Generic[AnyRawRecord], gc=False):
     """A GetRecords answer: what the readers use of it (``ChildShards`` as botocore gives it).
 
-    ``Records`` and ``MillisBehindLatest`` are required: Kinesis sends both in every answer, mid
-    shard and at its end (so do kinesalite, kinesis-local and moto). A body without them is not
-    a Kinesis answer, and with defaults even ``{}`` would decode as "no next iterator": an open
-    shard's end. Checked by the decoder itself, once per answer (:func:`well_formed` checks
-    botocore's parse the same way)."""
+    ``Records`` is required, as Kinesis's API model has it: a body without it is not a Kinesis
+    answer, and with a default even ``{}`` would decode as "no next iterator", an open shard's
+    end. Checked by the decoder itself, once per answer (:func:`well_formed` checks botocore's
+    parse the same way). ``MillisBehindLatest`` is optional in the model, though Kinesis,
+    kinesalite, kinesis-local and moto send it in every answer: one without it is taken, its lag
+    unknown (an "end" it brings is still confirmed by the reader)."""
 
     Records: list[AnyRawRecord]
-    MillisBehindLatest: int
+    MillisBehindLatest: int | None = None
     NextShardIterator: str | None = None
     ChildShards: list[dict[str, Any]] | None = None
 
@@ -238,16 +239,16 @@ async def _get(slot: _AnswerSlot, client: Any, iterator: str, limit: int) -> dic
 
 def well_formed(response: dict[str, Any]) -> dict[str, Any]:
     """``response``, botocore's parse of a GetRecords answer, if it is a Kinesis answer:
-    ``Records`` a list and ``MillisBehindLatest`` a number, as Kinesis sends in every answer.
-    Else :class:`MalformedAnswer` (transient): botocore parses a body that is not JSON, or JSON
-    of another shape, into none of the members, which must not read as the shard's end."""
-    if isinstance(response.get("Records"), list) and isinstance(
-        response.get("MillisBehindLatest"), int
-    ):
+    ``Records`` a list (the model's one required member), ``MillisBehindLatest`` a number if
+    there. Else :class:`MalformedAnswer` (transient): botocore parses a body that is not JSON,
+    or JSON of another shape, into none of the members, which must not read as the shard's
+    end."""
+    lag = response.get("MillisBehindLatest")
+    if isinstance(response.get("Records"), list) and (lag is None or isinstance(lag, int)):
         return response
     headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
     raise MalformedAnswer(
-        f"a GetRecords answer without Records or MillisBehindLatest (content-type "
+        f"a GetRecords answer without Records (content-type "
         f"{headers.get('content-type')!r}; a proxy's or gateway's page, or a garbled body?)"
     )
 
@@ -266,7 +267,7 @@ def from_botocore(response: dict[str, Any]) -> RecordsAnswer[RawRecord]:
             )
             for r in response.get("Records", [])
         ],
-        MillisBehindLatest=response["MillisBehindLatest"],
+        MillisBehindLatest=response.get("MillisBehindLatest"),
         NextShardIterator=response.get("NextShardIterator"),
         ChildShards=response.get("ChildShards"),
     )
