@@ -139,6 +139,11 @@ class OutageClock:
 _clock: ContextVar[OutageClock | None] = ContextVar("kinesumer_outage_clock", default=None)
 
 
+def current_outage_clock() -> OutageClock | None:
+    """The clock bounding calls made in this context, if any (:func:`outage_clock`)."""
+    return _clock.get()
+
+
 @contextlib.contextmanager
 def outage_clock(clock: OutageClock) -> Iterator[OutageClock]:
     """Bound every call made in this context by ``clock`` (see :class:`OutageClock`).

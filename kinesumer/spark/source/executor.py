@@ -27,6 +27,7 @@ attempt number above 0) looks first, as does any read outside a Spark task.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import gc
 import logging
@@ -176,7 +177,9 @@ async def read_with(
     if read_ahead is not None and p.start.after is not None and entry.end is not None:
         read_ahead.ended(p.stream, p.shard_id, p.start.after, entry.end)
     if read_ahead is not None and _more_behind(entry, p):
-        _start(_read_ahead(read_ahead, reader, _next_of(p, entry), shard, shard.next_iterator))
+        start_in_background(
+            _read_ahead(read_ahead, reader, _next_of(p, entry), shard, shard.next_iterator)
+        )
     return rows
 
 
@@ -202,9 +205,11 @@ READ_AHEAD_GRACE = 5.0
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
 
-def _start(coro: Any) -> None:
-    """Run ``coro`` on the worker's loop after the task returns (a reference is kept)."""
-    task = asyncio.get_running_loop().create_task(coro)
+def start_in_background(coro: Any) -> None:
+    """Run ``coro`` on the worker's loop after the task returns (a reference is kept), in a
+    context of its own: the task's outage clock (``aws.retry.outage_clock``) is the task's, and
+    a read ahead answering must not reset it."""
+    task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
     _BACKGROUND.add(task)
     task.add_done_callback(_BACKGROUND.discard)
 
