@@ -21,8 +21,9 @@ class OutboxStats:
     moved aside to ``<table>_dead``. The relays running in this process: ``relays``,
     ``partitions`` (of 64, held by them), ``published`` (acknowledged by Kinesis, duplicates
     of a resend included), ``moved_aside``, ``failed_attempts`` (puts that failed and will be
-    tried again), and ``delay_p50`` / ``delay_p99``: seconds from ``publish()`` to Kinesis'
-    acknowledgement (None before any)."""
+    tried again), ``reads`` (reads of the table: one per cycle, whatever woke it), and
+    ``delay_p50`` / ``delay_p99``: seconds from ``publish()`` to Kinesis' acknowledgement (None
+    before any)."""
 
     pending: int
     oldest_pending_seconds: float | None
@@ -32,6 +33,7 @@ class OutboxStats:
     published: int = 0
     moved_aside: int = 0
     failed_attempts: int = 0
+    reads: int = 0
     delay_p50: float | None = None
     delay_p99: float | None = None
 
@@ -66,7 +68,7 @@ def summarize(row: tuple[Any, ...], relays: list[Any]) -> OutboxStats:
     """OutboxStats from the LAG query's row and this process's relays."""
     pending, oldest, dead = row
     delays: list[float] = []
-    totals = {"partitions": 0, "published": 0, "moved_aside": 0, "failed_attempts": 0}
+    totals = {"partitions": 0, "published": 0, "moved_aside": 0, "failed_attempts": 0, "reads": 0}
     for relay in relays:
         counters: RelayCounters = relay.counters
         with counters.lock:
