@@ -20,6 +20,7 @@ from _spark_source import Collector, checkpoints, local_spark, spark_group, star
 from _wait import wait_until
 
 from kinesumer import Config
+from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
 
 pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
 
@@ -133,7 +134,9 @@ def test_at_latest_a_query_with_a_new_checkpoint_folder_reads_from_the_first_ope
     config = group["config"].replace(initial_position="LATEST")
     create_stream(url, stream, 1)
     put(url, stream, 0, 5)  # before LATEST: never read
-    time.sleep(1.1)  # AT_TIMESTAMP travels in whole seconds
+    # A LATEST start is Kinesis's Date less SERVER_CLOCK_MARGIN_MS (it may read that much
+    # earlier, never later), and AT_TIMESTAMP travels in whole seconds.
+    time.sleep(SERVER_CLOCK_MARGIN_MS / 1000 + 1.1)
 
     def ignore(df: Any, batch_id: int) -> None:
         pass

@@ -239,7 +239,9 @@ def check_resources(options: SourceOptions) -> None:
 
     try:
         asyncio.run(check())
-    except NoRegionError:
+    except ConfigError as exc:
+        if not isinstance(exc.__cause__, NoRegionError):
+            raise
         raise ConfigError(
             "region",
             "is required: no region option and no AWS region where the source runs "
