@@ -7,25 +7,24 @@ bad input raises named errors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import random
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import psycopg
 import pytest
 from _faultproxy import Fault, FaultProxy
 from _group import create_stream
+from _outbox import Relays
 from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 from psycopg import sql
 
-from kinesumer import ConfigError, FlushError, InvalidRecordError, Producer, Topic, cli
+from kinesumer import ConfigError, InvalidRecordError, Producer, Topic, cli
 from kinesumer.outbox import (
     OutboxConnectionError,
     OutboxTableNotFoundError,
@@ -45,49 +44,6 @@ def outbox(postgres: PostgresServer, unique_name: Callable[[str], str]) -> Postg
     box = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
     box.create_table()
     return box
-
-
-class Relays:
-    """Relays on threads, each with its own producer; stopped (and their errors raised) at the
-    end of the test."""
-
-    def __init__(self, outbox: PostgresOutbox, url: str) -> None:
-        self.outbox, self.url = outbox, url
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-
-    def start(self, count: int = 1, producer: dict[str, Any] | None = None, **options: Any) -> None:
-        """``count`` relays; ``producer``: their Producer's keywords, ``options`` relay()'s."""
-        for _ in range(count):
-            kwargs = {"producer_options": producer or {}, **options}
-            thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _run(self, producer_options: dict[str, Any], **options: Any) -> None:
-        try:
-            settings = {"kinesis_endpoint": self.url, "linger": 0.01, **producer_options}
-            producer = Producer(region="us-east-1", **settings)
-            try:
-                self.outbox.relay(producer, stop=self.stop, **{"poll_interval": 0.5, **options})
-            finally:
-                # Puts that failed were the relay's to retry (it did): not an error here.
-                with contextlib.suppress(FlushError):
-                    producer.close()
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def drained(self) -> bool:
-        """Whether the outbox is empty (a relay's error fails the test at once)."""
-        assert not self.errors, self.errors
-        return self.outbox.stats().pending == 0
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-        assert not self.errors, self.errors
 
 
 @pytest.fixture

@@ -6,23 +6,21 @@ PostgreSQL (tests/_postgres.py) and kinesalite.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import psycopg
 import pytest
 from _group import create_stream
+from _outbox import Relays
 from _postgres import PostgresServer, postgres_server
 from _produced import by_key, read_all
 from _standins import NodeStandIn
 from _wait import wait_until
 from psycopg import sql
 
-from kinesumer import ConfigError, FlushError, InvalidRecordError, Producer, cli
+from kinesumer import ConfigError, InvalidRecordError, cli
 from kinesumer.metrics import Metrics
 from kinesumer.outbox import OutboxError, PostgresOutbox
 from kinesumer.outbox.schema import Names, key_lock, partition
@@ -62,46 +60,6 @@ class Recorded(Metrics):
 
     def outbox_moved_aside(self, stream: str) -> None:
         self.labels.add(stream)
-
-
-class Relays:
-    """Relays on threads with their own producers; their errors fail the test."""
-
-    def __init__(self, outbox: PostgresOutbox, url: str) -> None:
-        self.outbox, self.url = outbox, url
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-
-    def start(self, count: int = 1, **options: Any) -> None:
-        for _ in range(count):
-            thread = threading.Thread(target=self._run, kwargs=options, daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _run(self, **options: Any) -> None:
-        try:
-            producer = Producer(region="us-east-1", kinesis_endpoint=self.url, linger=0.01)
-            try:
-                self.outbox.relay(producer, stop=self.stop, **{"poll_interval": 0.5, **options})
-            finally:
-                with contextlib.suppress(FlushError):
-                    producer.close()
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def alive(self) -> None:
-        assert not self.errors, self.errors
-
-    def pending(self) -> int:
-        self.alive()
-        return self.outbox.stats().pending
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-        self.alive()
 
 
 @pytest.fixture
