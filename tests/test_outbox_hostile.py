@@ -476,3 +476,42 @@ def test_adding_the_checks_to_a_busy_old_table_gives_up_instead_of_queueing_writ
             (outbox.table,),
         ).fetchone()
     assert found is not None and found[0] == 3
+
+
+def test_relay_tables_another_role_created_first_are_refused_not_used(
+    postgres: PostgresServer, kinesalite: NodeStandIn, unique_name: Callable[[str], str]
+) -> None:
+    """PUBLIC may create tables in ``public`` up to PostgreSQL 14: such a role can create the
+    relays' partition table before an upgrade's ``create_table()`` (which creates it only if
+    missing), open it to everyone and hold every partition. ``create_table()`` and the relay
+    refuse tables that are not the outbox owner's, naming the fix."""
+    table = unique_name("owned").replace("-", "_")
+    parts = sql.Identifier(table + "_parts")
+    outbox = PostgresOutbox(postgres.conninfo, table=table)
+    outbox.create_table()
+    with postgres.connect() as admin:
+        admin.execute(sql.SQL("DROP TABLE {}").format(parts))  # as before an upgrade made it
+        admin.execute(
+            sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(INTRUDER))
+        )
+    try:
+        with psycopg.connect(intruder_conninfo(postgres), autocommit=True) as intruder:
+            intruder.execute(
+                sql.SQL("CREATE TABLE {} (part int PRIMARY KEY, pid int, started timestamptz)")
+                .format(parts)
+            )  # fmt: skip
+            intruder.execute(sql.SQL("GRANT ALL ON {} TO PUBLIC").format(parts))
+        with pytest.raises(OutboxError, match=rf"{table}_parts \(owned by {INTRUDER}\)"):
+            outbox.create_table()
+        relays = Relays(outbox, kinesalite.url)
+        relays.start()
+        wait_until(lambda: bool(relays.errors), 30, "the relay to refuse the intruder's table")
+        relays.stop.set()
+        assert any(f"{table}_parts (owned by {INTRUDER})" in str(e) for e in relays.errors), (
+            relays.errors
+        )
+    finally:
+        with postgres.connect() as admin:
+            admin.execute(
+                sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(sql.Identifier(INTRUDER))
+            )

@@ -47,7 +47,7 @@ from ..producer.records import check_record
 from ..topics import Topic
 from .conninfo import Conninfo
 from .relay import Relay
-from .schema import CONSTRAINTS, INSERT, LAG, Names, key_lock, partition
+from .schema import CONSTRAINTS, INSERT, LAG, Names, foreign_owners, key_lock, partition
 from .stats import OutboxStats, summarize
 
 log = logging.getLogger("kinesumer.outbox")
@@ -126,6 +126,9 @@ class PostgresOutbox:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._names.lock_class,))
                 for statement in self._names.schema():
                     conn.execute(statement)
+                refused = foreign_owners(conn, self._names)
+                if refused is not None:
+                    raise OutboxError(f"create_table(): {refused}")
                 self._add_constraints(conn)
             except errors.LockNotAvailable as exc:
                 raise OutboxError(

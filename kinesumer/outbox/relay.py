@@ -71,13 +71,26 @@ from psycopg import sql
 from ..errors import (
     BufferFullError,
     InvalidRecordError,
+    OutboxError,
     OutboxTableNotFoundError,
     ProducerClosedError,
     RecordRejectedError,
 )
 from ..metrics import Metrics
 from ..producer import Producer, PutResult
-from .schema import DELETE, LAG, LIVE, ME, MOVE_ASIDE, PARTITIONS, READ, UNHELD, Names, partition
+from .schema import (
+    DELETE,
+    LAG,
+    LIVE,
+    ME,
+    MOVE_ASIDE,
+    PARTITIONS,
+    READ,
+    UNHELD,
+    Names,
+    foreign_owners,
+    partition,
+)
 from .stats import RelayCounters
 
 log = logging.getLogger("kinesumer.outbox")
@@ -254,6 +267,9 @@ class Relay:
                         f"adds it too) with PostgresOutbox.create_table() or `kinesumer "
                         f"outbox create-table`"
                     )
+            refused = foreign_owners(conn, self.names)
+            if refused is not None:
+                raise OutboxError(f"the relay will not run: {refused}")
             me = conn.execute(ME).fetchone()
             assert me is not None
             conn.execute(self.names.query(_FORGET_DEAD))

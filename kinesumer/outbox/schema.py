@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from typing import Any
 
+import psycopg
 from psycopg import sql
 
 #: Relays split the table into this many partitions by key (a relay owns whole partitions;
@@ -189,6 +191,29 @@ class Names:
         return sql.SQL("ALTER TABLE {} VALIDATE CONSTRAINT {}").format(
             self.table, sql.Identifier(name)
         )
+
+
+_OWNERS = """SELECT t.name, pg_get_userbyid(c.relowner)
+    FROM unnest(%s::text[]) AS t(name) JOIN pg_class AS c ON c.oid = to_regclass(t.name)"""
+
+
+def foreign_owners(conn: psycopg.Connection[Any], names: Names) -> str | None:
+    """Why the outbox's tables cannot be trusted, or None: the dead-letter and relay tables must
+    belong to the outbox table's owner. Each is created ``IF NOT EXISTS``: a role that may
+    create tables in the schema (PUBLIC may in ``public`` up to PostgreSQL 14) could create one
+    first, grant it to PUBLIC, and then hold the relays' partitions or read the dead letters."""
+    tables = [names.text, names.text + "_dead", names.parts_text, names.presence_text]
+    owners = dict(conn.execute(_OWNERS, (tables,)).fetchall())
+    owner = owners.get(names.text)
+    foreign = sorted(f"{t} (owned by {o})" for t, o in owners.items() if o != owner)
+    if owner is None or not foreign:
+        return None
+    return (
+        f"the outbox's tables {', '.join(foreign)} do not belong to {owner}, the owner of "
+        f"{names.text}: another role created them; drop them (as their owner or a superuser), "
+        f"revoke CREATE on the schema from roles other than the outbox's, and run "
+        f"`kinesumer outbox create-table` again"
+    )
 
 
 def key_lock(table: str, stream: str, partition_key: str) -> int:
