@@ -259,7 +259,9 @@ class EfoShardFetcher:
                 continue
             if self._record_start is not None and not await self._record_start(self._lease, since):
                 return False
-            self._since_ms = since
+            # Subscribed from that instant, not at LATEST: a LATEST subscription begins when it
+            # is established, after the recorded start, and would skip what arrived between.
+            self._since_ms, self._position = since, None
             return True
         return False
 
