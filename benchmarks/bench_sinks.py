@@ -44,7 +44,7 @@ from _standins import start_dynalite, start_kinesalite, start_moto  # noqa: E402
 from bench_core import Clock, bench_config, fill  # noqa: E402
 
 from kinesumer import Kinesumer, Record, create_state_table  # noqa: E402
-from kinesumer.engine.leases import Lease  # noqa: E402
+from kinesumer.group.leases import Lease  # noqa: E402
 from kinesumer.handlers import Batch  # noqa: E402
 from kinesumer.models import Checkpoint, Position  # noqa: E402
 from kinesumer.sinks import DynamoDBTransactions, PostgresPositions  # noqa: E402

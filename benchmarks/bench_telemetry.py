@@ -50,13 +50,14 @@ def measure(mode: str, records: int) -> dict[str, Any]:
     """Seconds per record of one handler call in this process (best of 5 passes)."""
     if mode == "absent":
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]
-    from kinesumer import Config, telemetry
+    from kinesumer import Config
     from kinesumer.aws.clients import ClientFactory
-    from kinesumer.engine.leases import Lease
+    from kinesumer.group.leases import Lease
     from kinesumer.handlers.counters import HandlerCounters
     from kinesumer.handlers.invoke import Invocation
     from kinesumer.handlers.options import run_options
     from kinesumer.models import Checkpoint, Record
+    from kinesumer.observability import telemetry
 
     def handle(record: Record) -> None:
         pass

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from kinesumer.aio_timeout import await_within
 from kinesumer.config import Config
-from kinesumer.engine.delivery import Cursor
-from kinesumer.engine.engine import Engine
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.models import Checkpoint, Record
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
 from kinesumer.producer.stream import StreamWriter
+from kinesumer.read.delivery import Cursor
+from kinesumer.read.engine import Engine
+from kinesumer.runtime.aio_timeout import await_within
 
 STREAM, SHARD = "s", "shardId-000000000000"
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesumer.core import done_ranges
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers.progress import LowWater
 from kinesumer.models import Checkpoint, Position, Record
 

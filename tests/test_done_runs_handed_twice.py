@@ -15,8 +15,8 @@ from typing import Any
 
 from _group import make_config, setup_table, state_store
 
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.leases import Lease
+from kinesumer.group.checkpointer import Checkpointer
+from kinesumer.group.leases import Lease
 from kinesumer.handlers.progress import LowWater
 from kinesumer.models import Position, Record
 

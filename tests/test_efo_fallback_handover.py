@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from kinesumer.config import Config
-from kinesumer.engine import efo_fallback, efo_fetcher
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.efo_fetcher import EfoShardFetcher
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.kinesis.kpl import to_records
 from kinesumer.kinesis.reader import ShardBatch
-from kinesumer.metrics import Metrics
 from kinesumer.models import Checkpoint, Position, Record
+from kinesumer.observability.metrics import Metrics
+from kinesumer.read import efo_fallback, efo_fetcher
+from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.efo_fetcher import EfoShardFetcher
 
 STREAM, SHARD = "s", "shardId-000000000000"
 

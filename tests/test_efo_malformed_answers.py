@@ -19,12 +19,12 @@ from _group import create_stream, make_config, put, split_in_two
 from _read_ahead import kinesis_client
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.efo_fallback import EndCheck, PollingInterlude, ResumePoint
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.kinesis.reader import KinesisReader
-from kinesumer.metrics import Metrics
 from kinesumer.models import Checkpoint, Record
+from kinesumer.observability.metrics import Metrics
+from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.efo_fallback import EndCheck, PollingInterlude, ResumePoint
 
 SHARD = "shardId-000000000000"
 PAGES = {

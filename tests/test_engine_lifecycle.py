@@ -1,5 +1,5 @@
-"""The engine's lifecycle and the lease's, as written down in engine/lifecycle.py and
-engine/leases.py: every transition, without I/O."""
+"""The engine's lifecycle and the lease's, as written down in runtime/lifecycle.py and
+group/leases.py: every transition, without I/O."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from kinesumer.engine.leases import Lease, LeaseStatus
-from kinesumer.engine.lifecycle import EngineState, Lifecycle
 from kinesumer.errors import ConsumerClosedError
+from kinesumer.group.leases import Lease, LeaseStatus
 from kinesumer.models import Checkpoint, Position, Record
+from kinesumer.runtime.lifecycle import EngineState, Lifecycle
 
 
 def record(sequence: str) -> Record:

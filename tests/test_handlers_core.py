@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesumer import ConfigError
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers.options import Batch, run_options
 from kinesumer.handlers.policies import Discard, Stop
 from kinesumer.handlers.progress import LowWater
@@ -260,7 +260,7 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
     from prometheus_client import CollectorRegistry
 
     from kinesumer.handlers.counters import HandlerCounters
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
     counters = HandlerCounters("orders", PrometheusMetrics("app", "c1", registry))
@@ -278,8 +278,8 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
 
 # -- the dispatcher's bookkeeping --------------------------------------------------------------
 def dispatch_for(**changes: Any) -> Any:
-    from kinesumer.engine.delivery import Cursor
     from kinesumer.handlers.dispatch import Dispatch
+    from kinesumer.read.delivery import Cursor
 
     options = run_options(handle, is_async=False, **{**GOOD, **changes})
     return Dispatch(options, Cursor(auto_commit=True))

@@ -21,7 +21,7 @@ from test_handlers_group import Run
 
 from kinesumer import Kinesumer, Record
 from kinesumer.core import done_ranges
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers import Block, Retry
 from kinesumer.models import Checkpoint, Position
 
@@ -208,7 +208,7 @@ def test_checkpoint_item_codec_carries_the_done_runs() -> None:
 async def test_runs_beyond_the_budget_are_left_out_and_counted() -> None:
     """A flush whose done runs would not fit writes those nearest the mark (the rest is
     delivered again, at-least-once) and counts it; the mark itself is always written."""
-    from kinesumer.engine.checkpointer import Checkpointer
+    from kinesumer.group.checkpointer import Checkpointer
 
     written: list[tuple[Position | None, bytes | None]] = []
 

@@ -17,11 +17,11 @@ from _wait import wait_until
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
-from kinesumer.engine.delivery import Cursor
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers.dispatch import Dispatch
 from kinesumer.handlers.options import run_options
 from kinesumer.models import Checkpoint
+from kinesumer.read.delivery import Cursor
 
 #: Two partition keys that hash to the two shards of a 2-shard stream (MD5, as Kinesis does).
 KEY_OF_SHARD = {"shardId-000000000000": "key-1", "shardId-000000000001": "key-0"}

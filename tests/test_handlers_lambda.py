@@ -23,7 +23,7 @@ from test_handlers_policies import (
 )
 
 from kinesumer import ConfigError, Record
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
 from kinesumer.handlers.invoke import Invocation
@@ -239,7 +239,8 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
     missing): that handler's policy (here DeadLetter) disposes of the record and the handler is
     not called with it; the filter does not stop the whole run (a poison record would stop
     every restart) nor skip the record silently."""
-    from kinesumer.handlers.registry import AddedHandler, KeyOfCheck, KeyOfError, wanted
+    from kinesumer.handlers.policies import KeyOfError
+    from kinesumer.handlers.registry import AddedHandler, KeyOfCheck, wanted
 
     asked: list[str] = []
 

@@ -19,8 +19,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesumer import Config
-from kinesumer.engine.leases import Lease
 from kinesumer.errors import ConfigError, DecodeError
+from kinesumer.group.leases import Lease
 from kinesumer.handlers.deadletter import (
     MAX_RECORD_BYTES,
     DeadLetterWriteError,

@@ -21,7 +21,7 @@ from test_handlers_policies import FAST, Failing, invocation, lease, record
 
 from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.handlers import Block, DeadLetter, Discard, Retry, RetryLater, Stop
 from kinesumer.handlers.policies import HandlerFailedError
 from kinesumer.sinks.base import TransactionCanceledError
@@ -125,8 +125,8 @@ class Engine:
     """What a thread runner reads of the engine: its batches, then closed."""
 
     def __init__(self, batches: list[tuple[Any, list[Record]]]) -> None:
-        from kinesumer.engine.delivery import Cursor
-        from kinesumer.engine.lifecycle import Lifecycle
+        from kinesumer.read.delivery import Cursor
+        from kinesumer.runtime.lifecycle import Lifecycle
 
         self.batches = batches
         self.cursor = Cursor(auto_commit=True)

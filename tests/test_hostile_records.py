@@ -30,8 +30,7 @@ from hypothesis import strategies as st
 
 from kinesumer import AsyncKinesumer, Kinesumer, cli
 from kinesumer.aws import RequestStats
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.kinesis.kpl import (
     MAX_AGGREGATED_RECORDS,
     RECORD_OVERHEAD,
@@ -39,6 +38,7 @@ from kinesumer.kinesis.kpl import (
     to_records,
 )
 from kinesumer.models import Checkpoint, Record
+from kinesumer.read.buffer import RecordBuffer
 
 OUTER = "outer-key"
 
@@ -364,7 +364,7 @@ def test_a_pydantic_decode_error_carries_no_payload() -> None:
 
 def test_the_prometheus_counters() -> None:
     prometheus = pytest.importorskip("prometheus_client")
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     registry = prometheus.CollectorRegistry()
     stats = RequestStats(PrometheusMetrics("app", "c1", registry))

@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LAZY_PACKAGES = [
     "kinesumer",
     "kinesumer.aws",
-    "kinesumer.engine",
     "kinesumer.spark",
     "kinesumer.spark.source",
     "kinesumer.testing",
@@ -35,7 +34,7 @@ LAZY_PACKAGES = [
 
 #: Modules that none of the light imports below may bring: the engine, the faces, boto3.
 HEAVY = (
-    "kinesumer.engine.engine",
+    "kinesumer.read.engine",
     "kinesumer.consumer",
     "kinesumer.handlers",
     "kinesumer.producer",

@@ -22,11 +22,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, MetricsNotInstalledError, Record
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.engine import Engine
-from kinesumer.engine.leases import Lease
-from kinesumer.metrics import PrometheusMetrics
+from kinesumer.group.checkpointer import Checkpointer
+from kinesumer.group.leases import Lease
 from kinesumer.models import Checkpoint, ClientInfo, Position
+from kinesumer.observability.metrics import PrometheusMetrics
+from kinesumer.read.engine import Engine
 from kinesumer.statestore.dynamodb.store import CLIENT_ITEM_BUDGET, client_item
 from kinesumer.statestore.schema import item_size
 

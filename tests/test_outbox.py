@@ -316,7 +316,7 @@ def test_async_publish_and_prometheus_series(
 ) -> None:
     from prometheus_client import CollectorRegistry
 
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     stream = unique_name("ob")
     create_stream(kinesalite.url, stream, 1)

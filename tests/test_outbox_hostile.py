@@ -21,7 +21,7 @@ from _wait import wait_until
 from psycopg import sql
 
 from kinesumer import ConfigError, InvalidRecordError, cli
-from kinesumer.metrics import Metrics
+from kinesumer.observability.metrics import Metrics
 from kinesumer.outbox import OutboxError, PostgresOutbox
 from kinesumer.outbox.schema import Names, key_lock, partition
 from kinesumer.producer.records import check_record

@@ -11,8 +11,8 @@ from typing import Any
 from _faultproxy import Fault
 from _group import state_store
 
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.leases import Lease, LeaseStatus
+from kinesumer.group.checkpointer import Checkpointer
+from kinesumer.group.leases import Lease, LeaseStatus
 from kinesumer.models import Position
 
 SEQUENCE = "49590338271490256608559692538361571095921575989136588802"

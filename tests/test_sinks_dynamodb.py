@@ -24,8 +24,8 @@ from _standins import MotoStandIn, NodeStandIn
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.leases import Lease
+from kinesumer.group.checkpointer import Checkpointer
+from kinesumer.group.leases import Lease
 from kinesumer.models import Checkpoint, Position
 from kinesumer.sinks import (
     DynamoDBTransaction,

@@ -25,7 +25,7 @@ from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.leases import Lease
+from kinesumer.group.leases import Lease
 from kinesumer.models import Checkpoint, Position
 from kinesumer.sinks import LeaseLostError, PostgresPositions
 

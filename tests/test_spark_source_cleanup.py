@@ -14,7 +14,7 @@ import pytest
 from _group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
-from kinesumer.engine.external import ExternalReadMember
+from kinesumer.group.external import ExternalReadMember
 from kinesumer.spark.source.cleanup import forget_query, group_partitions, query_of_checkpoint
 from kinesumer.spark.source.executor import read_partition
 from kinesumer.spark.source.groups import group_of

@@ -23,10 +23,10 @@ from _spark_fakes import SoloMember
 from _wait import wait_until
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.models import Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark import arrow
 from kinesumer.spark.arrow import table_to_records
 from kinesumer.spark.source import executor

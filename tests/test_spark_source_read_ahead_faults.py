@@ -26,8 +26,8 @@ from _read_ahead import background_done, data_files, one_shard_stream, put_aggre
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Position, Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark.arrow import records_to_arrow, table_to_records
 from kinesumer.spark.source import readahead
 from kinesumer.spark.source.executor import read_with

@@ -136,7 +136,7 @@ def botocore_session() -> AioSession:
     """A fresh aiobotocore session whose responses parse timestamps with :func:`parse_timestamp`.
 
     With moto's mock loaded, its in-process answers are made awaitable for aiobotocore
-    (:mod:`kinesumer.testing.inprocess`, imported only then); without, nothing changes."""
+    (:mod:`.moto_adapter`, imported only then); without, nothing changes."""
     session = AioSession()
     with_region_env(session)
     session.get_component("response_parser_factory").set_parser_defaults(
@@ -144,7 +144,7 @@ def botocore_session() -> AioSession:
     )
     _share_data_loader(session)
     if moto_loaded():
-        from ..testing.inprocess import adapt_session
+        from .moto_adapter import adapt_session
 
         adapt_session(session)
     return session

@@ -17,8 +17,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..config import Config
-from ..engine.hooks import Hook
 from ..errors import ConsumerClosedError
+from ..group.hooks import Hook
 from ..handlers.options import Batch
 from ..handlers.threads import ThreadRunner
 from ..models import Record

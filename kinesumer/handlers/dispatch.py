@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from ..engine.leases import Lease, LeaseStatus
+from ..group.leases import Lease, LeaseStatus
 from ..kinesis.kpl import record_cost
 from ..models import Record
 from ..sinks.base import LeaseLostError
@@ -47,7 +47,7 @@ from .registry import HandlerSet
 from .scheduler import Call, Scheduler
 
 if TYPE_CHECKING:
-    from ..engine.delivery import Cursor
+    from ..read.delivery import Cursor
 
 
 def key_function(ordering: str) -> Callable[[Record], Hashable]:

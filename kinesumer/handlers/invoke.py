@@ -24,11 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..aws.clients import ClientFactory
-from ..engine.leases import Lease
 from ..errors import DecodeError
+from ..group.leases import Lease
 from ..models import Position, Record
+from ..observability.telemetry import instrument_handler
 from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
-from ..telemetry import instrument_handler, traced_sink
+from ..sinks.traced import traced_sink
 from .age import KinesisClock
 from .counters import HandlerCounters
 from .deadletter import (
@@ -106,7 +107,10 @@ class Invocation:
         self.policy = check_policy(options.on_failure)
         self.name = options.name or getattr(handler, "__qualname__", None) or repr(handler)
         self.batched = options.batch is not None
-        self.handler = instrument_handler(handler, self.name, self.batched, is_async, aws)
+        metrics = aws.stats.metrics if aws.stats is not None else None
+        self.handler = instrument_handler(
+            handler, self.name, self.batched, is_async, aws.config, metrics
+        )
         decoder = options.decode
         self.decoder = decoder if isinstance(decoder, RecordDecoder) else make_decoder(decoder)
         self.sink = traced_sink(options.sink, aws)  # spans (telemetry.py): itself when off

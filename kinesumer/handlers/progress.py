@@ -24,7 +24,7 @@ import threading
 from collections import deque
 
 from ..core.done_ranges import Run, runs_of
-from ..engine.leases import Lease
+from ..group.leases import Lease
 from ..models import Position, Record
 from .registry import NONE, AddedHandler
 

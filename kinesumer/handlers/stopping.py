@@ -16,11 +16,11 @@ import asyncio
 import threading
 import time
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease, LeaseStatus
-from ..engine.lifecycle import EngineState
-from ..engine.supervisor import wait_done
+from ..group.leases import Lease, LeaseStatus
 from ..models import Record
+from ..read.engine import Engine
+from ..runtime.lifecycle import EngineState
+from ..runtime.supervisor import wait_done
 
 #: How often a waiter looks at the engine's state: how late a close is seen.
 CHECK = 0.25

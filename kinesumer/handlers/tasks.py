@@ -18,11 +18,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease
-from ..engine.supervisor import wait_done
 from ..errors import ConsumerClosedError
+from ..group.leases import Lease
 from ..models import Record
+from ..read.engine import Engine
+from ..runtime.supervisor import wait_done
 from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly

@@ -35,11 +35,11 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease
-from ..engine.lifecycle import EngineState
 from ..errors import ConsumerClosedError
+from ..group.leases import Lease
 from ..models import Record
+from ..read.engine import Engine
+from ..runtime.lifecycle import EngineState
 from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly

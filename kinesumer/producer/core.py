@@ -20,7 +20,7 @@ from typing import Any
 from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
-from ..metrics import Metrics
+from ..observability.metrics import Metrics
 from . import lean
 from .futures import settle
 from .limits import RecordSizeLimits, refuse_over_limit

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple, Protocol
 
 from botocore.exceptions import ClientError
 
-from ..aio_timeout import await_within
 from ..aws.accounting import RequestStats
 from ..aws.retry import call_with_retry, error_code, is_denied, is_transient
 from ..errors import (
@@ -29,6 +28,7 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
+from ..runtime.aio_timeout import await_within
 from .batching import Entry, Lane, fill_call, hold_back
 from .lean import put_records
 from .options import ProducerOptions

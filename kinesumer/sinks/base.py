@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..errors import ConfigError, KinesumerError
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
+    from ..group.leases import Lease
     from ..models import Position
+    from ..read.engine import Engine
 
 log = logging.getLogger("kinesumer.sinks")
 

@@ -41,9 +41,9 @@ from ..statestore.dynamodb.codecs import checkpoint_transact_update
 from .base import EngineLink, SinkError, TransactionCanceledError, TransactionTooLargeError
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
+    from ..group.leases import Lease
     from ..models import Position
+    from ..read.engine import Engine
 
 log = logging.getLogger("kinesumer.sinks")
 

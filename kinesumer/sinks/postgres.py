@@ -50,8 +50,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
+    from ..group.leases import Lease
+    from ..read.engine import Engine
 
 log = logging.getLogger("kinesumer.sinks")
 

@@ -54,7 +54,7 @@ class ShardCache:
 
 @dataclass(frozen=True)
 class MembershipView:
-    """The head of the membership view the leader publishes (:mod:`kinesumer.engine.membership`):
+    """The head of the membership view the leader publishes (:mod:`kinesumer.group.membership`):
     which member list is current (``members_key``, ``version``), when the leader's strongly
     consistent read of the client items behind it started (``read_at_ms``), when it was last
     published, and how many joins and leaves were announced (``changes``) against how many the

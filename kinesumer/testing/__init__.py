@@ -1,7 +1,8 @@
 """Helpers to test an application that uses kinesumer.
 
 - Under moto's in-process ``mock_aws`` kinesumer works as it is: its aiobotocore clients get
-  moto's answers in a form they can await (:mod:`.inprocess`, used only while moto is loaded).
+  moto's answers in a form they can await (:mod:`kinesumer.aws.moto_adapter`, used only while
+  moto is loaded).
 - :func:`record`, :func:`aggregate` and :class:`HandlerDriver`: a handler tested in memory,
   through the same calls, policies, decoding and dead letters as ``run()`` (:mod:`.driver`).
 - :mod:`.plugin`: pytest fixtures on moto in server mode (registered by the ``testing`` extra's

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import Config
-from ..engine.leases import Lease
+from ..group.leases import Lease
 from ..handlers.counters import HandlerCounters
 from ..handlers.deadletter import DeadLetterEnvelope, read_envelope
 from ..handlers.dispatch import key_function

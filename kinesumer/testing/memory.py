@@ -13,7 +13,7 @@ from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..config import Config
-from ..engine.leases import Lease
+from ..group.leases import Lease
 from ..handlers.stopping import AsyncCallEnds
 from ..models import Position, Record
 from ..sinks.dynamodb import DynamoDBTransaction

@@ -3,7 +3,7 @@
 The planner's methods are plain blocking calls from Spark's long-lived source worker; the
 library's clients are asyncio ones. :class:`DriverIO` runs one event loop on a daemon thread,
 opens the clients there once, and runs each call on it. The group member
-(:class:`~kinesumer.engine.external.ExternalReadMember`) keeps its own loop and clients.
+(:class:`~kinesumer.group.external.ExternalReadMember`) keeps its own loop and clients.
 
 A probe is how an idle query finds new records without planning empty batches: for each shard
 (every one caught up), one GetShardIterator plus one GetRecords of two records at most, from

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...aws import AwsClients, RequestStats
 from ...config import Config
-from ...engine.loop_thread import LoopThread
 from ...kinesis import KinesisReader
 from ...models import Position, Record
+from ...runtime.loop_thread import LoopThread
 from ..arrow import epoch_columns_to_arrow, table_to_records
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start

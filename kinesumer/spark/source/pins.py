@@ -21,7 +21,7 @@ that already arrived (this host's clock, minus a wider margin, only when Kinesis
 ``attribute_not_exists``: the first pin wins and is never moved.
 
 The pin is also recorded in the group's checkpoint item (``started_at``, fenced by the query's
-lease, kept if one is there: :meth:`~kinesumer.engine.external.ExternalReadMember.record_start`)
+lease, kept if one is there: :meth:`~kinesumer.group.external.ExternalReadMember.record_start`)
 before the shard's first batch is planned, so a plain or fan-out member, or a ``foreach_batch``
 driver, that takes the shard over before any batch committed starts there too. Once the shard
 has a checkpoint (a batch read a record and was settled) the checkpoint is where reading

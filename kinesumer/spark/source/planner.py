@@ -56,7 +56,7 @@ MemberFactory = Callable[[Config], Member]
 
 
 def external_member(config: Config) -> Member:
-    from ...engine.external import ExternalReadMember
+    from ...group.external import ExternalReadMember
 
     member: Member = ExternalReadMember(config)
     return member

@@ -34,7 +34,7 @@ Key = tuple[str, str]
 
 
 class Owned(Protocol):
-    """What the planner reads of :class:`~kinesumer.engine.external.OwnedShard`."""
+    """What the planner reads of :class:`~kinesumer.group.external.OwnedShard`."""
 
     @property
     def key(self) -> Key: ...
@@ -49,7 +49,7 @@ class Owned(Protocol):
 
 
 class Member(Protocol):
-    """The part of :class:`~kinesumer.engine.external.ExternalReadMember` the planner uses."""
+    """The part of :class:`~kinesumer.group.external.ExternalReadMember` the planner uses."""
 
     def start(self, streams: Any) -> None: ...
     def owned(self) -> Any: ...

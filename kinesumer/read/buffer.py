@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from ..group.leases import Lease
 from ..kinesis.kpl import record_cost
 from ..models import Record
-from .leases import Lease
 
 
 class EngineFailed(Exception):

@@ -28,7 +28,7 @@ members are learnt keeps a follower's cost flat however large the group:
   directly too (docs/how-it-works/protocol.md: rolling upgrades).
 
 The regular heartbeats come from
-:class:`~kinesumer.engine.heartbeat.Heartbeat`'s thread; :meth:`Membership.announce` writes one
+:class:`~kinesumer.group.heartbeat.Heartbeat`'s thread; :meth:`Membership.announce` writes one
 from the loop (at the join, and when the streams change). When no heartbeat has landed for too
 long, :meth:`Membership.fence_if_expired` loses every active lease before others take them.
 """

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ..group.leases import Lease
 from ..models import Position, Record
-from .leases import Lease
 
 
 class Fence(Protocol):

@@ -20,13 +20,13 @@ from collections.abc import Callable
 
 from ..core import done_ranges
 from ..errors import TransientAWSError
-from ..metrics import Metrics
 from ..models import Position
+from ..observability.metrics import Metrics
+from ..observability.telemetry import Tracing, written
+from ..runtime.supervisor import wait_done
 from ..statestore.base import StateStore
-from ..telemetry import Tracing, written
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
-from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.checkpoint")
 
@@ -46,7 +46,7 @@ class Checkpointer:
         tracing: Tracing | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
-        #: Spans of the writes (kinesumer.telemetry); none by default.
+        #: Spans of the writes (kinesumer.observability.telemetry); none by default.
         self._tracing = tracing or Tracing()
         self._store = store
         self._client_id = client_id
@@ -87,7 +87,7 @@ class Checkpointer:
             new = position if moved else None
             extra = {"done": done} if changed else {}
             kind = "finish" if finished else "release" if release else "flush"
-            with self._tracing.checkpoint(lease, new, kind) as span:
+            with self._tracing.checkpoint(lease.key, lease.checkpoint.lease, new, kind) as span:
                 ok = await self._store.write_checkpoint(
                     lease.checkpoint, new, finished=finished, release=release, **extra
                 )
@@ -115,7 +115,9 @@ class Checkpointer:
         while lease.deliverable:
             try:
                 async with self._lock(lease):
-                    with self._tracing.checkpoint(lease, None, "start") as span:
+                    with self._tracing.checkpoint(
+                        lease.key, lease.checkpoint.lease, None, "start"
+                    ) as span:
                         ok = await self._store.record_start(lease.checkpoint, started_at_ms)
                         written(span, ok)
             except TransientAWSError as exc:

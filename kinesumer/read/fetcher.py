@@ -22,11 +22,11 @@ from typing import TypeVar
 
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
+from ..group.leases import Lease, wait_for_parents
 from ..kinesis.reader import IteratorExpired, KinesisReader, ShardBatch, arrived_since
-from ..metrics import Metrics
 from ..models import Position, Record
+from ..observability.metrics import Metrics
 from .buffer import RecordBuffer
-from .leases import Lease
 
 log = logging.getLogger("kinesumer.fetcher")
 
@@ -38,16 +38,6 @@ T = TypeVar("T")
 #: Records where a ``LATEST`` read of the lease's shard began (epoch ms), before its first
 #: record is handed out. False: the lease was lost (stop reading).
 RecordStart = Callable[[Lease, int], Awaitable[bool]]
-
-
-async def wait_for_parents(
-    lease: Lease, parents_finished: Callable[[], Awaitable[bool]], interval: float
-) -> bool:
-    """Parents before children: poll until every parent of the shard is checkpointed finished.
-    False when the lease ended meanwhile."""
-    while lease.deliverable and not await parents_finished():  # noqa: ASYNC110 (polls DynamoDB)
-        await asyncio.sleep(interval)
-    return lease.deliverable
 
 
 class ShardFetcher:

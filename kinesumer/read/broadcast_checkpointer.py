@@ -17,12 +17,12 @@ import asyncio
 import logging
 
 from ..errors import StateStoreError, TransientAWSError
-from ..metrics import Metrics
+from ..group.checkpointer import Checkpointer
+from ..group.hooks import RebalanceHooks
+from ..group.leases import Lease, LeaseStatus
+from ..observability.metrics import Metrics
 from ..statestore.dynamodb.positions import SavedPosition
 from ..statestore.dynamodb.store import DynamoDBStateStore
-from .checkpointer import Checkpointer
-from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
 
 log = logging.getLogger("kinesumer.checkpoint")
 

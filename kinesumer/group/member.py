@@ -24,10 +24,12 @@ from ..errors import (
     TransientAWSError,
 )
 from ..kinesis.reader import KinesisReader
-from ..metrics import metrics_for
+from ..observability.metrics import metrics_for
+from ..observability.telemetry import Tracing
+from ..runtime.lifecycle import EngineState, Lifecycle, run_to_the_end
+from ..runtime.supervisor import Supervisor
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..stats import ConsumerStats, ShardStatus
-from ..telemetry import Tracing
 from .checkpointer import Checkpointer
 from .controls import GroupControls, metered
 from .coordinator import Coordinator
@@ -35,10 +37,8 @@ from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .leasing import Leasing, reset_command
-from .lifecycle import EngineState, Lifecycle, run_to_the_end
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
-from .supervisor import Supervisor
 
 log = logging.getLogger("kinesumer")
 
@@ -198,7 +198,7 @@ class GroupMember:
         self.reader = KinesisReader(
             self.aws.kinesis, self.requests, config.effective_kinesis_region
         )
-        tracing = Tracing.for_config(config)  # checkpoint spans (kinesumer.telemetry)
+        tracing = Tracing.for_config(config)  # checkpoint spans (kinesumer.observability.telemetry)
         self.checkpointer = Checkpointer(
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
         )

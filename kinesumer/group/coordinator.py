@@ -28,13 +28,13 @@ from ..core import active_shards, group_mode, shards_of, sticky_shards_of
 from ..core.controls import merge
 from ..core.weighted import weighted_shards_of
 from ..errors import CorruptStateError, TransientAWSError
-from ..metrics import Metrics
+from ..observability.metrics import Metrics
+from ..runtime.supervisor import wait_done
 from .controls import GroupControls
 from .leases import Lease, LeaseStatus
 from .leasing import Leasing
 from .membership import Membership
 from .shard_sync import ShardSync
-from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.coordinator")
 
@@ -67,7 +67,7 @@ class Coordinator:
         self.mode: str = config.assignment
         self._sticky_inputs: object = None  # (members, shards) of the last sticky computation
         self._sticky_mine: dict[str, tuple[str, ...]] = {}
-        #: Operator controls and weights (engine/controls.py); None: none applied (unit tests).
+        #: Operator controls and weights (group/controls.py); None: none applied (unit tests).
         self.controls: GroupControls | None = None
         self._raw_leader = False  # the leader by the design's rule, before step-downs
         self._controlled_leader = False
@@ -122,7 +122,7 @@ class Coordinator:
 
     async def _apply_controls(self) -> bool:
         """Read the controls when due; step-downs decide the leader. True: a forced rebalance
-        was just seen (sticky mode then lays the shards out afresh, see engine/controls.py)."""
+        was just seen (sticky mode then lays the shards out afresh, see group/controls.py)."""
         membership, controls = self.membership, self.controls
         self._raw_leader = membership.leader
         if controls is None:

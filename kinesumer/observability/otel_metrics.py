@@ -1,7 +1,7 @@
 """The engine's metrics through OpenTelemetry, for a team that prefers it to Prometheus:
 ``Config(meter_provider=...)`` (the ``otel`` extra).
 
-The instruments are the Prometheus series of :mod:`kinesumer.metrics`, with the same names
+The instruments are the Prometheus series of :mod:`.metrics`, with the same names
 (without ``_total``: an OpenTelemetry exporter to Prometheus adds it back, so
 ``dashboards/kinesumer.json`` works on either path), the same attributes (``app``,
 ``client_id``, and each series' own) and the same meaning. Counters and histograms are
@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._version import __version__
+from .._version import __version__
 from .metric_events import Metrics
 from .metric_families import HANDOFF_BUCKETS, LATENCY_BUCKETS
 

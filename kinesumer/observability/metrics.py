@@ -8,7 +8,7 @@ shard leaves this member, so a long-running process does not accumulate dead ser
 
 Calls come once per batch, per AWS request or per membership change, never per record; the
 exceptions are ``run()``'s handler outcomes and durations, once per handler call (a record, for
-a handler without ``batch=``). :mod:`kinesumer.otel_metrics` records the same series through
+a handler without ``batch=``). :mod:`.otel_metrics` records the same series through
 OpenTelemetry instead (``Config.meter_provider``).
 """
 
@@ -19,8 +19,8 @@ import logging
 import threading
 from typing import Any
 
-from .config import Config
-from .errors import ConfigError, MetricsNotInstalledError
+from ..config import Config
+from ..errors import ConfigError, MetricsNotInstalledError
 from .metric_events import Metrics as Metrics  # re-exported: the engine imports it from here
 from .metric_families import Families
 
@@ -162,7 +162,7 @@ class PrometheusMetrics(Metrics):
 def metrics_for(config: Config, client_id: str) -> Metrics:
     """The metrics an engine reports to: nothing unless ``config.metrics`` (or a port) is set;
     starts the HTTP endpoint on ``metrics_port`` once per process. With
-    ``config.meter_provider``, through OpenTelemetry instead (:mod:`kinesumer.otel_metrics`)."""
+    ``config.meter_provider``, through OpenTelemetry instead (:mod:`.otel_metrics`)."""
     if config.meter_provider is not None:
         from .otel_metrics import OpenTelemetryMetrics
 

@@ -37,8 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-from .models import Position, Record
+from .._version import __version__
+from ..models import Position, Record
 
 try:
     from opentelemetry import trace as otel_trace
@@ -46,10 +46,8 @@ except ImportError:  # the otel extra is not installed: spans are off, and free
     otel_trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from .aws.clients import ClientFactory
-    from .config import Config
-    from .engine.leases import Lease
-    from .sinks.base import ExactlyOnceSink
+    from ..config import Config
+    from .metric_events import Metrics
 
 #: Whether ``opentelemetry-api`` could be imported (checked once, when this module loads).
 INSTALLED = otel_trace is not None
@@ -194,14 +192,18 @@ def call_attributes(handler: str, argument: Any, batched: bool) -> dict[str, Any
 
 
 def instrument_handler(
-    handler: Callable[..., Any], name: str, batched: bool, is_async: bool, aws: ClientFactory
+    handler: Callable[..., Any],
+    name: str,
+    batched: bool,
+    is_async: bool,
+    config: Config,
+    metrics: Metrics | None,
 ) -> Callable[..., Any]:
     """``handler``, with a span around each call (when ``opentelemetry`` is installed) and its
     duration reported to ``kinesumer_handler_seconds`` (when Prometheus metrics are on); the
     handler itself when neither is. The wrapper passes every argument through (a sink's
     transaction included), and returns or raises what the handler did."""
-    tracer = tracer_for(aws.config)
-    metrics = aws.stats.metrics if aws.stats is not None else None
+    tracer = tracer_for(config)
     timed = metrics if metrics is not None and metrics.times_handlers else None
     if tracer is None and timed is None:
         return handler
@@ -246,46 +248,18 @@ def instrument_handler(
     return traced
 
 
-class TracedSink:
-    """An exactly-once sink whose transactions are spans (see :func:`traced_sink`)."""
-
-    def __init__(self, sink: ExactlyOnceSink, tracer: Any) -> None:
-        self.sink = sink
-        self._tracer = tracer
-
-    def _opened(self, lease: Lease, end: Position) -> contextlib.AbstractContextManager[Any]:
-        if not _active(self._tracer):
-            return _NO_SPAN
-        attributes = _base(*lease.key)
-        attributes[LAST_SEQUENCE] = end.sequence_number
-        attributes[LEASE] = lease.checkpoint.lease
-        attributes["kinesumer.sink"] = type(self.sink).__name__
-        return _span(self._tracer, SINK_TRANSACTION, attributes)
-
-    def attach(self, engine: Any) -> None:
-        self.sink.attach(engine)
-
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
-        with self._opened(lease, end):
-            self.sink.transact_sync(lease, end, body)
-
-    async def transact_async(self, lease: Lease, end: Position, body: Callable[[Any], Any]) -> None:
-        with self._opened(lease, end):
-            await self.sink.transact_async(lease, end, body)
-
-    def close_sync(self) -> None:
-        self.sink.close_sync()
-
-    async def close_async(self) -> None:
-        await self.sink.close_async()
-
-
-def traced_sink(sink: ExactlyOnceSink | None, aws: ClientFactory) -> ExactlyOnceSink | None:
-    """``sink`` with a span per transaction when ``opentelemetry`` is installed, else ``sink``."""
-    tracer = tracer_for(aws.config)
-    if sink is None or tracer is None:
-        return sink
-    return TracedSink(sink, tracer)
+def sink_transaction_span(
+    tracer: Any, key: tuple[str, str], lease_number: int, end: Position, sink: str
+) -> contextlib.AbstractContextManager[Any]:
+    """A span around one exactly-once sink transaction of shard ``key`` under lease
+    ``lease_number``, committing position ``end`` (a null context when tracing is off)."""
+    if not _active(tracer):
+        return _NO_SPAN
+    attributes = _base(*key)
+    attributes[LAST_SEQUENCE] = end.sequence_number
+    attributes[LEASE] = lease_number
+    attributes["kinesumer.sink"] = sink
+    return _span(tracer, SINK_TRANSACTION, attributes)
 
 
 class Tracing:
@@ -299,15 +273,16 @@ class Tracing:
         return cls(tracer_for(config))
 
     def checkpoint(
-        self, lease: Lease, position: Position | None, kind: str
+        self, key: tuple[str, str], lease_number: int, position: Position | None, kind: str
     ) -> contextlib.AbstractContextManager[Any]:
-        """A span around one checkpoint write of ``lease``: ``kind`` is ``flush``, ``release``,
+        """A span around one checkpoint write of shard ``key`` under lease ``lease_number``:
+        ``kind`` is ``flush``, ``release``,
         ``finish`` or ``start``; ``position`` the sequence written (None: not moved). Enter it
         and call :func:`refused` with the span when the write was refused."""
         if not _active(self.tracer):
             return _NO_SPAN
-        attributes = _base(*lease.key)
-        attributes[LEASE] = lease.checkpoint.lease
+        attributes = _base(*key)
+        attributes[LEASE] = lease_number
         attributes["kinesumer.checkpoint.kind"] = kind
         if position is not None:
             attributes[SEQUENCE] = position.sequence_number

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from ..config import Config, InitialPosition
 from ..errors import ConsumerClosedError, TransientAWSError
 from ..models import Position
+from ..runtime.loop_thread import LoopThread
 from ..stats import ConsumerStats
-from .fetcher import wait_for_parents
 from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
-from .loop_thread import LoopThread
+from .leases import Lease, LeaseStatus, wait_for_parents
 from .member import GroupMember
 from .shard_sync import ShardStart
 

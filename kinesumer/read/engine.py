@@ -16,19 +16,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from ..aio_timeout import await_within
 from ..config import Config
 from ..errors import ConsumerClosedError
+from ..group.hooks import RebalanceHooks
+from ..group.leases import Lease
+from ..group.member import GroupMember
+from ..group.shard_sync import ShardStart
 from ..models import Position, Record
+from ..runtime.aio_timeout import await_within
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
 from .efo_fetcher import EfoShardFetcher, EndCheck
 from .efo_session import EfoSession, EfoTransport, aws_transport
 from .fetcher import ShardFetcher
-from .hooks import RebalanceHooks
-from .leases import Lease
-from .member import GroupMember
-from .shard_sync import ShardStart
 
 #: Awaited with a newly claimed lease before its shard is read: a position to resume after
 #: (overriding the checkpoint's), or None to start where the checkpoint says.

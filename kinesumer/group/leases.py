@@ -15,7 +15,7 @@ import asyncio
 import enum
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..core import done_ranges
@@ -294,3 +294,13 @@ class Lease:
         self.fence()
         self.stop_fetching()
         return True
+
+
+async def wait_for_parents(
+    lease: Lease, parents_finished: Callable[[], Awaitable[bool]], interval: float
+) -> bool:
+    """Parents before children: poll until every parent of the shard is checkpointed finished.
+    False when the lease ended meanwhile."""
+    while lease.deliverable and not await parents_finished():  # noqa: ASYNC110 (polls DynamoDB)
+        await asyncio.sleep(interval)
+    return lease.deliverable

@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..aio_timeout import await_within
 from ..aws import error_code, is_transient
 from ..config import Config
 from ..errors import TransientAWSError
+from ..group.leases import Lease
 from ..kinesis.reader import IteratorExpired, KinesisReader, arrived_since
-from ..metrics import Metrics
 from ..models import Position
+from ..observability.metrics import Metrics
+from ..runtime.aio_timeout import await_within
 from .buffer import RecordBuffer
 from .fetcher import FAILURE_PAUSE, read_wait
-from .leases import Lease
 
 log = logging.getLogger("kinesumer.fetcher")
 
@@ -76,7 +76,7 @@ async def next_event(events: AsyncIterator[T], timeout: float) -> T:
     is still ACTIVE (the engine closing or failing: ``Supervisor.cancel_all``) would then read
     on for ever. ``asyncio.timeout`` (3.11+) awaits in the caller's own task, so a cancellation
     always lands; on 3.10 ``asyncio.wait`` raises the caller's cancellation in every case
-    (:func:`~kinesumer.aio_timeout.await_within`).
+    (:func:`~kinesumer.runtime.aio_timeout.await_within`).
     """
     try:
         return await await_within(anext(events), timeout)

@@ -15,15 +15,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 
 from ..errors import TransientAWSError
-from ..metrics import Metrics
 from ..models import Checkpoint
+from ..observability.metrics import Metrics
+from ..runtime.supervisor import wait_done
 from ..statestore.base import StateStore
 from .checkpointer import Checkpointer
 from .hooks import RebalanceHooks
 from .leases import Lease, LeaseStatus
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
-from .supervisor import wait_done
 
 log = logging.getLogger("kinesumer.coordinator")
 

@@ -42,8 +42,8 @@ from ..config import Config
 from ..core.controls import Controls, SplitInputs, StepDown, controlled_is_leader, split_pins
 from ..core.liveness import Observer
 from ..core.weighted import Weights, quantize
-from ..metrics import Metrics
 from ..models import ClientInfo
+from ..observability.metrics import Metrics
 from ..statestore.dynamodb.codecs import readable_clients
 from ..statestore.dynamodb.controls import ControlsTable, Publication
 from ..statestore.dynamodb.table import StateTable

@@ -1,6 +1,6 @@
 """What the engine reports about itself: :class:`Metrics`, the interface every metrics backend
-implements (:class:`kinesumer.metrics.PrometheusMetrics`,
-:class:`kinesumer.otel_metrics.OpenTelemetryMetrics`). This base records nothing (metrics off,
+implements (:class:`.metrics.PrometheusMetrics`,
+:class:`.otel_metrics.OpenTelemetryMetrics`). This base records nothing (metrics off,
 the default); it needs nothing, so both backends build on it without importing each other."""
 
 from __future__ import annotations

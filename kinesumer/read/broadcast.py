@@ -29,18 +29,18 @@ import time
 
 from ..config import Config
 from ..errors import KinesumerError, TransientAWSError
+from ..group.hooks import RebalanceHooks
+from ..group.leases import Lease, LeaseStatus
+from ..group.member import check_written_streams
 from ..kinesis.reader import KinesisReader
 from ..models import Checkpoint
+from ..runtime.lifecycle import run_to_the_end
+from ..runtime.supervisor import Supervisor, wait_done
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from .broadcast_checkpointer import BroadcastCheckpointer
 from .broadcast_plan import ShardPlan, ShardStart
 from .engine import Engine
 from .fetcher import ShardFetcher
-from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
-from .lifecycle import run_to_the_end
-from .member import check_written_streams
-from .supervisor import Supervisor, wait_done
 
 log = logging.getLogger("kinesumer")
 

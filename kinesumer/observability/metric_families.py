@@ -1,6 +1,6 @@
 """The Prometheus metric families kinesumer exports (the ``metrics`` extra), in one place:
-:class:`kinesumer.metrics.PrometheusMetrics` records into them, and the bucket boundaries are
-shared with :mod:`kinesumer.otel_metrics` so both paths describe the same histograms."""
+:class:`.metrics.PrometheusMetrics` records into them, and the bucket boundaries are
+shared with :mod:`.otel_metrics` so both paths describe the same histograms."""
 
 from __future__ import annotations
 

@@ -35,10 +35,11 @@ from typing import Any, Protocol
 from ..aws import error_code
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
+from ..group.leases import Lease, wait_for_parents
 from ..kinesis.kpl import Unaggregated, to_records
 from ..kinesis.reader import KinesisReader, arrived_since
-from ..metrics import Metrics
 from ..models import Position, Record
+from ..observability.metrics import Metrics
 from .buffer import RecordBuffer
 from .efo_fallback import (
     END_CHECK_INTERVAL,
@@ -50,8 +51,7 @@ from .efo_fallback import (
     retryable,
 )
 from .efo_fallback import EndCheck as EndCheck  # re-exported: the engine builds it
-from .fetcher import FAILURE_PAUSE, RecordStart, wait_for_parents
-from .leases import Lease
+from .fetcher import FAILURE_PAUSE, RecordStart
 
 log = logging.getLogger("kinesumer.fetcher")
 
