@@ -26,7 +26,7 @@ from kinesumer import ConfigError, Record
 from kinesumer.group.leases import Lease
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
-from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.invoke import CallEnvironment, Invocation
 from kinesumer.handlers.options import run_options
 from kinesumer.models import Checkpoint
 
@@ -257,7 +257,7 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
         FakeFactory(client),  # type: ignore[arg-type]
         counters,  # type: ignore[arg-type]
         False,
-        write_attempts=2,
+        environment=CallEnvironment(write_attempts=2),
         refuse=(check := KeyOfCheck("audit", owner)),
     )
     audit = AddedHandler("audit", made, None, frozenset({"o7"}), check)
@@ -298,8 +298,7 @@ def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
         FakeFactory(client),  # type: ignore[arg-type]
         counters,  # type: ignore[arg-type]
         False,
-        write_attempts=2,
-        clock=lambda: wall[0],
+        environment=CallEnvironment(clock=lambda: wall[0], write_attempts=2),
     )
     made.kinesis_clock = KinesisClock(monotonic=lambda: mono[0])
     first = at(0, 1)

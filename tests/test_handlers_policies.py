@@ -29,7 +29,7 @@ from kinesumer.handlers.deadletter import (
     read_envelope,
 )
 from kinesumer.handlers.decode import Message, make_decoder
-from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.invoke import CallEnvironment, Invocation
 from kinesumer.handlers.policies import (
     AbandonedError,
     Block,
@@ -110,7 +110,14 @@ def invocation(
 ) -> tuple[Invocation, Counters]:
     counters = Counters()
     factory: Any = FakeFactory(client or FakeKinesis())
-    made = Invocation(handler, Options(**options), factory, counters, False, write_attempts=2)
+    made = Invocation(
+        handler,
+        Options(**options),
+        factory,
+        counters,
+        False,
+        environment=CallEnvironment(write_attempts=2),
+    )
     return made, counters
 
 

@@ -21,6 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..aws.clients import ClientFactory
@@ -77,15 +78,29 @@ class _HandlerRaised(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class CallEnvironment:
+    """What a handler call draws on besides the handler: the clock (epoch seconds) that retry
+    waits and record ages are measured by, the random source of the backoff's jitter, what a
+    waiting call waits on (the run stopping, the lease ending: :mod:`.stopping`), and the
+    PutRecord tries per dead letter before the run stops. The defaults are production's."""
+
+    clock: Callable[[], float] = time.time
+    uniform: Callable[[], float] = random.random
+    sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds
+    async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds
+    write_attempts: int = WRITE_ATTEMPTS
+
+
 class Invocation:
     """Calls ``handler`` under ``options`` (see the module docstring).
 
     ``aws``: the factory dead-letter writes use (the sync face a blocking client with the
     caller's own credentials, the async face an aiobotocore client, through ``role_arn`` when
     set). ``client_id``: the member's id, written in envelopes (default ``Config.client_id``).
-    ``uniform``: the jitter's random source; ``write_attempts``: PutRecord tries per dead letter
-    before the run stops (tests shorten both). ``clock`` (epoch seconds), ``sync_ends`` and
-    ``async_ends`` (what a waiting call waits on): the in-memory driver's (kinesumer.testing).
+    ``environment``: the clock, the jitter's random source, what a waiting call waits on and
+    the dead-letter write tries (:class:`CallEnvironment`; the in-memory driver of
+    :mod:`kinesumer.testing` passes a virtual one).
     """
 
     def __init__(
@@ -97,11 +112,7 @@ class Invocation:
         is_async: bool,
         *,
         client_id: str | None = None,
-        uniform: Callable[[], float] = random.random,
-        write_attempts: int = WRITE_ATTEMPTS,
-        clock: Callable[[], float] = time.time,
-        sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
-        async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
+        environment: CallEnvironment | None = None,
         refuse: Callable[[Record], Exception | None] | None = None,
     ) -> None:
         self.policy = check_policy(options.on_failure)
@@ -115,8 +126,10 @@ class Invocation:
         self.decoder = decoder if isinstance(decoder, RecordDecoder) else make_decoder(decoder)
         self.sink = traced_sink(options.sink, aws)  # spans (telemetry.py): itself when off
         self.counters, self.is_async = counters, is_async
-        self.uniform = uniform
-        self.clock, self.sync_ends, self.async_ends = clock, sync_ends, async_ends
+        env = environment or CallEnvironment()
+        self.uniform, self.clock = env.uniform, env.clock
+        self.sync_ends, self.async_ends = env.sync_ends, env.async_ends
+        write_attempts = env.write_attempts
         policy = self.policy
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
@@ -125,7 +138,7 @@ class Invocation:
         self.max_age: float | None = getattr(options, "max_record_age", None)
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
-        self.report = CallReporter(self.name, counters, self.policy, uniform)
+        self.report = CallReporter(self.name, counters, self.policy, self.uniform)
         #: An added handler's key_of check (registry.KeyOfCheck): a record's error, if any.
         self.refuse = refuse
         special = self.sink is not None or self.extra_streams or refuse is not None

@@ -29,7 +29,7 @@ from ..group.leases import Lease
 from ..handlers.counters import HandlerCounters
 from ..handlers.deadletter import DeadLetterEnvelope, read_envelope
 from ..handlers.dispatch import key_function
-from ..handlers.invoke import Invocation
+from ..handlers.invoke import CallEnvironment, Invocation
 from ..handlers.options import Batch, run_options
 from ..handlers.policies import HandlerFailedError, RetryLater
 from ..handlers.retry_later import prepare
@@ -91,11 +91,13 @@ class HandlerDriver:
             self.counters,
             self.is_async,
             client_id="driver",
-            uniform=lambda: 0.5,
-            write_attempts=1,
-            clock=self.clock,
-            sync_ends=virtual_ends(self.clock, SyncCallEnds),
-            async_ends=virtual_ends(self.clock, AsyncCallEnds),
+            environment=CallEnvironment(
+                clock=self.clock,
+                uniform=lambda: 0.5,
+                sync_ends=virtual_ends(self.clock, SyncCallEnds),
+                async_ends=virtual_ends(self.clock, AsyncCallEnds),
+                write_attempts=1,
+            ),
         )
         self._leases: dict[tuple[str, str], Lease] = {}
         self._read_back: dict[str, int] = {}  # retry stream -> records of it delivered
