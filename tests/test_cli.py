@@ -443,7 +443,8 @@ async def _spark_latest_pin(config: Any, key: tuple[str, str], *, make: bool = F
     aws = AwsClients(config, RequestStats())
     await aws.open()
     try:
-        pins = LatestPins(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
+        store = DynamoDBStateStore(aws.dynamodb, config.dynamodb_table, config.app, RequestStats())
+        pins = LatestPins(store)
         if not make:
             return await pins.started_at(key)
         reader = KinesisReader(aws.kinesis, RequestStats(), "us-east-1")
@@ -774,7 +775,8 @@ def test_a_reset_racing_a_query_never_says_done_while_the_old_start_still_wins(
         aws = AwsClients(g["config"], RequestStats())
         await aws.open()
         try:
-            pins = LatestPins(aws.dynamodb, g["table"], g["app"], RequestStats())
+            store = DynamoDBStateStore(aws.dynamodb, g["table"], g["app"], RequestStats())
+            pins = LatestPins(store)
 
             async def at_began() -> int:
                 return began

@@ -27,6 +27,7 @@ from kinesumer.models import Position
 from kinesumer.spark.source.ledger import Ledger, LedgerEntry
 from kinesumer.spark.source.offsets import Start
 from kinesumer.spark.source.partition import ShardPartition
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 pytest.importorskip("pyarrow")
 
@@ -97,9 +98,10 @@ def ledger_entry(setup: dict[str, Any], batch: int) -> LedgerEntry | None:
         clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
-            ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, "q", RequestStats(), 3600
+            store = DynamoDBStateStore(
+                clients.dynamodb, config.dynamodb_table, config.app, RequestStats()
             )
+            ledger = Ledger(store, "q", 3600)
             return await ledger.get(batch, setup["stream"], SHARD)
         finally:
             await clients.close()

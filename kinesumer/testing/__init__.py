@@ -5,6 +5,8 @@
   moto is loaded).
 - :func:`record`, :func:`aggregate` and :class:`HandlerDriver`: a handler tested in memory,
   through the same calls, policies, decoding and dead letters as ``run()`` (:mod:`.driver`).
+- :class:`MemoryState`: the state table in memory, with DynamoDB's conditional writes
+  (:mod:`.memory_state`).
 - :mod:`.plugin`: pytest fixtures on moto in server mode (registered by the ``testing`` extra's
   ``pytest11`` entry point).
 
@@ -21,6 +23,7 @@ from ..errors import InProcessMockUnsupportedError
 if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
     from .driver import HandlerDriver
     from .memory import MemorySink, VirtualClock
+    from .memory_state import MemoryState
     from .records import aggregate, record
     from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
 
@@ -30,6 +33,7 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
 _LAZY_NAMES = {
     "HandlerDriver": ".driver",
     "MemorySink": ".memory",
+    "MemoryState": ".memory_state",
     "RecordsDidNotArriveError": ".waiting",
     "VirtualClock": ".memory",
     "aggregate": ".records",
@@ -48,6 +52,7 @@ __all__ = [
     "HandlerDriver",
     "InProcessMockUnsupportedError",
     "MemorySink",
+    "MemoryState",
     "RecordsDidNotArriveError",
     "VirtualClock",
     "aggregate",

@@ -22,18 +22,13 @@ import asyncio
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...errors import ConfigError
-from ...statestore.dynamodb.controls import load_pk
-from ...statestore.dynamodb.table import StateTable
-from ...statestore.dynamodb.view import view_pk
-from ...statestore.schema import PARTITION_KEY, SORT_KEY, checkpoint_pk, client_pk, shard_cache_pk
+from ...statestore.dynamodb import DynamoDBStateStore
+from ...statestore.spark import SparkSourceStore
 from .groups import group_of
-from .ledger import ledger_pk
-from .pins import pins_pk
 
 
 def query_of_checkpoint(checkpoint: str | Path) -> str:
@@ -59,14 +54,6 @@ def query_of_checkpoint(checkpoint: str | Path) -> str:
     raise ConfigError("checkpoint", f"{offsets} holds no kinesumer source offset")
 
 
-def group_partitions(app: str, query: str, streams: Iterable[str]) -> list[str]:
-    """Every partition key of the per-query group of ``query`` (and its ledger)."""
-    group = group_of(app, query, shared=False)
-    fixed = [client_pk(group), shard_cache_pk(group), pins_pk(group), view_pk(group)]
-    fixed += [f"controls#{group}", f"weights#{group}", load_pk(group), ledger_pk(app, query)]
-    return fixed + [checkpoint_pk(group, stream) for stream in streams]
-
-
 def forget_query(config: Config, streams: Iterable[str], query: str) -> int:
     """Delete the state of the per-query group of ledger id ``query`` (see the module
     docstring; :func:`query_of_checkpoint` finds the id in a checkpoint folder). ``config``: the
@@ -79,27 +66,34 @@ async def _forget(config: Config, streams: tuple[str, ...], query: str) -> int:
     clients = AwsClients(config, RequestStats())
     await clients.open()
     try:
-        table = StateTable(clients.dynamodb, config.dynamodb_table, RequestStats())
         group = group_of(config.app, query, shared=False)
-        # Looked at even when no member is registered: the query may be joining right now.
-        before = await table.query(client_pk(group))
-        await asyncio.sleep(config.client_timeout)
-        after = await table.query(client_pk(group))
-        if _beats(after) - _beats(before):
-            raise ConfigError(
-                "query",
-                f"{query}: group {group} has a live member (a heartbeat or a join landed "
-                "while looking): stop the query first",
-            )
-        keys: list[dict[str, Any]] = []
-        for pk in group_partitions(config.app, query, streams):
-            items = await table.query(pk, projection=f"{PARTITION_KEY}, {SORT_KEY}")
-            keys += [{PARTITION_KEY: i[PARTITION_KEY], SORT_KEY: i[SORT_KEY]} for i in items]
-        await table.delete_many(keys)
-        return len(keys)
+        table, stats = config.dynamodb_table, RequestStats()
+        group_store = DynamoDBStateStore(clients.dynamodb, table, group, stats)
+        app_store = DynamoDBStateStore(clients.dynamodb, table, config.app, stats)
+        return await forget_with(
+            group_store, app_store, group, streams, query, config.client_timeout
+        )
     finally:
         await clients.close()
 
 
-def _beats(items: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    return {(i[SORT_KEY]["S"], str(i.get("last_update", {}).get("N"))) for i in items}
+async def forget_with(
+    group_store: SparkSourceStore,
+    app_store: SparkSourceStore,
+    group: str,
+    streams: tuple[str, ...],
+    query: str,
+    client_timeout: float,
+) -> int:
+    """:func:`forget_query` on the stores of the query's group and of the source's app."""
+    # Looked at even when no member is registered: the query may be joining right now.
+    before = await group_store.client_marks()
+    await asyncio.sleep(client_timeout)
+    after = await group_store.client_marks()
+    if after - before:
+        raise ConfigError(
+            "query",
+            f"{query}: group {group} has a live member (a heartbeat or a join landed "
+            "while looking): stop the query first",
+        )
+    return await group_store.forget_group(streams) + await app_store.forget_ledger(query)

@@ -22,8 +22,7 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...kinesis import KinesisReader
 from ...models import ClientInfo
-from ...statestore.dynamodb.codecs import client_key, decode_client, prune_condition
-from ...statestore.dynamodb.table import StateTable
+from ...statestore.dynamodb import DynamoDBStateStore
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
 from .outage import ride_out
@@ -52,16 +51,12 @@ class DriverIO:
         self._thread.start()
         self._clients = AwsClients(config, self._stats)
         self._run(self._clients.open())
-        self.ledger = Ledger(
-            self._clients.dynamodb,
-            config.dynamodb_table,
-            config.app,
-            query,
-            self._stats,
-            ledger_ttl,
-        )
-        self._table = StateTable(self._clients.dynamodb, config.dynamodb_table, self._stats)
-        self._pins = LatestPins(self._clients.dynamodb, config.dynamodb_table, group, self._stats)
+        table = config.dynamodb_table
+        app_store = DynamoDBStateStore(self._clients.dynamodb, table, config.app, self._stats)
+        self.ledger = Ledger(app_store, query, ledger_ttl)
+        #: The query's consumer group's items: its pins and client items.
+        self._group_store = DynamoDBStateStore(self._clients.dynamodb, table, group, self._stats)
+        self._pins = LatestPins(self._group_store)
         self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
         self._closed = False
 
@@ -107,13 +102,13 @@ class DriverIO:
         return self._call("member removal", lambda: self._delete(client_id, seen))
 
     async def _last_update(self, client_id: str) -> int | None:
-        item = await self._table.get(client_key(self._group, client_id))
-        return None if item is None else decode_client(item).last_update_ms
+        client = await self._group_store.get_client(client_id)
+        return None if client is None else client.last_update_ms
 
     async def _delete(self, client_id: str, seen: int) -> bool:
-        # The leader's prune condition: deleted only if it did not heartbeat since ``seen``.
-        key = client_key(self._group, client_id)
-        return await self._table.delete_if(key, prune_condition(ClientInfo(client_id, seen)))
+        # The leader's prune, by ``last_update`` alone (no beat: the stamp is all that was
+        # read): deleted only if it did not heartbeat since ``seen``.
+        return await self._group_store.prune_client(ClientInfo(client_id, seen))
 
     def closed_shards(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of ``keys`` are closed shards (split or merged: they end at SHARD_END)."""

@@ -42,6 +42,7 @@ from ...config import Config
 from ...kinesis import KinesisReader
 from ...models import Position, Record
 from ...runtime.loop_thread import LoopThread
+from ...statestore.dynamodb import DynamoDBStateStore
 from ..arrow import epoch_columns_to_arrow, table_to_records
 from .ledger import Ledger, LedgerEntry
 from .offsets import Start
@@ -144,9 +145,8 @@ async def read_with(
     """The partition's records as an Arrow table in Spark's schema, as the ledger decides (see
     the module docstring), taken from this host's read-ahead of the shard when there is one
     (see :mod:`.readahead`): then as the table it was stored as."""
-    ledger = Ledger(
-        clients.dynamodb, p.config.dynamodb_table, p.config.app, p.query, stats, p.ledger_ttl
-    )
+    store = DynamoDBStateStore(clients.dynamodb, p.config.dynamodb_table, p.config.app, stats)
+    ledger = Ledger(store, p.query, p.ledger_ttl)
     reader = KinesisReader(clients.kinesis, stats, p.config.region)
     shard = ShardRangeReader(reader, p)
     entry = None if first_attempt(p) else await ledger.get(p.batch, p.stream, p.shard_id)

@@ -35,52 +35,30 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...aws import RequestStats
-from ...statestore.dynamodb.codecs import ABSENT, item_key
-from ...statestore.dynamodb.table import StateTable
-from ...statestore.schema import spark_latest_pk
+from ...statestore.spark import SparkSourceStore
 from .offsets import Start
 
 Key = tuple[str, str]
 
 
-def pins_pk(app: str) -> str:
-    """The partition key of ``app``'s pins (the state store's schema owns the name)."""
-    return spark_latest_pk(app)
-
-
 class LatestPins:
-    """The pins of one app's Spark queries in its state table."""
+    """The pins of one app's Spark queries, in that app's state store."""
 
-    def __init__(self, client: Any, table: str, app: str, stats: RequestStats) -> None:
-        self._table = StateTable(client, table, stats)
-        self._pk = pins_pk(app)
-
-    def _key(self, key: Key) -> dict[str, Any]:
-        return item_key(self._pk, f"{key[0]}#{key[1]}")
+    def __init__(self, store: SparkSourceStore) -> None:
+        self._store = store
 
     async def pin(self, key: Key, instant: Callable[[], Awaitable[int]], local_ms: int) -> int:
         """The shard's pin: the one it has, or ``instant()`` (where a ``LATEST`` read opened now
         begins, by Kinesis's clock), written now; ``local_ms``: this host's clock (the item's
         ``written_at``)."""
-        table = self._table
-        found = await table.get(self._key(key))
+        found = await self._store.latest_pin(*key)
         if found is not None:
-            return int(found["started_at"]["N"])
-        now_ms = await instant()
-        item = self._key(key) | {
-            "started_at": {"N": str(now_ms)},
-            "written_at": {"N": str(local_ms)},
-        }
-        if await table.put_if(item, ABSENT) is not None:
-            return now_ms
-        held = await table.get(self._key(key))  # another query pinned it meanwhile
-        return now_ms if held is None else int(held["started_at"]["N"])
+            return found
+        return await self._store.add_latest_pin(*key, await instant(), local_ms)
 
     async def started_at(self, key: Key) -> int | None:
         """The shard's pin, or None."""
-        held = await self._table.get(self._key(key))
-        return None if held is None else int(held["started_at"]["N"])
+        return await self._store.latest_pin(*key)
 
 
 def local_now_ms() -> int:
