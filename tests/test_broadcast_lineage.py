@@ -9,7 +9,7 @@ import pytest
 
 from kinesumer.models import Position, Shard
 from kinesumer.read.broadcast_plan import ShardPlan
-from kinesumer.statestore.dynamodb.positions import SavedPosition
+from kinesumer.statestore.base import SavedPosition
 
 
 @pytest.mark.parametrize(

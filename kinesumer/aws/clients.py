@@ -380,14 +380,17 @@ class AwsClients:
         self.dynamodb: Any = None
         self.kinesis: Any = None
 
-    async def open(self) -> None:
+    async def open(self, *, dynamodb: bool = True, kinesis: bool = True) -> None:
+        """Open the clients asked for (a member given its state or its Kinesis opens neither)."""
         # A DynamoDB call hanging longer than a member's timeout is as good as failed: give up on
         # it early and retry, rather than wait out a long socket timeout.
         read_timeout = max(1.0, self._config.client_timeout)
-        self.dynamodb = await self._stack.enter_async_context(
-            self._factory.dynamodb(read_timeout=read_timeout)
-        )
-        self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
+        if dynamodb:
+            self.dynamodb = await self._stack.enter_async_context(
+                self._factory.dynamodb(read_timeout=read_timeout)
+            )
+        if kinesis:
+            self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
 
     async def close(self) -> None:
         await self._stack.aclose()

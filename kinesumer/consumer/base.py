@@ -29,6 +29,7 @@ from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
 from ..models import Record
 from ..read.broadcast import BroadcastEngine
 from ..read.engine import Engine
+from ..statestore.base import GroupState
 from ..stats import ConsumerStats
 from ..topics import Topic, TopicList, run_streams
 
@@ -117,6 +118,8 @@ class BaseKinesumer:
     ``topics=``: ``consume``, ``subscribe``, ``refresh``, ``run`` and ``add_handler`` refuse any
     other (and a Topic of another type for a listed stream) with ConfigError, before joining.
     The streams a failure policy names (``RetryLater``, ``DeadLetter``) are not checked.
+    ``state``: the group's state table instead of ``config``'s DynamoDB one
+    (:class:`kinesumer.testing.MemoryState` in a test: a whole group in one process).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class BaseKinesumer:
         topics: Iterable[str | Topic[Any]] | None = None,
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
+        state: GroupState | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(
@@ -134,7 +138,7 @@ class BaseKinesumer:
         # Checked before the engine exists: a bad list costs nothing to refuse.
         self._topics = None if topics is None else TopicList(topics, type(self).__name__)
         engine = BroadcastEngine if config.broadcast else Engine
-        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked))
+        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked), state=state)
         # run() handlers' outcome counters, by handler name (stats().handled).
         self._handled: dict[str, HandlerCounters] = {}
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.

@@ -57,7 +57,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .._version import __version__
 from ..aws import ClientFactory, RequestStats
@@ -90,8 +89,12 @@ class Heartbeat:
         owned: Callable[[], dict[str, int]] = dict,
         stats: RequestStats | None = None,
         efo_stalls: Callable[[], dict[str, int]] = dict,
+        write: Callable[[ClientInfo, int], None] | None = None,
     ) -> None:
         self._config = config
+        #: Writes the client item (blocking); None: a boto3 client of the member's own, made
+        #: by :meth:`start`, puts it into the DynamoDB table.
+        self._write = write
         self._efo_stalls = efo_stalls
         self._stats = stats
         self._client_id = client_id
@@ -99,7 +102,6 @@ class Heartbeat:
         self._owned = owned
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client: Any = None
         self._lock = threading.Lock()  # the heartbeat thread and the loop both land heartbeats
         self.last_sent_ok = time.monotonic()
         #: Until when (monotonic) our leases are safe to use: a plain attribute, as the delivery
@@ -183,15 +185,26 @@ class Heartbeat:
         return int(max(self._config.client_timeout * 10, 3600))
 
     def start(self) -> None:
-        config = self._config
-        factory = ClientFactory(config, self._stats)
-        # Half a second at least: below that a loopback or same-region call may time out.
-        timeout = max(0.5, heartbeat_slack(config))
-        self._client = factory.sync_dynamodb(attempts=2, timeout=timeout)
+        if self._write is None:
+            self._write = self._dynamodb_writer()
         self._thread = threading.Thread(
             target=self._run, name=f"kinesumer-heartbeat-{self._client_id}", daemon=True
         )
         self._thread.start()
+
+    def _dynamodb_writer(self) -> Callable[[ClientInfo, int], None]:
+        config = self._config
+        factory = ClientFactory(config, self._stats)
+        # Half a second at least: below that a loopback or same-region call may time out.
+        timeout = max(0.5, heartbeat_slack(config))
+        client = factory.sync_dynamodb(attempts=2, timeout=timeout)
+
+        def write(info: ClientInfo, ttl_seconds: int) -> None:
+            client.put_item(
+                TableName=config.dynamodb_table, Item=client_item(config.app, info, ttl_seconds)
+            )
+
+        return write
 
     def halt(self) -> None:
         """Stop heartbeating without waiting (safe on the event loop): a failed engine must look
@@ -215,10 +228,8 @@ class Heartbeat:
     def beat(self) -> None:
         sent = self.last_attempt = time.monotonic()
         try:
-            self._client.put_item(
-                TableName=self._config.dynamodb_table,
-                Item=client_item(self._config.app, self.info(), self.ttl_seconds),
-            )
+            assert self._write is not None, "beat() before start()"
+            self._write(self.info(), self.ttl_seconds)
         except Exception as exc:  # every failure is logged and counted; the fence acts on them
             self.failures += 1
             self.last_error = exc

@@ -28,6 +28,7 @@ from ..observability.metrics import metrics_for
 from ..observability.telemetry import Tracing
 from ..runtime.lifecycle import EngineState, Lifecycle, run_to_the_end
 from ..runtime.supervisor import Supervisor
+from ..statestore.base import GroupState, StateStore
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..stats import ConsumerStats, ShardStatus
 from .checkpointer import Checkpointer
@@ -67,8 +68,17 @@ class GroupMember:
     """Subclasses say how claimed shards are read: :meth:`on_claimed`, :meth:`on_failed`,
     :meth:`on_leaving`, :meth:`on_closed`, :meth:`buffered`."""
 
-    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        hooks: RebalanceHooks | None = None,
+        *,
+        state: GroupState | None = None,
+    ) -> None:
         self.config = config
+        #: The state table when one was given (``Kinesumer(config, state=...)``); None: the
+        #: DynamoDB table of ``config``, opened by the join.
+        self.state_table = state
         self.hooks = hooks or RebalanceHooks()
         self.client_id = config.client_id or default_client_id()
         # Built first: a missing extra or a busy metrics port is a named error now, not later.
@@ -79,7 +89,7 @@ class GroupMember:
         self.lifecycle = Lifecycle()
         self.aws = AwsClients(config, self.requests, self.client_id)
         # Built by the join:
-        self.store: DynamoDBStateStore
+        self.store: StateStore
         self.reader: KinesisReader
         self.checkpointer: Checkpointer
         self.heartbeat: Heartbeat
@@ -159,7 +169,7 @@ class GroupMember:
         self.supervisor = Supervisor(self.client_id, self.lifecycle)
         self.supervisor.on_failure.append(self._stop_everything)
         self.on_joining()
-        await self.aws.open()
+        await self.aws.open(dynamodb=self.state_table is None)
         try:
             self._build_parts()
             self.on_parts_built()
@@ -192,9 +202,7 @@ class GroupMember:
 
     def _build_parts(self) -> None:
         config, client_id, metrics = self.config, self.client_id, self.metrics
-        self.store = DynamoDBStateStore(
-            self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
-        )
+        self.store = self.state_store()
         self.reader = KinesisReader(
             self.aws.kinesis, self.requests, config.effective_kinesis_region
         )
@@ -204,7 +212,9 @@ class GroupMember:
         )
         streams, lag = (lambda: self.coordinator.streams), self.owned_lag
         stalls = self.efo_stall_counts  # the client item's EFO stall report
-        self.heartbeat = Heartbeat(config, client_id, streams, lag, self.requests, stalls)
+        given = self.state_table
+        write = given.for_app(config.app).write_client_blocking if given is not None else None
+        self.heartbeat = Heartbeat(config, client_id, streams, lag, self.requests, stalls, write)
         membership = Membership(
             client_id,
             config.client_timeout,
@@ -237,8 +247,18 @@ class GroupMember:
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
         )
-        self.coordinator.controls = GroupControls.for_member(
-            self.aws.dynamodb, config, client_id, self.requests, metrics
+        if self.state_table is None:  # operator controls are items of the DynamoDB table
+            self.coordinator.controls = GroupControls.for_member(
+                self.aws.dynamodb, config, client_id, self.requests, metrics
+            )
+
+    def state_store(self) -> GroupState | DynamoDBStateStore:
+        """The state table as this member's app sees it: the one given, or DynamoDB's."""
+        config = self.config
+        if self.state_table is not None:
+            return self.state_table.for_app(config.app)
+        return DynamoDBStateStore(
+            self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
         )
 
     async def refresh(self, streams: tuple[str, ...]) -> None:

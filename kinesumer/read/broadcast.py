@@ -36,7 +36,7 @@ from ..kinesis.reader import KinesisReader
 from ..models import Checkpoint
 from ..runtime.lifecycle import run_to_the_end
 from ..runtime.supervisor import Supervisor, wait_done
-from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..statestore.base import BroadcastPositions, GroupState
 from .broadcast_checkpointer import BroadcastCheckpointer
 from .broadcast_plan import ShardPlan, ShardStart
 from .engine import Engine
@@ -48,9 +48,16 @@ log = logging.getLogger("kinesumer")
 class BroadcastEngine(Engine):
     """An :class:`~.engine.Engine` whose shards are every shard of its streams."""
 
-    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
-        super().__init__(config, hooks)
+    def __init__(
+        self,
+        config: Config,
+        hooks: RebalanceHooks | None = None,
+        *,
+        state: GroupState | None = None,
+    ) -> None:
+        super().__init__(config, hooks, state=state)
         self.checkpointer: BroadcastCheckpointer
+        self.positions: BroadcastPositions
         self._streams: tuple[str, ...] = ()
         self._plan: ShardPlan
         self._relist: asyncio.Event
@@ -78,21 +85,20 @@ class BroadcastEngine(Engine):
         supervisor.on_failure.append(self._stop_reading)
         self._relist = asyncio.Event()
         self.on_joining()
-        await self.aws.open()
+        await self.aws.open(dynamodb=self.state_table is None)
         try:
-            self.store = DynamoDBStateStore(
-                self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
-            )
+            self.store = store = self.state_store()
             self.reader = KinesisReader(
                 self.aws.kinesis, self.requests, config.effective_kinesis_region
             )
             session, saved = None, {}
             if config.broadcast_resume:  # without it, DynamoDB is never called
-                await self.store.check()
-                session = await self.store.open_broadcast_session(self.client_id)
-                saved = await self.store.broadcast_positions(self.client_id)
+                await store.check()
+                session = await store.open_broadcast_session(self.client_id)
+                saved = await store.broadcast_positions(self.client_id)
+            self.positions = store
             self.checkpointer = BroadcastCheckpointer(
-                self.store, self.client_id, session, self.hooks, self.metrics
+                store, store, self.client_id, session, self.hooks, self.metrics
             )
             for stream in streams:
                 await self.reader.check_stream(stream)
@@ -127,7 +133,7 @@ class BroadcastEngine(Engine):
                 await self.reader.check_stream(stream)
             saved = {}
             if added and self.config.broadcast_resume:
-                saved = await self.store.broadcast_positions(self.client_id)
+                saved = await self.positions.broadcast_positions(self.client_id)
         except Exception:
             lifecycle.check()  # closed meanwhile (its clients with it): say that instead
             raise

@@ -21,8 +21,7 @@ from ..group.checkpointer import Checkpointer
 from ..group.hooks import RebalanceHooks
 from ..group.leases import Lease, LeaseStatus
 from ..observability.metrics import Metrics
-from ..statestore.dynamodb.positions import SavedPosition
-from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..statestore.base import BroadcastPositions, SavedPosition, StateStore
 
 log = logging.getLogger("kinesumer.checkpoint")
 
@@ -36,14 +35,15 @@ class BroadcastCheckpointer(Checkpointer):
 
     def __init__(
         self,
-        store: DynamoDBStateStore,
+        store: StateStore,
+        positions: BroadcastPositions,
         client_id: str,
         session: int | None,
         hooks: RebalanceHooks,
         metrics: Metrics,
     ) -> None:
         super().__init__(store, client_id, hooks, None, metrics)
-        self._positions = store
+        self._positions = positions
         self._session = session
 
     async def write(self, lease: Lease, *, finished: bool = False, release: bool = False) -> bool:

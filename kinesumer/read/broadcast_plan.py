@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..config import InitialPosition
 from ..models import Position, Shard
-from ..statestore.dynamodb.positions import SavedPosition
+from ..statestore.base import SavedPosition
 
 ShardKey = tuple[str, str]
 

@@ -24,6 +24,7 @@ from ..group.member import GroupMember
 from ..group.shard_sync import ShardStart
 from ..models import Position, Record
 from ..runtime.aio_timeout import await_within
+from ..statestore.base import GroupState
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
 from .efo_fetcher import EfoShardFetcher, EndCheck
@@ -36,8 +37,14 @@ ClaimHook = Callable[[Lease], Awaitable[Position | None]]
 
 
 class Engine(GroupMember):
-    def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
-        super().__init__(config, hooks)
+    def __init__(
+        self,
+        config: Config,
+        hooks: RebalanceHooks | None = None,
+        *,
+        state: GroupState | None = None,
+    ) -> None:
+        super().__init__(config, hooks, state=state)
         self.cursor = Cursor(config.auto_commit)
         self.buffer: RecordBuffer
         #: Set by an exactly-once sink before the start (see the module docstring). A hook that

@@ -34,12 +34,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..models import Checkpoint, ClientInfo, Position
-from ..statestore.base import MembershipView, PublishedMembers, ShardCache
+from ..statestore.base import (
+    GroupState,
+    MembershipView,
+    PublishedMembers,
+    SavedPosition,
+    ShardCache,
+)
 from ..statestore.dynamodb.codecs import client_item, decode_client
-from ..statestore.dynamodb.positions import SavedPosition
 from ..statestore.spark import LedgerEntry
 
 __all__ = ["MemoryState"]
@@ -119,6 +124,12 @@ class MemoryState:
         # version filled in, exactly as a member reading the DynamoDB item would see them.
         stored = decode_client(client_item(self.app, client, ttl_seconds))
         await _io()
+        with self._tables.lock:
+            self._tables.clients[(self.app, client.client_id)] = stored
+
+    def write_client_blocking(self, client: ClientInfo, ttl_seconds: int) -> None:
+        """:meth:`heartbeat` for the member's heartbeat thread, which has no event loop."""
+        stored = decode_client(client_item(self.app, client, ttl_seconds))
         with self._tables.lock:
             self._tables.clients[(self.app, client.client_id)] = stored
 
@@ -524,3 +535,7 @@ def _published(members: PublishedMembers) -> PublishedMembers:
         for c in sorted(members.live, key=lambda c: c.client_id)
     ]
     return PublishedMembers(live, dict(members.dead), True)
+
+
+if TYPE_CHECKING:  # mypy holds MemoryState to the protocol a member is given
+    _AS_GROUP_STATE: GroupState = MemoryState()

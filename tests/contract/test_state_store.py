@@ -18,9 +18,8 @@ from _group import make_config, setup_table
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.models import Checkpoint, ClientInfo, Position, Shard
-from kinesumer.statestore.base import MembershipView, PublishedMembers, ShardCache
+from kinesumer.statestore.base import MembershipView, PublishedMembers, SavedPosition, ShardCache
 from kinesumer.statestore.dynamodb import DynamoDBStateStore
-from kinesumer.statestore.dynamodb.positions import SavedPosition
 from kinesumer.statestore.spark import LedgerEntry
 from kinesumer.testing import MemoryState
 

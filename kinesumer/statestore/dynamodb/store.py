@@ -15,12 +15,11 @@ from typing import Any
 from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
-from ..base import MembershipView, PublishedMembers, ShardCache
+from ..base import MembershipView, PublishedMembers, SavedPosition, ShardCache
 from ..schema import SORT_KEY, checkpoint_pk, client_pk
 from ..spark import LedgerEntry
 from . import codecs, positions, view
 from .codecs import CLIENT_ITEM_BUDGET, client_item
-from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
 from .spark import SparkItems
 from .table import StateTable
