@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import stat
@@ -45,7 +46,11 @@ from typing import TYPE_CHECKING
 from ...models import Position, Record
 from ..arrow import table_to_records
 from .readahead_format import LAYOUT, Header, UnreadableReadAhead, decode, write
-from .readahead_paths import age, claim_alive, digest, mtime, position_of, text_of
+
+#: How long a claim whose pid is not written yet counts as alive.
+UNWRITTEN_CLAIM_SECONDS = 5.0
+#: The age of a file that is not there: older than any bound the read-ahead uses.
+NEVER_SECONDS = 10 * 24 * 3600.0
 
 if TYPE_CHECKING:
     import pyarrow
@@ -393,3 +398,62 @@ class ReadAheadFiles:
             if idle and folder != self._dir:
                 with contextlib.suppress(OSError):  # not empty: a file came meanwhile
                     folder.rmdir()
+
+
+# -- the read-ahead files' names and states (this host's clock against this host's files) --
+
+
+def position_of(name: str, prefix: str) -> tuple[int, int] | None:
+    """The start position in a file name ``<prefix>-<sequence>-<sub>.<kind>``, if it is one of
+    the shard's."""
+    if not name.startswith(prefix + "-"):
+        return None
+    parts = name[len(prefix) + 1 :].split(".", 1)[0].split("-")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def text_of(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def claim_alive(pending: Path) -> bool:
+    """Whether a read-ahead claimed by ``pending`` may still come: its file is there and its
+    worker lives (a worker killed while reading ahead leaves the file behind)."""
+    try:
+        pid = int(pending.read_text() or "0")
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        # Made but its pid not written yet, or never (a worker killed between the two): alive
+        # for a moment only. ``os.kill(0, 0)`` would signal this process's group and succeed.
+        return age(pending) < UNWRITTEN_CLAIM_SECONDS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def age(path: Path) -> float:
+    """Seconds since ``path`` was last written, on this host's clock (very old if it is gone)."""
+    now = time.time()
+    return now - mtime(path, now - NEVER_SECONDS)
+
+
+def mtime(path: Path, default: float) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return default
