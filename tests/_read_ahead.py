@@ -20,9 +20,9 @@ from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Record
 from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark.arrow import table_to_records
-from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.executor.read import read_with
+from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 
 def one_shard_stream(

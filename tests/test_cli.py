@@ -38,7 +38,7 @@ from kinesumer.cli import view
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS, KinesisReader
 from kinesumer.models import ClientInfo
 from kinesumer.signals import interrupt_on_sigterm, signals_ignored, stop_on_signals
-from kinesumer.spark.source.pins import LatestPins, local_now_ms
+from kinesumer.spark.source.driver.pins import LatestPins, local_now_ms
 from kinesumer.statestore.dynamodb import DynamoDBStateStore, client_item
 
 Names = Callable[[str], str]

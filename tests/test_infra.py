@@ -1394,7 +1394,7 @@ def _partition_key_forms() -> dict[str, bool]:
     return forms
 
 
-from kinesumer.spark.source.groups import group_of  # noqa: E402  (beside its pk functions)
+from kinesumer.spark.source.driver.groups import group_of  # noqa: E402  (beside its pk functions)
 
 
 def _library_partition_keys(app: str) -> list[str]:

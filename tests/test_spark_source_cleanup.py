@@ -15,12 +15,12 @@ from _group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
 from kinesumer.group.external import ExternalReadMember
-from kinesumer.spark.source.cleanup import forget_query, query_of_checkpoint
-from kinesumer.spark.source.executor import read_partition
-from kinesumer.spark.source.groups import group_of
+from kinesumer.spark.source.driver.cleanup import forget_query, query_of_checkpoint
+from kinesumer.spark.source.driver.groups import group_of
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_partition
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 from kinesumer.statestore.dynamodb.spark import group_partitions, ledger_pk
 from kinesumer.statestore.dynamodb.table import StateTable
 

@@ -4,7 +4,7 @@ its children, leaving the rest unread for good), neither in a task's own read no
 read-ahead a task leaves behind.
 
 No Spark: an executor worker's long-lived loop (:class:`_read_ahead.Worker`) reads partitions
-as a task does (:func:`~kinesumer.spark.source.executor.read_with`), on kinesalite + dynalite,
+as a task does (:func:`~kinesumer.spark.source.executor.read.read_with`), on kinesalite + dynalite,
 Kinesis through the fault proxy, which answers one GetRecords mid-read with a gateway's page
 (or with a well-formed "end" of the open shard). A partition starts after a record, as every
 batch after a query's first does (the default ``LATEST`` start is planned by the driver).

@@ -20,11 +20,11 @@ from _spark_source import Collector, local_spark, spark_group
 from _wait import wait_until
 
 from kinesumer.spark.source.datasource import option_strings
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.ledger import Ledger
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 

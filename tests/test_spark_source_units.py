@@ -15,7 +15,8 @@ from _spark_fakes import SoloMember
 
 from kinesumer import ConfigError
 from kinesumer.models import Position
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.ledger import Ledger, LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import (
@@ -24,7 +25,6 @@ from kinesumer.spark.source.options import (
     parse_options,
     to_options,
 )
-from kinesumer.spark.source.planner import Planner
 from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 BASE = {"app": "orders", "dynamodb_table": "state-table", "streams": "a,b"}
@@ -507,7 +507,7 @@ def test_rotation_reads_every_record_once(setup: dict[str, Any]) -> None:
 def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> None:
     import boto3
 
-    from kinesumer.spark.source.driverio import DriverIO
+    from kinesumer.spark.source.driver.driverio import DriverIO
     from kinesumer.statestore.dynamodb.codecs import client_key
 
     config = setup["config"]

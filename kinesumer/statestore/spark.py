@@ -9,7 +9,7 @@ refused condition.
 
 A store is one app's (``DynamoDBStateStore(client, table, app, stats)``): a query's ledger lives
 under the source's ``app``, its pins and its group's items under the group's app
-(:mod:`kinesumer.spark.source.groups`), so the source holds one store of each.
+(:mod:`kinesumer.spark.source.driver.groups`), so the source holds one store of each.
 """
 
 from __future__ import annotations

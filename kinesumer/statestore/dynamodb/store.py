@@ -283,8 +283,8 @@ class DynamoDBStateStore:
 
     async def latest_pins(self, stream: str) -> dict[str, int]:
         """Where the app's Spark queries first opened each shard of ``stream`` at ``LATEST``
-        (:mod:`kinesumer.spark.source.pins`): shard id -> epoch ms. Unreadable pins are skipped
-        (logged and counted)."""
+        (:mod:`kinesumer.spark.source.driver.pins`): shard id -> epoch ms. Unreadable pins are
+        skipped (logged and counted)."""
         return await self._spark.latest_pins(stream)
 
     async def forget_latest_pin(self, stream: str, shard_id: str, started_at_ms: int) -> bool:

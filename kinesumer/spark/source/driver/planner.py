@@ -38,13 +38,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...config import Config
+from ....config import Config
+from ..ledger import LedgerEntry
+from ..offsets import SourceOffset, Start, sequence_after
+from ..options import SourceOptions
+from ..partition import ShardPartition, partitions_of
 from .driverio import DriverIO
 from .groups import group_config
-from .ledger import LedgerEntry
-from .offsets import SourceOffset, Start, sequence_after
-from .options import SourceOptions
-from .partition import ShardPartition, partitions_of
 from .pins import initial_start, local_now_ms, pinned
 from .progress import log_read, read_report
 from .rotation import Rotation, bound_of
@@ -56,7 +56,7 @@ MemberFactory = Callable[[Config], Member]
 
 
 def external_member(config: Config) -> Member:
-    from ...group.external import ExternalReadMember
+    from ....group.external import ExternalReadMember
 
     member: Member = ExternalReadMember(config)
     return member

@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .ledger import LedgerEntry
-from .offsets import shard_name
+from ..ledger import LedgerEntry
+from ..offsets import shard_name
 
 log = logging.getLogger("kinesumer.spark.source")
 

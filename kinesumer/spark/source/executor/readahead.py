@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...models import Position, Record
-from ..arrow import table_to_records
+from ....models import Position, Record
+from ...arrow import table_to_records
 from .readahead_format import LAYOUT, Header, UnreadableReadAhead, decode, write
 
 #: How long a claim whose pid is not written yet counts as alive.

@@ -35,8 +35,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...statestore.spark import SparkSourceStore
-from .offsets import Start
+from ....statestore.spark import SparkSourceStore
+from ..offsets import Start
 
 Key = tuple[str, str]
 

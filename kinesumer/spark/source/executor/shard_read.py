@@ -11,15 +11,15 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
-from ...errors import KinesumerError
-from ...kinesis import KinesisReader, ShardBatch
-from ...kinesis.columns import EpochColumns
-from ...kinesis.reader import IteratorExpired
-from ...models import Position
-from ..deps import require_pyarrow
-from .ledger import LedgerEntry
-from .offsets import Start
-from .partition import ShardPartition
+from ....errors import KinesumerError
+from ....kinesis import KinesisReader, ShardBatch
+from ....kinesis.columns import EpochColumns
+from ....kinesis.reader import IteratorExpired
+from ....models import Position
+from ...deps import require_pyarrow
+from ..ledger import LedgerEntry
+from ..offsets import Start
+from ..partition import ShardPartition
 from .readahead import ReadAheadBatch
 
 if TYPE_CHECKING:

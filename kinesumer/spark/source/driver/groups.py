@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...config import Config
-from .offsets import SourceOffset
+from ....config import Config
+from ..offsets import SourceOffset
 
 #: Between the app and the ledger id in a per-query group's name.
 PER_QUERY_SEPARATOR = ".spark-"

@@ -23,11 +23,11 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ...aws import AwsClients, RequestStats
-from ...config import Config
-from ...errors import ConfigError
-from ...statestore.dynamodb import DynamoDBStateStore
-from ...statestore.spark import SparkSourceStore
+from ....aws import AwsClients, RequestStats
+from ....config import Config
+from ....errors import ConfigError
+from ....statestore.dynamodb import DynamoDBStateStore
+from ....statestore.spark import SparkSourceStore
 from .groups import group_of
 
 

@@ -18,14 +18,14 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ...aws import AwsClients, RequestStats
-from ...config import Config
-from ...kinesis import KinesisReader
-from ...models import ClientInfo
-from ...statestore.dynamodb import DynamoDBStateStore
-from .ledger import Ledger, LedgerEntry
-from .offsets import Start
-from .outage import ride_out
+from ....aws import AwsClients, RequestStats
+from ....config import Config
+from ....kinesis import KinesisReader
+from ....models import ClientInfo
+from ....statestore.dynamodb import DynamoDBStateStore
+from ..ledger import Ledger, LedgerEntry
+from ..offsets import Start
+from ..outage import ride_out
 from .pins import LatestPins
 
 T = TypeVar("T")

@@ -37,17 +37,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...aws import AwsClients, RequestStats
-from ...config import Config
-from ...kinesis import KinesisReader
-from ...models import Position, Record
-from ...runtime.loop_thread import LoopThread
-from ...statestore.dynamodb import DynamoDBStateStore
-from ..arrow import epoch_columns_to_arrow, table_to_records
-from .ledger import Ledger, LedgerEntry
-from .offsets import Start
-from .outage import ride_out
-from .partition import ShardPartition
+from ....aws import AwsClients, RequestStats
+from ....config import Config
+from ....kinesis import KinesisReader
+from ....models import Position, Record
+from ....runtime.loop_thread import LoopThread
+from ....statestore.dynamodb import DynamoDBStateStore
+from ...arrow import epoch_columns_to_arrow, table_to_records
+from ..ledger import Ledger, LedgerEntry
+from ..offsets import Start
+from ..outage import ride_out
+from ..partition import ShardPartition
 from .readahead import DEPTH, ReadAheadBatch, ReadAheadFiles, default_root
 from .shard_read import ShardRangeReader
 

@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...config import Config
-from ...models import Position
-from .ledger import LedgerEntry
-from .offsets import SourceOffset, sequence_after
+from ....config import Config
+from ....models import Position
+from ..ledger import LedgerEntry
+from ..offsets import SourceOffset, sequence_after
 
 log = logging.getLogger("kinesumer.spark.source")
 

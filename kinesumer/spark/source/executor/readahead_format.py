@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..arrow import arrow_schema
-from ..deps import require_pyarrow
+from ...arrow import arrow_schema
+from ...deps import require_pyarrow
 
 if TYPE_CHECKING:
     import pyarrow

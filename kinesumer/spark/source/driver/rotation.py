@@ -9,8 +9,8 @@ kept for the next batch, whose plan treats it like a shard of the previous batch
 
 from __future__ import annotations
 
-from .ledger import LedgerEntry
-from .offsets import SourceOffset, Start
+from ..ledger import LedgerEntry
+from ..offsets import SourceOffset, Start
 
 Key = tuple[str, str]
 
