@@ -215,7 +215,11 @@ class KinesisTransport(Protocol):
         *,
         sequence_number: str | None = None,
         timestamp: datetime | None = None,
-    ) -> IteratorAnswer: ...
+    ) -> IteratorAnswer:
+        """``timestamp`` (AT_TIMESTAMP) counts in whole seconds, the fraction dropped: what
+        botocore sends AWS. A caller that needs the exact instant skips the leading records
+        that arrived before it."""
+        ...
 
     async def get_records(self, iterator: str, limit: int) -> RecordsAnswer[RawRecord]: ...
 

@@ -4,6 +4,8 @@
   moto's answers in a form they can await (:mod:`.inprocess`, used only while moto is loaded).
 - :func:`record`, :func:`aggregate` and :class:`HandlerDriver`: a handler tested in memory,
   through the same calls, policies, decoding and dead letters as ``run()`` (:mod:`.driver`).
+- :class:`MemoryKinesis`: Kinesis in memory (streams, resharding, iterators, retention,
+  failures on demand, its own clock), a Kinesis transport the reader calls as it calls AWS.
 - :mod:`.plugin`: pytest fixtures on moto in server mode (registered by the ``testing`` extra's
   ``pytest11`` entry point).
 
@@ -19,6 +21,7 @@ from ..errors import InProcessMockUnsupportedError
 
 if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
     from .driver import HandlerDriver
+    from .kinesis import MemoryKinesis
     from .memory import MemorySink, VirtualClock
     from .records import aggregate, record
     from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
@@ -28,6 +31,7 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
 #: The lazily bound names, each with the module that defines it (relative to this package).
 _LAZY_NAMES = {
     "HandlerDriver": ".driver",
+    "MemoryKinesis": ".kinesis",
     "MemorySink": ".memory",
     "RecordsDidNotArriveError": ".waiting",
     "VirtualClock": ".memory",
@@ -46,6 +50,7 @@ __dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 __all__ = [
     "HandlerDriver",
     "InProcessMockUnsupportedError",
+    "MemoryKinesis",
     "MemorySink",
     "RecordsDidNotArriveError",
     "VirtualClock",
