@@ -88,10 +88,14 @@ ANY_SEQUENCE_NUMBER = (
     "reader reports as a re-created stream)"
 )
 
+NO_CONSUMERS = "has no stream consumers (STANDINS.md)"
+
 DIFFERENCES: dict[str, dict[str, str]] = {
     "memory": {},
     "kinesalite": {
         "child_shards": "sends no ChildShards at a closed shard's end (STANDINS.md)",
+        "consumers": NO_CONSUMERS,
+        "duplicate_consumer": NO_CONSUMERS,
     },
     "moto": {
         "shard_end": "never ends a drained closed shard: always a NextShardIterator (STANDINS.md)",
@@ -101,6 +105,9 @@ DIFFERENCES: dict[str, dict[str, str]] = {
         "puts_after_split": "routes a put to the closed parent after a split",
         "bad_iterator": NOT_A_KINESIS_ERROR,
         "foreign_sequence_number": ANY_SEQUENCE_NUMBER,
+        "duplicate_consumer": "registers a consumer of an existing name again",
+        "deregister_by_name": "DeregisterStreamConsumer by StreamARN and ConsumerName answers "
+        "200 and deletes nothing",
     },
     "kinesis_local": {
         "bad_iterator": NOT_A_KINESIS_ERROR,
@@ -449,3 +456,131 @@ async def test_a_sequence_number_of_another_shard_is_an_invalid_argument(
             stream, other, "AT_SEQUENCE_NUMBER", sequence_number=put["SequenceNumber"]
         )
     assert caught.value.response["Error"]["Code"] == "InvalidArgumentException"
+
+
+async def active_consumer(side: Side, stream_arn: str, name: str) -> str:
+    """Register ``name`` and wait (polling its state) until it is ACTIVE: its ARN."""
+    registered = await side.transport.register_stream_consumer(stream_arn, name)
+    assert registered["ConsumerName"] == name
+    while True:
+        described = await side.transport.describe_stream_consumer(stream_arn, name)
+        if described["ConsumerStatus"] == "ACTIVE":
+            return described["ConsumerARN"]
+        await asyncio.sleep(0.05)
+
+
+async def test_stream_consumers_register_and_list(
+    side: Side, stream: str, request: pytest.FixtureRequest
+) -> None:
+    if side.name == "kinesalite":
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="kinesalite has no stream consumers (STANDINS.md)", strict=True
+            )
+        )
+    await side.create_stream(stream, 1)
+    summary = await side.transport.describe_stream_summary(stream)
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    consumer_arn = await active_consumer(side, arn, "reader-a")
+    listed = await side.transport.list_stream_consumers(arn)
+    assert [c["ConsumerARN"] for c in listed["Consumers"]] == [consumer_arn]
+
+
+async def test_a_deregistered_consumer_goes(
+    side: Side, stream: str, request: pytest.FixtureRequest
+) -> None:
+    side.expect_difference(request, "consumers")
+    side.expect_difference(request, "deregister_by_name")
+    await side.create_stream(stream, 1)
+    summary = await side.transport.describe_stream_summary(stream)
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    await active_consumer(side, arn, "reader-a")
+    await side.transport.deregister_stream_consumer(arn, "reader-a")
+    while True:  # AWS deletes it in the background: poll its state
+        try:
+            described = await side.transport.describe_stream_consumer(arn, "reader-a")
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ResourceNotFoundException"
+            break
+        assert described["ConsumerStatus"] == "DELETING"
+        await asyncio.sleep(0.05)
+
+
+async def test_registering_a_consumer_twice_is_resource_in_use(
+    side: Side, stream: str, request: pytest.FixtureRequest
+) -> None:
+    side.expect_difference(request, "duplicate_consumer")
+    await side.create_stream(stream, 1)
+    summary = await side.transport.describe_stream_summary(stream)
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    await active_consumer(side, arn, "reader-a")
+    with pytest.raises(ClientError) as caught:
+        await side.transport.register_stream_consumer(arn, "reader-a")
+    assert caught.value.response["Error"]["Code"] == "ResourceInUseException"
+
+
+@pytest.fixture(params=["memory", "kinesis_local"])
+async def subscribing_side(request: pytest.FixtureRequest) -> AsyncIterator[Side]:
+    """The implementations that serve SubscribeToShard (kinesalite and moto do not)."""
+    if request.param == "memory":
+        memory = MemoryKinesis()
+        yield Side("memory", memory, memory=memory)
+        return
+    from kinesumer.config import Config
+    from kinesumer.kinesis.efo.subscriber import ShardSubscriber
+
+    server = request.getfixturevalue("kinesis_local")
+    config = Config(
+        app="contract",
+        dynamodb_table="contract",
+        region="us-east-1",
+        kinesis_endpoint=server.url,
+        enhanced_fan_out=True,
+    )
+    subscriber = ShardSubscriber(config, None, RequestStats())
+    await subscriber.open()
+    try:
+        async with aws_client(server.url) as client:
+            transport = AwsKinesisTransport(client, subscriptions=subscriber)
+            yield Side("kinesis_local", transport, admin=client)
+    finally:
+        await subscriber.close()
+
+
+async def test_subscribe_to_shard_delivers_what_is_there_and_what_follows(
+    subscribing_side: Side, stream: str
+) -> None:
+    side = subscribing_side
+    await side.create_stream(stream, 1)
+    summary = await side.transport.describe_stream_summary(stream)
+    consumer_arn = await active_consumer(
+        side, summary["StreamDescriptionSummary"]["StreamARN"], "subscriber"
+    )
+    put = [
+        (await side.transport.put_record(stream, f"r{i}".encode(), "k"))["SequenceNumber"]
+        for i in range(3)
+    ]
+    events = side.transport.subscribe_to_shard(
+        consumer_arn, "shardId-000000000000", {"Type": "TRIM_HORIZON"}
+    )
+    seen: list[Any] = []
+
+    async def take(count: int) -> None:
+        while len(seen) < count:
+            event = await anext(events)
+            seen.extend(event.records)
+            if event.records:
+                assert event.continuation_sequence_number == event.records[-1]["SequenceNumber"]
+
+    try:
+        # A bound, not a timing assertion: a subscription that stops answering fails the test
+        # instead of hanging it (kinesis-local sends at most an event a second).
+        await asyncio.wait_for(take(3), 60)
+        assert [r["SequenceNumber"] for r in seen] == put
+        assert [r["Data"] for r in seen] == [b"r0", b"r1", b"r2"]
+        later = await side.transport.put_record(stream, b"later", "k")
+        await asyncio.wait_for(take(4), 60)
+        assert seen[3]["SequenceNumber"] == later["SequenceNumber"]
+        assert seen[3]["Data"] == b"later"
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
