@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -21,7 +19,14 @@ from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard
 from . import lean
 from .columns import EpochColumns, epoch_columns_of
-from .kpl import epoch_records, records_of, to_records
+from .kpl import records_of
+from .transport import (
+    BOTOCORE_GET_RECORDS_ENV,
+    IteratorType,
+    KinesisTransport,
+    ShardPage,
+    transport_of,
+)
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -41,9 +46,7 @@ SERVER_CLOCK_MARGIN_MS = 5_000
 LOCAL_CLOCK_MARGIN_MS = 60_000
 
 
-#: Set to ``1``: readers parse GetRecords with botocore alone (the lean path's reference; the
-#: benchmarks' "before").
-BOTOCORE_GET_RECORDS_ENV = "KINESUMER_BOTOCORE_GET_RECORDS"
+__all__ = ["BOTOCORE_GET_RECORDS_ENV", "IteratorExpired", "KinesisReader", "ShardBatch"]
 
 #: Fresh iterators :meth:`KinesisReader.scan_since` probes with before an expiry is raised.
 PROBE_ATTEMPTS = 5
@@ -71,12 +74,14 @@ class ShardBatch(Generic[Rows]):
 
 
 class KinesisReader:
-    """Kinesis calls for one engine, with retries and errors named for the application.
+    """Kinesis calls for one engine, with retries and errors named for the application, over a
+    :class:`~.transport.KinesisTransport` (which makes each call once).
 
-    GetRecords goes the lean way (:mod:`.lean`: signed and sent by botocore, the answer decoded
-    by msgspec) unless ``lean_get_records`` is False, or None (the default) and the environment
-    sets :data:`BOTOCORE_GET_RECORDS_ENV` to ``1`` (the benchmarks' "before"), or the client is
-    not a JSON client.
+    Over AWS (:class:`~.transport.AwsKinesisTransport`), GetRecords goes the lean way
+    (:mod:`.lean`: signed and sent by botocore, the answer decoded by msgspec) unless
+    ``lean_get_records`` is False, or None (the default) and the environment sets
+    :data:`BOTOCORE_GET_RECORDS_ENV` to ``1`` (the benchmarks' "before"), or the client is not
+    a JSON client.
 
     Every GetRecords answer is checked before it is used, inside the retried call: one that is
     not a Kinesis answer (:func:`.lean.well_formed`), or that ends an open shard
@@ -86,16 +91,16 @@ class KinesisReader:
 
     def __init__(
         self,
-        client: Any,
+        kinesis: KinesisTransport | Any,
         stats: RequestStats,
         region: str | None,
         *,
         lean_get_records: bool | None = None,
     ) -> None:
-        self._kinesis = client
-        if lean_get_records is None:
-            lean_get_records = os.environ.get(BOTOCORE_GET_RECORDS_ENV) != "1"
-        self._lean = lean_get_records and lean.install(client)
+        """``kinesis``: a :class:`~.transport.KinesisTransport`, or an aiobotocore Kinesis
+        client (then called through an :class:`~.transport.AwsKinesisTransport`, lean as
+        ``lean_get_records`` says)."""
+        self._kinesis = transport_of(kinesis, lean=lean_get_records)
         self._stats = stats
         self._region = region or "the configured region"
 
@@ -124,7 +129,7 @@ class KinesisReader:
         await self._call(
             "DescribeStreamSummary",
             stream,
-            lambda: self._kinesis.describe_stream_summary(StreamName=stream),
+            partial(self._kinesis.describe_stream_summary, stream),
         )
 
     async def list_shards(self, stream: str) -> list[Shard]:
@@ -132,9 +137,9 @@ class KinesisReader:
         page without ``Shards`` is not Kinesis's answer (it would list no shard): retried
         (:class:`MalformedAnswer`)."""
         shards: list[Shard] = []
-        kwargs: dict[str, Any] = {"StreamName": stream}
+        token: str | None = None
         while True:
-            response = await self._call("ListShards", stream, partial(self._page, kwargs))
+            response = await self._call("ListShards", stream, partial(self._page, stream, token))
             for s in response["Shards"]:
                 shards.append(
                     Shard(
@@ -147,12 +152,15 @@ class KinesisReader:
             token = response.get("NextToken")
             if not token:
                 break
-            # With NextToken, ListShards refuses StreamName: the token carries the stream.
-            kwargs = {"NextToken": token}
         return sorted(set(shards))
 
-    async def _page(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        response: dict[str, Any] = await self._kinesis.list_shards(**kwargs)
+    async def _page(self, stream: str, token: str | None) -> ShardPage:
+        # With NextToken, ListShards refuses StreamName: the token carries the stream.
+        response = await (
+            self._kinesis.list_shards(next_token=token)
+            if token
+            else self._kinesis.list_shards(stream)
+        )
         if not isinstance(response.get("Shards"), list):
             raise MalformedAnswer("a ListShards answer without Shards")
         return response
@@ -166,19 +174,25 @@ class KinesisReader:
     ) -> str:
         """An iterator at ``after`` (AT its sequence number: the caller skips what it already
         had, which also works inside a KPL aggregate), or at ``initial`` when there is none."""
-        kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
+        start: IteratorType
+        sequence_number: str | None = None
+        timestamp: datetime | None = None
         if after is not None:
-            kwargs["ShardIteratorType"] = "AT_SEQUENCE_NUMBER"
-            kwargs["StartingSequenceNumber"] = after.sequence_number
+            start, sequence_number = "AT_SEQUENCE_NUMBER", after.sequence_number
         elif isinstance(initial, datetime):
-            kwargs["ShardIteratorType"] = "AT_TIMESTAMP"
-            kwargs["Timestamp"] = initial
+            start, timestamp = "AT_TIMESTAMP", initial
         else:
-            kwargs["ShardIteratorType"] = initial
+            start = initial
+        get_iterator = partial(
+            self._kinesis.get_shard_iterator,
+            stream,
+            shard_id,
+            start,
+            sequence_number=sequence_number,
+            timestamp=timestamp,
+        )
         try:
-            response = await self._call(
-                "GetShardIterator", stream, lambda: self._kinesis.get_shard_iterator(**kwargs)
-            )
+            answer = await self._call("GetShardIterator", stream, get_iterator)
         except KinesisError as exc:
             cause = exc.__cause__
             if after is not None and error_code(cause or exc) == "InvalidArgumentException":
@@ -188,19 +202,18 @@ class KinesisReader:
                     f"checkpoint with `kinesumer checkpoints reset`"
                 ) from exc
             raise
-        iterator: str = response["ShardIterator"]
-        return iterator
+        return answer.iterator
 
     async def open_latest(self, stream: str, shard_id: str) -> tuple[str, int]:
         """An iterator at LATEST, and the instant (epoch ms) reading began by Kinesis's clock
         (the answer's ``Date`` header minus :data:`SERVER_CLOCK_MARGIN_MS`): at or before the
         iterator's position, so reading again from it (:meth:`iterator_since`) skips nothing."""
-        kwargs = {"StreamName": stream, "ShardId": shard_id, "ShardIteratorType": "LATEST"}
-        response = await self._call(
-            "GetShardIterator", stream, lambda: self._kinesis.get_shard_iterator(**kwargs)
+        answer = await self._call(
+            "GetShardIterator",
+            stream,
+            partial(self._kinesis.get_shard_iterator, stream, shard_id, "LATEST"),
         )
-        iterator: str = response["ShardIterator"]
-        return iterator, start_instant_ms(response)
+        return answer.iterator, start_instant_ms(answer.served_at)
 
     async def iterator_since(
         self, stream: str, shard_id: str, since_ms: int
@@ -251,9 +264,7 @@ class KinesisReader:
     ) -> ShardBatch[list[Record]]:
         # Throttling on GetRecords is normal under load: retry patiently (up to ~1 minute of
         # backoff) before the fetcher reports it and starts over.
-        if not self._lean:
-            return await self._botocore_get_records(stream, shard_id, iterator, limit, skip_through)
-        fetch = partial(lean.get_records, self._kinesis, iterator, limit)
+        fetch = partial(self._kinesis.get_records, iterator, limit)
         answer = await self._call(
             "GetRecords", stream, partial(self._answer, stream, shard_id, fetch), 15
         )
@@ -271,45 +282,12 @@ class KinesisReader:
     ) -> ShardBatch[EpochColumns]:
         """:meth:`get_records` as columns with arrival times as epoch seconds
         (:class:`EpochColumns`): the Spark executors', which build Arrow from them."""
-        if not self._lean:
-            batch = await self._botocore_get_records(
-                stream, shard_id, iterator, limit, skip_through
-            )
-            columns = EpochColumns.from_records(stream, shard_id, epoch_records(batch.records))
-            return ShardBatch(columns, batch.next_iterator, batch.millis_behind, batch.raw_count)
-        fetch = partial(lean.get_epoch_records, self._kinesis, iterator, limit)
+        fetch = partial(self._kinesis.get_epoch_records, iterator, limit)
         answer = await self._call(
             "GetRecords", stream, partial(self._answer, stream, shard_id, fetch), 15
         )
         raw = answer.Records
         return _batch(answer, epoch_columns_of(stream, shard_id, raw, skip_through, self._stats))
-
-    async def _botocore_get_records(
-        self,
-        stream: str,
-        shard_id: str,
-        iterator: str,
-        limit: int,
-        skip_through: Position | None,
-    ) -> ShardBatch[list[Record]]:
-        """GetRecords parsed by botocore alone: a client the lean path cannot serve, and the
-        reference the lean path is tested against."""
-
-        async def fetch() -> dict[str, Any]:
-            got = await self._kinesis.get_records(ShardIterator=iterator, Limit=limit)
-            response = lean.well_formed(got)
-            if response.get("NextShardIterator") is None:
-                await self._confirm_end(stream, shard_id, response.get("ChildShards"))
-            return response
-
-        response = await self._call("GetRecords", stream, fetch, attempts=15)
-        raw = response["Records"]
-        return ShardBatch(
-            records=to_records(stream, shard_id, raw, skip_through, self._stats),
-            next_iterator=response.get("NextShardIterator"),
-            millis_behind=response.get("MillisBehindLatest"),
-            raw_count=len(raw),
-        )
 
     async def _answer(
         self, stream: str, shard_id: str, fetch: Callable[[], Awaitable[Answer]]
@@ -349,19 +327,12 @@ def _batch(
     )
 
 
-def start_instant_ms(response: dict[str, Any]) -> int:
-    """When a read opened by ``response`` began, by Kinesis's clock (see
-    :data:`SERVER_CLOCK_MARGIN_MS`), or by this host's (:data:`LOCAL_CLOCK_MARGIN_MS`)."""
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    date = headers.get("date") or headers.get("Date")
-    if date:
-        try:
-            served = parsedate_to_datetime(date)
-            if served.tzinfo is None:  # "-0000": UTC, with no zone said
-                served = served.replace(tzinfo=timezone.utc)
-            return int(served.timestamp() * 1000) - SERVER_CLOCK_MARGIN_MS
-        except (TypeError, ValueError):
-            log.debug("unreadable Date header %r: using this host's clock", date)
+def start_instant_ms(served: datetime | None) -> int:
+    """When a read opened by an answer Kinesis ``served`` (its ``Date``) began, by Kinesis's
+    clock (see :data:`SERVER_CLOCK_MARGIN_MS`), or, without one, by this host's
+    (:data:`LOCAL_CLOCK_MARGIN_MS`)."""
+    if served is not None:
+        return int(served.timestamp() * 1000) - SERVER_CLOCK_MARGIN_MS
     return int(time.time() * 1000) - LOCAL_CLOCK_MARGIN_MS
 
 

@@ -7,6 +7,8 @@
   through the same calls, policies, decoding and dead letters as ``run()`` (:mod:`.driver`).
 - :class:`MemoryState`: the state table in memory, with DynamoDB's conditional writes
   (:mod:`.memory_state`).
+- :class:`MemoryKinesis`: Kinesis in memory (streams, resharding, iterators, retention,
+  failures on demand, its own clock), a Kinesis transport the reader calls as it calls AWS.
 - :mod:`.plugin`: pytest fixtures on moto in server mode (registered by the ``testing`` extra's
   ``pytest11`` entry point).
 
@@ -22,6 +24,7 @@ from ..errors import InProcessMockUnsupportedError
 
 if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
     from .driver import HandlerDriver
+    from .kinesis import MemoryKinesis
     from .memory import MemorySink, VirtualClock
     from .memory_state import MemoryState
     from .records import aggregate, record
@@ -32,6 +35,7 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
 #: The lazily bound names, each with the module that defines it (relative to this package).
 _LAZY_NAMES = {
     "HandlerDriver": ".driver",
+    "MemoryKinesis": ".kinesis",
     "MemorySink": ".memory",
     "MemoryState": ".memory_state",
     "RecordsDidNotArriveError": ".waiting",
@@ -51,6 +55,7 @@ __dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 __all__ = [
     "HandlerDriver",
     "InProcessMockUnsupportedError",
+    "MemoryKinesis",
     "MemorySink",
     "MemoryState",
     "RecordsDidNotArriveError",

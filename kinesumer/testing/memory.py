@@ -1,7 +1,8 @@
 """The in-memory stand-ins :class:`~.driver.HandlerDriver` runs a handler with: a clock the
-test moves, a Kinesis that keeps what dead-letter and retry-later writers put, a client factory
-that hands it out, a sink that keeps each call's DynamoDB transaction instead of sending it, and
-call ends whose waits move the clock instead of sleeping.
+test moves, a client factory that hands out :class:`~.kinesis.MemoryKinesis` (which keeps what
+dead-letter and retry-later writers put) as botocore-shaped clients, a sink that keeps each
+call's DynamoDB transaction instead of sending it, and call ends whose waits move the clock
+instead of sleeping.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from ..aws.clients import ClientFactory
 from ..config import Config
 from ..group.leases import Lease
 from ..handlers.stopping import AsyncCallEnds
+from ..kinesis.transport import PutRecordAnswer
 from ..models import Position, Record
 from ..sinks.dynamodb import DynamoDBTransaction
-from .records import SHARD, record
+from .kinesis import MemoryKinesis
 
 
 class VirtualClock:
@@ -36,24 +38,32 @@ class VirtualClock:
         self.horizon = max(self.horizon, self.now + 86_400.0)
 
 
-class MemoryKinesis:
-    """The streams dead letters and retry-later records are put to, in memory."""
+class _SyncKinesisClient:
+    """The botocore-shaped PutRecord a synchronous dead-letter writer calls, on ``memory``."""
 
-    def __init__(self) -> None:
-        self.streams: dict[str, list[Record]] = {}
-
-    def put_record(self, *, StreamName: str, Data: bytes, PartitionKey: str, **_: Any) -> Any:
-        written = record(Data, stream=StreamName, shard_id=SHARD, partition_key=PartitionKey)
-        self.streams.setdefault(StreamName, []).append(written)
-        return {"ShardId": SHARD, "SequenceNumber": written.sequence_number}
-
-
-class _AsyncKinesis:
     def __init__(self, memory: MemoryKinesis) -> None:
         self.memory = memory
 
-    async def put_record(self, **request: Any) -> Any:
-        return self.memory.put_record(**request)
+    def put_record(
+        self, *, StreamName: str, Data: bytes, PartitionKey: str, **request: Any
+    ) -> PutRecordAnswer:
+        return self.memory.put(
+            StreamName, Data, PartitionKey, explicit_hash_key=request.get("ExplicitHashKey")
+        )
+
+
+class _AsyncKinesisClient:
+    """:class:`_SyncKinesisClient` for an async dead-letter writer."""
+
+    def __init__(self, memory: MemoryKinesis) -> None:
+        self.memory = memory
+
+    async def put_record(
+        self, *, StreamName: str, Data: bytes, PartitionKey: str, **request: Any
+    ) -> PutRecordAnswer:
+        return await self.memory.put_record(
+            StreamName, Data, PartitionKey, explicit_hash_key=request.get("ExplicitHashKey")
+        )
 
 
 class MemoryClients(ClientFactory):
@@ -64,11 +74,11 @@ class MemoryClients(ClientFactory):
         self.memory = kinesis
 
     def sync_kinesis(self, *, attempts: int | None = None) -> Any:
-        return self.memory
+        return _SyncKinesisClient(self.memory)
 
     @asynccontextmanager
     async def kinesis(self) -> AsyncIterator[Any]:
-        yield _AsyncKinesis(self.memory)
+        yield _AsyncKinesisClient(self.memory)
 
 
 class MemorySink:

@@ -28,7 +28,6 @@ import struct
 import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 try:
@@ -57,6 +56,7 @@ from botocore.serialize import create_serializer
 from ...aws import RequestStats, error_code
 from ...aws.clients import assumed_role_session, moto_loaded, parse_timestamp, session_for
 from ...config import Config
+from ..transport import SubscribeEvent, SubscriptionEnded
 from .errors import error_for, reset_error
 from .transport import Http2Transport
 
@@ -70,28 +70,6 @@ READ_TIMEOUT = 30.0
 MAX_MESSAGE = 256 * 1024 * 1024
 #: An event-stream message's prelude: total length, headers length, prelude CRC.
 PRELUDE = 12
-
-
-@dataclass(frozen=True)
-class SubscribeEvent:
-    """One SubscribeToShardEvent.
-
-    ``records``: raw records in GetRecords' shape (``Data`` bytes, ``SequenceNumber``,
-    ``PartitionKey``, ``ApproximateArrivalTimestamp`` a UTC datetime, ...), aggregates still
-    packed. ``continuation_sequence_number``: where the next subscription starts
-    (AFTER_SEQUENCE_NUMBER), None when the shard ended (SHARD_END). ``child_shards``: as AWS
-    sends them (``ShardId``, ``ParentShards``, ``HashKeyRange``), None when the endpoint sent
-    none."""
-
-    records: list[dict[str, Any]]
-    continuation_sequence_number: str | None
-    millis_behind_latest: int | None
-    child_shards: list[dict[str, Any]] | None
-
-
-class SubscriptionEnded(Exception):
-    """The subscription ended normally (AWS ends each after 5 minutes) before SHARD_END:
-    subscribe again from the last event's continuation sequence number."""
 
 
 class CredentialsSource(Protocol):
