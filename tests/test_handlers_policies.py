@@ -20,7 +20,6 @@ from botocore.exceptions import ClientError
 
 from kinesumer import Config
 from kinesumer.errors import ConfigError, DecodeError
-from kinesumer.group.leases import Lease
 from kinesumer.handlers.deadletter import (
     MAX_RECORD_BYTES,
     DeadLetterWriteError,
@@ -42,6 +41,7 @@ from kinesumer.handlers.policies import (
     backoff_delay,
 )
 from kinesumer.models import Checkpoint, Record
+from kinesumer.read.progress import ShardLease, shard_lease
 
 FAST = Retry(attempts=3, backoff=0.0, max_backoff=0.0)
 
@@ -101,8 +101,8 @@ def record(
     return Record(stream, "shardId-000000000001", seq, 0, key, data, arrival)
 
 
-def lease() -> Lease:
-    return Lease(Checkpoint("orders", "shardId-000000000001"))
+def lease() -> ShardLease:
+    return shard_lease(Checkpoint("orders", "shardId-000000000001"))
 
 
 def invocation(
@@ -431,7 +431,7 @@ class FakeSink:
         self.commits: list[Any] = []
         self.refuse = refuse
 
-    def transact_sync(self, lease: Lease, end: Any, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Any, body: Callable[[Any], None]) -> None:
         tx: list[Any] = []
         body(tx)
         if self.refuse:

@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 
 from kinesumer import AsyncKinesumer, Kinesumer, cli
 from kinesumer.aws import RequestStats
-from kinesumer.group.leases import Lease
 from kinesumer.kinesis.kpl import (
     MAX_AGGREGATED_RECORDS,
     RECORD_OVERHEAD,
@@ -39,6 +38,7 @@ from kinesumer.kinesis.kpl import (
 )
 from kinesumer.models import Checkpoint, Record
 from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.progress import shard_lease
 
 OUTER = "outer-key"
 
@@ -182,7 +182,7 @@ async def test_many_empty_user_records_fill_the_byte_bound() -> None:
     records = to_records("s", "x", [raw(framed(body_of(["k"], users)))], None)
     buffer = RecordBuffer(max_records=10 * MAX_AGGREGATED_RECORDS, max_bytes=1 << 20)
     buffer.fetchers = 1
-    lease = Lease(Checkpoint("s", "x", owner="me", lease=1))
+    lease = shard_lease(Checkpoint("s", "x", owner="me", lease=1))
     await buffer.put(lease, records, await buffer.reserve(1))
     assert buffer.size[1] >= MAX_AGGREGATED_RECORDS * RECORD_OVERHEAD > 1 << 20
     waiting = asyncio.ensure_future(buffer.reserve(1))  # the next GetRecords must wait

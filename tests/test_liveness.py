@@ -295,13 +295,13 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
     item still names it, live: the others waited forever for its handoff (seen with members
     a minute apart, whose startup lapsed on a busy machine). It gives them back instead,
     conditionally on its lease."""
-    from kinesumer.group.leases import Lease
     from kinesumer.group.leasing import Leasing
     from kinesumer.observability.metrics import Metrics
+    from kinesumer.read.progress import shard_lease
 
     store = ReleaseRecorder()
     key = ("s", "shardId-000000000000")
-    lease = Lease(Checkpoint(*key, owner="m3", lease=3))
+    lease = shard_lease(Checkpoint(*key, owner="m3", lease=3))
     leases = {key: lease}
     none: Any = None
     leasing = Leasing(
@@ -315,10 +315,11 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
         none,
         none,
         none,
+        none,
         Metrics(),  # type: ignore[arg-type]
     )
     await leasing.rebalance({"s": (key[1],)})  # it holds the shard, as its assignment says
-    lease.lose()  # the fence passed
+    lease.claim.lose()  # the fence passed
     leasing.reclaim(key)  # what the checkpointer's loss does
     await leasing.rebalance({})  # the others joined: the shard is theirs now
     assert [c.lease for c in store.released] == [3]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..core import done_ranges
 from ..errors import TransientAWSError
@@ -26,7 +26,7 @@ from ..observability.telemetry import Tracing, written
 from ..runtime.supervisor import wait_done
 from ..statestore.base import StateStore
 from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
+from .leases import Lease, LeaseStatus, ProgressT, ReadProgress
 
 log = logging.getLogger("kinesumer.checkpoint")
 
@@ -41,7 +41,7 @@ class Checkpointer:
         store: StateStore,
         client_id: str,
         hooks: RebalanceHooks | None = None,
-        on_lost: Callable[[Lease], None] | None = None,
+        on_lost: Callable[[Lease[ReadProgress]], None] | None = None,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
     ) -> None:
@@ -64,32 +64,35 @@ class Checkpointer:
         #: Writes whose done runs did not all fit in the budget (the rest is delivered again).
         self.done_truncated = 0
 
-    def _lock(self, lease: Lease) -> asyncio.Lock:
+    def _lock(self, lease: Lease[ReadProgress]) -> asyncio.Lock:
         # Writes of one lease are serialized, so an older position can never land after a newer.
         return self._locks.setdefault(lease.key, asyncio.Lock())
 
-    async def write(self, lease: Lease, *, finished: bool = False, release: bool = False) -> bool:
+    async def write(
+        self, lease: Lease[ReadProgress], *, finished: bool = False, release: bool = False
+    ) -> bool:
         """Write the lease's processed position (if it moved, and no sink writes positions),
         the finished flag and/or release ownership. False, with the lease marked lost, when the
         write was refused."""
+        claim = lease.claim
         async with self._lock(lease):
-            if lease.status is LeaseStatus.LOST:
+            if claim.status is LeaseStatus.LOST:
                 return False
             if self.positions_by_sink:
-                position, done = lease.processed, None
+                position, done = lease.progress.processed, None
             else:
-                position, runs = lease.done_marks()
+                position, runs = lease.progress.done_marks()
                 done = self._encode(lease, position, runs)
-            moved = position != lease.checkpointed and not self.positions_by_sink
-            changed = done is not None and done != lease.done_written
+            moved = position != claim.checkpointed and not self.positions_by_sink
+            changed = done is not None and done != claim.done_written
             if not (moved or changed or finished or release):
                 return True
             new = position if moved else None
             extra = {"done": done} if changed else {}
             kind = "finish" if finished else "release" if release else "flush"
-            with self._tracing.checkpoint(lease.key, lease.checkpoint.lease, new, kind) as span:
+            with self._tracing.checkpoint(lease.key, claim.checkpoint.lease, new, kind) as span:
                 ok = await self._store.write_checkpoint(
-                    lease.checkpoint, new, finished=finished, release=release, **extra
+                    claim.checkpoint, new, finished=finished, release=release, **extra
                 )
                 self.writes += 1
                 if not ok and release:
@@ -101,24 +104,24 @@ class Checkpointer:
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
                 return False
             if moved:
-                lease.mark_checkpointed(position)
+                claim.mark_checkpointed(position)
             if changed:
-                lease.mark_done_written(done)  # type: ignore[arg-type]
+                claim.mark_done_written(done)  # type: ignore[arg-type]
             return True
 
-    async def record_start(self, lease: Lease, started_at_ms: int) -> bool:
+    async def record_start(self, lease: Lease[ReadProgress], started_at_ms: int) -> bool:
         """Fetcher, before the first record of a ``LATEST`` read is buffered: record where the
         read began in the checkpoint item, so that every later owner starts there. Retried
         while DynamoDB has trouble; False (the lease marked lost) when the write was refused,
         or when the lease ended meanwhile."""
         delay = 0.2
-        while lease.deliverable:
+        while lease.claim.deliverable:
             try:
                 async with self._lock(lease):
                     with self._tracing.checkpoint(
-                        lease.key, lease.checkpoint.lease, None, "start"
+                        lease.key, lease.claim.checkpoint.lease, None, "start"
                     ) as span:
-                        ok = await self._store.record_start(lease.checkpoint, started_at_ms)
+                        ok = await self._store.record_start(lease.claim.checkpoint, started_at_ms)
                         written(span, ok)
             except TransientAWSError as exc:
                 log.warning(
@@ -140,7 +143,7 @@ class Checkpointer:
         return False
 
     def _encode(
-        self, lease: Lease, position: Position | None, runs: list[done_ranges.Run]
+        self, lease: Lease[ReadProgress], position: Position | None, runs: list[done_ranges.Run]
     ) -> bytes:
         if not runs:
             return b""
@@ -161,14 +164,18 @@ class Checkpointer:
         return blob
 
     async def _landed(
-        self, lease: Lease, position: Position | None, finished: bool, done: bytes | None
+        self,
+        lease: Lease[ReadProgress],
+        position: Position | None,
+        finished: bool,
+        done: bytes | None,
     ) -> bool:
         """A release was refused: did an earlier attempt of it land (its answer lost)? Only
         this lease's release removes the owner and keeps the lease number (a claim or an
         operator's move bumps it), so the item shows exactly what it wrote if it did."""
         stream, shard_id = lease.key
         item = (await self._store.get_checkpoints(stream, [shard_id])).get(shard_id)
-        if item is None or item.owner is not None or item.lease != lease.checkpoint.lease:
+        if item is None or item.owner is not None or item.lease != lease.claim.checkpoint.lease:
             return False
         if finished and not item.finished:
             return False
@@ -181,7 +188,7 @@ class Checkpointer:
         )
         return True
 
-    async def _release(self, lease: Lease, finished: bool) -> bool:
+    async def _release(self, lease: Lease[ReadProgress], finished: bool) -> bool:
         """The final write of a handoff or finish, retried until it lands or the lease is lost.
 
         Giving up is not an option: until this write lands the shard is owned by a live member
@@ -202,14 +209,17 @@ class Checkpointer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def flush(self, leases: list[Lease]) -> None:
+    async def flush(self, leases: list[Lease[ReadProgress]]) -> None:
         """Write every active lease whose processed position moved since its last write."""
         await asyncio.gather(
-            *(self.write(lease) for lease in leases if lease.status is LeaseStatus.ACTIVE)
+            *(self.write(lease) for lease in leases if lease.claim.status is LeaseStatus.ACTIVE)
         )
 
     async def flush_periodically(
-        self, leases: dict[tuple[str, str], Lease], interval: float, stop: asyncio.Event
+        self,
+        leases: Mapping[tuple[str, str], Lease[ReadProgress]],
+        interval: float,
+        stop: asyncio.Event,
     ) -> None:
         """Flush every ``interval`` seconds until ``stop`` is set; transient errors are logged
         and the next flush tries again."""
@@ -222,29 +232,32 @@ class Checkpointer:
             except TransientAWSError as exc:
                 log.warning("[%s] checkpoint flush failed, will retry: %s", self._client_id, exc)
 
-    def lose(self, lease: Lease, why: str) -> None:
+    def lose(self, lease: Lease[ReadProgress], why: str) -> None:
         """Stop a lease at once: no more deliveries, fetcher cancelled, hook told. Idempotent;
         the status may already be LOST (the delivery side sets it the moment it drops records)."""
-        if not lease.lose():
+        if not lease.claim.lose():
             return
+        lease.progress.stop_fetching()
         stream, shard_id = lease.key
         log.warning("[%s] lost %s/%s: %s", self._client_id, stream, shard_id, why)
         if self._on_lost is not None:
             self._on_lost(lease)
 
-    async def handoff(self, lease: Lease, timeout: float) -> bool:
+    async def handoff(self, lease: Lease[ReadProgress], timeout: float) -> bool:
         """Give a shard back: stop fetching and delivering, let what the application holds
         finish (a delivered record, or a batch read elsewhere; up to ``timeout``), write the
         checkpoint and release ownership."""
         stream, shard_id = lease.key
         started = time.monotonic()
-        if not lease.begin_handoff():
+        if not lease.claim.begin_handoff():
             return False
+        progress = lease.progress
+        progress.stop_fetching()
         deadline = started + timeout
         # Polling (rare: once per handoff) keeps all signalling off the delivery hot path.
-        while lease.in_hand and time.monotonic() < deadline:  # noqa: ASYNC110
+        while progress.in_hand and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_POLL)
-        if lease.in_hand:
+        if progress.in_hand:
             log.warning(
                 "[%s] %s/%s: the application did not finish its record within "
                 "handoff_timeout=%.1fs; the next owner will deliver it again",
@@ -258,37 +271,43 @@ class Checkpointer:
             await self._hooks.revoked([lease.key])  # the application flushes its own state
         except Exception as exc:  # raised below, after the release: never strand the shard
             hook_error = exc
-        released = await self._release(lease, finished=lease.drained)
+        released = await self._release(lease, finished=progress.drained)
         if hook_error is not None:
             raise hook_error
         if released:
-            lease.release()
+            lease.claim.release()
             self._metrics.handoff(time.monotonic() - started)
             log.info(
                 "[%s] handed off %s/%s at %s in %.3fs",
                 self._client_id,
                 stream,
                 shard_id,
-                lease.processed.sequence_number if lease.processed else "the start",
+                progress.processed.sequence_number if progress.processed else "the start",
                 time.monotonic() - started,
             )
         return released
 
-    async def give_back(self, lease: Lease) -> None:
+    async def give_back(self, lease: Lease[ReadProgress]) -> None:
         """Release a lease nothing was read under (the on_assigned hook failed): no wait, no
         on_revoked (the application never heard of it), the checkpoint as it was."""
-        if lease.begin_handoff() and await self._release(lease, finished=False):
-            lease.release()
+        if not lease.claim.begin_handoff():
+            return
+        lease.progress.stop_fetching()
+        if await self._release(lease, finished=False):
+            lease.claim.release()
             log.info("[%s] gave %s/%s back unread", self._client_id, *lease.key)
 
-    async def finish(self, lease: Lease, on_finished: Callable[[Lease], None]) -> None:
+    async def finish(
+        self, lease: Lease[ProgressT], on_finished: Callable[[Lease[ProgressT]], None]
+    ) -> None:
         """After SHARD_END: once every record of the shard was processed, checkpoint it finished
         and release it, so children (whose owners wait for this flag) can start."""
-        while lease.status is LeaseStatus.ACTIVE and not lease.drained:  # noqa: ASYNC110
+        claim = lease.claim
+        while claim.status is LeaseStatus.ACTIVE and not lease.progress.drained:  # noqa: ASYNC110
             await asyncio.sleep(_POLL)
-        if lease.status is not LeaseStatus.ACTIVE:
+        if claim.status is not LeaseStatus.ACTIVE:
             return
         if await self._release(lease, finished=True):
-            lease.finish()
+            claim.finish()
             log.info("[%s] finished %s/%s", self._client_id, *lease.key)
             on_finished(lease)

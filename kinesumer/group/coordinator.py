@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from ..config import Config
 from ..core import active_shards, group_mode, shards_of, sticky_shards_of
@@ -31,7 +33,7 @@ from ..errors import CorruptStateError, TransientAWSError
 from ..observability.metrics import Metrics
 from ..runtime.supervisor import wait_done
 from .controls import GroupControls
-from .leases import Lease, LeaseStatus
+from .leases import Lease, LeaseStatus, ReadProgress
 from .leasing import Leasing
 from .membership import Membership
 from .shard_sync import ShardSync
@@ -47,10 +49,10 @@ class Coordinator:
         self,
         config: Config,
         client_id: str,
-        leases: dict[tuple[str, str], Lease],
+        leases: Mapping[tuple[str, str], Lease[ReadProgress]],
         membership: Membership,
         shard_sync: ShardSync,
-        leasing: Leasing,
+        leasing: Leasing[Any],  # the tick never touches the read progress
         metrics: Metrics,
     ) -> None:
         self._config = config
@@ -176,7 +178,9 @@ class Coordinator:
         return self._sticky_mine
 
     def _report_membership(self) -> None:
-        active = sum(1 for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE)
+        active = sum(
+            1 for lease in self._leases.values() if lease.claim.status is LeaseStatus.ACTIVE
+        )
         self._metrics.membership(active, self.membership.leader)
 
     async def run(self, stop: asyncio.Event) -> None:

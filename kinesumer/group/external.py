@@ -4,7 +4,7 @@ The same member as every other (heartbeats on their own thread, membership, assi
 claims, shard sync, graceful handoffs), without fetchers or a buffer: whoever reads asks
 :meth:`ExternalReadMember.owned` what it may read and from where, and brackets each batch with
 :meth:`~ExternalReadMember.begin` and :meth:`~ExternalReadMember.complete` (or
-:meth:`~ExternalReadMember.abandon`). A begun batch is what the lease calls "in hand": a handoff
+:meth:`~ExternalReadMember.abandon`). A begun batch is what the progress calls "in hand": a handoff
 waits for it (bounded by ``handoff_timeout``), exactly as it waits for a record in the hands of
 a generator's caller, and then releases at the completed position, so the next owner starts
 right after it. A batch completed ``finished`` (it reached SHARD_END) checkpoints the shard
@@ -22,12 +22,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..config import Config, InitialPosition
+from ..core import done_ranges
+from ..core.done_ranges import Run
 from ..errors import ConsumerClosedError, TransientAWSError
 from ..models import Position
 from ..runtime.loop_thread import LoopThread
 from ..stats import ConsumerStats
 from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus, wait_for_parents
+from .leases import Claim, Lease, LeaseStatus, resumed_at, wait_for_parents
 from .member import GroupMember
 from .shard_sync import ShardStart
 
@@ -69,22 +71,93 @@ def behind(position: Position, other: Position | None) -> bool:
     )
 
 
-class ReadElsewhereMember(GroupMember):
+class BatchProgress:
+    """The read progress of a shard whose records are read elsewhere: the batches begun and
+    not yet completed or abandoned, and how far the completed ones got. Changed only by
+    :class:`ReadElsewhereMember` on its loop (the reader's calls arrive there); the checkpointer
+    reads it as any read progress. Nothing is fetched or delivered here, so there is no fetcher
+    to stop, no lag and no skip of done records: the inherited done runs are written back
+    (above the completed position) until the position passes them."""
+
+    __slots__ = ("_inherited", "fetched", "open_batches", "processed", "reached_end")
+
+    millis_behind: int | None = None
+    caught_up = False
+    efo_stalls = 0
+    efo_polling = False
+
+    def __init__(self, claim: Claim) -> None:
+        #: The end of the last completed batch (where the claim resumed, at first).
+        self.processed: Position | None = resumed_at(claim.checkpoint)
+        #: The end of a completed batch that reached SHARD_END.
+        self.fetched: Position | None = None
+        #: A completed batch reached SHARD_END.
+        self.reached_end = False
+        #: Batches begun and not yet completed or abandoned.
+        self.open_batches = 0
+        self._inherited: tuple[Run, ...] = claim.inherited
+
+    @property
+    def in_hand(self) -> bool:
+        """A begun batch not completed yet: a handoff waits for it."""
+        return self.open_batches > 0
+
+    @property
+    def drained(self) -> bool:
+        """At SHARD_END with no batch open and every read record completed."""
+        return (
+            self.reached_end
+            and self.open_batches == 0
+            and (self.fetched is None or self.processed == self.fetched)
+        )
+
+    def done_marks(self) -> tuple[Position | None, list[Run]]:
+        position = self.processed
+        if not self._inherited:
+            return position, []
+        return position, done_ranges.above(self._inherited, position)
+
+    def stop_fetching(self) -> None:
+        """Nothing is fetched here: the reader learns of the end from :meth:`owned`."""
+
+    def begin_batch(self) -> None:
+        """A batch reading this shard elsewhere was planned: a handoff waits for it."""
+        self.open_batches += 1
+
+    def end_batch(self) -> None:
+        """That batch was completed (after its checkpoint write) or abandoned."""
+        self.open_batches = max(0, self.open_batches - 1)
+
+    def complete_batch(self, position: Position | None, finished: bool) -> None:
+        """A batch ending at ``position`` committed (before its checkpoint write); ``finished``:
+        it reached SHARD_END. ``processed`` never moves backwards (a late, older batch)."""
+        if position is not None and not behind(position, self.processed):
+            self.processed = position
+        if finished:
+            if position is not None:
+                self.fetched = position
+            self.reached_end = True
+
+
+class ReadElsewhereMember(GroupMember[BatchProgress]):
     """The asyncio side of :class:`ExternalReadMember` (runs on its loop)."""
 
     def __init__(self, config: Config, hooks: RebalanceHooks | None = None) -> None:
         super().__init__(config, hooks)
         # Claimed leases whose parents are all finished, with where each starts.
-        self._readable: dict[Lease, InitialPosition] = {}
+        self._readable: dict[Lease[BatchProgress], InitialPosition] = {}
         # The leases begun batches were counted on, oldest first, by shard.
-        self._begun: dict[tuple[str, str], list[Lease | None]] = {}
+        self._begun: dict[tuple[str, str], list[Lease[BatchProgress] | None]] = {}
         #: The leases (claims) whose LATEST start this member recorded: the planner asks at
         #: every batch while the shard has no checkpoint, one write per claim is enough. By
         #: object, not by lease number: a claim made again (after a loss, an operator's move, a
         #: deleted item whose numbers start over) is a new object and records again.
-        self._starts_recorded: weakref.WeakSet[Lease] = weakref.WeakSet()
+        self._starts_recorded: weakref.WeakSet[Claim] = weakref.WeakSet()
 
-    def on_claimed(self, lease: Lease, start: ShardStart) -> None:
+    def new_progress(self, claim: Claim) -> BatchProgress:
+        return BatchProgress(claim)
+
+    def on_claimed(self, lease: Lease[BatchProgress], start: ShardStart) -> None:
         stream, shard_id = lease.key
         check = self.shard_sync.parents_check(lease.key, start)
         self.supervisor.spawn(
@@ -92,42 +165,43 @@ class ReadElsewhereMember(GroupMember):
         )
 
     async def _readable_after_parents(
-        self, lease: Lease, start: ShardStart, check: Callable[[], Awaitable[bool]]
+        self, lease: Lease[BatchProgress], start: ShardStart, check: Callable[[], Awaitable[bool]]
     ) -> None:
         """Parents before children: the lease becomes readable once every parent finished."""
-        if await wait_for_parents(lease, check, self.config.heartbeat_interval):
+        if await wait_for_parents(lease.claim, check, self.config.heartbeat_interval):
             self._readable[lease] = start.initial
 
     async def owned(self) -> list[OwnedShard]:
         failure = self.lifecycle.failure
         if failure is not None:
             raise failure
-        for lease in [lease for lease in self._readable if lease.status is not LeaseStatus.ACTIVE]:
+        ended = [lease for lease in self._readable if lease.claim.status is not LeaseStatus.ACTIVE]
+        for lease in ended:
             del self._readable[lease]
         return [
             OwnedShard(
                 *lease.key,
                 owner=self.client_id,
-                lease=lease.checkpoint.lease,
-                position=lease.checkpointed,
+                lease=lease.claim.checkpoint.lease,
+                position=lease.claim.checkpointed,
                 start=initial,
-                started_at_ms=lease.checkpoint.started_at_ms,
+                started_at_ms=lease.claim.checkpoint.started_at_ms,
             )
             for lease, initial in sorted(self._readable.items(), key=lambda item: item[0].key)
-            if not lease.reached_end
+            if not lease.progress.reached_end
         ]
 
     async def begin(self, key: tuple[str, str], lease_number: int | None) -> bool:
         lease = self.leases.get(key)
         held = (
             lease is not None
-            and lease.status is LeaseStatus.ACTIVE
+            and lease.claim.status is LeaseStatus.ACTIVE
             and lease in self._readable
-            and (lease_number is None or lease.checkpoint.lease == lease_number)
+            and (lease_number is None or lease.claim.checkpoint.lease == lease_number)
         )
         if held:
             assert lease is not None
-            lease.begin_batch()
+            lease.progress.begin_batch()
         self._begun.setdefault(key, []).append(lease if held else None)
         return held
 
@@ -137,18 +211,18 @@ class ReadElsewhereMember(GroupMember):
         lease = self.leases.get(key)
         if (
             lease is None
-            or lease.status is not LeaseStatus.ACTIVE
-            or lease.checkpoint.lease != lease_number
+            or lease.claim.status is not LeaseStatus.ACTIVE
+            or lease.claim.checkpoint.lease != lease_number
         ):
             return False
-        if lease.checkpointed is not None or lease in self._starts_recorded:
+        if lease.claim.checkpointed is not None or lease.claim in self._starts_recorded:
             return True  # resumes after the checkpoint, or recorded already under this claim
         recorded = await self.checkpointer.record_start(lease, started_at_ms)
         if recorded:
-            self._starts_recorded.add(lease)
+            self._starts_recorded.add(lease.claim)
         return recorded
 
-    def _end(self, key: tuple[str, str]) -> Lease | None:
+    def _end(self, key: tuple[str, str]) -> Lease[BatchProgress] | None:
         begun = self._begun.get(key)
         if not begun:
             return None
@@ -164,14 +238,9 @@ class ReadElsewhereMember(GroupMember):
         if lease is None:
             return False
         try:
-            if lease.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
+            if lease.claim.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
                 return False
-            if position is not None and not behind(position, lease.processed):
-                lease.mark_processed(position)  # never backwards (a late, older batch)
-            if finished:
-                if position is not None:
-                    lease.mark_fetched(position)
-                lease.mark_end()
+            lease.progress.complete_batch(position, finished)
             try:
                 # The position only: ``finished`` is written by finish_shard once no other batch
                 # of the shard is open, or children could start while a parent batch is open.
@@ -184,8 +253,8 @@ class ReadElsewhereMember(GroupMember):
                 )
                 written = True
         finally:
-            lease.end_batch()
-        if written and finished and lease.status is LeaseStatus.ACTIVE:
+            lease.progress.end_batch()
+        if written and finished and lease.claim.status is LeaseStatus.ACTIVE:
             # Retried until it lands or the lease is lost; never blocks the caller's thread.
             self.supervisor.spawn(self.finish_shard(lease), f"finish {key[0]}/{key[1]}")
         return written
@@ -193,7 +262,7 @@ class ReadElsewhereMember(GroupMember):
     async def abandon(self, key: tuple[str, str]) -> None:
         lease = self._end(key)
         if lease is not None:
-            lease.end_batch()
+            lease.progress.end_batch()
 
 
 class ExternalReadMember:

@@ -1,12 +1,31 @@
-"""The lease: this member's ownership of one shard, the state every engine part shares.
+"""A lease: this member's claim of one shard, paired with the read side's progress on it.
 
-The leasing part creates a lease when a claim succeeds; a fetcher fills the buffer under it; the
-delivery side (possibly on the application's thread) moves its ``delivered`` and ``processed``
-marks; the checkpointer writes ``processed`` and ends the lease. Every change goes through a
-method below, whose docstring says who calls it and what it changes. Marks are single attribute
-writes, so the engine thread may read them while the application thread writes them; the one
-step that must not interleave, "is this lease still deliverable? then it is delivered", happens
-under the lease's lock.
+Two objects, each changed by one owner:
+
+- :class:`Claim` (this module, the group side): the checkpoint item as claimed (owner and lease
+  number: the fencing identity of every write), the status and its lifecycle, what the last
+  checkpoint write left in the item (``checkpointed``, ``done_written``, ``finished``). Changed
+  on the engine's loop by leasing (claims), the checkpointer (writes, handoff, release, finish,
+  loss) and membership (the heartbeats' fence), with one exception: the delivery cursor, on
+  whatever thread delivers, applies the group's own fence (:meth:`Claim.fence`) the moment it
+  sees the heartbeat's deadline passed.
+- the read progress (the read side: :class:`kinesumer.read.progress.ShardProgress` for a
+  member that reads its shards, the external member's own for reads done elsewhere): delivered,
+  processed and fetched positions, SHARD_END reached, lag, the inherited done runs and the skip
+  of done records, the fetcher task. Changed by the fetchers (loop) and the delivery side (the
+  application's thread, ``run()``'s workers); the group side only reads it, through the narrow
+  :class:`ReadProgress` view below, and asks it to stop fetching.
+
+:class:`Lease` pairs the two and nothing more; ``group/`` never imports ``read/``, so the
+pairing is generic in the progress type and a member says which progress its leases carry.
+
+The one step that must not interleave, "is this lease still deliverable? then it is delivered",
+spans both objects: the claim's status and the progress's ``delivered``. One lock, the claim's
+:attr:`Claim.lock`, orders it: every status change takes it, and the progress takes the same
+lock to check the status and move ``delivered`` (and for its other multi-field changes). One
+lock rather than one per object: the step needs both, two locks would need an order, and the
+per-record hot path would pay twice. Single marks are single attribute writes, so the loop may
+read them while another thread writes them.
 """
 
 from __future__ import annotations
@@ -16,21 +35,17 @@ import enum
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from ..core import done_ranges
-from ..core.done_ranges import DoneRuns, Run
-from ..models import Checkpoint, Position, Record
+from ..core.done_ranges import Run
+from ..models import Checkpoint, Position
 
 log = logging.getLogger("kinesumer.checkpoint")
 
-#: What a handler run reports for the done runs: (processed, runs of done records above it),
-#: read together (see :meth:`Lease.set_done_source`).
-DoneSource = Callable[[], tuple[Position | None, list[Run]]]
-
 
 class LeaseStatus(enum.Enum):
-    """Where a lease is in its life. Every transition, and who makes it::
+    """Where a claim is in its life. Every transition, and who makes it::
 
         (claim) ──────────────► ACTIVE        leasing.Leasing: a conditional claim succeeded
         ACTIVE ──begin_handoff─► REVOKING     Checkpointer.handoff: the assignment moved the
@@ -43,7 +58,7 @@ class LeaseStatus(enum.Enum):
         ACTIVE/REVOKING ─lose──► LOST         Checkpointer.lose: a write was refused, or the
                                               heartbeats failed (membership's fence)
 
-    RELEASED and LOST are final: a shard claimed again gets a new lease.
+    RELEASED and LOST are final: a shard claimed again gets a new claim.
     """
 
     ACTIVE = "active"  # claimed: fetching and delivering
@@ -52,71 +67,45 @@ class LeaseStatus(enum.Enum):
     RELEASED = "released"  # handed back (or finished) with its checkpoint written
 
 
-@dataclass(eq=False)
-class Lease:
-    """This client's ownership of one shard, from a successful claim until release or loss.
+class Claim:
+    """This member's ownership of one shard, from a successful claim until release or loss.
 
-    Read its fields freely; change them only through its methods.
+    Read its fields freely; change them only through its methods (group side, on the loop;
+    :meth:`fence` from any thread).
     """
 
-    checkpoint: Checkpoint
-    status: LeaseStatus = LeaseStatus.ACTIVE
-    #: The last record handed to the application.
-    delivered: Position | None = None
-    #: The last record the application finished (auto mode) or committed.
-    processed: Position | None = None
-    #: The position last written to the checkpoint.
-    checkpointed: Position | None = None
-    #: The last record put in the buffer under this lease.
-    fetched: Position | None = None
-    #: GetRecords reached SHARD_END: every record of the shard was fetched.
-    reached_end: bool = False
-    #: Checkpointed finished (SHARD_END reached and every record processed).
-    finished: bool = False
-    #: MillisBehindLatest of the last GetRecords (None until the first).
-    millis_behind: int | None = None
-    #: The last GetRecords came back empty at the tip: nothing more to fetch now.
-    caught_up: bool = False
-    #: Enhanced fan-out: stalls of this shard's subscriptions under this lease, and whether it
-    #: is read by polling for now (efo_fallback).
-    efo_stalls: int = 0
-    efo_polling: bool = False
-    #: Batches read elsewhere (external members) begun and not yet completed or abandoned.
-    open_batches: int = 0
-    #: Records are being checked against the done runs inherited from the previous owner
-    #: (:meth:`already_done`); False once the shard's records passed them (the hot path's test).
-    skipping: bool = field(default=False, init=False)
-    #: The ``done`` attribute the checkpoint item holds (as claimed, then as last written).
-    done_written: bytes = field(default=b"", init=False, repr=False)
-    _inherited: tuple[Run, ...] = field(default=(), init=False, repr=False)
-    _skip: DoneRuns | None = field(default=None, init=False, repr=False)
-    _done_source: DoneSource | None = field(default=None, init=False, repr=False)
-    _loss_handled: bool = field(default=False, init=False, repr=False)
-    _fetcher: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    __slots__ = (
+        "__weakref__",
+        "_loss_handled",
+        "checkpoint",
+        "checkpointed",
+        "done_written",
+        "finished",
+        "inherited",
+        "lock",
+        "status",
+    )
 
-    def __post_init__(self) -> None:
-        start = self.checkpoint.sequence_number
-        if start is not None:
-            resumed = Position(start, self.checkpoint.sub_sequence_number)
-            self.processed = self.checkpointed = resumed
-        self.done_written = self.checkpoint.done
-        if self.checkpoint.done:
-            self._inherit(self.checkpoint.done)
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        #: The item as claimed: its owner and lease number fence every later write.
+        self.checkpoint = checkpoint
+        self.status = LeaseStatus.ACTIVE
+        #: The position last written to the checkpoint (where the claim resumed, at first).
+        self.checkpointed: Position | None = resumed_at(checkpoint)
+        #: Checkpointed finished (SHARD_END reached and every record processed).
+        self.finished = False
+        #: The ``done`` attribute the checkpoint item holds (as claimed, then as last written).
+        self.done_written = checkpoint.done
+        #: The previous owner's done runs above the claimed position (empty when they do not
+        #: apply): the read side skips those records and writes the runs back until passed.
+        self.inherited: tuple[Run, ...] = _inherited_runs(checkpoint)
+        #: Orders status changes against the read side's "still deliverable? then delivered"
+        #: (see the module docstring): taken by this claim and by its progress.
+        self.lock = threading.Lock()
+        self._loss_handled = False
 
-    def _inherit(self, blob: bytes) -> None:
-        """The previous owner's done runs, if they were written with the position the
-        checkpoint holds now (else a writer that knows nothing of them moved it: ignored)."""
-        try:
-            base, runs = done_ranges.decode(blob)
-        except ValueError as exc:
-            log.warning("%s/%s: done runs ignored (%s)", *self.key, exc)
-            return
-        if base != self.processed or not runs:
-            return
-        self._inherited = tuple(runs)
-        self._skip = DoneRuns(runs)
-        self.skipping = True
+    def __repr__(self) -> str:
+        return f"Claim({self.checkpoint!r}, status={self.status.value})"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -126,181 +115,137 @@ class Lease:
     def deliverable(self) -> bool:
         return self.status is LeaseStatus.ACTIVE
 
-    @property
-    def in_hand(self) -> bool:
-        """Something the application holds and has not finished: a delivered record not yet
-        processed (auto mode) or committed, or a batch read elsewhere not yet completed."""
-        return self.open_batches > 0 or (
-            self.delivered is not None and self.delivered != self.processed
-        )
-
-    @property
-    def drained(self) -> bool:
-        """At SHARD_END with every fetched record processed: the shard can be marked finished."""
-        return (
-            self.reached_end
-            and self.open_batches == 0
-            and (self.fetched is None or self.processed == self.fetched)
-        )
-
-    # -- delivery side (delivery.Cursor, Engine.commit/close; any thread) ---------------------
-    def mark_delivered(self, record: Record) -> bool:
-        """Cursor: hand ``record`` out if this lease may still deliver. Sets ``delivered``;
-        False (nothing changed) means drop the record: the lease was revoked or lost."""
-        with self._lock:
-            if self.status is not LeaseStatus.ACTIVE:
-                return False
-            self.delivered = Position(record.sequence_number, record.sub_sequence_number)
-            return True
-
-    def mark_processed(self, position: Position) -> None:
-        """Cursor (auto mode: the application asked for more) and external members (a batch
-        completed): everything up to ``position`` is done. Sets ``processed``."""
-        self.processed = position
-
-    def already_done(self, record: Record) -> bool:
-        """Delivery side, records in shard order: whether the previous owner finished
-        ``record`` already (inside an inherited done run): skip it. Stops checking (clears
-        ``skipping``) once the records passed the last run."""
-        skip = self._skip
-        if skip is None:
-            return False
-        done = skip.contains(Position(record.sequence_number, record.sub_sequence_number))
-        if not done and skip.exhausted:
-            self._skip, self.skipping = None, False
-        return done
-
-    def skip_done(self, record: Record) -> bool:
-        """Cursor: pass over ``record``, done by the previous owner, as if it was delivered and
-        (when nothing else is in hand) processed. False: the lease may no longer deliver."""
-        with self._lock:
-            if self.status is not LeaseStatus.ACTIVE:
-                return False
-            # Nothing delivered yet under this lease (None) holds nothing either: the records
-            # right after the checkpoint can be the inherited done ones.
-            nothing_in_hand = self.delivered is None or self.delivered == self.processed
-            self.delivered = Position(record.sequence_number, record.sub_sequence_number)
-            if nothing_in_hand:
-                self.processed = self.delivered
-            return True
-
-    def set_done_source(self, source: DoneSource) -> None:
-        """A handler run's low-water tracker (handlers.progress): it knows which records above
-        ``processed`` are done; the checkpointer asks it at every write."""
-        self._done_source = source
-
-    def forget_done(self) -> None:
-        """Engine (a sink said where reading resumes): the inherited runs do not apply."""
-        self._inherited, self._skip, self.skipping = (), None, False
-
-    def done_marks(self) -> tuple[Position | None, list[Run]]:
-        """Checkpointer: the position to write and the runs of done records above it (own and
-        inherited, merged), read together."""
-        source = self._done_source
-        position, own = source() if source is not None else (self.processed, [])
-        if not own and not self._inherited:
-            return position, []
-        return position, done_ranges.above([*self._inherited, *own], position)
+    # -- the checkpointer's writes (on the engine's loop) --------------------------------------
+    def mark_checkpointed(self, position: Position | None) -> None:
+        """A checkpoint write landed with ``position`` (the checkpointer, an exactly-once sink's
+        commit, a sink saying where reading resumes). Sets ``checkpointed``."""
+        self.checkpointed = position
 
     def mark_done_written(self, blob: bytes) -> None:
         """Checkpointer: a write landed with this ``done`` attribute."""
         self.done_written = blob
 
-    def commit_delivered(self) -> None:
-        """Engine.commit: everything delivered so far is processed."""
-        with self._lock:
-            if self.delivered is not None:
-                self.processed = self.delivered
-
-    def discard_delivered(self) -> None:
-        """Engine.close(discard=True): what was delivered but not processed never will be; it
-        is delivered again by the next owner. Moves ``delivered`` back to ``processed``."""
-        with self._lock:
-            self.delivered = self.processed
-
+    # -- status transitions ----------------------------------------------------------------------
     def fence(self) -> None:
         """Cursor (any thread): the fence passed while delivering; stop delivering at once
         (status LOST). The checkpointer's :meth:`lose` does the rest on the engine's loop."""
-        with self._lock:
+        with self.lock:
             self.status = LeaseStatus.LOST
 
-    # -- external members (external.ExternalReadMember) ---------------------------------------
-    def begin_batch(self) -> None:
-        """A batch reading this shard elsewhere was planned: a handoff waits for it."""
-        self.open_batches += 1
-
-    def end_batch(self) -> None:
-        """That batch was completed (after its checkpoint write) or abandoned."""
-        self.open_batches = max(0, self.open_batches - 1)
-
-    # -- fetcher side (fetcher.ShardFetcher) ----------------------------------------------------
-    def attach_fetcher(self, task: asyncio.Task[None]) -> None:
-        """Engine: the task reading this shard, cancelled when the lease stops."""
-        self._fetcher = task
-
-    def stop_fetching(self) -> None:
-        """Checkpointer (handoff, loss) and the engine (failure): cancel the fetcher, if any."""
-        if self._fetcher is not None:
-            self._fetcher.cancel()
-
-    def observe_read(self, millis_behind: int | None, raw_count: int) -> None:
-        """ShardFetcher, after each GetRecords: how far behind the shard is, and whether the
-        read came back empty at the tip. Sets ``millis_behind`` and ``caught_up``."""
-        self.millis_behind = millis_behind
-        self.caught_up = raw_count == 0 and not millis_behind
-
-    def mark_fetched(self, position: Position) -> None:
-        """ShardFetcher (a batch went into the buffer) and external members (a batch ending
-        at SHARD_END completed): sets ``fetched``."""
-        self.fetched = position
-
-    def mark_end(self) -> None:
-        """ShardFetcher and external members: the shard's reads reached SHARD_END."""
-        self.reached_end = True
-
-    # -- checkpointer side (checkpointer.Checkpointer; on the engine's loop) -------------------
-    def mark_checkpointed(self, position: Position | None) -> None:
-        """A checkpoint write landed with ``position``. Sets ``checkpointed``."""
-        self.checkpointed = position
-
     def begin_handoff(self) -> bool:
-        """ACTIVE → REVOKING: no more deliveries, fetcher cancelled. False (nothing changed)
-        when the lease already ended (LOST or RELEASED)."""
-        with self._lock:
+        """ACTIVE → REVOKING: no more deliveries. False (nothing changed) when the claim already
+        ended (LOST or RELEASED). The caller stops the fetcher."""
+        with self.lock:
             if self.status in (LeaseStatus.LOST, LeaseStatus.RELEASED):
                 return False
             self.status = LeaseStatus.REVOKING
-        self.stop_fetching()
         return True
 
     def release(self) -> None:
         """REVOKING → RELEASED: the handoff's final write (checkpoint, owner cleared) landed."""
-        with self._lock:
+        with self.lock:
             self.status = LeaseStatus.RELEASED
 
     def finish(self) -> None:
         """ACTIVE → RELEASED with ``finished``: the shard was checkpointed finished."""
-        with self._lock:
+        with self.lock:
             self.status = LeaseStatus.RELEASED
             self.finished = True
 
     def lose(self) -> bool:
-        """→ LOST: another member owns the shard now. Stops deliveries and the fetcher. True
-        the first time only (the caller then tells the hooks); False once handled or when the
-        lease was already released."""
+        """→ LOST: another member owns the shard now; no more deliveries. True the first time
+        only (the caller then stops the fetcher and tells the hooks); False once handled or
+        when the claim was already released."""
         if self.status is LeaseStatus.RELEASED or self._loss_handled:
             return False
         self._loss_handled = True
         self.fence()
-        self.stop_fetching()
         return True
 
 
+def resumed_at(checkpoint: Checkpoint) -> Position | None:
+    """The position a claim of ``checkpoint`` resumes after (None: the shard's start)."""
+    start = checkpoint.sequence_number
+    return None if start is None else Position(start, checkpoint.sub_sequence_number)
+
+
+def _inherited_runs(checkpoint: Checkpoint) -> tuple[Run, ...]:
+    """The previous owner's done runs, if they were written with the position the checkpoint
+    holds now (else a writer that knows nothing of them moved it: ignored)."""
+    if not checkpoint.done:
+        return ()
+    try:
+        base, runs = done_ranges.decode(checkpoint.done)
+    except ValueError as exc:
+        log.warning("%s/%s: done runs ignored (%s)", checkpoint.stream, checkpoint.shard_id, exc)
+        return ()
+    if base != resumed_at(checkpoint):
+        return ()
+    return tuple(runs)
+
+
+class ReadProgress(Protocol):
+    """What the group side reads of a lease's read progress (the read side implements it):
+    the checkpointer writes ``processed`` and :meth:`done_marks`, waits on ``in_hand`` for a
+    handoff and on ``drained`` to finish a shard, and stops the fetcher when the claim ends;
+    the member reports the rest in its stats and client item."""
+
+    @property
+    def processed(self) -> Position | None: ...
+    @property
+    def in_hand(self) -> bool: ...
+    @property
+    def drained(self) -> bool: ...
+    @property
+    def reached_end(self) -> bool: ...
+    @property
+    def millis_behind(self) -> int | None: ...
+    @property
+    def caught_up(self) -> bool: ...
+    @property
+    def efo_stalls(self) -> int: ...
+    @property
+    def efo_polling(self) -> bool: ...
+
+    def done_marks(self) -> tuple[Position | None, list[Run]]:
+        """The position to write and the runs of done records above it, read together."""
+        ...
+
+    def stop_fetching(self) -> None:
+        """Cancel the task reading the shard, if any (the claim ended or the member failed)."""
+        ...
+
+
+ProgressT = TypeVar("ProgressT", bound=ReadProgress)
+ProgressT_co = TypeVar("ProgressT_co", bound=ReadProgress, covariant=True)
+
+#: How a member makes the read progress of a claim it just made.
+NewProgress = Callable[[Claim], ProgressT]
+
+
+class Lease(Generic[ProgressT_co]):
+    """A claim and the read progress under it: the two are created together (when the claim
+    succeeds) and never re-paired."""
+
+    __slots__ = ("claim", "progress")
+
+    def __init__(self, claim: Claim, progress: ProgressT_co) -> None:
+        self.claim = claim
+        self.progress = progress
+
+    def __repr__(self) -> str:
+        return f"Lease({self.claim!r}, {self.progress!r})"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.claim.key
+
+
 async def wait_for_parents(
-    lease: Lease, parents_finished: Callable[[], Awaitable[bool]], interval: float
+    claim: Claim, parents_finished: Callable[[], Awaitable[bool]], interval: float
 ) -> bool:
     """Parents before children: poll until every parent of the shard is checkpointed finished.
-    False when the lease ended meanwhile."""
-    while lease.deliverable and not await parents_finished():  # noqa: ASYNC110 (polls DynamoDB)
+    False when the claim ended meanwhile."""
+    while claim.deliverable and not await parents_finished():  # noqa: ASYNC110 (polls DynamoDB)
         await asyncio.sleep(interval)
-    return lease.deliverable
+    return claim.deliverable

@@ -13,6 +13,7 @@ import logging
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
+from typing import Generic
 
 from ..errors import TransientAWSError
 from ..models import Checkpoint
@@ -21,27 +22,31 @@ from ..runtime.supervisor import wait_done
 from ..statestore.base import StateStore
 from .checkpointer import Checkpointer
 from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
+from .leases import Claim, Lease, LeaseStatus, NewProgress, ProgressT
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
 
 log = logging.getLogger("kinesumer.coordinator")
 
 #: Called with a newly claimed lease once the application heard about it: start reading it.
-OnClaimed = Callable[[Lease, ShardStart], None]
+OnClaimed = Callable[[Lease[ProgressT], ShardStart], None]
 
 
-class Leasing:
+class Leasing(Generic[ProgressT]):
+    """This member's claims, made and handed off on the loop. A claim that succeeds gets its
+    read progress from ``new_progress`` at once: the pair is the lease the others see."""
+
     def __init__(
         self,
         client_id: str,
         handoff_timeout: float,
         store: StateStore,
         checkpointer: Checkpointer,
-        leases: dict[tuple[str, str], Lease],
+        leases: dict[tuple[str, str], Lease[ProgressT]],
         membership: Membership,
         shard_sync: ShardSync,
-        on_claimed: OnClaimed,
+        new_progress: NewProgress[ProgressT],
+        on_claimed: OnClaimed[ProgressT],
         report: Callable[[BaseException, str], None],
         hooks: RebalanceHooks,
         metrics: Metrics,
@@ -55,6 +60,7 @@ class Leasing:
         self._leases = leases
         self._membership = membership
         self._shard_sync = shard_sync
+        self._new_progress = new_progress
         self._on_claimed = on_claimed
         self._report = report
         self._hooks = hooks
@@ -82,7 +88,7 @@ class Leasing:
         return bool(self._pending)
 
     def active_keys(self) -> set[tuple[str, str]]:
-        return {k for k, lease in self._leases.items() if lease.status is LeaseStatus.ACTIVE}
+        return {k for k, lease in self._leases.items() if lease.claim.status is LeaseStatus.ACTIVE}
 
     async def rebalance(self, mine: dict[str, tuple[str, ...]]) -> None:
         """Hand off the shards no longer ours, claim the ones newly ours."""
@@ -124,7 +130,7 @@ class Leasing:
             owners[stream] = {sid: c.owner for sid, c in found.items() if c.owner is not None}
         return owners
 
-    def hand_off(self, lease: Lease) -> None:
+    def hand_off(self, lease: Lease[ProgressT]) -> None:
         """Start a graceful handoff of ``lease`` (bounded by ``handoff_timeout``); the lease
         leaves the table once it is done."""
         task = asyncio.ensure_future(self._checkpointer.handoff(lease, self._handoff_timeout))
@@ -134,7 +140,8 @@ class Leasing:
             self._handoffs.discard(t)
             if not t.cancelled() and t.exception() is not None:
                 self._report(t.exception(), f"handoff of {lease.key[0]}/{lease.key[1]}")  # type: ignore[arg-type]
-            if self._leases.get(lease.key) is lease and lease.status is not LeaseStatus.ACTIVE:
+            ended = lease.claim.status is not LeaseStatus.ACTIVE
+            if self._leases.get(lease.key) is lease and ended:
                 del self._leases[lease.key]
                 self._metrics.shard_dropped(*lease.key)
 
@@ -149,8 +156,8 @@ class Leasing:
         """A lease of ours was lost (fence, refused write): if the shard is still ours by the
         assignment, claim it again on the fast retry cadence rather than at the next tick."""
         lease = self._leases.get(key)
-        if lease is not None and lease.status is LeaseStatus.LOST:
-            self._lost[key] = lease.checkpoint
+        if lease is not None and lease.claim.status is LeaseStatus.LOST:
+            self._lost[key] = lease.claim.checkpoint
         if key in self._wanted:
             self._pending.add(key)
 
@@ -204,9 +211,9 @@ class Leasing:
         command that makes the group forget the start."""
         found: dict[str, list[tuple[str, int]]] = {}
         for key in keys:
-            lease = self._leases[key]
-            started = lease.checkpoint.started_at_ms
-            if started is None or lease.checkpointed is not None or key in self._warned_starts:
+            claim = self._leases[key].claim
+            started = claim.checkpoint.started_at_ms
+            if started is None or claim.checkpointed is not None or key in self._warned_starts:
                 continue
             initial = self._shard_sync.start_of(key).initial
             if initial == "LATEST":
@@ -235,7 +242,7 @@ class Leasing:
                 how,
             )
 
-    async def _give_back(self, lease: Lease) -> None:
+    async def _give_back(self, lease: Lease[ProgressT]) -> None:
         """Release a lease whose shard was never read (its checkpoint is unchanged)."""
         await self._checkpointer.give_back(lease)
         if self._leases.get(lease.key) is lease:
@@ -265,9 +272,9 @@ class Leasing:
         if membership.fenced:
             return False  # fenced: claiming now would only be refused again at delivery
         existing = self._leases.get(key)
-        if existing is not None and existing.status is LeaseStatus.ACTIVE:
+        if existing is not None and existing.claim.status is LeaseStatus.ACTIVE:
             return True
-        if existing is not None and existing.status is LeaseStatus.REVOKING:
+        if existing is not None and existing.claim.status is LeaseStatus.REVOKING:
             return False  # our own handoff is still running; claim again once it is done
         if seen is not None and seen.finished:
             return True
@@ -293,7 +300,8 @@ class Leasing:
             return False
         if seen is not None and seen.owner not in (None, self.client_id):
             log.info("[%s] took %s/%s over from %s", self.client_id, stream, shard_id, seen.owner)
-        self._leases[key] = Lease(claimed)  # claim_pending starts reading it
+        claim = Claim(claimed)
+        self._leases[key] = Lease(claim, self._new_progress(claim))  # claim_pending reads it
         self._lost.pop(key, None)
         return True
 

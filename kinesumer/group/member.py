@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Generic
 
 from ..aws import AwsClients, RequestStats
 from ..config import Config, default_client_id
@@ -36,7 +37,7 @@ from .controls import GroupControls, metered
 from .coordinator import Coordinator
 from .heartbeat import Heartbeat
 from .hooks import RebalanceHooks
-from .leases import Lease, LeaseStatus
+from .leases import Claim, Lease, LeaseStatus, ProgressT, ReadProgress
 from .leasing import Leasing, reset_command
 from .membership import Membership
 from .shard_sync import ShardStart, ShardSync
@@ -64,9 +65,10 @@ async def check_written_streams(reader: KinesisReader, streams: tuple[str, ...])
             ) from exc
 
 
-class GroupMember:
-    """Subclasses say how claimed shards are read: :meth:`on_claimed`, :meth:`on_failed`,
-    :meth:`on_leaving`, :meth:`on_closed`, :meth:`buffered`."""
+class GroupMember(Generic[ProgressT]):
+    """Subclasses say how claimed shards are read: :meth:`new_progress` (the read progress
+    each claim carries), :meth:`on_claimed`, :meth:`on_failed`, :meth:`on_leaving`,
+    :meth:`on_closed`, :meth:`buffered`."""
 
     def __init__(
         self,
@@ -85,7 +87,7 @@ class GroupMember:
         self.metrics = metered(config, metrics_for(config, self.client_id))
         self.requests = RequestStats(self.metrics)
         #: The shared state: this member's leases by (stream, shard id).
-        self.leases: dict[tuple[str, str], Lease] = {}
+        self.leases: dict[tuple[str, str], Lease[ProgressT]] = {}
         self.lifecycle = Lifecycle()
         self.aws = AwsClients(config, self.requests, self.client_id)
         # Built by the join:
@@ -94,7 +96,7 @@ class GroupMember:
         self.checkpointer: Checkpointer
         self.heartbeat: Heartbeat
         self.coordinator: Coordinator
-        self.leasing: Leasing
+        self.leasing: Leasing[ProgressT]
         self.shard_sync: ShardSync
         self.supervisor: Supervisor
         self._coordinator_task: asyncio.Task[None]
@@ -111,7 +113,11 @@ class GroupMember:
         """``streams`` exist and will be read (at the join, or added by a refresh); nothing of
         them was claimed yet: prepare what reading them needs (enhanced fan-out registers)."""
 
-    def on_claimed(self, lease: Lease, start: ShardStart) -> None:
+    def new_progress(self, claim: Claim) -> ProgressT:
+        """The read progress of ``claim``, just made (created with it, on the loop)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how its claims are read")
+
+    def on_claimed(self, lease: Lease[ProgressT], start: ShardStart) -> None:
         """A shard was claimed (and the application told): start reading it."""
 
     def on_failed(self, error: BaseException) -> None:
@@ -232,6 +238,7 @@ class GroupMember:
             self.leases,
             membership,
             self.shard_sync,
+            self.new_progress,
             self.on_claimed,
             self.supervisor.fail,
             self.hooks,
@@ -306,7 +313,7 @@ class GroupMember:
             log.debug("[%s] coordinator stopped with %r", self.client_id, exc)
         self.on_leaving()
         for lease in list(self.leases.values()):
-            if lease.status is LeaseStatus.ACTIVE:
+            if lease.claim.status is LeaseStatus.ACTIVE:
                 self.leasing.hand_off(lease)
         try:
             # Bounded: a handoff retries its final write while DynamoDB is unreachable.
@@ -368,20 +375,20 @@ class GroupMember:
     def _stop_everything(self, error: BaseException) -> None:
         self.heartbeat.halt()  # a failed member must look dead to the others
         for lease in self.leases.values():
-            lease.stop_fetching()
+            lease.progress.stop_fetching()
         self.on_failed(error)
 
-    def _on_lost(self, lease: Lease) -> None:
+    def _on_lost(self, lease: Lease[ReadProgress]) -> None:
         self.metrics.shard_dropped(*lease.key)
         self.leasing.reclaim(lease.key)
         self.supervisor.spawn(self.hooks.revoked([lease.key]), "on_revoked hook")
 
-    async def finish_shard(self, lease: Lease) -> None:
+    async def finish_shard(self, lease: Lease[ProgressT]) -> None:
         """After SHARD_END: once drained, checkpoint the shard finished, release it, and sync
         the stream's shards so the children can be claimed."""
         await self.checkpointer.finish(lease, self._on_finished)
 
-    def _on_finished(self, lease: Lease) -> None:
+    def _on_finished(self, lease: Lease[ReadProgress]) -> None:
         if self.leases.get(lease.key) is lease:
             del self.leases[lease.key]
         self.metrics.shard_dropped(*lease.key)
@@ -391,22 +398,25 @@ class GroupMember:
     def lag(self) -> dict[tuple[str, str], int | None]:
         """MillisBehindLatest of every shard this member reads (None until its first read)."""
         return {
-            key: lease.millis_behind
+            key: lease.progress.millis_behind
             for key, lease in sorted(self.leases.items())
-            if lease.status is LeaseStatus.ACTIVE
+            if lease.claim.status is LeaseStatus.ACTIVE
         }
 
     def efo_stall_counts(self) -> dict[str, int]:
         """``stream/shard`` -> EFO stalls of the active leases that stalled (client item)."""
-        return {f"{s}/{i}": x.efo_stalls for (s, i), x in list(self.leases.items()) if x.efo_stalls}
+        leases = list(self.leases.items())
+        return {f"{s}/{i}": x.progress.efo_stalls for (s, i), x in leases if x.progress.efo_stalls}
 
     def owned_lag(self) -> dict[str, int]:
         """``stream/shard`` -> MillisBehindLatest (-1 when unknown) of every active lease, for the
         client item (``kinesumer status`` shows it for every member)."""
         return {
-            f"{stream}/{shard_id}": -1 if lease.millis_behind is None else lease.millis_behind
-            for (stream, shard_id), lease in list(self.leases.items())
-            if lease.status is LeaseStatus.ACTIVE
+            f"{stream}/{shard_id}": -1
+            if x.progress.millis_behind is None
+            else x.progress.millis_behind
+            for (stream, shard_id), x in list(self.leases.items())
+            if x.claim.status is LeaseStatus.ACTIVE
         }
 
     def snapshot(self) -> ConsumerStats:
@@ -419,14 +429,14 @@ class GroupMember:
             ShardStatus(
                 stream,
                 shard_id,
-                lease.status.value,
-                lease.checkpointed.sequence_number if lease.checkpointed else None,
-                lease.millis_behind,
-                lease.caught_up,
-                ended=lease.reached_end,
-                finished=lease.finished,
-                efo_stalls=lease.efo_stalls,
-                efo_polling=lease.efo_polling,
+                lease.claim.status.value,
+                lease.claim.checkpointed.sequence_number if lease.claim.checkpointed else None,
+                lease.progress.millis_behind,
+                lease.progress.caught_up,
+                ended=lease.progress.reached_end,
+                finished=lease.claim.finished,
+                efo_stalls=lease.progress.efo_stalls,
+                efo_polling=lease.progress.efo_polling,
             )
             for (stream, shard_id), lease in leases
         )

@@ -39,6 +39,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Mapping
 
 from ..core import is_leader
 from ..core.liveness import Observer
@@ -47,7 +48,7 @@ from ..statestore.base import MembershipView, MembershipViewStore, PublishedMemb
 from ..statestore.dynamodb.view import members_sk
 from .checkpointer import Checkpointer
 from .heartbeat import Heartbeat
-from .leases import Lease, LeaseStatus
+from .leases import Lease, LeaseStatus, ReadProgress
 
 log = logging.getLogger("kinesumer.coordinator")
 
@@ -82,7 +83,7 @@ class Membership:
         store: StateStore,
         heartbeat: Heartbeat,
         checkpointer: Checkpointer,
-        leases: dict[tuple[str, str], Lease],
+        leases: Mapping[tuple[str, str], Lease[ReadProgress]],
     ) -> None:
         self.client_id = client_id
         self._timeout_ms = int(client_timeout * 1000)
@@ -363,7 +364,9 @@ class Membership:
         if not self.fenced:
             return
         heartbeat = self._heartbeat
-        active = [lease for lease in self._leases.values() if lease.status is LeaseStatus.ACTIVE]
+        active = [
+            lease for lease in self._leases.values() if lease.claim.status is LeaseStatus.ACTIVE
+        ]
         deadline = heartbeat.deadline
         # Said once per lapse even when the delivery side fenced every lease first.
         if active or self._warned_at != deadline:

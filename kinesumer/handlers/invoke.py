@@ -26,9 +26,9 @@ from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..errors import DecodeError
-from ..group.leases import Lease
 from ..models import Position, Record
 from ..observability.telemetry import instrument_handler
+from ..read.progress import ShardLease
 from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
 from ..sinks.traced import traced_sink
 from .age import KinesisClock
@@ -150,7 +150,9 @@ class Invocation:
 
     # ---- the synchronous face ------------------------------------------------------------
 
-    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None:
+    def call_sync(
+        self, records: list[Record], lease: ShardLease, stopping: threading.Event
+    ) -> None:
         """Handle ``records`` (one call) on this thread; see the module docstring."""
         if self._plain and len(records) == 1:
             # The common case (a record, no sink, batch or retry stream) costs a decode, a call
@@ -188,7 +190,7 @@ class Invocation:
     def _run_sync(
         self,
         unit: Unit,
-        lease: Lease,
+        lease: ShardLease,
         end: Position,
         ends: SyncCallEnds,
         first_error: Exception | None = None,
@@ -224,7 +226,7 @@ class Invocation:
             if ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
-    def _attempt_sync(self, unit: Unit, lease: Lease, end: Position) -> None:
+    def _attempt_sync(self, unit: Unit, lease: ShardLease, end: Position) -> None:
         if unit.error is not None:
             raise _HandlerRaised(unit.error)
         argument = unit.values if self.batched else unit.values[0]
@@ -261,7 +263,7 @@ class Invocation:
     # ---- the asynchronous face -----------------------------------------------------------
 
     async def call_async(
-        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+        self, records: list[Record], lease: ShardLease, stopping: asyncio.Event
     ) -> None:
         """Handle ``records`` (one call) in this task; see the module docstring."""
         if self._plain and len(records) == 1:  # as in call_sync
@@ -292,7 +294,7 @@ class Invocation:
     async def _run_async(
         self,
         unit: Unit,
-        lease: Lease,
+        lease: ShardLease,
         end: Position,
         ends: AsyncCallEnds,
         first_error: Exception | None = None,
@@ -325,7 +327,7 @@ class Invocation:
             if await ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
-    async def _attempt_async(self, unit: Unit, lease: Lease, end: Position) -> None:
+    async def _attempt_async(self, unit: Unit, lease: ShardLease, end: Position) -> None:
         if unit.error is not None:
             raise _HandlerRaised(unit.error)
         argument = unit.values if self.batched else unit.values[0]
@@ -384,14 +386,14 @@ class Invocation:
             self.report.too_old(item)
         return error
 
-    def observe(self, records: list[Record], lease: Lease) -> None:
+    def observe(self, records: list[Record], lease: ShardLease) -> None:
         """The runner got ``records`` (an engine batch) of ``lease``: what they show of
         Kinesis's clock (their arrivals, the shard's ``MillisBehindLatest``) ages every record
         of the batch alike, not only those of the call that holds the last one."""
         if self.max_age is not None:
-            self.kinesis_clock.observe(records, lease.millis_behind)
+            self.kinesis_clock.observe(records, lease.progress.millis_behind)
 
-    def _units(self, items: list[Item], records: list[Record], lease: Lease) -> list[Unit]:
+    def _units(self, items: list[Item], records: list[Record], lease: ShardLease) -> list[Unit]:
         """The calls to make (see :func:`.retry_later.units`), records past max_record_age (or
         that an added handler's ``key_of`` raised on) failing alone."""
         refuse: Callable[[Item], Exception | None] | None = None
@@ -400,7 +402,7 @@ class Invocation:
             refuse = lambda item: check(item.delivered)  # noqa: E731
         elif self.max_age is not None:
             # Only ``lease``'s records go with its MillisBehindLatest (see KinesisClock.observe).
-            self.kinesis_clock.observe(records, lease.millis_behind, lease.key)
+            self.kinesis_clock.observe(records, lease.progress.millis_behind, lease.key)
             refuse = self._too_old
         return units(items, self.decoder, self.batched, self.report.decode_failed, refuse)
 

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..group.leases import Lease
 from ..models import Record
+from ..read.progress import ShardLease
 from .policies import KeyOfError
 
 if TYPE_CHECKING:
@@ -50,10 +50,12 @@ class AddedInvocation(Protocol):
     #: Its failure policy (the streams it writes dead letters to are checked at the join).
     policy: FailurePolicy
 
-    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
+    def call_sync(
+        self, records: list[Record], lease: ShardLease, stopping: threading.Event
+    ) -> None: ...
 
     async def call_async(
-        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+        self, records: list[Record], lease: ShardLease, stopping: asyncio.Event
     ) -> None: ...
 
     async def close_async(self) -> None: ...

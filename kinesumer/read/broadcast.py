@@ -30,7 +30,7 @@ import time
 from ..config import Config
 from ..errors import KinesumerError, TransientAWSError
 from ..group.hooks import RebalanceHooks
-from ..group.leases import Lease, LeaseStatus
+from ..group.leases import LeaseStatus
 from ..group.member import check_written_streams
 from ..kinesis.reader import KinesisReader
 from ..models import Checkpoint
@@ -41,6 +41,7 @@ from .broadcast_checkpointer import BroadcastCheckpointer
 from .broadcast_plan import ShardPlan, ShardStart
 from .engine import Engine
 from .fetcher import ShardFetcher
+from .progress import ShardLease, shard_lease
 
 log = logging.getLogger("kinesumer")
 
@@ -144,7 +145,7 @@ class BroadcastEngine(Engine):
         dropped = set(self._streams) - set(streams)
         self._streams = streams
         for key, lease in list(self.leases.items()):
-            if key[0] in dropped and lease.status is LeaseStatus.ACTIVE:
+            if key[0] in dropped and lease.claim.status is LeaseStatus.ACTIVE:
                 self.supervisor.spawn(self._stop_shard(lease), f"stop {key[0]}/{key[1]}")
         for stream in dropped:
             self._plan.forget(stream)
@@ -187,12 +188,12 @@ class BroadcastEngine(Engine):
             await self.hooks.assigned([start.key for start in starts])
             for lease, start in zip(leases, starts, strict=True):
                 task = self.supervisor.spawn(self._read(lease, start), f"fetcher {start.key}")
-                lease.attach_fetcher(task)
+                lease.progress.attach_fetcher(task)
 
-    def _lease_for(self, start: ShardStart) -> Lease:
+    def _lease_for(self, start: ShardStart) -> ShardLease:
         stream, shard_id = start.key
         after = start.after
-        lease = Lease(
+        lease = shard_lease(
             Checkpoint(
                 stream,
                 shard_id,
@@ -205,7 +206,7 @@ class BroadcastEngine(Engine):
         self.leases[start.key] = lease
         return lease
 
-    async def _read(self, lease: Lease, start: ShardStart) -> None:
+    async def _read(self, lease: ShardLease, start: ShardStart) -> None:
         # Resume mode, a LATEST read with nothing saved: the fetcher saves where it began (by
         # Kinesis's clock) before any record is read.
         record_start = self.checkpointer.save_start if start.started_at_ms is not None else None
@@ -228,20 +229,20 @@ class BroadcastEngine(Engine):
         )
         await fetcher.run()
 
-    def _shard_ended(self, lease: Lease) -> None:
+    def _shard_ended(self, lease: ShardLease) -> None:
         self.supervisor.spawn(self.checkpointer.finish(lease, self._shard_finished), "finish")
 
-    def _shard_finished(self, lease: Lease) -> None:
+    def _shard_finished(self, lease: ShardLease) -> None:
         """Drained and saved finished: its children may start; list at once to find them."""
         self._plan.finish(lease.key)
         self._drop(lease)
         self._relist.set()
 
-    async def _stop_shard(self, lease: Lease) -> None:
+    async def _stop_shard(self, lease: ShardLease) -> None:
         await self.checkpointer.handoff(lease, self.config.handoff_timeout)
         self._drop(lease)
 
-    def _drop(self, lease: Lease) -> None:
+    def _drop(self, lease: ShardLease) -> None:
         if self.leases.get(lease.key) is lease:
             del self.leases[lease.key]
             self.metrics.shard_dropped(*lease.key)
@@ -275,7 +276,9 @@ class BroadcastEngine(Engine):
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._lister), 30)
         self.on_leaving()
-        active = [lease for lease in self.leases.values() if lease.status is LeaseStatus.ACTIVE]
+        active = [
+            lease for lease in self.leases.values() if lease.claim.status is LeaseStatus.ACTIVE
+        ]
         timeout = self.config.handoff_timeout
         try:
             # Bounded: the final save retries while DynamoDB is unreachable.
@@ -311,5 +314,5 @@ class BroadcastEngine(Engine):
 
     def _stop_reading(self, error: BaseException) -> None:
         for lease in self.leases.values():
-            lease.stop_fetching()
+            lease.progress.stop_fetching()
         self.on_failed(error)

@@ -19,9 +19,10 @@ import logging
 from ..errors import StateStoreError, TransientAWSError
 from ..group.checkpointer import Checkpointer
 from ..group.hooks import RebalanceHooks
-from ..group.leases import Lease, LeaseStatus
+from ..group.leases import Lease, LeaseStatus, ReadProgress
 from ..observability.metrics import Metrics
 from ..statestore.base import BroadcastPositions, SavedPosition, StateStore
+from .progress import ShardLease
 
 log = logging.getLogger("kinesumer.checkpoint")
 
@@ -46,31 +47,33 @@ class BroadcastCheckpointer(Checkpointer):
         self._positions = positions
         self._session = session
 
-    async def write(self, lease: Lease, *, finished: bool = False, release: bool = False) -> bool:
+    async def write(
+        self, lease: Lease[ReadProgress], *, finished: bool = False, release: bool = False
+    ) -> bool:
         """Save the lease's processed position (if it moved) and/or the finished flag.
         ``release`` changes nothing here: nobody else reads this member's shards for it."""
         async with self._lock(lease):
-            if lease.status is LeaseStatus.LOST:
+            if lease.claim.status is LeaseStatus.LOST:
                 return False
-            position = lease.processed
-            moved = position != lease.checkpointed
+            position = lease.progress.processed
+            moved = position != lease.claim.checkpointed
             if not (moved or finished):
                 return True
             if self._session is not None:
                 stream, shard_id = lease.key
                 saved = SavedPosition(stream, shard_id, position if moved else None, None, finished)
                 await self._save(saved)
-            lease.mark_checkpointed(position)
+            lease.claim.mark_checkpointed(position)
             return True
 
-    async def save_start(self, lease: Lease, started_at_ms: int) -> bool:
+    async def save_start(self, lease: ShardLease, started_at_ms: int) -> bool:
         """Resume mode, a shard with nothing saved: save when the member began reading it,
         before reading, so a restart resumes from that instant. Retried while DynamoDB has
         trouble; False when the lease ended meanwhile."""
         if self._session is None:
             return True
         stream, shard_id = lease.key
-        while lease.deliverable:
+        while lease.claim.deliverable:
             try:
                 await self._save(SavedPosition(stream, shard_id, started_at_ms=started_at_ms))
                 return True

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from ..group.leases import Lease
 from ..kinesis.kpl import record_cost
 from ..models import Record
+from .progress import ShardLease
 
 
 class EngineFailed(Exception):
@@ -38,7 +38,9 @@ class RecordBuffer:
 
     def __init__(self, max_records: int, max_bytes: int) -> None:
         # (lease, records, bytes of data, bytes counted against the bound)
-        self._batches: collections.deque[tuple[Lease, list[Record], int, int]] = collections.deque()
+        self._batches: collections.deque[tuple[ShardLease, list[Record], int, int]] = (
+            collections.deque()
+        )
         self._records = 0
         self._bytes = 0
         self._max_records = max_records
@@ -89,7 +91,7 @@ class RecordBuffer:
         async with self._changed:
             self._changed.notify_all()
 
-    async def put(self, lease: Lease, records: list[Record], reserved: int = 0) -> None:
+    async def put(self, lease: ShardLease, records: list[Record], reserved: int = 0) -> None:
         """Buffer a fetched batch, turning its reservation into the records that came."""
         size = sum(len(r.data) for r in records)
         cost = sum(map(record_cost, records))
@@ -100,7 +102,7 @@ class RecordBuffer:
             self._bytes += cost
             self._changed.notify_all()
 
-    async def get(self) -> tuple[Lease, list[Record], int]:
+    async def get(self) -> tuple[ShardLease, list[Record], int]:
         """The oldest batch and its bytes of data; raises the engine's failure once nothing is
         left before it."""
         async with self._changed:

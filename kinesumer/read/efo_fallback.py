@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 from ..aws import error_code, is_transient
 from ..config import Config
 from ..errors import TransientAWSError
-from ..group.leases import Lease
 from ..kinesis.reader import IteratorExpired, KinesisReader, arrived_since
 from ..models import Position
 from ..observability.metrics import Metrics
 from ..runtime.aio_timeout import await_within
 from .buffer import RecordBuffer
 from .fetcher import FAILURE_PAUSE, read_wait
+from .progress import ShardLease
 
 log = logging.getLogger("kinesumer.fetcher")
 
@@ -111,13 +111,13 @@ class PollingInterlude:
 
     def __init__(
         self,
-        lease: Lease,
+        lease: ShardLease,
         reader: KinesisReader,
         buffer: RecordBuffer,
         config: Config,
         metrics: Metrics,
         resume: ResumePoint,
-        on_shard_end: Callable[[Lease], None],
+        on_shard_end: Callable[[ShardLease], None],
         where: str,
     ) -> None:
         self._lease = lease
@@ -139,7 +139,7 @@ class PollingInterlude:
         if iterator is None:
             return False
         wait = self._config.scan_interval
-        while self._lease.deliverable and loop.time() < until:
+        while self._lease.claim.deliverable and loop.time() < until:
             started = loop.time()
             try:
                 iterator, empty = await self._read_once(iterator)
@@ -154,13 +154,13 @@ class PollingInterlude:
             config = self._config
             wait = read_wait(wait, not empty, config.scan_interval, config.idle_poll_interval)
             await asyncio.sleep(max(0.0, started + wait - loop.time()))
-        return self._lease.deliverable
+        return self._lease.claim.deliverable
 
     async def _open(self) -> str | None:
         """An iterator at the resume point; None when the lease ended meanwhile."""
         point = self.resume
         position = point.position
-        while self._lease.deliverable:
+        while self._lease.claim.deliverable:
             try:
                 if position is None or position["Type"] == "LATEST":
                     if point.since_ms is None:
@@ -199,7 +199,7 @@ class PollingInterlude:
             batch = await self._reader.get_records(
                 self._stream, self._shard_id, iterator, reserved, point.skip
             )
-            if not lease.deliverable:
+            if not lease.claim.deliverable:
                 return None, True
             records = batch.records
             if point.skip_before is not None and records:
@@ -207,11 +207,13 @@ class PollingInterlude:
                 if reached:
                     point.skip_before = None
                 batch = dataclasses.replace(batch, records=records)
-            lease.observe_read(batch.millis_behind, batch.raw_count)
+            lease.progress.observe_read(batch.millis_behind, batch.raw_count)
             self._metrics.behind(self._stream, self._shard_id, batch.millis_behind)
             if records:
                 last = records[-1]
-                lease.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
+                lease.progress.mark_fetched(
+                    Position(last.sequence_number, last.sub_sequence_number)
+                )
                 await buffer.put(lease, records, reserved)
                 reserved = 0
                 # Past the resume point only now: a read of nothing but the records skipped
@@ -223,7 +225,7 @@ class PollingInterlude:
                 }
             if batch.next_iterator is None:
                 log.info("%s reached SHARD_END (polling)", self._where)
-                lease.mark_end()
+                lease.progress.mark_end()
                 self._on_shard_end(lease)
                 return None, True
             return batch.next_iterator, not batch.raw_count and not batch.millis_behind

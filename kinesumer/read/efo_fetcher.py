@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from ..aws import error_code
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
-from ..group.leases import Lease, wait_for_parents
+from ..group.leases import wait_for_parents
 from ..kinesis.kpl import Unaggregated, to_records
 from ..kinesis.reader import KinesisReader, arrived_since
 from ..models import Position, Record
@@ -52,6 +52,7 @@ from .efo_fallback import (
 )
 from .efo_fallback import EndCheck as EndCheck  # re-exported: the engine builds it
 from .fetcher import FAILURE_PAUSE, RecordStart
+from .progress import ShardLease
 
 log = logging.getLogger("kinesumer.fetcher")
 
@@ -98,14 +99,14 @@ class EfoShardFetcher:
 
     def __init__(
         self,
-        lease: Lease,
+        lease: ShardLease,
         subscriber: Subscriber,
         consumer_arn: Callable[[str], Awaitable[str]],
         buffer: RecordBuffer,
         config: Config,
         initial: InitialPosition,
         parents_finished: Callable[[], Awaitable[bool]],
-        on_shard_end: Callable[[Lease], None],
+        on_shard_end: Callable[[ShardLease], None],
         client_id: str,
         metrics: Metrics,
         ended: EndCheck | None = None,
@@ -131,12 +132,14 @@ class EfoShardFetcher:
         self._stream, self._shard_id = lease.key
         self._where = f"[{client_id}] {self._stream}/{self._shard_id}"
         #: Where the next subscription starts; None: from where a LATEST read began.
-        self._position: dict[str, Any] | None = start_position(lease.checkpointed, initial)
+        self._position: dict[str, Any] | None = start_position(lease.claim.checkpointed, initial)
         # Records up to here were processed before (resuming AT the checkpoint): skip them.
-        self._skip: Position | None = lease.checkpointed
+        self._skip: Position | None = lease.claim.checkpointed
         #: Where a LATEST read of the shard began (epoch ms, Kinesis's clock), by this owner or
         #: an earlier one; and leading records that arrived before that instant to skip.
-        self._since_ms = lease.checkpoint.started_at_ms if lease.checkpointed is None else None
+        self._since_ms = (
+            lease.claim.checkpoint.started_at_ms if lease.claim.checkpointed is None else None
+        )
         if self._since_ms is not None:
             self._position = None
         self._skip_before: datetime | None = None
@@ -152,7 +155,7 @@ class EfoShardFetcher:
     async def run(self) -> None:
         lease = self._lease
         if not await wait_for_parents(
-            lease, self._parents_finished, self._config.heartbeat_interval
+            lease.claim, self._parents_finished, self._config.heartbeat_interval
         ):
             return
         arn: str | None = await self._consumer_arn(self._stream)
@@ -163,7 +166,7 @@ class EfoShardFetcher:
         self._buffer.fetchers += 1
         self._progress = asyncio.get_running_loop().time()
         try:
-            while lease.deliverable:
+            while lease.claim.deliverable:
                 stalled = self._stalls_in_row >= self._config.efo_stall_limit
                 if stalled and self._reader and not await self._poll_instead(self._reader):
                     return
@@ -177,7 +180,7 @@ class EfoShardFetcher:
                         return
                     self._failures = 0
                 except Exception as exc:
-                    if not lease.deliverable:
+                    if not lease.claim.deliverable:
                         return  # handed off or lost meanwhile (the member may be closing)
                     if type(exc).__name__ == "SubscriptionEnded":
                         # The transport's word for the 5-minute end: not a failure.
@@ -204,7 +207,7 @@ class EfoShardFetcher:
             return
         self._progress = now
         self.stalls += 1
-        self._lease.efo_stalls = self.stalls
+        self._lease.progress.efo_stalls = self.stalls
         self._stalls_in_row += 1
         self._metrics.efo_stalled(self._stream, self._shard_id)
         polling = self._stalls_in_row >= self._config.efo_stall_limit
@@ -227,11 +230,11 @@ class EfoShardFetcher:
         )  # fmt: skip
         self.interludes += 1
         log.warning("%s EFO stalled: reading by polling (GetRecords) for now", self._where)
-        self._lease.efo_polling = True
+        self._lease.progress.efo_polling = True
         try:
             go_on = await interlude.run()
         finally:
-            self._lease.efo_polling = False
+            self._lease.progress.efo_polling = False
         self._position, self._skip = point.position, point.skip
         self._skip_before = point.skip_before
         self._stalls_in_row = 0
@@ -250,7 +253,7 @@ class EfoShardFetcher:
         if self._position != {"Type": "LATEST"} or self._reader is None:
             return True
         reader = self._reader
-        while self._lease.deliverable:
+        while self._lease.claim.deliverable:
             try:
                 _, since = await reader.open_latest(self._stream, self._shard_id)
             except TransientAWSError as exc:
@@ -271,7 +274,7 @@ class EfoShardFetcher:
         False: the lease ended."""
         assert self._since_ms is not None
         since = datetime.fromtimestamp(self._since_ms / 1000, timezone.utc)
-        while self._lease.deliverable:
+        while self._lease.claim.deliverable:
             try:
                 scan = self._reader is not None and (
                     await self._reader.scan_since(self._stream, self._shard_id, since) is not None
@@ -320,7 +323,7 @@ class EfoShardFetcher:
                     event = await next_event(events, STALL_AFTER)
                 except StopAsyncIteration:
                     break
-                if not self._lease.deliverable:
+                if not self._lease.claim.deliverable:
                     return False
                 now = asyncio.get_running_loop().time()
                 # Empty while behind, but moving on: AWS crossing a stretch with no records.
@@ -338,7 +341,7 @@ class EfoShardFetcher:
             if closer is not None:
                 await closer()
         log.debug("%s subscription ended; resubscribing at %s", self._where, self._position)
-        return self._lease.deliverable
+        return self._lease.claim.deliverable
 
     async def _take(self, event: ShardEvent) -> bool:
         """Buffer an event's records, then move the resume point past them. False at SHARD_END
@@ -352,7 +355,7 @@ class EfoShardFetcher:
             records, reached = arrived_since(records, self._skip_before)
             if reached:
                 self._skip_before = None
-        lease.observe_read(event.millis_behind_latest, len(raw))
+        lease.progress.observe_read(event.millis_behind_latest, len(raw))
         self._metrics.behind(self._stream, self._shard_id, event.millis_behind_latest)
         if records and not await self._put(records):
             return False
@@ -365,7 +368,7 @@ class EfoShardFetcher:
                 self._where,
                 [c.get("ShardId") for c in event.child_shards or []] or "from the shard listing",
             )
-            lease.mark_end()
+            lease.progress.mark_end()
             self._on_shard_end(lease)
             return False
         self._position = {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation}
@@ -387,12 +390,12 @@ class EfoShardFetcher:
         start = 0
         while start < len(records):
             reserved = await buffer.reserve(len(records) - start)
-            if not lease.deliverable:
+            if not lease.claim.deliverable:
                 buffer.release(reserved)
                 return False
             chunk = records[start : start + reserved]
             last = chunk[-1]
-            lease.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
+            lease.progress.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
             await buffer.put(lease, chunk, reserved)
             start += reserved
         return True

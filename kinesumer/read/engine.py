@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from ..config import Config
 from ..errors import ConsumerClosedError
 from ..group.hooks import RebalanceHooks
-from ..group.leases import Lease
+from ..group.leases import Claim
 from ..group.member import GroupMember
 from ..group.shard_sync import ShardStart
 from ..models import Position, Record
@@ -30,13 +30,14 @@ from .delivery import Cursor
 from .efo_fetcher import EfoShardFetcher, EndCheck
 from .efo_session import EfoSession, EfoTransport, aws_transport
 from .fetcher import ShardFetcher
+from .progress import ShardLease, ShardProgress
 
 #: Awaited with a newly claimed lease before its shard is read: a position to resume after
 #: (overriding the checkpoint's), or None to start where the checkpoint says.
-ClaimHook = Callable[[Lease], Awaitable[Position | None]]
+ClaimHook = Callable[[ShardLease], Awaitable[Position | None]]
 
 
-class Engine(GroupMember):
+class Engine(GroupMember[ShardProgress]):
     def __init__(
         self,
         config: Config,
@@ -89,7 +90,7 @@ class Engine(GroupMember):
         if self._discard:
             self.cursor.drop_in_hand()
             for lease in list(self.leases.values()):
-                lease.discard_delivered()
+                lease.progress.discard_delivered()
         elif self._in_hand_done:
             self.cursor.finish_in_hand()
 
@@ -113,26 +114,30 @@ class Engine(GroupMember):
         self.supervisor.spawn(self.buffer.fail(error), "report failure")
 
     # -- reading ------------------------------------------------------------------------------
-    def on_claimed(self, lease: Lease, start: ShardStart) -> None:
+    def new_progress(self, claim: Claim) -> ShardProgress:
+        return ShardProgress(claim)
+
+    def on_claimed(self, lease: ShardLease, start: ShardStart) -> None:
         stream, shard_id = lease.key
         hook = self.claim_hook
         if hook is None:
             reading = self._fetcher(lease, start).run()
         else:
             reading = self._hooked(lease, start, hook)
-        lease.attach_fetcher(self.supervisor.spawn(reading, f"fetcher {stream}/{shard_id}"))
+        lease.progress.attach_fetcher(
+            self.supervisor.spawn(reading, f"fetcher {stream}/{shard_id}")
+        )
 
-    async def _hooked(self, lease: Lease, start: ShardStart, hook: ClaimHook) -> None:
+    async def _hooked(self, lease: ShardLease, start: ShardStart, hook: ClaimHook) -> None:
         """The claim hook, then the fetcher: one task, so a handoff or a loss during the hook
         cancels it like a fetcher, and a hook that raises stops the engine."""
         position = await hook(lease)
         if position is not None:  # the sink's record of what it holds is the truth
-            lease.mark_processed(position)
-            lease.mark_checkpointed(position)
-            lease.forget_done()
+            lease.progress.resume_after(position)
+            lease.claim.mark_checkpointed(position)
         await self._fetcher(lease, start).run()
 
-    def _fetcher(self, lease: Lease, start: ShardStart) -> ShardFetcher | EfoShardFetcher:
+    def _fetcher(self, lease: ShardLease, start: ShardStart) -> ShardFetcher | EfoShardFetcher:
         if self.efo is not None:
             return EfoShardFetcher(
                 lease,
@@ -175,7 +180,7 @@ class Engine(GroupMember):
 
         return closed
 
-    def _on_shard_end(self, lease: Lease) -> None:
+    def _on_shard_end(self, lease: ShardLease) -> None:
         self.supervisor.spawn(self.finish_shard(lease), "finish")
 
     def buffered(self) -> tuple[int, int]:
@@ -183,12 +188,12 @@ class Engine(GroupMember):
         return buffer.size if buffer is not None else (0, 0)
 
     # -- delivery -----------------------------------------------------------------------------
-    async def next_batch(self) -> tuple[Lease, list[Record]]:
+    async def next_batch(self) -> tuple[ShardLease, list[Record]]:
         try:
             lease, records, nbytes = await self.buffer.get()
         except EngineFailed as wrapped:
             raise wrapped.__cause__ from None  # type: ignore[misc]
-        if lease.deliverable:  # leftovers of a dropped lease are discarded by the cursor
+        if lease.claim.deliverable:  # leftovers of a dropped lease are discarded by the cursor
             self.metrics.delivered(*lease.key, len(records), nbytes)
         return lease, records
 
@@ -218,7 +223,7 @@ class Engine(GroupMember):
         """Everything delivered so far is processed: write the checkpoints now."""
         self.lifecycle.check()
         for lease in list(self.leases.values()):
-            lease.commit_delivered()
+            lease.progress.commit_delivered()
         self.cursor.finish_in_hand()
         await self.checkpointer.flush(list(self.leases.values()))
         self.lifecycle.check()

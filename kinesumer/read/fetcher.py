@@ -22,11 +22,12 @@ from typing import TypeVar
 
 from ..config import Config, InitialPosition
 from ..errors import TransientAWSError
-from ..group.leases import Lease, wait_for_parents
+from ..group.leases import wait_for_parents
 from ..kinesis.reader import IteratorExpired, KinesisReader, ShardBatch, arrived_since
 from ..models import Position, Record
 from ..observability.metrics import Metrics
 from .buffer import RecordBuffer
+from .progress import ShardLease
 
 log = logging.getLogger("kinesumer.fetcher")
 
@@ -37,7 +38,7 @@ T = TypeVar("T")
 
 #: Records where a ``LATEST`` read of the lease's shard began (epoch ms), before its first
 #: record is handed out. False: the lease was lost (stop reading).
-RecordStart = Callable[[Lease, int], Awaitable[bool]]
+RecordStart = Callable[[ShardLease, int], Awaitable[bool]]
 
 
 class ShardFetcher:
@@ -46,13 +47,13 @@ class ShardFetcher:
 
     def __init__(
         self,
-        lease: Lease,
+        lease: ShardLease,
         reader: KinesisReader,
         buffer: RecordBuffer,
         config: Config,
         initial: InitialPosition,
         parents_finished: Callable[[], Awaitable[bool]],
-        on_shard_end: Callable[[Lease], None],
+        on_shard_end: Callable[[ShardLease], None],
         client_id: str,
         metrics: Metrics,
         record_start: RecordStart | None = None,
@@ -68,10 +69,10 @@ class ShardFetcher:
         self._metrics = metrics
         self._stream, self._shard_id = lease.key
         self._where = f"[{client_id}] {self._stream}/{self._shard_id}"
-        self._start: Position | None = lease.checkpointed
+        self._start: Position | None = lease.claim.checkpointed
         #: Where a LATEST read of the shard began (epoch ms), by this owner or an earlier one:
         #: while nothing was fetched, every reopening starts there.
-        self._since_ms = lease.checkpoint.started_at_ms if self._start is None else None
+        self._since_ms = lease.claim.checkpoint.started_at_ms if self._start is None else None
         #: Leading records that arrived before this are skipped (a scan standing in for
         #: AT_TIMESTAMP, see KinesisReader.scan_since).
         self._skip_before: datetime | None = None
@@ -84,7 +85,7 @@ class ShardFetcher:
     async def run(self) -> None:
         lease = self._lease
         if not await wait_for_parents(
-            lease, self._parents_finished, self._config.heartbeat_interval
+            lease.claim, self._parents_finished, self._config.heartbeat_interval
         ):
             return
         first = await self._open()
@@ -103,11 +104,11 @@ class ShardFetcher:
         self._next_call = loop.time()
         self._buffer.fetchers += 1
         try:
-            while lease.deliverable:
+            while lease.claim.deliverable:
                 delay = self._next_call - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if not lease.deliverable or not await self._read_once():
+                if not lease.claim.deliverable or not await self._read_once():
                     return
         finally:
             self._buffer.fetchers -= 1
@@ -154,7 +155,7 @@ class ShardFetcher:
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
         """``call()``, again after a pause while AWS has trouble; None when the lease ended."""
-        while self._lease.deliverable:
+        while self._lease.claim.deliverable:
             try:
                 return await call()
             except TransientAWSError as exc:
@@ -191,17 +192,19 @@ class ShardFetcher:
                 if reached:
                     self._skip_before = None
                 batch = dataclasses.replace(batch, records=kept)
-            if not self._lease.deliverable:
+            if not self._lease.claim.deliverable:
                 return False  # revoked or lost while the call was in flight: drop what came
             self._observe(batch)
             if batch.records:
                 last = batch.records[-1]
-                self._lease.mark_fetched(Position(last.sequence_number, last.sub_sequence_number))
+                self._lease.progress.mark_fetched(
+                    Position(last.sequence_number, last.sub_sequence_number)
+                )
                 await buffer.put(self._lease, batch.records, reserved)
                 reserved = 0
             if batch.next_iterator is None:
                 log.info("%s reached SHARD_END", self._where)
-                self._lease.mark_end()
+                self._lease.progress.mark_end()
                 self._on_shard_end(self._lease)
                 return False
             self._iterator = batch.next_iterator
@@ -215,7 +218,7 @@ class ShardFetcher:
         """Resume after the last record we buffered, not the checkpoint: nothing replays. With
         nothing buffered yet, from where the read began (a LATEST start: its recorded instant;
         else the checkpoint or the initial position, which do not move)."""
-        resume = self._lease.fetched or self._start
+        resume = self._lease.progress.fetched or self._start
         if resume is None and self._since_ms is not None:
             log.info("%s iterator expired; reading again from %d", self._where, self._since_ms)
             renewed = await self._reopen_since(self._since_ms)
@@ -229,7 +232,7 @@ class ShardFetcher:
         return True
 
     def _observe(self, batch: ShardBatch[list[Record]]) -> None:
-        self._lease.observe_read(batch.millis_behind, batch.raw_count)
+        self._lease.progress.observe_read(batch.millis_behind, batch.raw_count)
         self._metrics.behind(self._stream, self._shard_id, batch.millis_behind)
 
     def _pace(self, started: float, batch: ShardBatch[list[Record]]) -> None:

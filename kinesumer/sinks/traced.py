@@ -10,9 +10,9 @@ from .base import ExactlyOnceSink
 
 if TYPE_CHECKING:
     from ..aws.clients import ClientFactory
-    from ..group.leases import Lease
     from ..models import Position
     from ..read.engine import Engine
+    from ..read.progress import ShardLease
 
 
 class TracedSink:
@@ -22,19 +22,21 @@ class TracedSink:
         self.sink = sink
         self._tracer = tracer
 
-    def _span(self, lease: Lease, end: Position) -> Any:
+    def _span(self, lease: ShardLease, end: Position) -> Any:
         name = type(self.sink).__name__
-        return sink_transaction_span(self._tracer, lease.key, lease.checkpoint.lease, end, name)
+        return sink_transaction_span(
+            self._tracer, lease.key, lease.claim.checkpoint.lease, end, name
+        )
 
     def attach(self, engine: Engine) -> None:
         self.sink.attach(engine)
 
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Position, body: Callable[[Any], None]) -> None:
         with self._span(lease, end):
             self.sink.transact_sync(lease, end, body)
 
     async def transact_async(
-        self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
+        self, lease: ShardLease, end: Position, body: Callable[[Any], Awaitable[None]]
     ) -> None:
         with self._span(lease, end):
             await self.sink.transact_async(lease, end, body)
