@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..aws.clients import ClientFactory
 from ..config import Config, check_streams
 from ..errors import ConfigError, ConsumerClosedError
 from ..group.hooks import Hook, RebalanceHooks
@@ -26,6 +25,7 @@ from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
 from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
+from ..kinesis.transport import KinesisTransport
 from ..models import Record
 from ..read.broadcast import BroadcastEngine
 from ..read.engine import Engine
@@ -120,6 +120,8 @@ class BaseKinesumer:
     The streams a failure policy names (``RetryLater``, ``DeadLetter``) are not checked.
     ``state``: the group's state table instead of ``config``'s DynamoDB one
     (:class:`kinesumer.testing.MemoryState` in a test: a whole group in one process).
+    ``kinesis``: the Kinesis this member reads, and its handlers' failure policies write to,
+    instead of AWS's (:class:`kinesumer.testing.MemoryKinesis` in a test).
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class BaseKinesumer:
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
         state: GroupState | None = None,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(
@@ -138,7 +141,8 @@ class BaseKinesumer:
         # Checked before the engine exists: a bad list costs nothing to refuse.
         self._topics = None if topics is None else TopicList(topics, type(self).__name__)
         engine = BroadcastEngine if config.broadcast else Engine
-        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked), state=state)
+        hooks = RebalanceHooks(on_assigned, on_revoked)
+        self._engine = engine(config, hooks, state=state, kinesis=kinesis)
         # run() handlers' outcome counters, by handler name (stats().handled).
         self._handled: dict[str, HandlerCounters] = {}
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.
@@ -231,7 +235,7 @@ class BaseKinesumer:
         invocation = Invocation(
             handler,
             options,
-            ClientFactory(engine.config, engine.requests, self.client_id),
+            engine.client_factory(),
             counters,
             self._handlers_are_async,
             client_id=self.client_id,
@@ -328,7 +332,7 @@ class BaseKinesumer:
         invocation = Invocation(
             handler,
             options,
-            ClientFactory(engine.config, engine.requests, self.client_id),
+            engine.client_factory(),
             counters,
             is_async,
             client_id=self.client_id,

@@ -21,6 +21,7 @@ from ..errors import ConsumerClosedError
 from ..group.hooks import Hook
 from ..handlers.options import Batch
 from ..handlers.threads import ThreadRunner
+from ..kinesis.transport import KinesisTransport
 from ..models import Record
 from ..statestore.base import GroupState
 from ..topics import Topic
@@ -51,9 +52,15 @@ class Kinesumer(BaseKinesumer):
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
         state: GroupState | None = None,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
         super().__init__(
-            config, topics=topics, on_assigned=on_assigned, on_revoked=on_revoked, state=state
+            config,
+            topics=topics,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            state=state,
+            kinesis=kinesis,
         )
         # The engine's event loop and its thread, started by the first call that needs them.
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Generic
 
-from ..aws import AwsClients, RequestStats
+from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
     AccessDeniedError,
@@ -25,6 +25,8 @@ from ..errors import (
     TransientAWSError,
 )
 from ..kinesis.reader import KinesisReader
+from ..kinesis.transport import KinesisTransport
+from ..kinesis.transport_clients import TransportClientFactory
 from ..observability.metrics import metrics_for
 from ..observability.telemetry import Tracing
 from ..runtime.lifecycle import EngineState, Lifecycle, run_to_the_end
@@ -76,8 +78,14 @@ class GroupMember(Generic[ProgressT]):
         hooks: RebalanceHooks | None = None,
         *,
         state: GroupState | None = None,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
         self.config = config
+        #: The Kinesis transport when one was given (``Kinesumer(config, kinesis=...)``); None:
+        #: AWS's (or ``config.kinesis_endpoint``'s), through an aiobotocore client the join opens.
+        self.kinesis_transport = kinesis
+        #: The loop the member runs on, set by the join (blocking writers submit to it).
+        self.loop: asyncio.AbstractEventLoop | None = None
         #: The state table when one was given (``Kinesumer(config, state=...)``); None: the
         #: DynamoDB table of ``config``, opened by the join.
         self.state_table = state
@@ -175,7 +183,8 @@ class GroupMember(Generic[ProgressT]):
         self.supervisor = Supervisor(self.client_id, self.lifecycle)
         self.supervisor.on_failure.append(self._stop_everything)
         self.on_joining()
-        await self.aws.open(dynamodb=self.state_table is None)
+        self.loop = asyncio.get_running_loop()
+        await self.open_clients()
         try:
             self._build_parts()
             self.on_parts_built()
@@ -209,9 +218,7 @@ class GroupMember(Generic[ProgressT]):
     def _build_parts(self) -> None:
         config, client_id, metrics = self.config, self.client_id, self.metrics
         self.store = self.state_store()
-        self.reader = KinesisReader(
-            self.aws.kinesis, self.requests, config.effective_kinesis_region
-        )
+        self.reader = self.kinesis_reader()
         tracing = Tracing.for_config(config)  # checkpoint spans (kinesumer.observability.telemetry)
         self.checkpointer = Checkpointer(
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
@@ -258,6 +265,32 @@ class GroupMember(Generic[ProgressT]):
             self.coordinator.controls = GroupControls.for_member(
                 self.aws.dynamodb, config, client_id, self.requests, metrics
             )
+
+    async def open_clients(self) -> None:
+        """Open the AWS clients this member needs: none for a state table or a Kinesis given."""
+        await self.aws.open(
+            dynamodb=self.state_table is None, kinesis=self.kinesis_transport is None
+        )
+
+    def kinesis_reader(self) -> KinesisReader:
+        """The reader over the Kinesis given, or over the join's aiobotocore client."""
+        kinesis = self.kinesis_transport if self.kinesis_transport is not None else self.aws.kinesis
+        return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
+
+    def client_factory(self) -> ClientFactory:
+        """The clients handlers write through (dead letters, retries): over the Kinesis given,
+        or AWS's for ``config``."""
+        if self.kinesis_transport is None:
+            return ClientFactory(self.config, self.requests, self.client_id)
+        return TransportClientFactory(
+            self.config, self.kinesis_transport, self.running_loop, self.requests, self.client_id
+        )
+
+    def running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop this member runs on (ConsumerClosedError before its join)."""
+        if self.loop is None:
+            raise ConsumerClosedError("the consumer has not started: nothing can be written yet")
+        return self.loop
 
     def state_store(self) -> GroupState | DynamoDBStateStore:
         """The state table as this member's app sees it: the one given, or DynamoDB's."""

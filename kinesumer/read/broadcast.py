@@ -32,7 +32,7 @@ from ..errors import KinesumerError, TransientAWSError
 from ..group.hooks import RebalanceHooks
 from ..group.leases import LeaseStatus
 from ..group.member import check_written_streams
-from ..kinesis.reader import KinesisReader
+from ..kinesis.transport import KinesisTransport
 from ..models import Checkpoint
 from ..runtime.lifecycle import run_to_the_end
 from ..runtime.supervisor import Supervisor, wait_done
@@ -55,8 +55,9 @@ class BroadcastEngine(Engine):
         hooks: RebalanceHooks | None = None,
         *,
         state: GroupState | None = None,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
-        super().__init__(config, hooks, state=state)
+        super().__init__(config, hooks, state=state, kinesis=kinesis)
         self.checkpointer: BroadcastCheckpointer
         self.positions: BroadcastPositions
         self._streams: tuple[str, ...] = ()
@@ -86,12 +87,11 @@ class BroadcastEngine(Engine):
         supervisor.on_failure.append(self._stop_reading)
         self._relist = asyncio.Event()
         self.on_joining()
-        await self.aws.open(dynamodb=self.state_table is None)
+        self.loop = asyncio.get_running_loop()
+        await self.open_clients()
         try:
             self.store = store = self.state_store()
-            self.reader = KinesisReader(
-                self.aws.kinesis, self.requests, config.effective_kinesis_region
-            )
+            self.reader = self.kinesis_reader()
             session, saved = None, {}
             if config.broadcast_resume:  # without it, DynamoDB is never called
                 await store.check()

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..aws import RequestStats
 from ..config import Config
-from .efo_fetcher import Subscriber
+from ..kinesis.transport import KinesisTransport, StartingPosition
+from .efo_fetcher import ShardEvent, Subscriber
 
 log = logging.getLogger("kinesumer.efo")
 
@@ -50,6 +51,34 @@ def aws_transport(config: Config, kinesis_client: Any, stats: RequestStats) -> E
         return await register_consumer(client, stream_arn, name, stats=stats)
 
     return EfoTransport(arn_of, register, lambda: ShardSubscriber(config, None, stats))
+
+
+class _TransportSubscriber:
+    """A member's subscriptions through the Kinesis transport it was given."""
+
+    def __init__(self, kinesis: KinesisTransport) -> None:
+        self._kinesis = kinesis
+
+    def subscribe(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncIterator[ShardEvent]:
+        starting = cast(StartingPosition, position)
+        return self._kinesis.subscribe_to_shard(consumer_arn, shard_id, starting)
+
+
+def given_transport(kinesis: KinesisTransport, stats: RequestStats) -> EfoTransport:
+    """Enhanced fan-out through the Kinesis transport a member was given
+    (``Kinesumer(config, kinesis=...)``): its consumer calls and its SubscribeToShard, with the
+    same registration (idempotent, waiting for ACTIVE) as over AWS's client."""
+    from ..kinesis.efo.consumers import register_consumer, stream_arn
+
+    async def arn_of(client: Any, stream: str) -> str:
+        return await stream_arn(kinesis, stream, stats=stats)
+
+    async def register(client: Any, stream_arn: str, name: str) -> str:
+        return await register_consumer(kinesis, stream_arn, name, stats=stats)
+
+    return EfoTransport(arn_of, register, lambda: _TransportSubscriber(kinesis))
 
 
 class EfoSession:

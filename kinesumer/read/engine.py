@@ -22,13 +22,14 @@ from ..group.hooks import RebalanceHooks
 from ..group.leases import Claim
 from ..group.member import GroupMember
 from ..group.shard_sync import ShardStart
+from ..kinesis.transport import KinesisTransport
 from ..models import Position, Record
 from ..runtime.aio_timeout import await_within
 from ..statestore.base import GroupState
 from .buffer import EngineFailed, RecordBuffer
 from .delivery import Cursor
 from .efo_fetcher import EfoShardFetcher, EndCheck
-from .efo_session import EfoSession, EfoTransport, aws_transport
+from .efo_session import EfoSession, EfoTransport, aws_transport, given_transport
 from .fetcher import ShardFetcher
 from .progress import ShardLease, ShardProgress
 
@@ -44,8 +45,9 @@ class Engine(GroupMember[ShardProgress]):
         hooks: RebalanceHooks | None = None,
         *,
         state: GroupState | None = None,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
-        super().__init__(config, hooks, state=state)
+        super().__init__(config, hooks, state=state, kinesis=kinesis)
         self.cursor = Cursor(config.auto_commit)
         self.buffer: RecordBuffer
         #: Set by an exactly-once sink before the start (see the module docstring). A hook that
@@ -98,10 +100,13 @@ class Engine(GroupMember[ShardProgress]):
         if not self.config.enhanced_fan_out:
             return
         if self.efo is None:
-            transport = self.efo_transport or aws_transport(
-                self.config, self.aws.kinesis, self.requests
+            kinesis = self.kinesis_transport
+            transport = self.efo_transport or (
+                aws_transport(self.config, self.aws.kinesis, self.requests)
+                if kinesis is None
+                else given_transport(kinesis, self.requests)
             )
-            self.efo = EfoSession(self.config, self.aws.kinesis, transport)
+            self.efo = EfoSession(self.config, kinesis or self.aws.kinesis, transport)
             await self.efo.open()
         await self.efo.register(streams)
 

@@ -36,7 +36,7 @@ from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ClientError
 
 from ..aws import call_with_retry, denied, error_code, is_denied
-from ..errors import TransientAWSError
+from ..errors import ConfigError, TransientAWSError
 from ..statestore.dynamodb.codecs import checkpoint_transact_update
 from .base import EngineLink, SinkError, TransactionCanceledError, TransactionTooLargeError
 
@@ -180,6 +180,14 @@ class DynamoDBTransactions:
         self.refused = 0
 
     def attach(self, engine: Engine) -> None:
+        if engine.state_table is not None:
+            raise ConfigError(
+                "sink",
+                "a DynamoDBSink commits each batch's writes in one DynamoDB transaction with the "
+                "checkpoint, which needs the state table in DynamoDB; this consumer was given its "
+                "state (state=...): give it no state=, or use a sink of your own",
+                "run",
+            )
         self._link.attach(engine, self)
         engine.sink_writes_positions = True
         engine.claim_hook = self._on_claim

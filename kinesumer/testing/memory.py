@@ -16,6 +16,7 @@ from ..aws.clients import ClientFactory
 from ..config import Config
 from ..handlers.stopping import AsyncCallEnds
 from ..kinesis.transport import PutRecordAnswer
+from ..kinesis.transport_clients import AsyncPutRecord
 from ..models import Position, Record
 from ..read.progress import ShardLease
 from ..sinks.dynamodb import DynamoDBTransaction
@@ -52,20 +53,6 @@ class _SyncKinesisClient:
         )
 
 
-class _AsyncKinesisClient:
-    """:class:`_SyncKinesisClient` for an async dead-letter writer."""
-
-    def __init__(self, memory: MemoryKinesis) -> None:
-        self.memory = memory
-
-    async def put_record(
-        self, *, StreamName: str, Data: bytes, PartitionKey: str, **request: Any
-    ) -> PutRecordAnswer:
-        return await self.memory.put_record(
-            StreamName, Data, PartitionKey, explicit_hash_key=request.get("ExplicitHashKey")
-        )
-
-
 class MemoryClients(ClientFactory):
     """A client factory whose Kinesis is :class:`MemoryKinesis`; no other client exists."""
 
@@ -78,7 +65,7 @@ class MemoryClients(ClientFactory):
 
     @asynccontextmanager
     async def kinesis(self) -> AsyncIterator[Any]:
-        yield _AsyncKinesisClient(self.memory)
+        yield AsyncPutRecord(self.memory)
 
 
 class MemorySink:
