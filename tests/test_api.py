@@ -11,7 +11,9 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import (
+from aws_kinesis_agg.aggregator import RecordAggregator
+from botocore.exceptions import ClientError
+from support.group import (
     create_stream,
     kinesis,
     kinesis_in_account_of,
@@ -19,9 +21,7 @@ from _group import (
     put,
     setup_table,
 )
-from _wait import eventually
-from aws_kinesis_agg.aggregator import RecordAggregator
-from botocore.exceptions import ClientError
+from support.wait import eventually
 
 from kinesumer import (
     AccessDeniedError,

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import Member, create_stream, datas, duplicates, make_config, put, setup_table
-from _standins import NodeStandIn
-from _wait import eventually
 from hypothesis import given
 from hypothesis import strategies as st
+from support.group import Member, create_stream, datas, duplicates, make_config, put, setup_table
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import Record
 from kinesumer.core import Assignment, assign, group_mode, sticky_assign

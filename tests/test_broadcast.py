@@ -19,9 +19,18 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
-from _group import setup_table as create_table
-from _wait import eventually, wait_until
+from support.group import (
+    Member,
+    create_stream,
+    datas,
+    duplicates,
+    kinesis,
+    make_config,
+    put,
+    state_store,
+)
+from support.group import setup_table as create_table
+from support.wait import eventually, wait_until
 from test_reshard import assert_per_key_order, key_of, split_and_merge
 
 from kinesumer import (

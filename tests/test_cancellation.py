@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _wait import eventually
+from support.group import create_stream, make_config, put, setup_table
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.runtime.supervisor import wait_done

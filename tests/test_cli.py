@@ -22,7 +22,7 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import (
+from support.group import (
     create_stream,
     kinesis,
     make_config,
@@ -31,7 +31,7 @@ from _group import (
     setup_table,
     state_store,
 )
-from _signals import as_a_background_job, as_from_a_terminal, sigint_ignored, sigint_raises
+from support.signals import as_a_background_job, as_from_a_terminal, sigint_ignored, sigint_raises
 
 from kinesumer import Kinesumer, cli
 from kinesumer.aws import AwsClients, RequestStats
@@ -695,7 +695,7 @@ def test_stop_on_signals_leaves_a_background_jobs_ignored_sigint_ignored() -> No
 #: Run as a background job (SIGINT ignored): starts one child as a terminal would, interrupts it.
 _IGNORING_PARENT = """
 import signal, subprocess, sys
-from _signals import as_from_a_terminal
+from support.signals import as_from_a_terminal
 assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "not started as a background job"
 sleeper = "import time; print('sleeping', flush=True); time.sleep(60)"
 child = subprocess.Popen(

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _signals import as_from_a_terminal
-from _wait import wait_until
+from support.signals import as_from_a_terminal
+from support.wait import wait_until
 
 from kinesumer import cli
 

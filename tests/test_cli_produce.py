@@ -9,10 +9,10 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream
-from _produced import by_key, read_all
-from _standins import NodeStandIn
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
 
 from kinesumer import cli
 

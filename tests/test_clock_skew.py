@@ -1,6 +1,6 @@
 """Members whose wall clocks disagree (kinesalite + dynalite, members as OS processes).
 
-Each member process has its ``time.time`` shifted (``tests/_member.py``:
+Each member process has its ``time.time`` shifted (``tests/support/member.py``:
 ``KINESUMER_TEST_CLOCK_SKEW``; the monotonic clock is left alone, as on real hosts). No decision
 of the group may compare one host's wall clock with another's (``kinesumer.core.liveness``):
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from _scenario import (
+from support.scenario import (
     FAST,
     MemberProcess,
     Scenario,
@@ -32,7 +32,7 @@ from _scenario import (
     balanced,
     duplicates,
 )
-from _standins import NodeStandIn
+from support.standins import NodeStandIn
 
 from kinesumer import Config, admin
 

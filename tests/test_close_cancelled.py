@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import Member, create_stream, datas, make_config, put
-from _group import setup_table as create_table
-from _signals import sigint_raises
-from _wait import eventually, wait_until
+from support.faultproxy import Fault, FaultProxy
+from support.group import Member, create_stream, datas, make_config, put
+from support.group import setup_table as create_table
+from support.signals import sigint_raises
+from support.wait import eventually, wait_until
 
 from kinesumer import Kinesumer, Record
 

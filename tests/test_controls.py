@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
-from _group import Member, create_stream, make_config, setup_table
-from _standins import NodeStandIn
-from _wait import eventually
 from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
+from support.group import Member, create_stream, make_config, setup_table
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import admin
 from kinesumer.cli import main

@@ -1,6 +1,6 @@
 """The series added for the dashboard, from real members: enhanced fan-out subscriptions and
 their failures (kinesalite + dynalite, with the stand-in SubscribeToShard transport of
-``_efo_fake.py``). The handler-duration histogram is checked from a real run() in
+``support/efo_fake.py``). The handler-duration histogram is checked from a real run() in
 test_telemetry.py."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _efo_fake import FakeEfo
-from _group import Member, create_stream, make_config, put, setup_table
-from _wait import eventually
 from prometheus_client import REGISTRY
+from support.efo_fake import FakeEfo
+from support.group import Member, create_stream, make_config, put, setup_table
+from support.wait import eventually
 
 from kinesumer import Record
 from kinesumer.consumer.base import engine_of

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _group import make_config, setup_table, state_store
+from support.group import make_config, setup_table, state_store
 
 from kinesumer.group.checkpointer import Checkpointer
 from kinesumer.handlers.progress import LowWater

@@ -1,6 +1,6 @@
 """Enhanced fan-out in the engine: a group of members reading through subscriptions.
 
-kinesalite + dynalite, with the stand-in transport of ``_efo_fake.py`` pushing the stream's
+kinesalite + dynalite, with the stand-in transport of ``support/efo_fake.py`` pushing the stream's
 real records as SubscribeToShard events (so every guarantee is checked against a real stream,
 real SHARD_END and 56-digit sequence numbers): every record once through expiring and busy
 subscriptions, a graceful handoff with no duplicate, a crash and takeover, a split while
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _efo_fake import FakeEfo
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put
-from _group import setup_table as create_table
-from _wait import eventually
+from support.efo_fake import FakeEfo
+from support.group import Member, create_stream, datas, duplicates, kinesis, make_config, put
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, Record
 from kinesumer.consumer.base import engine_of

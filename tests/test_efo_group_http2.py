@@ -1,5 +1,5 @@
 """Enhanced fan-out end to end on the real transport: a group member whose subscriptions go
-through ``ShardSubscriber`` over HTTP/2 to tests/_efo_standin.py, while shards, leases and
+through ``ShardSubscriber`` over HTTP/2 to tests/support/efo_standin.py, while shards, leases and
 checkpoints live on kinesalite + dynalite.
 
 The stand-in serves each shard's real records (read back from kinesalite with their 56-digit
@@ -14,11 +14,11 @@ import json
 from typing import Any
 
 import pytest
-from _efo_standin import EfoStandIn, ScriptedShard
-from _group import Member, create_stream, duplicates, kinesis, make_config, put
-from _group import setup_table as create_table
-from _wait import eventually
 from botocore.credentials import Credentials
+from support.efo_standin import EfoStandIn, ScriptedShard
+from support.group import Member, create_stream, duplicates, kinesis, make_config, put
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import Config, Record
 from kinesumer.aws import RequestStats

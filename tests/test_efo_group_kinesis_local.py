@@ -1,6 +1,7 @@
 """The group on kinesis-local with enhanced fan-out (issue 24): the real transport end to end.
 
-Member processes (``tests/_member.py --efo``) read a stream whose first events are over 64 KiB
+Member processes (``tests/support/member.py --efo``) read a stream whose first events are over 64
+KiB
 (a pre-filled backlog): one is killed with SIGKILL, one joins, and the stream is resharded with
 UpdateShardCount and a merge while the producer writes. Nothing is lost, each key's records come
 in order, every record written before the reshard comes (for its key) before any written after
@@ -18,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scenario import (
+from support.scenario import (
     FAST,
     Scenario,
     assert_key_order,
     assert_nothing_lost,
     first_deliveries,
 )
-from _standins import start_kinesis_local
+from support.standins import start_kinesis_local
 
 Names = Callable[[str], str]
 

@@ -3,7 +3,7 @@ SubscribeToShard, botocore's signer and event-stream parser), real registration.
 
 kinesis-local pushes at most one event a second per shard and answers a second subscription to
 a shard with ResourceInUse (AWS would take over after 5 s): a takeover after a kill -9 shows the
-retry path. Member processes (``tests/_member.py --efo``) die by SIGKILL like real ones.
+retry path. Member processes (``tests/support/member.py --efo``) die by SIGKILL like real ones.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import Member, create_stream, datas, duplicates, make_config, put, setup_table
-from _scenario import MemberProcess, member_command
-from _standins import start_kinesis_local
-from _wait import eventually, wait_until
+from support.group import Member, create_stream, datas, duplicates, make_config, put, setup_table
+from support.scenario import MemberProcess, member_command
+from support.standins import start_kinesis_local
+from support.wait import eventually, wait_until
 
 from kinesumer import Record
 from kinesumer.cli import main as cli_main

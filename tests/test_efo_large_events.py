@@ -21,12 +21,12 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from _efo_standin import EfoStandIn, ScriptedShard
-from _standins import KinesisLocalStandIn
-from _wait import wait_until
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from support.efo_standin import EfoStandIn, ScriptedShard
+from support.standins import KinesisLocalStandIn
+from support.wait import wait_until
 
 from kinesumer import Config
 from kinesumer.aws import RequestStats

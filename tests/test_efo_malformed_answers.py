@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, make_config, put, split_in_two
-from _read_ahead import kinesis_client
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, make_config, put, split_in_two
+from support.read_ahead import kinesis_client
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.kinesis.reader import KinesisReader

@@ -1,5 +1,5 @@
 """A stalled enhanced fan-out shard is read by polling from the same position, then by
-subscriptions again: kinesalite + dynalite, the stand-in transport of ``_efo_fake.py``.
+subscriptions again: kinesalite + dynalite, the stand-in transport of ``support/efo_fake.py``.
 
 While the test says so, the stand-in refuses every subscription of the shard (ResourceInUse, as
 kinesis-mock does for as long as it believes an earlier subscription is open), or sends only
@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from _efo_fake import FakeEfo
-from _group import Member, create_stream, datas, duplicates, make_config, put
-from _group import setup_table as create_table
-from _wait import eventually
+from support.efo_fake import FakeEfo
+from support.group import Member, create_stream, datas, duplicates, make_config, put
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import Record
 from kinesumer.cli import main as cli_main

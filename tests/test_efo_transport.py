@@ -1,5 +1,6 @@
 """Enhanced fan-out transport: stream consumers and SubscribeToShard over HTTP/2, on
-kinesis-local (the real protocol as kinesis-mock serves it) and on tests/_efo_standin.py (what
+kinesis-local (the real protocol as kinesis-mock serves it) and on tests/support/efo_standin.py
+(what
 kinesis-local does not do: initial-response, child shards, expiry, takeover, resets, errors,
 flow control)."""
 
@@ -15,13 +16,13 @@ from typing import Any
 
 import boto3
 import pytest
-from _efo_standin import EfoStandIn, ScriptedShard
-from _standins import KinesisLocalStandIn, find_free_port
-from _wait import eventually
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+from support.efo_standin import EfoStandIn, ScriptedShard
+from support.standins import KinesisLocalStandIn, find_free_port
+from support.wait import eventually
 
 from kinesumer import Config
 from kinesumer.aws import RequestStats

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, make_config, put, state_store
-from _group import setup_table as create_table
-from _wait import wait_until
+from support.group import create_stream, kinesis, make_config, put, state_store
+from support.group import setup_table as create_table
+from support.wait import wait_until
 
 from kinesumer import Kinesumer
 from kinesumer.group.external import ExternalReadMember, OwnedShard

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis_in_account_of, make_config, put, setup_table
+from support.group import create_stream, kinesis_in_account_of, make_config, put, setup_table
 from test_cli import Running
 
 from kinesumer import cli

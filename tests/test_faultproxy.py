@@ -1,4 +1,4 @@
-"""Tests of the fault-injecting proxy (``_faultproxy.py``).
+"""Tests of the fault-injecting proxy (``support/faultproxy.py``).
 
 Why: tests of the library's retry and failover paths are only as good as the faults they inject.
 Each fault must reach a plain boto3 client as the exception AWS would cause, rules must fire
@@ -27,15 +27,15 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import pytest
-from _faultproxy import (
+from support.faultproxy import (
     Fault,
     FaultKind,
     FaultProxy,
     OpKey,
     identify_operation,
 )
-from _standins import LOOPBACK, NodeStandIn, find_free_port
-from _wait import wait_until
+from support.standins import LOOPBACK, NodeStandIn, find_free_port
+from support.wait import wait_until
 
 ProxyFactory = Callable[[str], FaultProxy]
 

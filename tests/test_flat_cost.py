@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from _group import (
+from support.group import (
     Member,
     create_stream,
     datas,
@@ -22,8 +22,8 @@ from _group import (
     setup_table,
     state_store,
 )
-from _standins import NodeStandIn
-from _wait import eventually
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import Config, ConsumerStats, Record
 from kinesumer.consumer.base import engine_of

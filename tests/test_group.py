@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import (
+from support.group import (
     POSITIONS,
     Member,
     create_stream,
@@ -21,7 +21,7 @@ from _group import (
     state_store,
     wait_reading,
 )
-from _wait import eventually
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.models import Position

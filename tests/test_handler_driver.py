@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, make_config, setup_table
+from support.group import create_stream, kinesis, make_config, setup_table
 
 from kinesumer import Kinesumer, Record
 from kinesumer.handlers import Batch, DeadLetter, Message, Retry, RetryLater, Stop

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
-from _wait import eventually, wait_until
+from support.group import create_stream, make_config, setup_table
+from support.wait import eventually, wait_until
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
@@ -55,7 +55,7 @@ class Seen:
 
 def put_json(url: str, stream: str, start: int, count: int) -> None:
     """Records n = start..start+count-1, partition key k<n % 10>, payload {"n", "owner"}."""
-    from _group import kinesis
+    from support.group import kinesis
 
     client = kinesis(url)
     client.put_records(
@@ -110,7 +110,7 @@ def test_handlers_added_and_removed_during_a_run(group: dict[str, Any], concurre
 
 def checkpoints_wanted(config: Config, stream: str) -> dict[str, int | None]:
     """Every record handled: the checkpoints reach each shard's last record."""
-    from _group import kinesis
+    from support.group import kinesis
 
     client = kinesis(config.kinesis_endpoint)
     last: dict[str, int | None] = {}
@@ -234,7 +234,7 @@ def test_an_added_handlers_key_of_raising_does_not_stop_the_run(group: dict[str,
     """Payloads without the key the added handler filters on: its key_of raises. Its own
     policy (Discard) disposes of those records (it is never called with them); run()'s handler
     and the checkpoints go on to the end."""
-    from _group import kinesis
+    from support.group import kinesis
 
     config, stream, url = group["config"], group["stream"], group["url"]
     main, by_owner = Seen(), Seen()

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.scenario import HANDLER_MEMBER_SCRIPT
+from support.wait import wait_until
 from test_cli import Running
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
 
-MEMBER = Path(__file__).with_name("_handler_member.py")
+MEMBER = HANDLER_MEMBER_SCRIPT
 LINE = re.compile(r"^(k\d+) data=b'(\d+)'$")
 
 

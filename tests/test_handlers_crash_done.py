@@ -17,13 +17,14 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.scenario import HANDLER_MEMBER_SCRIPT
+from support.wait import wait_until
 
 from kinesumer.core import done_ranges
 from kinesumer.models import Position
 
-MEMBER = Path(__file__).with_name("_handler_member.py")
+MEMBER = HANDLER_MEMBER_SCRIPT
 RECORDS = 3000
 
 

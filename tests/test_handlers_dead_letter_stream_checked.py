@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
-from _standins import NodeStandIn
+from support.group import create_stream, make_config, setup_table
+from support.standins import NodeStandIn
 
 from kinesumer import AsyncKinesumer, Kinesumer
 from kinesumer.errors import AccessDeniedError, ConfigError

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _wait import wait_until
+from support.faultproxy import Fault
+from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.wait import wait_until
 from test_examples import run_example
 from test_handlers_policies import Counters, Failing, Options, lease, record
 
@@ -276,7 +276,7 @@ def test_async_run_dead_letters_what_keeps_failing(
 ) -> None:
     """AsyncKinesumer.run end to end with DeadLetter and decode="json": a coroutine handler
     failing on one record, and a payload that is not JSON; both land in the dead letters."""
-    from _wait import eventually
+    from support.wait import eventually
 
     from kinesumer import AsyncKinesumer
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.wait import wait_until
 from test_handlers_group import Run
 
 from kinesumer import Kinesumer, Record

@@ -17,9 +17,9 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _scenario import read_checkpoints
-from _wait import eventually, wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.scenario import read_checkpoints
+from support.wait import eventually, wait_until
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
 from kinesumer.handlers import Batch

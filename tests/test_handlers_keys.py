@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _group import create_stream, make_config, put, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.wait import wait_until
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record

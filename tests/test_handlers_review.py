@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.wait import wait_until
 from test_handlers_group import Run
 from test_handlers_policies import FAST, Failing, invocation, lease, record
 
@@ -452,7 +452,7 @@ def test_a_policy_writing_to_a_stream_the_run_reads_is_refused(policy: Any) -> N
     """RetryLater("orders") on a run of "orders" would read every record as a (bad) envelope
     and send it to ``then``; a dead letter written to a stream the run reads comes back to the
     handler. Refused before anything starts."""
-    from _group import make_config
+    from support.group import make_config
 
     consumer = Kinesumer(make_config("http://127.0.0.1:9", "http://127.0.0.1:9", "app", "table"))
     with pytest.raises(ConfigError, match=r"run\(on_failure\).*orders"):

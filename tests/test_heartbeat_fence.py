@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, make_config, put, setup_table
-from _standins import NodeStandIn
-from _wait import eventually
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, make_config, put, setup_table
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of

@@ -10,8 +10,8 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, setup_table
-from _wait import wait_until
+from support.group import create_stream, make_config, setup_table
+from support.wait import wait_until
 
 from kinesumer import Kinesumer
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import aws_kinesis_agg
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _kpl import aggregate
-from _wait import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.kpl import aggregate
+from support.wait import wait_until
 
 from kinesumer import AsyncKinesumer, Kinesumer, cli
 from kinesumer.aws import RequestStats

@@ -18,10 +18,10 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import Member, create_stream, make_config, setup_table
-from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.group import Member, create_stream, make_config, setup_table
+from support.wait import eventually
 
 from kinesumer import CorruptStateError, Record
 from kinesumer.aws import AwsClients, RequestStats

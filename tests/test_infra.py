@@ -26,7 +26,8 @@ from typing import Any
 
 import boto3
 import pytest
-from _tfschema import (
+from moto import mock_aws
+from support.tfschema import (
     INFRA_DIR,
     REPO_ROOT,
     STATE_TABLE_DIR,
@@ -38,7 +39,6 @@ from _tfschema import (
     schema_mismatches,
     table_definition,
 )
-from moto import mock_aws
 
 from kinesumer.statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
@@ -1342,7 +1342,7 @@ def test_consumer_runs_on_the_table_terraform_declares(
     """The table built from the parsed HCL (not from the library's own create_state_table) is
     one the consumer group runs on: join, read, checkpoint, resume."""
     import boto3
-    from _group import create_stream, make_config, put
+    from support.group import create_stream, make_config, put
 
     from kinesumer import Kinesumer
 

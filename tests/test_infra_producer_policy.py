@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from _tfschema import INFRA_DIR, REPO_ROOT, load_module, module_variables, policy_statements
+from support.tfschema import INFRA_DIR, REPO_ROOT, load_module, module_variables, policy_statements
 
 MODULE = INFRA_DIR / "modules" / "producer-policy"
 

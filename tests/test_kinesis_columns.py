@@ -10,7 +10,7 @@ import hashlib
 
 import aws_kinesis_agg
 import pytest
-from _kpl import aggregate
+from support.kpl import aggregate
 
 from kinesumer.kinesis.columns import EpochColumns, epoch_columns_of
 from kinesumer.kinesis.kpl import epoch_records_of

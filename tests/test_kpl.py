@@ -9,7 +9,7 @@ from typing import Any
 
 import aws_kinesis_agg
 import pytest
-from _kpl import aggregate
+from support.kpl import aggregate
 
 from kinesumer.kinesis import kpl
 from kinesumer.kinesis.kpl import records_of, to_records

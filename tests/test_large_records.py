@@ -22,8 +22,8 @@ from typing import Any
 
 import boto3
 import pytest
-from _faultproxy import Fault, FaultKind, FaultProxy, OpKey
-from _standins import KinesisLocalStandIn
+from support.faultproxy import Fault, FaultKind, FaultProxy, OpKey
+from support.standins import KinesisLocalStandIn
 
 from kinesumer import AsyncProducer, Producer, cli
 from kinesumer.errors import (

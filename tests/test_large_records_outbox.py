@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 import boto3
 import psycopg
 import pytest
-from _postgres import PostgresServer, postgres_server
-from _standins import KinesisLocalStandIn
-from _wait import wait_until
+from support.postgres import PostgresServer, postgres_server
+from support.standins import KinesisLocalStandIn
+from support.wait import wait_until
 
 from kinesumer import Producer
 from kinesumer.errors import FlushError, InvalidRecordError

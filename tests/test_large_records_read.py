@@ -6,7 +6,7 @@ No stand-in serves one: kinesalite and moto refuse a record over 1 MiB, and kine
 which takes one on a raised stream, fails its GetRecords with a 500. So each path gets the
 smallest honest substitute: a GetRecords answer of kinesalite rewritten on the wire by the fault
 proxy (``Fault.rewrite_answer``) for the consumer, the HTTP/2 SubscribeToShard stand-in
-(``_efo_standin``) for enhanced fan-out, and the Spark source's own steps at the unit level.
+(``support.efo_standin``) for enhanced fan-out, and the Spark source's own steps at the unit level.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import aws_kinesis_agg
 import pytest
-from _efo_standin import EfoStandIn, ScriptedShard
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, kinesis, make_config, setup_table
 from aws_kinesis_agg.aggregator import RecordAggregator
+from support.efo_standin import EfoStandIn, ScriptedShard
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, kinesis, make_config, setup_table
 
 from kinesumer import Config, Kinesumer
 from kinesumer.aws import RequestStats

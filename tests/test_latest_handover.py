@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _spark_source import checkpoints, local_spark
-from _wait import wait_until
+from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.spark_source import checkpoints, local_spark
+from support.wait import wait_until
 
 from kinesumer import Config, Kinesumer
 from kinesumer.spark.source.driver.planner import Planner

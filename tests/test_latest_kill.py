@@ -1,6 +1,6 @@
 """A member process SIGKILLed before its first checkpoint at the default ``LATEST`` (issue 17,
 item 1b): the next owner reads from where the dead member began, so nothing written after that
-is lost. Member processes (``tests/_member.py``) on kinesalite + dynalite, as in
+is lost. Member processes (``tests/support/member.py``) on kinesalite + dynalite, as in
 ``test_scenarios.py``.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _scenario import FAST, Scenario, assert_nothing_lost
-from _standins import NodeStandIn
+from support.scenario import FAST, Scenario, assert_nothing_lost
+from support.standins import NodeStandIn
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _faultproxy import Fault, FaultProxy
-from _group import Member, create_stream, datas, make_config, put, state_store
-from _group import setup_table as create_table
-from _wait import eventually
+from support.faultproxy import Fault, FaultProxy
+from support.group import Member, create_stream, datas, make_config, put, state_store
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import Record
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from _faultproxy import Fault, FaultKind, OpKey
-from _group import Member, create_stream, datas, duplicates, put
-from _wait import eventually
+from support.faultproxy import Fault, FaultKind, OpKey
+from support.group import Member, create_stream, datas, duplicates, put
+from support.wait import eventually
 
 from kinesumer import Record
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS

@@ -6,7 +6,7 @@ A shard read from LATEST has no checkpoint until its first processed record. Whe
 began is recorded in its checkpoint item before any record is handed out, and every reopening
 starts there: an iterator that expires before the first record, the next owner after a
 handoff, a crash or a close, through polling or enhanced fan-out. kinesalite + dynalite (the
-fault proxy for the expiry; the stand-in EFO transport of ``_efo_fake.py`` for enhanced
+fault proxy for the expiry; the stand-in EFO transport of ``support/efo_fake.py`` for enhanced
 fan-out), and kinesis-local with the real transport for the deregistered consumer.
 """
 
@@ -18,11 +18,20 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from _efo_fake import FakeEfo, FakeSubscribeError
-from _faultproxy import Fault, FaultKind, OpKey
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
-from _group import setup_table as create_table
-from _wait import eventually
+from support.efo_fake import FakeEfo, FakeSubscribeError
+from support.faultproxy import Fault, FaultKind, OpKey
+from support.group import (
+    Member,
+    create_stream,
+    datas,
+    duplicates,
+    kinesis,
+    make_config,
+    put,
+    state_store,
+)
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.aws import RequestStats

@@ -22,9 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from _group import create_stream
-from _produced import kinesis
 from aiobotocore.config import AioConfig
+from support.group import create_stream
+from support.produced import kinesis
 
 from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.kinesis import lean

@@ -19,13 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from _group import create_stream
-from _produced import kinesis
-from _standins import NodeStandIn
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.group import create_stream
+from support.produced import kinesis
+from support.standins import NodeStandIn
 
 from kinesumer.aws import RequestStats, botocore_session
 from kinesumer.aws.retry import MalformedAnswer

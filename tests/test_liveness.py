@@ -13,11 +13,11 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import Member, create_stream, make_config, setup_table
-from _standins import NodeStandIn
-from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.group import Member, create_stream, make_config, setup_table
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import admin
 from kinesumer.cli import main as cli_main

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import Member, create_stream, datas, make_config, put, split_in_two, state_store
-from _group import setup_table as create_table
-from _wait import eventually
+from support.faultproxy import Fault, FaultProxy
+from support.group import Member, create_stream, datas, make_config, put, split_in_two, state_store
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import Record
 from kinesumer.kinesis.reader import BOTOCORE_GET_RECORDS_ENV

@@ -13,13 +13,13 @@ from typing import Any
 
 import boto3
 import pytest
-from _faultproxy import Fault
-from _group import create_stream, put
-from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from support.faultproxy import Fault
+from support.group import create_stream, put
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, MetricsNotInstalledError, Record
 from kinesumer.group.checkpointer import Checkpointer

@@ -26,10 +26,10 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy, Rule
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
-from _wait import eventually
+from support.faultproxy import Fault, FaultProxy, Rule
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer
 from kinesumer.spark.source.driver.planner import Planner
@@ -195,7 +195,7 @@ def test_a_spark_query_at_latest_fails_with_the_outage_error_when_kinesis_hangs(
     it. ``local[2]``: a failed task fails the query (no task retries, each with a clock of its
     own). Before: the clock began after the first call's six tries (over a minute)."""
     pytest.importorskip("pyspark")
-    from _spark_source import Collector, local_spark, start_query
+    from support.spark_source import Collector, local_spark, start_query
 
     config = proxied["config"].replace(
         client_timeout=6.0, heartbeat_interval=0.5, handoff_timeout=30.0

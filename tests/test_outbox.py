@@ -1,4 +1,5 @@
-"""PostgresOutbox and its relay against a real PostgreSQL (tests/_postgres.py) and kinesalite:
+"""PostgresOutbox and its relay against a real PostgreSQL (tests/support/postgres.py) and
+kinesalite:
 rows commit and roll back with the caller's transaction, relays put them in per-key commit
 order and delete them once acknowledged, two relays share the table, refused rows move aside,
 bad input raises named errors.
@@ -15,14 +16,14 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream
-from _outbox import Relays
-from _postgres import PostgresServer, postgres_server
-from _produced import by_key, read_all
-from _standins import NodeStandIn
-from _wait import wait_until
 from psycopg import sql
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream
+from support.outbox import Relays
+from support.postgres import PostgresServer, postgres_server
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 
 from kinesumer import ConfigError, InvalidRecordError, Producer, Topic, cli
 from kinesumer.outbox import (

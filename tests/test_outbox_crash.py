@@ -1,7 +1,8 @@
 """The outbox through crashes, as real processes: relays (``kinesumer outbox relay``) SIGKILLed
 and restarted while writers commit and roll back, and the chained example
 (``examples/outbox_chained.py``: exactly-once in through PostgresPositions, the outbox out)
-SIGKILLed mid-stream and started again. PostgreSQL from tests/_postgres.py, kinesalite, dynalite.
+SIGKILLed mid-stream and started again. PostgreSQL from tests/support/postgres.py, kinesalite,
+dynalite.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from _group import create_stream, make_config, setup_table
-from _postgres import PostgresServer, postgres_server
-from _produced import by_key, kinesis, read_all
-from _standins import NodeStandIn
-from _wait import wait_until
+from support.group import create_stream, make_config, setup_table
+from support.postgres import PostgresServer, postgres_server
+from support.produced import by_key, kinesis, read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 from test_cli import Running
 
 from kinesumer.outbox import PostgresOutbox

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import psycopg
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream
-from _outbox import Relays
-from _postgres import PostgresServer
-from _produced import by_key, read_all
-from _standins import NodeStandIn
-from _wait import wait_until
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream
+from support.outbox import Relays
+from support.postgres import PostgresServer
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 from test_outbox import outbox, postgres, relays  # noqa: F401 (fixtures)
 
 from kinesumer.outbox import PostgresOutbox

@@ -1,7 +1,7 @@
 """The outbox against hostile input: rows written by SQL that Kinesis would refuse, rows that
 cannot be written (a missing stream), a role that can only connect (advisory locks, NOTIFY),
 and row text or connection strings that must not reach labels, logs or errors. A real
-PostgreSQL (tests/_postgres.py) and kinesalite.
+PostgreSQL (tests/support/postgres.py) and kinesalite.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from _group import create_stream
-from _outbox import Relays
-from _postgres import PostgresServer, postgres_server
-from _produced import by_key, read_all
-from _standins import NodeStandIn
-from _wait import wait_until
 from psycopg import sql
+from support.group import create_stream
+from support.outbox import Relays
+from support.postgres import PostgresServer, postgres_server
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 
 from kinesumer import ConfigError, InvalidRecordError, cli
 from kinesumer.observability.metrics import Metrics

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from _standins import find_free_port, repo_root
-from _wait import wait_until
+from support.standins import find_free_port, repo_root
+from support.wait import wait_until
 
 from kinesumer.outbox import PostgresOutbox
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream
-from _postgres import PostgresServer, postgres_server
-from _produced import by_key, read_all
-from _standins import LOOPBACK, NodeStandIn, find_free_port
-from _wait import wait_until
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream
+from support.postgres import PostgresServer, postgres_server
+from support.produced import by_key, read_all
+from support.standins import LOOPBACK, NodeStandIn, find_free_port
+from support.wait import wait_until
 
 from kinesumer import ConfigError, FlushError, Producer
 from kinesumer.outbox import PostgresOutbox

@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from _group import create_stream
-from _produced import by_key, read_all
-from _standins import NodeStandIn
+from support.group import create_stream
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
 
 from kinesumer import AsyncProducer, Producer, PutResult
 from kinesumer.errors import (

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from _group import create_stream, kinesis, make_config, setup_table
-from _produced import read_all
-from _standins import NodeStandIn
+from support.group import create_stream, kinesis, make_config, setup_table
+from support.produced import read_all
+from support.standins import NodeStandIn
 
 from kinesumer import Kinesumer, Producer, Record
 

@@ -9,11 +9,11 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, kinesis
-from _produced import by_key, read_all
-from _standins import NodeStandIn
-from _wait import wait_until
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, kinesis
+from support.produced import by_key, read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 
 from kinesumer import Config, Producer
 from kinesumer.errors import DeliveryTimeoutError, FlushError

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from _group import create_stream
-from _standins import NodeStandIn
+from support.group import create_stream
+from support.standins import NodeStandIn
 
 from kinesumer import Producer, PutResult
 from kinesumer.errors import RecordRejectedError

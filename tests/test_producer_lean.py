@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream
-from _produced import kinesis, read_all
-from _standins import NodeStandIn
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
+from support.group import create_stream
+from support.produced import kinesis, read_all
+from support.standins import NodeStandIn
 
 from kinesumer.producer import lean
 from kinesumer.producer.batching import Entry, Lane, fill_call, hold_back

@@ -20,11 +20,11 @@ from itertools import combinations, pairwise
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy, OpKey
-from _group import create_stream, kinesis
-from _produced import read_all
-from _standins import NodeStandIn
-from _wait import wait_until
+from support.faultproxy import Fault, FaultProxy, OpKey
+from support.group import create_stream, kinesis
+from support.produced import read_all
+from support.standins import NodeStandIn
+from support.wait import wait_until
 
 from kinesumer import Producer, PutResult
 from kinesumer.producer import stream as stream_writer

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream
-from _produced import kinesis, read_all
-from _standins import NodeStandIn
+from support.group import create_stream
+from support.produced import kinesis, read_all
+from support.standins import NodeStandIn
 
 from kinesumer import AsyncProducer, Producer, PutResult
 from kinesumer.producer import stream as stream_writer

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _standins import NodeStandIn
+from support.standins import NodeStandIn
 
 from kinesumer import Config, Kinesumer, cli
 from kinesumer.errors import ConfigError, StateTableNotFoundError

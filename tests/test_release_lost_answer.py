@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from _faultproxy import Fault
-from _group import state_store
+from support.faultproxy import Fault
+from support.group import state_store
 
 from kinesumer.group.checkpointer import Checkpointer
 from kinesumer.group.leases import LeaseStatus

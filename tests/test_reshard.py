@@ -8,9 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import Member, create_stream, datas, duplicates, kinesis, make_config, put, state_store
-from _group import setup_table as create_table
-from _wait import eventually
+from support.group import (
+    Member,
+    create_stream,
+    datas,
+    duplicates,
+    kinesis,
+    make_config,
+    put,
+    state_store,
+)
+from support.group import setup_table as create_table
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 

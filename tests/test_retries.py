@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, OpKey
-from _group import POSITIONS, Member, create_stream, datas, duplicates, put, wait_reading
-from _wait import eventually
+from support.faultproxy import Fault, OpKey
+from support.group import POSITIONS, Member, create_stream, datas, duplicates, put, wait_reading
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.aws import RequestStats

@@ -1,13 +1,14 @@
 """Fault-tolerance scenarios: group members as separate OS processes on kinesalite + dynalite.
 
-Each member is ``tests/_member.py``, one real :class:`kinesumer.Kinesumer` that writes every
+Each member is ``tests/support/member.py``, one real :class:`kinesumer.Kinesumer` that writes every
 record it delivers to a file; the test process produces numbered records with known partition
 keys and checks *every* record: none lost, duplicates only where the guarantees allow them (and
 explained one by one), shard and key order kept. Faults are real: SIGKILL, SIGTERM, a fault proxy
 between a member and a stand-in (throttling, 5xx, resets, a blackholed DynamoDB, expired
 iterators), a reshard, a deleted stream, corrupt state.
 
-Timings are shorter than the defaults (``_scenario.FAST``: heartbeat 0.5 s, client_timeout 2 s,
+Timings are shorter than the defaults (``support.scenario.FAST``: heartbeat 0.5 s, client_timeout 2
+s,
 commit_interval 1 s). The machine is shared, so every wait is a bounded poll with a generous
 deadline and nothing asserts on how long something took.
 """
@@ -27,11 +28,11 @@ from typing import Any
 
 import aws_kinesis_agg
 import pytest
-from _faultproxy import Fault, FaultKind, FaultProxy, OpKey
-from _group import POSITIONS, Member, datas, make_config, put, setup_table
-from _group import create_stream as create_stream_in_process
-from _group import duplicates as in_process_duplicates
-from _scenario import (
+from support.faultproxy import Fault, FaultKind, FaultProxy, OpKey
+from support.group import POSITIONS, Member, datas, make_config, put, setup_table
+from support.group import create_stream as create_stream_in_process
+from support.group import duplicates as in_process_duplicates
+from support.scenario import (
     FAST,
     Delivery,
     MemberProcess,
@@ -46,8 +47,8 @@ from _scenario import (
     read_checkpoints,
     warning_lines,
 )
-from _standins import NodeStandIn
-from _wait import eventually
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.consumer.base import engine_of

@@ -3,7 +3,8 @@ rebalance, a zombie's late commit and a member killed mid-stream.
 
 Kinesis is kinesalite (real 56-digit sequence numbers); DynamoDB is moto in server mode, the one
 stand-in with TransactWriteItems and cancellation reasons (dynalite has no transactions).
-Members run ``AsyncKinesumer.run(..., sink=DynamoDBTransactions())`` (:mod:`_sink_driver`), or
+Members run ``AsyncKinesumer.run(..., sink=DynamoDBTransactions())`` (:mod:`support.sink_driver`),
+or
 drive the sink directly where a test calls it itself. The handler
 adds 1 to a counter item per record (``ADD deliveries :one``): a record committed twice would
 show 2, so the test can fail on a duplicate (a plain put would overwrite it silently).
@@ -18,10 +19,10 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table, state_store
-from _sink_driver import SinkMember
-from _standins import MotoStandIn, NodeStandIn
-from _wait import eventually
+from support.group import create_stream, make_config, put, setup_table, state_store
+from support.sink_driver import SinkMember
+from support.standins import MotoStandIn, NodeStandIn
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.group.checkpointer import Checkpointer

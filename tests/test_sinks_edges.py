@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, put, state_store
-from _sink_driver import SinkMember
-from _standins import MotoStandIn
-from _wait import eventually
 from botocore.exceptions import ClientError
+from support.group import create_stream, kinesis, put, state_store
+from support.sink_driver import SinkMember
+from support.standins import MotoStandIn
+from support.wait import eventually
 from test_sinks_dynamodb import counts, group, recorder
 
 from kinesumer import AsyncKinesumer, ConfigError, Record

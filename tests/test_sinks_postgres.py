@@ -2,7 +2,7 @@
 a member killed mid-stream and a zombie's late commit (members in ``AsyncKinesumer.run``); the
 claim's fence; the async face.
 
-A real PostgreSQL (Debian's binaries, started by :mod:`_postgres` on a loopback port for the
+A real PostgreSQL (Debian's binaries, started by :mod:`support.postgres` on a loopback port for the
 session) beside kinesalite + dynalite. The handler inserts one row per record into a table with
 no unique key, so a duplicate would be a second row, which the test counts.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _postgres import PostgresServer, postgres_server
-from _sink_driver import SinkMember, bounded
-from _standins import NodeStandIn
-from _wait import eventually
+from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.postgres import PostgresServer, postgres_server
+from support.sink_driver import SinkMember, bounded
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.consumer.base import engine_of

@@ -23,9 +23,9 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis, make_config, put, setup_table
-from _spark_source import local_spark
-from _wait import wait_until
+from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.spark_source import local_spark
+from support.wait import wait_until
 
 from kinesumer import Config, KinesumerError, Record
 from kinesumer.spark import COLUMNS as SPARK_COLUMNS

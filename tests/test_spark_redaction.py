@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _spark_source import local_spark
+from support.spark_source import local_spark
 
 pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
 

@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from _group import create_stream
-from _produced import by_key, kinesis, read_all
-from _spark_source import local_spark, run_to_end
-from _standins import NodeStandIn
+from support.group import create_stream
+from support.produced import by_key, kinesis, read_all
+from support.spark_source import local_spark, run_to_end
+from support.standins import NodeStandIn
 
 from kinesumer.spark import KinesumerDataSource
 
@@ -79,8 +79,8 @@ def test_a_pipeline_from_the_source_to_the_sink_with_failed_tasks_retried(
 ) -> None:
     """readStream.format("kinesumer") -> transform -> writeStream.format("kinesumer"), the
     first read of every (batch, shard) failing once (Spark runs the task again): nothing lost."""
-    from _group import put
-    from _spark_source import spark_group
+    from support.group import put
+    from support.spark_source import spark_group
 
     from kinesumer.spark.source import option_strings
 

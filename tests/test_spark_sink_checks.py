@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _group import create_stream
+from support.group import create_stream
 
 from kinesumer import StreamNotFoundError
 

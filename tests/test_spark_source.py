@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, put
-from _spark_source import (
+from support.group import create_stream, kinesis, put
+from support.spark_source import (
     Collector,
     checkpoints,
     local_spark,
@@ -252,7 +252,7 @@ def test_a_restarted_query_takes_over_from_its_stopped_run_at_once(
     short); the next run of the same query then deregisters that member before joining, instead
     of waiting client_timeout (a minute here, so nothing else can have removed it). Since the
     leave survives the JVM's SIGTERM, a stop usually leaves gracefully: no member is left."""
-    from _wait import wait_until
+    from support.wait import wait_until
 
     config = group["config"].replace(client_timeout=60.0)
     stream = group["stream"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from support.group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
 from kinesumer.group.external import ExternalReadMember

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _read_ahead import Worker, one_shard_stream, put_aggregates, put_plain
-from _spark_fakes import SoloMember
-from _wait import wait_until
+from support.read_ahead import Worker, one_shard_stream, put_aggregates, put_plain
+from support.spark_fakes import SoloMember
+from support.wait import wait_until
 
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.reader import IteratorExpired

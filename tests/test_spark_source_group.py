@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, kinesis, put
-from _spark_source import Collector, checkpoints, local_spark, spark_group, start_query
-from _wait import wait_until
+from support.group import create_stream, kinesis, put
+from support.spark_source import Collector, checkpoints, local_spark, spark_group, start_query
+from support.wait import wait_until
 
 from kinesumer import Kinesumer, Record
 from kinesumer.spark.source import option_strings

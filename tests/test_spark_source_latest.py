@@ -1,6 +1,6 @@
 """The source at ``initial_position=LATEST`` (the default): once a shard was opened at LATEST, no
 later read of it starts later than that moment. The planner with its executor reads and ledger
-on kinesalite + dynalite, driven by the stand-in member of :mod:`_spark_fakes`.
+on kinesalite + dynalite, driven by the stand-in member of :mod:`support.spark_fakes`.
 
 Kinesalite's AT_TIMESTAMP never answers when no record of the shard arrived at or after the
 instant (STANDINS.md), so every read here has records after its start. The records put before
@@ -20,9 +20,9 @@ from typing import Any
 
 import boto3
 import pytest
-from _faultproxy import FaultProxy
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
+from support.faultproxy import FaultProxy
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
 
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
 from kinesumer.spark.source.driver.planner import Planner

@@ -3,7 +3,7 @@ never records SHARD_END for an open shard (the planner would finish the shard an
 its children, leaving the rest unread for good), neither in a task's own read nor in the
 read-ahead a task leaves behind.
 
-No Spark: an executor worker's long-lived loop (:class:`_read_ahead.Worker`) reads partitions
+No Spark: an executor worker's long-lived loop (:class:`support.read_ahead.Worker`) reads partitions
 as a task does (:func:`~kinesumer.spark.source.executor.read.read_with`), on kinesalite + dynalite,
 Kinesis through the fault proxy, which answers one GetRecords mid-read with a gateway's page
 (or with a well-formed "end" of the open shard). A partition starts after a record, as every
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, make_config, setup_table
-from _read_ahead import Worker, kinesis_client, put_plain
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, make_config, setup_table
+from support.read_ahead import Worker, kinesis_client, put_plain
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.models import Position

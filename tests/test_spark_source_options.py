@@ -212,7 +212,7 @@ def test_no_region_anywhere_is_a_config_error_naming_region(
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
-    from _spark_source import local_spark
+    from support.spark_source import local_spark
 
     with local_spark("local[1]") as session:
         yield session
@@ -302,8 +302,8 @@ def test_log_level_brings_the_workers_info_lines_to_the_drivers_stderr(
     import os
     import re
 
-    from _group import create_stream, put
-    from _spark_source import Collector, spark_group, start_query
+    from support.group import create_stream, put
+    from support.spark_source import Collector, spark_group, start_query
 
     group = spark_group(kinesalite, dynalite, unique_name)
     config, stream = group["config"], group["stream"]

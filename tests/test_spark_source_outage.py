@@ -1,5 +1,5 @@
 """Outages of Kinesis and of DynamoDB while the source runs (planner, executor reads and ledger
-on kinesalite + dynalite behind the fault proxy, the stand-in member of :mod:`_spark_fakes`):
+on kinesalite + dynalite behind the fault proxy, the stand-in member of :mod:`support.spark_fakes`):
 down and back within ``outage_timeout``, the step goes on and nothing is lost; down for good,
 :class:`SourceOutageError` names the service and since when.
 
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _faultproxy import Fault, FaultProxy
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
+from support.faultproxy import Fault, FaultProxy
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
 
 from kinesumer.errors import AccessDeniedError, StreamNotFoundError, TransientAWSError
 from kinesumer.spark.source.driver.planner import Planner

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
-from _spark_source import Collector, local_spark, spark_group
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
+from support.spark_source import Collector, local_spark, spark_group
+from support.wait import wait_until
 
 from kinesumer.spark.source.datasource import option_strings
 from kinesumer.spark.source.driver.planner import Planner

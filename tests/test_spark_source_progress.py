@@ -1,15 +1,15 @@
 """What the source reports of a batch once read (kinesumer.spark.source.driver.progress): the real
 end of each shard's read, its records and its lag, in ``reportLatestOffset`` (the progress's
 ``latestOffset``) and at INFO. Planner, executor reads and ledger on kinesalite + dynalite, with the
-stand-in member of :mod:`_spark_fakes`."""
+stand-in member of :mod:`support.spark_fakes`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
 
 from kinesumer.spark.source.driver.planner import Planner
 from kinesumer.spark.source.executor.read import read_partition

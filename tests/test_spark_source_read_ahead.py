@@ -25,9 +25,9 @@ from typing import Any
 
 import pyarrow
 import pytest
-from _read_ahead import Worker, data_files, one_shard_stream, put_plain
-from _spark_fakes import SoloMember
-from _wait import wait_until
+from support.read_ahead import Worker, data_files, one_shard_stream, put_plain
+from support.spark_fakes import SoloMember
+from support.wait import wait_until
 
 from kinesumer.config import Config
 from kinesumer.models import Position, Record

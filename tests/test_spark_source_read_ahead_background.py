@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
-from _wait import wait_until
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
+from support.wait import wait_until
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.kinesis import KinesisReader

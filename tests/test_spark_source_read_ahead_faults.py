@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _read_ahead import background_done, data_files, one_shard_stream, put_aggregates, put_plain
-from _spark_fakes import SoloMember
+from support.read_ahead import (
+    background_done,
+    data_files,
+    one_shard_stream,
+    put_aggregates,
+    put_plain,
+)
+from support.spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.models import Position, Record

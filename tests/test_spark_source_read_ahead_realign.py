@@ -14,9 +14,9 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from _group import create_stream, make_config, put, setup_table
-from _read_ahead import Worker, recording_takes
-from _spark_fakes import SoloMember
+from support.group import create_stream, make_config, put, setup_table
+from support.read_ahead import Worker, recording_takes
+from support.spark_fakes import SoloMember
 
 from kinesumer.models import Position, Record
 from kinesumer.spark.arrow import records_to_arrow

@@ -1,7 +1,7 @@
 """Read-ahead across a reshard: a parent shard's last records (and its SHARD_END) read ahead end
 the parent as a read would, and its children are read after it, every record once.
 
-The planner with a stand-in member (:mod:`_spark_fakes`), one executor worker's loop kept
+The planner with a stand-in member (:mod:`support.spark_fakes`), one executor worker's loop kept
 between batches (the read-ahead runs there after each task, as in a reused PySpark worker),
 the ledger and the stream on dynalite + kinesalite. Kinesalite says SHARD_END only in an empty
 answer; Kinesis may say it in the answer that carries a closed shard's last records (no
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table, split_in_two
-from _read_ahead import background_done
-from _spark_fakes import SoloMember
+from support.group import create_stream, make_config, put, setup_table, split_in_two
+from support.read_ahead import background_done
+from support.spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.kinesis import KinesisReader

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, put
-from _spark_source import Collector, local_spark, spark_group, start_query
+from support.group import create_stream, put
+from support.spark_source import Collector, local_spark, spark_group, start_query
 
 from kinesumer.spark import KinesumerDataSource
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _group import put
-from _read_ahead import Worker, one_shard_stream, recording_takes
-from _spark_fakes import SoloMember
+from support.group import put
+from support.read_ahead import Worker, one_shard_stream, recording_takes
+from support.spark_fakes import SoloMember
 
 from kinesumer.models import Record
 from kinesumer.spark.source.driver.planner import Planner

@@ -16,8 +16,8 @@ import pickle
 from typing import Any
 
 import pytest
-from _read_ahead import one_shard_stream, put_aggregates, put_plain
-from _spark_fakes import SoloMember
+from support.read_ahead import one_shard_stream, put_aggregates, put_plain
+from support.spark_fakes import SoloMember
 
 from kinesumer.kinesis.reader import KinesisReader
 from kinesumer.spark.source.driver.planner import Planner

@@ -15,9 +15,9 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, put
-from _spark_source import Collector, checkpoints, local_spark, spark_group, start_query
-from _wait import wait_until
+from support.group import create_stream, put
+from support.spark_source import Collector, checkpoints, local_spark, spark_group, start_query
+from support.wait import wait_until
 
 from kinesumer import Config
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS

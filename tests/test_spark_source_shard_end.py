@@ -1,7 +1,7 @@
 """A parent shard whose end was read is finished in the group whatever happens between that
 batch and the next: a restart of the driver, a stop, a lost and re-claimed lease. The planner
 with its executor reads and ledger on kinesalite + dynalite, driven by the stand-in member of
-:mod:`_spark_fakes` (each run of the query gets a new one that starts from the group's
+:mod:`support.spark_fakes` (each run of the query gets a new one that starts from the group's
 checkpoints, as a new member would).
 
 The scenario of each: a 1-shard stream with 20 records, split, 20 more on the children; a query
@@ -16,8 +16,8 @@ import pickle
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table, split_in_two
-from _spark_fakes import SoloMember
+from support.group import create_stream, make_config, put, setup_table, split_in_two
+from support.spark_fakes import SoloMember
 
 from kinesumer.spark.source.driver.planner import Planner
 from kinesumer.spark.source.executor.read import read_records

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
-from _spark_source import Collector, checkpoints, local_spark, members, start_query
-from _wait import wait_until
+from support.group import create_stream, make_config, setup_table
+from support.spark_source import Collector, checkpoints, local_spark, members, start_query
+from support.wait import wait_until
 
 from kinesumer import Kinesumer
 

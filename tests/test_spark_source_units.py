@@ -1,6 +1,6 @@
 """The streaming source without Spark: options, the offset codec, and the planner with its
 executor reads and ledger on kinesalite + dynalite, driven by a stand-in member
-(:mod:`_spark_fakes`), so each step is checked by itself."""
+(:mod:`support.spark_fakes`), so each step is checked by itself."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _spark_fakes import SoloMember
+from support.group import create_stream, make_config, put, setup_table
+from support.spark_fakes import SoloMember
 
 from kinesumer import ConfigError
 from kinesumer.models import Position

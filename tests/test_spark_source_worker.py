@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
+from support.group import create_stream, make_config, put, setup_table
 
 from kinesumer.spark.source.executor.read import read_partition
 from kinesumer.spark.source.offsets import Start

@@ -1,4 +1,5 @@
-"""Tests of the stand-in launchers (``_standins.py``) and of the stand-in facts the library uses.
+"""Tests of the stand-in launchers (``support/standins.py``) and of the stand-in facts the library
+uses.
 
 Why: every other test trusts these servers to be local-only, to answer boto3 like AWS for the
 calls the library makes, and to go away when stopped. Some behaviour is pinned here because the
@@ -18,7 +19,7 @@ from typing import Any
 import boto3
 import botocore.config
 import pytest
-from _standins import (
+from support.standins import (
     LOOPBACK,
     MotoStandIn,
     NodeStandIn,

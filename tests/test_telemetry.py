@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, put, setup_table
-from _sink_driver import SinkMember
-from _standins import MotoStandIn
-from _wait import eventually
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY
+from support.group import create_stream, make_config, put, setup_table
+from support.sink_driver import SinkMember
+from support.standins import MotoStandIn
+from support.wait import eventually
 from test_sinks_dynamodb import counts, recorder, sink_table
 
 from kinesumer import Config, ConfigError, Kinesumer, Record

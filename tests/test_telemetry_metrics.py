@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _faultproxy import Fault
-from _group import Member, create_stream, make_config, put, setup_table
-from _wait import eventually, wait_until
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from support.faultproxy import Fault
+from support.group import Member, create_stream, make_config, put, setup_table
+from support.wait import eventually, wait_until
 from test_dashboard import CALLS, exported
 
 from kinesumer import Config, ConfigError, Producer, Record

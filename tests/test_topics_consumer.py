@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
-from _standins import NodeStandIn
+from support.group import create_stream, make_config, setup_table
+from support.standins import NodeStandIn
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, Producer, Record, Topic
 from kinesumer.consumer.base import engine_of

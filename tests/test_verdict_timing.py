@@ -17,11 +17,11 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from _group import make_config, setup_table, state_store
-from _standins import NodeStandIn
-from _wait import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.group import make_config, setup_table, state_store
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer import Config
 from kinesumer.core.liveness import Observer

@@ -8,11 +8,11 @@ import random
 from collections.abc import Iterator
 
 import pytest
-from _group import Member, create_stream, make_config, put, setup_table
-from _standins import NodeStandIn
-from _wait import eventually
 from hypothesis import given
 from hypothesis import strategies as st
+from support.group import Member, create_stream, make_config, put, setup_table
+from support.standins import NodeStandIn
+from support.wait import eventually
 
 from kinesumer.core import group_mode
 from kinesumer.core.weighted import default_weight, quantize, weighted_assign

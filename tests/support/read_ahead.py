@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _group import create_stream, make_config, setup_table
 from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
@@ -23,6 +22,7 @@ from kinesumer.spark.arrow import table_to_records
 from kinesumer.spark.source.executor.read import read_with
 from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.partition import ShardPartition
+from support.group import create_stream, make_config, setup_table
 
 
 def one_shard_stream(

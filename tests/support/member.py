@@ -1,6 +1,6 @@
 """One consumer group member as an OS process: a real :class:`kinesumer.Kinesumer`, nothing mocked.
 
-    python tests/_member.py --app A --table T --kinesis URL --dynamodb URL --client-id ID \\
+    python tests/support/member.py --app A --table T --kinesis URL --dynamodb URL --client-id ID \\
         --out FILE [--events FILE] [--api poll|generator] [--commit-interval 1 ...] STREAM...
 
 Why a process of its own: the fault-tolerance scenarios (``tests/test_scenarios.py``) and the
@@ -81,7 +81,7 @@ def _shift_wall_clock() -> None:
 
 _shift_wall_clock()
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or not
     sys.path.insert(0, str(_ROOT))
 

@@ -1,7 +1,8 @@
 """Helpers for the multi-process scenarios (``tests/test_scenarios.py``) and the failover benchmark.
 
 A scenario is a world of real OS processes: kinesalite and dynalite (the session's stand-ins),
-group members started from ``tests/_member.py`` (each one real ``kinesumer.Kinesumer``), and a
+group members started from ``tests/support/member.py`` (each one real ``kinesumer.Kinesumer``), and
+a
 producer thread in the test process writing numbered records with boto3. Members report what
 they delivered in JSON-lines files; the helpers here read those files as they grow, wait for
 conditions with generous deadlines (the machine is shared and busy: never a timing assertion),
@@ -28,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from _wait import wait_until
 
 from kinesumer import Config, create_state_table
+from support.wait import wait_until
 
-MEMBER_SCRIPT = Path(__file__).resolve().with_name("_member.py")
+MEMBER_SCRIPT = Path(__file__).resolve().with_name("member.py")
+#: The script of one ``run()`` member process (handlers, kill -9 scenarios).
+HANDLER_MEMBER_SCRIPT = Path(__file__).resolve().with_name("handler_member.py")
 REGION = "us-east-1"
 
 FAST: dict[str, float] = {
@@ -150,7 +153,7 @@ def member_command(
     config: Mapping[str, float | int] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The command line of one ``tests/_member.py`` process."""
+    """The command line of one ``tests/support/member.py`` process."""
     command = [
         sys.executable,
         str(MEMBER_SCRIPT),
@@ -175,7 +178,7 @@ def member_command(
 
 
 class MemberProcess:
-    """A running ``tests/_member.py``: its process, and the files it writes.
+    """A running ``tests/support/member.py``: its process, and the files it writes.
 
     Every way to stop it targets this process's own pid; :meth:`stop` is idempotent and safe in
     a ``finally`` (SIGTERM, wait, SIGKILL, wait).
@@ -479,7 +482,7 @@ class Scenario:
         """Start a member process (FAST timings unless ``config`` says otherwise), optionally
         through fault proxies instead of the stand-ins themselves, or in another app or table
         (it is still stopped with this scenario's members), or with its wall clock shifted by
-        ``clock_skew`` seconds (``tests/_member.py``: ``KINESUMER_TEST_CLOCK_SKEW``)."""
+        ``clock_skew`` seconds (``tests/support/member.py``: ``KINESUMER_TEST_CLOCK_SKEW``)."""
         command = member_command(
             app=app or self.app,
             table=table or self.table,

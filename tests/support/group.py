@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import boto3
-from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record, create_state_table
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.consumer.base import engine_of
 from kinesumer.statestore import DynamoDBStateStore
+from support.wait import eventually
 
 # Short timings keep the suite fast; every one is still far above the stand-ins' latency.
 FAST = {

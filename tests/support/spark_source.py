@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from _group import make_config, setup_table
 
 from kinesumer import Config
 from kinesumer.spark import KinesumerDataSource
 from kinesumer.spark.source import option_strings
+from support.group import make_config, setup_table
 
 
 @contextlib.contextmanager

@@ -1,9 +1,10 @@
 """One group member running a handler (``Kinesumer.run``) as an OS process, for kill -9 tests.
 
-    python tests/_handler_member.py --app A --table T --kinesis URL --dynamodb URL \\
+    python tests/support/handler_member.py --app A --table T --kinesis URL --dynamodb URL \\
         --client-id ID --out FILE [--concurrency 16] [--ordering key] [--delay 0.005] STREAM...
 
-Modelled on ``tests/_member.py`` (which runs the iterator): only a process of its own dies like
+Modelled on ``tests/support/member.py`` (which runs the iterator): only a process of its own dies
+like
 a crash, with no ``finally``, no handoff and its heartbeat thread gone at once.
 
 ``--out`` gets JSON lines, line-buffered (each one a single write: it survives a SIGKILL once
@@ -30,14 +31,14 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or not
     sys.path.insert(0, str(_ROOT))
 
 from kinesumer import Config, Kinesumer, Record  # noqa: E402
 from kinesumer.signals import stop_on_signals  # noqa: E402
 
-# The group tests' short timings (tests/_group.py FAST), so a killed member's shards move on
+# The group tests' short timings (tests/support/group.py FAST), so a killed member's shards move on
 # within seconds.
 TIMINGS = {
     "heartbeat_interval": 0.25,

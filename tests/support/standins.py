@@ -63,7 +63,7 @@ DEFAULT_STARTUP_TIMEOUT = 15.0
 _PORT_ATTEMPTS = 3
 """How often a launcher retries when the free port it picked was taken before the server bound."""
 
-_LOOPBACK_PRELOAD = Path(__file__).resolve().parent / "_loopback.js"
+_LOOPBACK_PRELOAD = Path(__file__).resolve().parent / "loopback.js"
 
 _log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class StandInError(RuntimeError):
 
 def repo_root() -> Path:
     """The repository root, where ``package.json`` and ``node_modules`` live."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def find_free_port(host: str = LOOPBACK) -> int:
@@ -291,7 +291,8 @@ def _start_node_server(
     root: Path | None,
     startup_timeout: float,
 ) -> NodeStandIn:
-    """Start ``node -r _loopback.js node_modules/<package>/cli.js --port P <args>`` and wait.
+    """Start ``node -r tests/support/loopback.js node_modules/<package>/cli.js --port P <args>``
+    and wait.
 
     Readiness means: the process is alive, it printed its "listening" line (so it, and not some
     other process, owns the port) and the port accepts connections.
@@ -393,7 +394,8 @@ def start_kinesalite(
 ) -> NodeStandIn:
     """Start an in-memory kinesalite on 127.0.0.1 with no CREATING/DELETING/UPDATING delays.
 
-    kinesalite's CLI cannot be told a host, so ``tests/_loopback.js`` is preloaded to turn its
+    kinesalite's CLI cannot be told a host, so ``tests/support/loopback.js`` is preloaded to turn
+    its
     wildcard listen into a loopback one. ``shard_limit`` raises kinesalite's default of 10 open
     shards per account (CreateStream fails with LimitExceededException beyond it), which a
     session-scoped server shared by many tests would soon reach; pass a small value to test that
@@ -469,7 +471,8 @@ def start_kinesis_local(
     """Start kinesis-local on two free loopback ports with no CREATING/DELETING delays.
 
     Its ``main.js`` reads its ports and durations from the environment, binds every interface
-    (``tests/_loopback.js`` rewrites that, as for kinesalite), exits without the ``server.json``
+    (``tests/support/loopback.js`` rewrites that, as for kinesalite), exits without the
+    ``server.json``
     certificate in its working folder (its package ships one: run it there), and prints nothing
     unless ``LOG_LEVEL`` is set (INFO prints its "Starting ... Service" lines). Three of its
     duration variables are read swapped: all are set to the same zero.

@@ -24,7 +24,7 @@ import hcl2
 
 from kinesumer.statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA_DIR = REPO_ROOT / "infra"
 STATE_TABLE_DIR = INFRA_DIR / "modules" / "state-table"
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _standins import LOOPBACK, find_free_port
+
+from support.standins import LOOPBACK, find_free_port
 
 #: Where Debian's postgresql-NN package puts the server binaries (newest first).
 _DEBIAN_BINARIES = "/usr/lib/postgresql/*/bin"

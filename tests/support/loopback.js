@@ -1,4 +1,4 @@
-// Preloaded with `node -r tests/_loopback.js` in front of the kinesalite and dynalite CLIs.
+// Preloaded with `node -r tests/support/loopback.js` in front of the kinesalite and dynalite CLIs.
 //
 // Why: kinesalite's CLI has no --host option and calls server.listen(port, cb), which binds every
 // interface. Tests must only be reachable on 127.0.0.1, so this rewrites a missing or wildcard
