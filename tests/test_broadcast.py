@@ -30,8 +30,8 @@ from support.group import (
     state_store,
 )
 from support.group import setup_table as create_table
+from support.reshard import assert_per_key_order, key_of, split_and_merge
 from support.wait import eventually, wait_until
-from test_reshard import assert_per_key_order, key_of, split_and_merge
 
 from kinesumer import (
     AsyncKinesumer,

@@ -12,7 +12,6 @@ the panels well placed on Grafana's 24-column grid.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from pathlib import Path
@@ -20,40 +19,10 @@ from typing import Any
 
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
-from prometheus_client import CollectorRegistry
-
-from kinesumer.observability.metrics import Metrics, PrometheusMetrics
+from support.dashboard import exported
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "dashboards" / "kinesumer.json"
 
-#: One call of every method the engine reports through, with plausible arguments.
-CALLS: dict[str, tuple[Any, ...] | list[tuple[Any, ...]]] = {
-    "delivered": ("orders", "shardId-0", 10, 1000),
-    "behind": ("orders", "shardId-0", 1500),
-    "aws_call": [
-        ("dynamodb", "UpdateItem", 0.01, None, 1.0),
-        ("kinesis", "GetRecords", 0.02, "ProvisionedThroughputExceededException", 0.0),
-    ],
-    "throttled": ("kinesis", "GetRecords"),
-    "checkpoint": [("orders", False), ("orders", True)],
-    "membership": (3, True),
-    "rebalanced": (),
-    "handoff": (0.2,),
-    "handled": ("h", "ok", 5),
-    "handler_call": ("h", 0.003),
-    "efo_subscribed": ("orders", "shardId-0"),
-    "efo_subscribe_failed": ("orders", "ResourceInUseException"),
-    "efo_stalled": ("orders", "shardId-0"),
-    "outbox_relayed": ("orders", 5),
-    "outbox_moved_aside": ("orders",),
-    "outbox_lag": (3, 1.5),
-    "unaggregated": ("orders", "shardId-0"),
-    "corrupt_state_item": ("client",),
-    "produced": ("orders", 10, 1000, 0.05),
-    "produce_failed": ("orders", "InternalFailure"),
-    "produce_retried": ("orders", 3, 2),
-    "produce_buffer_changed": (7, 700),
-}
 PROMQL_FUNCTIONS = {
     "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "delta",
     "histogram_quantile", "label_values", "topk", "bottomk", "quantile", "abs", "clamp_min",
@@ -62,26 +31,6 @@ PROMQL_WORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
     "unless", "offset", "le", "inf",
 }  # fmt: skip
-
-
-def exported() -> dict[str, set[str]]:
-    """Sample name -> its label names, as a member's endpoint serves them."""
-    public = {
-        name
-        for name, member in inspect.getmembers(Metrics, inspect.isfunction)
-        if not name.startswith("_") and name not in ("close", "shard_dropped")
-    }
-    assert public == set(CALLS), "a new Metrics method: give it a call in CALLS"
-    registry = CollectorRegistry()
-    metrics = PrometheusMetrics("shop", "member-1", registry)
-    for name, calls in CALLS.items():
-        for arguments in calls if isinstance(calls, list) else [calls]:
-            getattr(metrics, name)(*arguments)
-    samples: dict[str, set[str]] = {}
-    for family in registry.collect():
-        for sample in family.samples:
-            samples.setdefault(sample.name, set()).update(sample.labels)
-    return samples
 
 
 def load() -> dict[str, Any]:

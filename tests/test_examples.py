@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import Running
+from support.examples import EXAMPLES, run_example
 from support.group import create_stream, kinesis_in_account_of, make_config, put, setup_table
-from test_cli import Running
 
 from kinesumer import cli
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DATA = re.compile(r"data=b'(\d+)'")
 
 
@@ -42,17 +42,6 @@ def env(moto_url: str, unique_name: Callable[[str], str]) -> dict[str, Any]:
         "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
     }
     return {"url": moto_url, "app": app, "table": table, "stream": stream, "environ": variables}
-
-
-def run_example(name: str, environ: dict[str, str], *args: str, timeout: float = 60) -> Running:
-    """Run ``examples/<name>`` to its end; fails the test on a non-zero exit."""
-    proc = Running([sys.executable, str(EXAMPLES / name), *args], env=environ)
-    try:
-        code = proc.wait(timeout)
-    finally:
-        proc.stop()
-    assert code == 0, f"{name} exited with {code}:\n{proc.output}\n{proc.errors}"
-    return proc
 
 
 def numbers(proc: Running) -> list[int]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from support.group import create_stream, make_config, setup_table
+from support.handlers import Run, checkpoints
 from support.wait import eventually, wait_until
-from test_handlers_group import Run, checkpoints
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
 from kinesumer.handlers import Discard, RetryLater

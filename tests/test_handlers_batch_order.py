@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from test_handlers_policies import FakeKinesis, invocation, lease, record
+from support.invocation import FakeKinesis, invocation, lease, record
 
 from kinesumer.handlers import Batch
 from kinesumer.handlers.policies import DeadLetter, Retry

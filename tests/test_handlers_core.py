@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.dispatch import GOOD, dispatch_for, handle, lease_of, record
 
 from kinesumer import ConfigError
 from kinesumer.handlers.options import Batch, run_options
@@ -22,10 +23,6 @@ from kinesumer.handlers.progress import LowWater
 from kinesumer.handlers.scheduler import Call, Scheduler
 from kinesumer.models import Checkpoint, Record
 from kinesumer.read.progress import ShardLease, shard_lease
-
-
-def record(seq: int, key: str = "k", shard: str = "shard-0") -> Record:
-    return Record("s", shard, f"{seq:056d}", 0, key, b"", None)
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -178,25 +175,8 @@ def test_low_water_from_many_threads_ends_at_the_last_record() -> None:
     assert tracker.pending == 0
 
 
-# -- run()'s checks --------------------------------------------------------------------------
-def handle(record: Record) -> None:
-    pass
-
-
 async def handle_async(record: Record) -> None:
     pass
-
-
-GOOD: dict[str, Any] = {
-    "concurrency": 1,
-    "ordering": "shard",
-    "max_in_flight": None,
-    "batch": None,
-    "on_failure": None,
-    "decode": None,
-    "sink": None,
-    "name": None,
-}
 
 
 @pytest.mark.parametrize(
@@ -277,19 +257,6 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
     assert value("kinesumer_handler_records_total", {**labels, "outcome": "dead_lettered"}) == 1
     with pytest.raises(ValueError, match="unknown handler outcome"):
         counters.add("fine")
-
-
-# -- the dispatcher's bookkeeping --------------------------------------------------------------
-def dispatch_for(**changes: Any) -> Any:
-    from kinesumer.handlers.dispatch import Dispatch
-    from kinesumer.read.delivery import Cursor
-
-    options = run_options(handle, is_async=False, **{**GOOD, **changes})
-    return Dispatch(options, Cursor(auto_commit=True))
-
-
-def lease_of(shard: str) -> ShardLease:
-    return shard_lease(Checkpoint("s", shard, owner="me", lease=1))
 
 
 def test_dispatch_drops_the_queue_of_a_lost_lease_and_goes_on() -> None:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import Running
 from support.group import create_stream, make_config, put, setup_table
+from support.handlers import Run, checkpoints
 from support.scenario import HANDLER_MEMBER_SCRIPT
 from support.wait import wait_until
-from test_cli import Running
-from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
 

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.examples import run_example
 from support.faultproxy import Fault
 from support.group import create_stream, kinesis, make_config, put, setup_table
+from support.handlers import read_stream
+from support.invocation import Counters, Failing, Options, lease, record
 from support.wait import wait_until
-from test_examples import run_example
-from test_handlers_policies import Counters, Failing, Options, lease, record
 
 from kinesumer.aws import ClientFactory
 from kinesumer.handlers.deadletter import DeadLetterWriteError, read_envelope
@@ -26,29 +27,6 @@ from kinesumer.handlers.policies import DeadLetter, HandlerFailedError, Retry, R
 from kinesumer.models import Record
 
 NO_RETRY = Retry(attempts=1)
-
-
-def read_stream(url: str, stream: str) -> list[Record]:
-    """Every record of ``stream``, from its start, shard by shard."""
-    client = kinesis(url)
-    found: list[Record] = []
-    for shard in client.list_shards(StreamName=stream)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        for r in client.get_records(ShardIterator=iterator)["Records"]:
-            found.append(
-                Record(
-                    stream,
-                    shard["ShardId"],
-                    r["SequenceNumber"],
-                    0,
-                    r["PartitionKey"],
-                    r["Data"],
-                    r["ApproximateArrivalTimestamp"],
-                )
-            )
-    return found
 
 
 @pytest.fixture
@@ -223,7 +201,7 @@ def test_run_retries_later_through_its_own_stream_then_dead_letters(
 ) -> None:
     """Kinesumer.run end to end: the retry stream is consumed by the run itself; record 5
     succeeds on its first round back, record 7 fails every round and ends in the dead letters."""
-    from test_handlers_group import Run
+    from support.handlers import Run
 
     from kinesumer import Kinesumer
 

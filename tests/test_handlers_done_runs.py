@@ -16,8 +16,8 @@ from typing import Any
 import boto3
 import pytest
 from support.group import create_stream, make_config, put, setup_table
+from support.handlers import Run
 from support.wait import wait_until
-from test_handlers_group import Run
 
 from kinesumer import Kinesumer, Record
 from kinesumer.core import done_ranges

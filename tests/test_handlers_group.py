@@ -15,40 +15,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 import pytest
 from support.group import create_stream, make_config, put, setup_table
-from support.scenario import read_checkpoints
+from support.handlers import Run, checkpoints
 from support.wait import eventually, wait_until
 
-from kinesumer import AsyncKinesumer, Config, ConfigError, Kinesumer, Record
+from kinesumer import AsyncKinesumer, ConfigError, Kinesumer, Record
 from kinesumer.handlers import Batch
-
-
-class Run:
-    """``consumer.run(...)`` on a thread of its own; what it raised, once it returned."""
-
-    def __init__(self, consumer: Kinesumer, *args: Any, **kwargs: Any) -> None:
-        self.consumer = consumer
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, args=args, kwargs=kwargs, daemon=True)
-        self.thread.start()
-
-    def _main(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            self.consumer.run(*args, **kwargs)
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self, timeout: float = 30) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "run() did not return"
-
-    def stop(self) -> None:
-        """Close from another thread, as an application's signal helper would; run() returns."""
-        self.consumer.close()
-        self.join()
-        assert self.error is None, f"run() raised {self.error!r}"
 
 
 @pytest.fixture
@@ -58,18 +31,6 @@ def group(kinesalite: Any, dynalite: Any, unique_name: Callable[[str], str]) -> 
     stream = unique_name("s")
     create_stream(kinesalite.url, stream, 4)
     return {"config": config, "stream": stream, "url": kinesalite.url}
-
-
-def checkpoints(config: Config, stream: str) -> dict[str, int | None]:
-    """Shard id -> checkpointed sequence number (as an int), read from the table."""
-    client = boto3.client(
-        "dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1"
-    )
-    items = read_checkpoints(client, config.dynamodb_table, config.app, stream)
-    return {
-        shard: None if item["sequence_number"] is None else int(item["sequence_number"])
-        for shard, item in items.items()
-    }
 
 
 def test_per_key_order_under_concurrency_32(group: dict[str, Any]) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from support.group import create_stream, make_config, put, setup_table
+from support.handlers import Run, checkpoints
 from support.wait import wait_until
-from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
 from kinesumer.handlers.dispatch import Dispatch

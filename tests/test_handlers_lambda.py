@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from test_handlers_policies import (
+from support.invocation import (
     Counters,
     FakeFactory,
     FakeKinesis,
@@ -334,7 +334,7 @@ def test_bisect_with_a_sink_commits_each_record_exactly_once_in_order(bad: set[i
     (a failed attempt's writes are rolled back), so every good record is written once, the
     committed ends only move forward, the last commit carries the call's end (a disposed last
     half commits it alone), and the dead letters come in the records' order."""
-    from test_handlers_policies import FakeSink
+    from support.invocation import FakeSink
 
     def handler(values: list[Record], tx: list[int]) -> None:
         numbers = [int(v.data) for v in values]

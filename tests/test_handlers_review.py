@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from support.group import create_stream, make_config, put, setup_table
+from support.handlers import Run
+from support.invocation import FAST, Failing, invocation, lease, record
 from support.wait import wait_until
-from test_handlers_group import Run
-from test_handlers_policies import FAST, Failing, invocation, lease, record
 
 from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
 from kinesumer.consumer.base import engine_of
@@ -153,8 +153,8 @@ def submit(coroutine: Any) -> Future[Any]:
 def test_the_fast_path_ends_as_the_invocation_does(fails_at: int | None) -> None:
     """The inline runner's direct call (default policy) and its call through Invocation give
     the same outcomes, counts, checkpoint, error and note."""
-    from test_handlers_core import lease_of
-    from test_handlers_core import record as numbered
+    from support.dispatch import lease_of
+    from support.dispatch import record as numbered
 
     from kinesumer.handlers.options import calls_plainly, run_options
     from kinesumer.handlers.threads import ThreadRunner
@@ -293,8 +293,8 @@ def test_an_abandoned_call_holds_its_key_and_lets_the_handoff_go() -> None:
     """A call abandoned while the run closes: its key's later records do not start before it
     (they would be handled out of order, and again by the next owner); the handoff's sweep
     gives the abandoned records up, so it does not wait out its timeout."""
-    from test_handlers_core import dispatch_for, lease_of
-    from test_handlers_core import record as numbered
+    from support.dispatch import dispatch_for, lease_of
+    from support.dispatch import record as numbered
 
     from kinesumer.handlers.policies import AbandonedError
 
@@ -318,7 +318,7 @@ def test_a_waiting_call_gives_up_when_its_shard_is_handed_off() -> None:
     handed off gives up: the next owner handles it; waiting on would hold the handoff, then
     handle it on a released lease (a duplicate, out of order). A call spanning shards waits
     on (abandoning it would strand the other shard's records)."""
-    from test_handlers_policies import FakeKinesis, read_back
+    from support.invocation import FakeKinesis, read_back
 
     from kinesumer.handlers import RetryLater
     from kinesumer.handlers.policies import AbandonedError
@@ -365,8 +365,8 @@ def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None
     """concurrency=1 with Block: the shard moving away ends the blocked call (its record is the
     next owner's, nothing is left in hand to hold the handoff) and the run goes on with the
     other shards; it does not stop."""
-    from test_handlers_core import lease_of
-    from test_handlers_core import record as numbered
+    from support.dispatch import lease_of
+    from support.dispatch import record as numbered
 
     from kinesumer.handlers.options import run_options
     from kinesumer.handlers.threads import ThreadRunner
@@ -420,7 +420,7 @@ def test_a_failed_run_leaves_no_thread_and_checkpoints_nothing_at_the_failure(
     """The handler raising outside its policy: run() raises the original exception after a
     clean close, the shard's checkpoint is below the failing record, and every thread the run
     started (workers, the engine's loop) has ended."""
-    from test_handlers_group import checkpoints
+    from support.handlers import checkpoints
 
     config, stream = group["config"], group["stream"]
     put(group["url"], stream, 0, 20)
@@ -480,7 +480,7 @@ def test_a_discarded_last_record_moves_a_dynamodb_sinks_position(
     handler's own condition is discarded by the policy and the run goes on; the last record of
     the shard is discarded too, and the position the sink commits (the checkpoint item) reaches
     it, so no next owner delivers it again."""
-    from test_handlers_group import checkpoints
+    from support.handlers import checkpoints
 
     from kinesumer.sinks import DynamoDBTransactions
 

@@ -11,7 +11,6 @@ empty user records.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -20,12 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import aws_kinesis_agg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.group import create_stream, kinesis, make_config, put, setup_table
-from support.kpl import aggregate
+from support.kpl import OUTER, aggregate, bad_utf8_aggregate, body_of, framed
 from support.wait import wait_until
 
 from kinesumer import AsyncKinesumer, Kinesumer, cli
@@ -33,37 +31,11 @@ from kinesumer.aws import RequestStats
 from kinesumer.kinesis.kpl import (
     MAX_AGGREGATED_RECORDS,
     RECORD_OVERHEAD,
-    messages_pb2,
     to_records,
 )
 from kinesumer.models import Checkpoint, Record
 from kinesumer.read.buffer import RecordBuffer
 from kinesumer.read.progress import shard_lease
-
-OUTER = "outer-key"
-
-
-def framed(body: bytes) -> bytes:
-    """``body`` as a Kinesis record's data: KPL magic, the body, its (correct) MD5."""
-    magic: bytes = aws_kinesis_agg.MAGIC
-    return magic + body + hashlib.md5(body).digest()
-
-
-def body_of(keys: list[str], users: list[tuple[int, bytes]]) -> bytes:
-    aggregate = messages_pb2.AggregatedRecord()
-    aggregate.partition_key_table.extend(keys)
-    for index, data in users:
-        user = aggregate.records.add()
-        user.partition_key_index = index
-        user.data = data
-    return bytes(aggregate.SerializeToString())
-
-
-def bad_utf8_aggregate() -> bytes:
-    """The reported one: a partition key table entry that is not UTF-8, under a correct MD5."""
-    body = body_of(["k"], [(0, b"secret")]).replace(b"\x0a\x01k", b"\x0a\x01\xff")
-    return framed(body)
-
 
 HOSTILE = {
     "bad utf-8 key": bad_utf8_aggregate(),
@@ -262,8 +234,7 @@ def test_run_dead_letters_it_and_handles_the_next(
     hostile_stream: dict[str, Any], unique_name: Callable[[str], str]
 ) -> None:
     """It stopped with AttributeError building the envelope; the next record never ran."""
-    from test_handlers_deadletter import read_stream
-    from test_handlers_group import Run
+    from support.handlers import Run, read_stream
 
     from kinesumer.handlers.deadletter import read_envelope
     from kinesumer.handlers.policies import DeadLetter, Retry

@@ -12,15 +12,15 @@ import dataclasses
 import json
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
 from psycopg import sql
 from support.faultproxy import Fault, FaultProxy
 from support.group import create_stream
-from support.outbox import Relays
-from support.postgres import PostgresServer, postgres_server
+from support.outbox import Relays, outbox, postgres, relays  # noqa: F401 (fixtures)
+from support.postgres import PostgresServer
 from support.produced import by_key, read_all
 from support.standins import NodeStandIn
 from support.wait import wait_until
@@ -32,26 +32,6 @@ from kinesumer.outbox import (
     PostgresOutbox,
 )
 from kinesumer.outbox.schema import Names
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with postgres_server() as server:
-        yield server
-
-
-@pytest.fixture
-def outbox(postgres: PostgresServer, unique_name: Callable[[str], str]) -> PostgresOutbox:
-    box = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
-    box.create_table()
-    return box
-
-
-@pytest.fixture
-def relays(outbox: PostgresOutbox, kinesalite: NodeStandIn) -> Iterator[Relays]:
-    running = Relays(outbox, kinesalite.url)
-    yield running
-    running.close()
 
 
 def test_committed_rows_reach_kinesis_rolled_back_never(

@@ -21,12 +21,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.cli import Running
 from support.group import create_stream, make_config, setup_table
 from support.postgres import PostgresServer, postgres_server
 from support.produced import by_key, kinesis, read_all
 from support.standins import NodeStandIn
 from support.wait import wait_until
-from test_cli import Running
 
 from kinesumer.outbox import PostgresOutbox
 

@@ -10,12 +10,11 @@ from collections.abc import Callable
 import psycopg
 from support.faultproxy import Fault, FaultProxy
 from support.group import create_stream
-from support.outbox import Relays
+from support.outbox import Relays, outbox, postgres, relays  # noqa: F401 (fixtures)
 from support.postgres import PostgresServer
 from support.produced import by_key, read_all
 from support.standins import NodeStandIn
 from support.wait import wait_until
-from test_outbox import outbox, postgres, relays  # noqa: F401 (fixtures)
 
 from kinesumer.outbox import PostgresOutbox
 

@@ -3,7 +3,6 @@ realistic 56-digit sequence numbers."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -13,22 +12,17 @@ from support.group import (
     create_stream,
     datas,
     duplicates,
-    kinesis,
     make_config,
     put,
     state_store,
 )
 from support.group import setup_table as create_table
+from support.reshard import assert_per_key_order, key_of, split_and_merge
 from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 
 Names = Callable[[str], str]
-KEYS = 24
-
-
-def key_of(i: int) -> str:
-    return f"key-{i % KEYS}"
 
 
 @pytest.fixture
@@ -36,34 +30,6 @@ def env(kinesalite: Any, dynalite: Any, unique_name: Names) -> dict[str, Any]:
     config = make_config(kinesalite.url, dynalite.url, unique_name("app"), unique_name("state"))
     create_table(config)
     return {"url": kinesalite.url, "config": config, "stream": unique_name("s")}
-
-
-def split_and_merge(url: str, stream: str) -> None:
-    """Split shard 0 at the middle of its hash range; merge shards 1 and 2."""
-    client = kinesis(url)
-    shards = client.list_shards(StreamName=stream)["Shards"]
-    first = shards[0]
-    low, high = (int(first["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
-    client.split_shard(
-        StreamName=stream,
-        ShardToSplit=first["ShardId"],
-        NewStartingHashKey=str((low + high) // 2),
-    )
-    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-    client.merge_shards(
-        StreamName=stream,
-        ShardToMerge=shards[1]["ShardId"],
-        AdjacentShardToMerge=shards[2]["ShardId"],
-    )
-    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
-
-
-def assert_per_key_order(sink: list[tuple[str, Record]]) -> None:
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for _, record in sink:
-        by_key[record.partition_key].append(int(record.data))
-    for key, numbers in by_key.items():
-        assert numbers == sorted(numbers), f"{key} delivered out of order"
 
 
 async def test_split_and_merge_while_consuming(env: dict[str, Any]) -> None:

@@ -17,11 +17,16 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 import pytest
-from support.group import create_stream, make_config, put, setup_table, state_store
+from support.group import put, state_store
 from support.sink_driver import SinkMember
-from support.standins import MotoStandIn, NodeStandIn
+from support.sinks import (
+    SHARDS,
+    counts,
+    group,  # noqa: F401 (fixtures)
+    recorder,
+)
+from support.standins import MotoStandIn
 from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
@@ -35,63 +40,6 @@ from kinesumer.sinks import (
     TransactionCanceledError,
     TransactionTooLargeError,
 )
-
-SHARDS = 2
-
-
-def dynamodb(url: str) -> Any:
-    return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1")
-
-
-def sink_table(url: str, name: str) -> None:
-    dynamodb(url).create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-
-
-def counts(url: str, table: str) -> dict[str, int]:
-    """data -> deliveries committed, for every item of the sink table."""
-    client, out, kwargs = dynamodb(url), {}, {"TableName": table}
-    while True:
-        page = client.scan(**kwargs)
-        # moto applies a transaction item by item, and an update action by action: a scan may
-        # see an item it has just created and not yet updated (key only, or the ADD without the
-        # SET). It is committed a moment later; count it then.
-        items = [i for i in page["Items"] if "deliveries" in i and "data" in i]
-        out.update({i["data"]["S"]: int(i["deliveries"]["N"]) for i in items})
-        if "LastEvaluatedKey" not in page:
-            return out
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def recorder(table: str) -> Callable[[list[Record], DynamoDBTransaction], None]:
-    def handle(records: list[Record], tx: DynamoDBTransaction) -> None:
-        for r in records:
-            key = {"pk": f"{r.shard_id}/{r.sequence_number}/{r.sub_sequence_number}"}
-            tx.update(
-                table,
-                key,
-                "ADD deliveries :one SET #d = :data",
-                names={"#d": "data"},
-                values={":one": 1, ":data": r.data.decode()},
-            )
-
-    return handle
-
-
-@pytest.fixture
-def group(
-    kinesalite: NodeStandIn, moto_url: str, unique_name: Callable[[str], str]
-) -> dict[str, Any]:
-    config = make_config(kinesalite.url, moto_url, unique_name("app"), unique_name("state"))
-    setup_table(config)
-    stream, table = unique_name("s"), unique_name("sink")
-    create_stream(kinesalite.url, stream, SHARDS)
-    sink_table(moto_url, table)
-    return {"config": config, "stream": stream, "table": table, "kinesis": kinesalite.url}
 
 
 async def test_exactly_once_through_zombie_rebalance_and_crash(

@@ -15,9 +15,9 @@ import pytest
 from botocore.exceptions import ClientError
 from support.group import create_stream, kinesis, put, state_store
 from support.sink_driver import SinkMember
+from support.sinks import counts, group, recorder
 from support.standins import MotoStandIn
 from support.wait import eventually
-from test_sinks_dynamodb import counts, group, recorder
 
 from kinesumer import AsyncKinesumer, ConfigError, Record
 from kinesumer.aws import RequestStats, call_with_retry

@@ -333,7 +333,7 @@ def test_a_hostile_aggregate_is_one_plain_row(
 ) -> None:
     """A KPL aggregate whose key table is not UTF-8 (under a correct MD5) stopped the Arrow
     conversion of the query's batch: it is the plain record it is, between its neighbours."""
-    from test_hostile_records import OUTER, bad_utf8_aggregate
+    from support.kpl import OUTER, bad_utf8_aggregate
 
     config, stream = group["config"], group["stream"]
     create_stream(group["url"], stream, 1)

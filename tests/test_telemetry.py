@@ -26,9 +26,9 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY
 from support.group import create_stream, make_config, put, setup_table
 from support.sink_driver import SinkMember
+from support.sinks import counts, recorder, sink_table
 from support.standins import MotoStandIn
 from support.wait import eventually
-from test_sinks_dynamodb import counts, recorder, sink_table
 
 from kinesumer import Config, ConfigError, Kinesumer, Record
 from kinesumer.handlers import Discard, Retry

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from support.dashboard import CALLS, exported
 from support.faultproxy import Fault
 from support.group import Member, create_stream, make_config, put, setup_table
 from support.wait import eventually, wait_until
-from test_dashboard import CALLS, exported
 
 from kinesumer import Config, ConfigError, Producer, Record
 from kinesumer.observability.metrics import metrics_for
