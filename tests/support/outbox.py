@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
-
-import pytest
 
 from kinesumer import FlushError, Producer
 from kinesumer.outbox import (
     PostgresOutbox,
 )
-from support.postgres import PostgresServer, postgres_server
-from support.standins import NodeStandIn
 
 
 class Relays:
@@ -67,23 +62,3 @@ class Relays:
         for thread in self.threads:
             thread.join(timeout=30)
         self.alive()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with postgres_server() as server:
-        yield server
-
-
-@pytest.fixture
-def outbox(postgres: PostgresServer, unique_name: Callable[[str], str]) -> PostgresOutbox:
-    box = PostgresOutbox(postgres.conninfo, table=unique_name("outbox").replace("-", "_"))
-    box.create_table()
-    return box
-
-
-@pytest.fixture
-def relays(outbox: PostgresOutbox, kinesalite: NodeStandIn) -> Iterator[Relays]:
-    running = Relays(outbox, kinesalite.url)
-    yield running
-    running.close()

@@ -7,14 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import boto3
-import pytest
 
 from kinesumer import Record
 from kinesumer.sinks import (
     DynamoDBTransaction,
 )
-from support.group import create_stream, make_config, setup_table
-from support.standins import NodeStandIn
 
 SHARDS = 2
 
@@ -60,15 +57,3 @@ def recorder(table: str) -> Callable[[list[Record], DynamoDBTransaction], None]:
             )
 
     return handle
-
-
-@pytest.fixture
-def group(
-    kinesalite: NodeStandIn, moto_url: str, unique_name: Callable[[str], str]
-) -> dict[str, Any]:
-    config = make_config(kinesalite.url, moto_url, unique_name("app"), unique_name("state"))
-    setup_table(config)
-    stream, table = unique_name("s"), unique_name("sink")
-    create_stream(kinesalite.url, stream, SHARDS)
-    sink_table(moto_url, table)
-    return {"config": config, "stream": stream, "table": table, "kinesis": kinesalite.url}

@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 from support.faultproxy import Fault, FaultProxy
 from support.group import create_stream
-from support.outbox import Relays, outbox, postgres, relays  # noqa: F401 (fixtures)
+from support.outbox import Relays
 from support.postgres import PostgresServer
 from support.produced import by_key, read_all
 from support.standins import NodeStandIn

@@ -30,7 +30,7 @@ import pytest
 
 from kinesumer import Config, KinesumerError, create_state_table
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 #: docs/incoming/<helper>.md is text other branches hand over; the site excludes it (mkdocs.yml).

@@ -641,8 +641,8 @@ finally:
 def test_a_child_started_as_from_a_terminal_is_interrupted_from_an_ignoring_parent() -> None:
     """What keeps the tests that interrupt a child green when the suite runs as a background
     job: the child's SIGINT disposition is set by its spawn, not inherited from the suite."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where support/ is
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         as_a_background_job([sys.executable, "-c", _IGNORING_PARENT]),
         env=env, capture_output=True, text=True, timeout=120,

@@ -201,7 +201,7 @@ def test_example_handler_concurrency(group: dict[str, Any]) -> None:
         "KINESUMER_STREAMS": stream,
         "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
     }
-    example = Path(__file__).resolve().parents[1] / "examples" / "handler_concurrency.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "handler_concurrency.py"
 
     def run_it(*args: str, until: int | None = None) -> list[tuple[str, int]]:
         """Run the example to its end; with ``until``, SIGTERM it once it printed that many

@@ -35,7 +35,7 @@ from kinesumer.handlers import Discard, Retry
 from kinesumer.observability import telemetry as t
 from kinesumer.sinks import DynamoDBTransactions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Longest wait for one step of a run (the records, the shards' starts) before the test fails.
 WAIT = 60.0
 

@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from support.group import create_stream, kinesis, put, state_store
 from support.sink_driver import SinkMember
-from support.sinks import counts, group, recorder
+from support.sinks import counts, recorder
 from support.standins import MotoStandIn
 from support.wait import eventually
 
@@ -24,8 +24,6 @@ from kinesumer.aws import RequestStats, call_with_retry
 from kinesumer.consumer.base import engine_of
 from kinesumer.models import Position
 from kinesumer.sinks import DynamoDBTransaction, DynamoDBTransactions, PostgresPositions
-
-__all__ = ["group"]  # the fixture, imported from the DynamoDB sink's tests
 
 
 async def test_a_transaction_in_progress_is_asked_about_with_its_own_token(

@@ -415,7 +415,7 @@ def test_example_broadcast_cache(env: dict[str, Any]) -> None:
         "KINESUMER_STREAMS": stream,
         "KINESUMER_INITIAL_POSITION": "TRIM_HORIZON",
     }
-    script = str(Path(__file__).resolve().parent.parent / "examples" / "broadcast_cache.py")
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "broadcast_cache.py")
 
     def start(count: int, **more: str) -> subprocess.Popen[str]:
         return subprocess.Popen(

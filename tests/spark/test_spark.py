@@ -529,7 +529,7 @@ def test_parquet_examples_run_end_to_end(tmp_path: Any, example: str) -> None:
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     result = subprocess.run(
         [

@@ -23,7 +23,6 @@ from support.sink_driver import SinkMember
 from support.sinks import (
     SHARDS,
     counts,
-    group,  # noqa: F401 (fixtures)
     recorder,
 )
 from support.standins import MotoStandIn

@@ -30,7 +30,7 @@ from support.wait import wait_until
 
 from kinesumer.outbox import PostgresOutbox
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BATCH = 20
 #: Payments into the chained example.
 TOTAL = 400

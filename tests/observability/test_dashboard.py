@@ -21,7 +21,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from support.dashboard import exported
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "dashboards" / "kinesumer.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "kinesumer.json"
 
 PROMQL_FUNCTIONS = {
     "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "delta",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import psycopg
 from support.faultproxy import Fault, FaultProxy
 from support.group import create_stream
-from support.outbox import Relays, outbox, postgres, relays  # noqa: F401 (fixtures)
+from support.outbox import Relays
 from support.postgres import PostgresServer
 from support.produced import by_key, read_all
 from support.standins import NodeStandIn
@@ -20,10 +20,10 @@ from kinesumer.outbox import PostgresOutbox
 
 
 def test_a_kms_entry_code_keeps_rows_waiting_until_it_heals(
-    outbox: PostgresOutbox,  # noqa: F811
-    postgres: PostgresServer,  # noqa: F811
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
     kinesalite: NodeStandIn,
-    relays: Relays,  # noqa: F811
+    relays: Relays,
     fault_proxy: Callable[[str], FaultProxy],
     unique_name: Callable[[str], str],
 ) -> None:
@@ -45,10 +45,10 @@ def test_a_kms_entry_code_keeps_rows_waiting_until_it_heals(
 
 
 def test_an_entry_code_that_will_not_heal_moves_the_row_aside(
-    outbox: PostgresOutbox,  # noqa: F811
-    postgres: PostgresServer,  # noqa: F811
+    outbox: PostgresOutbox,
+    postgres: PostgresServer,
     kinesalite: NodeStandIn,
-    relays: Relays,  # noqa: F811
+    relays: Relays,
     fault_proxy: Callable[[str], FaultProxy],
     unique_name: Callable[[str], str],
 ) -> None:

@@ -183,8 +183,8 @@ def test_quickstart_runs_a_two_member_group_on_its_own_moto_server() -> None:
 def test_every_example_is_run_by_a_test() -> None:
     """Every program in examples/ is named by a test file that runs it (docs/examples.md says
     which): a new example without a test fails here."""
-    tests = Path(__file__).resolve().parent
-    sources = "\n".join(path.read_text() for path in tests.glob("test_*.py"))
+    tests = Path(__file__).resolve().parents[1]
+    sources = "\n".join(path.read_text() for path in tests.rglob("test_*.py"))
     for example in sorted(EXAMPLES.glob("*.py")):
         stem = example.stem
         # By file name, or by stem (the testing examples are parametrized so).

@@ -241,7 +241,7 @@ def test_typed_use_type_checks(tmp_path: Path) -> None:
             str(tmp_path / "cache"),
             str(tmp_path / "typed_use.py"),
         ],
-        cwd=Path(__file__).resolve().parent.parent,  # this tree's kinesumer
+        cwd=Path(__file__).resolve().parents[2],  # this tree's kinesumer
         capture_output=True,
         text=True,
         check=False,
