@@ -14,7 +14,7 @@ second per shard (measured here: p50 ~1 s), which is its cadence, not ours. The 
 is ours end to end (claims, buffer, checkpoints, the transport): since the connection window is
 granted after the response headers (kinesumer/kinesis/efo/transport.py), events over 64 KiB
 arrive from kinesis-local (before, its HTTP/2 server's flow-control bug stalled them: pinned by
-tests/test_efo_large_events.py). **standin_throughput** measures the same pre-filled drain
+tests/kinesis/test_efo_large_events.py). **standin_throughput** measures the same pre-filled drain
 through our HTTP/2 transport alone (``ShardSubscriber``, no engine) on tests/support/efo_standin.py,
 the ``h2`` server that keeps to flow control: the transport's ceiling on loopback, not AWS's
 2 MB/s/shard.

@@ -4,12 +4,10 @@
 
 On kinesalite + dynalite (started here on free loopback ports, stopped by pid), each round uses a
 fresh stream and app. Members are ``tests/support/member.py`` processes (one real ``Kinesumer``
-each,
-generator API, every delivered record written with its CLOCK_MONOTONIC time, which all processes
-on the machine share), with no Config override: heartbeat_interval 1 s, client_timeout 3 s,
-commit_interval 5 s, handoff_timeout 5 s. A producer writes one record to every shard every
-40 ms throughout (explicit hash keys), so "the first record read from a shard" is known to
-within that.
+each, generator API, every delivered record written with its CLOCK_MONOTONIC time, which all
+processes on the machine share), with no Config override: heartbeat_interval 1 s, client_timeout 3
+s, commit_interval 5 s, handoff_timeout 5 s. A producer writes one record to every shard every 40 ms
+throughout (explicit hash keys), so "the first record read from a shard" is known to within that.
 
 A round:
 

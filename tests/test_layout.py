@@ -51,9 +51,9 @@ ALLOWED_ATTRIBUTES: dict[str, str] = {
 ALLOWED_IN_FILE: dict[tuple[str, str], str] = {
     # botocore offers no public way to read a client's refreshable credentials or to move their
     # expiry: the cross-account test checks that assumed-role credentials refresh themselves.
-    ("tests/test_api.py", "_request_signer"): "botocore client internals",
-    ("tests/test_api.py", "_credentials"): "botocore client internals",
-    ("tests/test_api.py", "_expiry_time"): "botocore RefreshableCredentials internals",
+    ("tests/consumer/test_api.py", "_request_signer"): "botocore client internals",
+    ("tests/consumer/test_api.py", "_credentials"): "botocore client internals",
+    ("tests/consumer/test_api.py", "_expiry_time"): "botocore RefreshableCredentials internals",
     # moto's ThreadedMotoServer.stop() leaves its listening socket open; only the inner
     # server (private) can close it, or later connections hang in the backlog.
     ("tests/support/standins.py", "_server"): "moto ThreadedMotoServer internals",

@@ -274,7 +274,7 @@ async def test_a_member_reports_a_hung_state_table_within_one_read_timeout_of_it
 ) -> None:
     """DynamoDB hung for a member whose ``client_timeout`` (its DynamoDB read timeout) is long:
     it stops delivering at its fence (heartbeat.py, counted from the last landed heartbeat's
-    send: ``tests/test_heartbeat_fence.py``), and its coordinator reports the outage once the
+    send: ``tests/group/test_heartbeat_fence.py``), and its coordinator reports the outage once the
     first hung call's try timed out, since the call's retry window (about 16.5 s) has passed
     by then: not later than a tick interval + ``client_timeout`` + ``MARGIN`` after the first
     hung request. Before: six tries of ``client_timeout`` each (two minutes here)."""

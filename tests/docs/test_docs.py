@@ -9,7 +9,7 @@
   table ``kinesumer-state`` and a two-shard stream ``orders`` of ten records in ``eu-west-1``,
   found the standard boto3 way (``AWS_ENDPOINT_URL_*``). Blocks not marked are fragments (they
   name your own functions) or need what this suite cannot give a page (a JVM for Spark, AWS):
-  the examples/ programs they point to are run instead (tests/test_examples.py says which).
+  the examples/ programs they point to are run instead (tests/docs/test_examples.py says which).
 """
 
 from __future__ import annotations

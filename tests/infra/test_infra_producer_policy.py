@@ -2,8 +2,8 @@
 
 Parsed HCL (python-hcl2): exactly the Kinesis calls the producer makes (a scan of
 ``kinesumer/producer/`` finds them), on the named streams only, KMS only through Kinesis and
-for those streams; the variable refuses wildcards. ``tests/test_infra.py`` validates the module
-with terraform (its TERRAFORM_DIRS).
+for those streams; the variable refuses wildcards. ``tests/infra/test_infra.py`` validates the
+module with terraform (its TERRAFORM_DIRS).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The group on kinesis-local with enhanced fan-out (issue 24): the real transport end to end.
 
 Member processes (``tests/support/member.py --efo``) read a stream whose first events are over 64
-KiB
-(a pre-filled backlog): one is killed with SIGKILL, one joins, and the stream is resharded with
-UpdateShardCount and a merge while the producer writes. Nothing is lost, each key's records come
-in order, every record written before the reshard comes (for its key) before any written after
-it, and the parents end finished. kinesis-local never ends a closed shard's subscription and
-holds a subscription's lease for as long as its server stream lives: what the member does about
-both (the SHARD_END check, the stall fallback) is exercised here, not stubbed.
-"""
+KiB (a pre-filled backlog): one is killed with SIGKILL, one joins, and the stream is resharded with
+UpdateShardCount and a merge while the producer writes. Nothing is lost, each key's records come in
+order, every record written before the reshard comes (for its key) before any written after it, and
+the parents end finished. kinesis-local never ends a closed shard's subscription and holds a
+subscription's lease for as long as its server stream lives: what the member does about both (the
+SHARD_END check, the stall fallback) is exercised here, not stubbed."""
 
 from __future__ import annotations
 

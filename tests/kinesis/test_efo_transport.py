@@ -1,7 +1,6 @@
 """Enhanced fan-out transport: stream consumers and SubscribeToShard over HTTP/2, on
 kinesis-local (the real protocol as kinesis-mock serves it) and on tests/support/efo_standin.py
-(what
-kinesis-local does not do: initial-response, child shards, expiry, takeover, resets, errors,
+(what kinesis-local does not do: initial-response, child shards, expiry, takeover, resets, errors,
 flow control)."""
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """PostgresOutbox and its relay against a real PostgreSQL (tests/support/postgres.py) and
-kinesalite:
-rows commit and roll back with the caller's transaction, relays put them in per-key commit
-order and delete them once acknowledged, two relays share the table, refused rows move aside,
-bad input raises named errors.
-"""
+kinesalite: rows commit and roll back with the caller's transaction, relays put them in per-key
+commit order and delete them once acknowledged, two relays share the table, refused rows move aside,
+bad input raises named errors."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 and restarted while writers commit and roll back, and the chained example
 (``examples/outbox_chained.py``: exactly-once in through PostgresPositions, the outbox out)
 SIGKILLed mid-stream and started again. PostgreSQL from tests/support/postgres.py, kinesalite,
-dynalite.
-"""
+dynalite."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ between a member and a stand-in (throttling, 5xx, resets, a blackholed DynamoDB,
 iterators), a reshard, a deleted stream, corrupt state.
 
 Timings are shorter than the defaults (``support.scenario.FAST``: heartbeat 0.5 s, client_timeout 2
-s,
-commit_interval 1 s). The machine is shared, so every wait is a bounded poll with a generous
-deadline and nothing asserts on how long something took.
-"""
+s, commit_interval 1 s). The machine is shared, so every wait is a bounded poll with a generous
+deadline and nothing asserts on how long something took."""
 
 from __future__ import annotations
 

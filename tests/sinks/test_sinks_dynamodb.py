@@ -4,11 +4,9 @@ rebalance, a zombie's late commit and a member killed mid-stream.
 Kinesis is kinesalite (real 56-digit sequence numbers); DynamoDB is moto in server mode, the one
 stand-in with TransactWriteItems and cancellation reasons (dynalite has no transactions).
 Members run ``AsyncKinesumer.run(..., sink=DynamoDBTransactions())`` (:mod:`support.sink_driver`),
-or
-drive the sink directly where a test calls it itself. The handler
-adds 1 to a counter item per record (``ADD deliveries :one``): a record committed twice would
-show 2, so the test can fail on a duplicate (a plain put would overwrite it silently).
-"""
+or drive the sink directly where a test calls it itself. The handler adds 1 to a counter item per
+record (``ADD deliveries :one``): a record committed twice would show 2, so the test can fail on a
+duplicate (a plain put would overwrite it silently)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@
         --client-id ID --out FILE [--concurrency 16] [--ordering key] [--delay 0.005] STREAM...
 
 Modelled on ``tests/support/member.py`` (which runs the iterator): only a process of its own dies
-like
-a crash, with no ``finally``, no handoff and its heartbeat thread gone at once.
+like a crash, with no ``finally``, no handoff and its heartbeat thread gone at once.
 
 ``--out`` gets JSON lines, line-buffered (each one a single write: it survives a SIGKILL once
 written): ``{"ev": "start", ...}`` when the handler begins a record and ``{"ev": "done", ...}``

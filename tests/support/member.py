@@ -3,8 +3,8 @@
     python tests/support/member.py --app A --table T --kinesis URL --dynamodb URL --client-id ID \\
         --out FILE [--events FILE] [--api poll|generator] [--commit-interval 1 ...] STREAM...
 
-Why a process of its own: the fault-tolerance scenarios (``tests/test_scenarios.py``) and the
-failover benchmark (``benchmarks/bench_failover.py``) must kill members with SIGKILL, stop them
+Why a process of its own: the fault-tolerance scenarios (``tests/scenarios/test_scenarios.py``) and
+the failover benchmark (``benchmarks/bench_failover.py``) must kill members with SIGKILL, stop them
 with SIGTERM, and cut one member off from DynamoDB while the others carry on. Only separate
 processes die like that: no ``finally`` runs, no handoff, the heartbeat thread dies with them.
 
@@ -67,7 +67,7 @@ from typing import IO, Any
 
 #: Seconds added to this process's wall clock (``time.time`` and ``time.time_ns``; never the
 #: monotonic clock): members on one machine then disagree about the time as hosts without a
-#: tight time sync do (tests/test_clock_skew.py). Patched before the library is imported.
+#: tight time sync do (tests/scenarios/test_clock_skew.py). Patched before the library is imported.
 CLOCK_SKEW_ENV = "KINESUMER_TEST_CLOCK_SKEW"
 
 

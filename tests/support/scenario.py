@@ -1,4 +1,5 @@
-"""Helpers for the multi-process scenarios (``tests/test_scenarios.py``) and the failover benchmark.
+"""Helpers for the multi-process scenarios (``tests/scenarios/test_scenarios.py``) and the failover
+benchmark.
 
 A scenario is a world of real OS processes: kinesalite and dynalite (the session's stand-ins),
 group members started from ``tests/support/member.py`` (each one real ``kinesumer.Kinesumer``), and

@@ -395,12 +395,10 @@ def start_kinesalite(
     """Start an in-memory kinesalite on 127.0.0.1 with no CREATING/DELETING/UPDATING delays.
 
     kinesalite's CLI cannot be told a host, so ``tests/support/loopback.js`` is preloaded to turn
-    its
-    wildcard listen into a loopback one. ``shard_limit`` raises kinesalite's default of 10 open
+    its wildcard listen into a loopback one. ``shard_limit`` raises kinesalite's default of 10 open
     shards per account (CreateStream fails with LimitExceededException beyond it), which a
     session-scoped server shared by many tests would soon reach; pass a small value to test that
-    error.
-    """
+    error."""
     return _start_node_server(
         "kinesalite",
         "kinesalite",
@@ -472,11 +470,9 @@ def start_kinesis_local(
 
     Its ``main.js`` reads its ports and durations from the environment, binds every interface
     (``tests/support/loopback.js`` rewrites that, as for kinesalite), exits without the
-    ``server.json``
-    certificate in its working folder (its package ships one: run it there), and prints nothing
-    unless ``LOG_LEVEL`` is set (INFO prints its "Starting ... Service" lines). Three of its
-    duration variables are read swapped: all are set to the same zero.
-    """
+    ``server.json`` certificate in its working folder (its package ships one: run it there), and
+    prints nothing unless ``LOG_LEVEL`` is set (INFO prints its "Starting ... Service" lines). Three
+    of its duration variables are read swapped: all are set to the same zero."""
     root = root or repo_root()
     package = root / "node_modules" / "kinesis-local"
     if not (package / "main.js").is_file():
