@@ -1,5 +1,5 @@
-"""Findings of the handler layer's review, each pinned by a test: a sink's refusal of the
-handler's own writes goes through the failure policy; records a policy disposed of under a sink
+"""The handler layer at its edges, each pinned by a test: a sink's refusal of the handler's
+own writes goes through the failure policy; records a policy disposed of under a sink
 move the sink's position; a blocking call on the inline runner gives up on close(); run() twice
 at once, and a sink in broadcast mode, are refused; the inline fast path counts as the
 invocation does. Unit-level where possible, the real engine (kinesalite + dynalite) otherwise."""

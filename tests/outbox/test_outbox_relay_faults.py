@@ -1,4 +1,4 @@
-"""The outbox relay under faults a first review missed: relays of another database on the
+"""The outbox relay under faults: relays of another database on the
 same PostgreSQL server, the LISTEN session dying while the relay waits on it, and a stream's
 encryption key disabled for a while (every entry refused with a KMS error).
 """
