@@ -20,8 +20,8 @@ from typing import Any
 from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
+from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from ..metrics import Metrics
-from . import lean
 from .futures import settle
 from .limits import RecordSizeLimits, refuse_over_limit
 from .options import ProducerOptions
@@ -42,6 +42,8 @@ class ProducerCore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stack = contextlib.AsyncExitStack()
         self._client: Any = None
+        # Set by open(): the transport the stream writers put and list shards through.
+        self._kinesis: KinesisTransport
         self._record_limits = RecordSizeLimits()
         self._writers: dict[str, StreamWriter] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -77,7 +79,8 @@ class ProducerCore:
         self._loop = asyncio.get_running_loop()
         self._room_event = asyncio.Event()
         self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
-        lean.install(self._client)
+        # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
+        self._kinesis = AwsKinesisTransport(self._client, lean=True)
 
     # -- any thread --
 
@@ -184,7 +187,7 @@ class ProducerCore:
         return reached
 
     def _start_writer(self, stream: str) -> StreamWriter:
-        writer = StreamWriter(stream, self._client, self.options, self)
+        writer = StreamWriter(stream, self._kinesis, self.options, self)
         self._writers[stream] = writer
         task = asyncio.get_running_loop().create_task(self._run_writer(writer))
         self._tasks[stream] = task
