@@ -35,7 +35,7 @@ from _wait import eventually  # noqa: E402
 from bench_core import REGION, bench_config, fill  # noqa: E402
 
 from kinesumer import AsyncKinesumer, ConsumerStats, create_state_table  # noqa: E402
-from kinesumer.engine.membership import LEGACY_ENV  # noqa: E402
+from kinesumer.group.membership import LEGACY_ENV  # noqa: E402
 from kinesumer.models import ClientInfo  # noqa: E402
 from kinesumer.statestore.dynamodb import client_item  # noqa: E402
 

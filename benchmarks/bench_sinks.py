@@ -44,9 +44,9 @@ from _standins import start_dynalite, start_kinesalite, start_moto  # noqa: E402
 from bench_core import Clock, bench_config, fill  # noqa: E402
 
 from kinesumer import Kinesumer, Record, create_state_table  # noqa: E402
-from kinesumer.engine.leases import Lease  # noqa: E402
 from kinesumer.handlers import Batch  # noqa: E402
 from kinesumer.models import Checkpoint, Position  # noqa: E402
+from kinesumer.read.progress import shard_lease  # noqa: E402
 from kinesumer.sinks import DynamoDBTransactions, PostgresPositions  # noqa: E402
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
@@ -215,7 +215,7 @@ def transaction_cost(conninfo: str, rows: int = BATCH, calls: int = 300) -> dict
     fenced position UPDATE). What the sink itself adds, apart from how calls are scheduled."""
     values = [("s", str(i), b"x" * 100) for i in range(rows)]
     sink = PostgresPositions(conninfo, table="bench_cost_positions")
-    lease = Lease(Checkpoint("cost", "shard", owner="bench", lease=1))
+    lease = shard_lease(Checkpoint("cost", "shard", owner="bench", lease=1))
     # The claim hook, through the engine seam a consumer would give it: creates the table and
     # fences the row with lease 1.
     engine = SimpleNamespace(config=SimpleNamespace(app="cost", broadcast=False), client_id="bench")

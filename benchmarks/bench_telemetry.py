@@ -50,13 +50,14 @@ def measure(mode: str, records: int) -> dict[str, Any]:
     """Seconds per record of one handler call in this process (best of 5 passes)."""
     if mode == "absent":
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]
-    from kinesumer import Config, telemetry
+    from kinesumer import Config
     from kinesumer.aws.clients import ClientFactory
-    from kinesumer.engine.leases import Lease
     from kinesumer.handlers.counters import HandlerCounters
     from kinesumer.handlers.invoke import Invocation
     from kinesumer.handlers.options import run_options
     from kinesumer.models import Checkpoint, Record
+    from kinesumer.observability import telemetry
+    from kinesumer.read.progress import shard_lease
 
     def handle(record: Record) -> None:
         pass
@@ -75,7 +76,7 @@ def measure(mode: str, records: int) -> dict[str, Any]:
         is_async=False,
     )
     invocation = Invocation(handle, options, ClientFactory(config), HandlerCounters("bench"), False)
-    lease = Lease(Checkpoint("orders", "shardId-000000000000"))
+    lease = shard_lease(Checkpoint("orders", "shardId-000000000000"))
     stopping = threading.Event()
     batch = [
         [Record("orders", "shardId-000000000000", f"{i:056d}", 0, str(i), b"x", None)]

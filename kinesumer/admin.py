@@ -7,7 +7,7 @@ read-modify-write conditional on the version read: a change that races another o
 again and retried, never lost. Members read the item every ``max(10 s, heartbeat_interval)``, in
 time slots aligned on the wall clock, so a control takes effect everywhere within about one slot
 and one tick. Members of a version without controls ignore them: while one is live, the others
-suspend pins and step-downs too (:mod:`kinesumer.engine.controls`).
+suspend pins and step-downs too (:mod:`kinesumer.group.controls`).
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ class Config:
         _check_number("client_timeout", self.client_timeout, 0.1)
         if self.client_timeout < 2 * self.heartbeat_interval:
             # A member fences itself 0.9 x client_timeout after its last landed heartbeat was
-            # sent (engine/heartbeat.py); at 2x the next heartbeat still has 0.8 x
+            # sent (group/heartbeat.py); at 2x the next heartbeat still has 0.8 x
             # heartbeat_interval to land, below that a little latency fences a healthy member.
             raise ConfigError(
                 "client_timeout",

@@ -15,6 +15,10 @@ Rules shared by every helper here:
 - Handlers are installed only in the main thread (Python allows nothing else); elsewhere the
   helpers do nothing, so library code may call them from any thread.
 - On exit the handlers that were installed before are put back, exactly (the same objects).
+- A SIGINT ignored when a helper is entered stays ignored: a background job of a
+  non-interactive shell (``cmd &`` in a script, ``nohup``, some CI runners) starts with SIGINT
+  ignored so that the terminal's Ctrl-C is not for it (Python installs no KeyboardInterrupt
+  handler then, and neither do these helpers); SIGTERM (``kill``) stops such a process.
 - A signal handler runs between two bytecodes of the main thread: the stop callback must be
   short and must not block (setting an ``Event`` or a flag is the intended use).
 """
@@ -41,7 +45,8 @@ def stop_on_signals(on_stop: Callable[[str], None]) -> Iterator[None]:
     """While inside, the first SIGINT or SIGTERM calls ``on_stop(name)`` (``name``:
     ``"SIGINT"`` or ``"SIGTERM"``) and nothing else: the program stops when it is ready to. A
     second one (of either kind) raises ``KeyboardInterrupt``: stop now, without the graceful
-    part. The previous handlers are restored on exit. Outside the main thread: does nothing.
+    part. The previous handlers are restored on exit. A SIGINT ignored on entry (a background
+    job) stays ignored. Outside the main thread: does nothing.
     """
     stopping = False
 
@@ -52,7 +57,7 @@ def stop_on_signals(on_stop: Callable[[str], None]) -> Iterator[None]:
         stopping = True
         on_stop(signal.Signals(signum).name)
 
-    with _installed(dict.fromkeys(STOP_SIGNALS, handle)):
+    with _installed(dict.fromkeys(_not_ignored_by_convention(STOP_SIGNALS), handle)):
         yield
 
 
@@ -69,21 +74,19 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def interrupt_on_sigint() -> Iterator[None]:
-    """While inside, SIGINT raises ``KeyboardInterrupt``, also in a process that started with
-    SIGINT ignored: a background job of a non-interactive shell (``cmd &`` in a script, some CI
-    runners) inherits SIGINT and SIGQUIT as ignored, and Python then installs no Ctrl-C handler,
-    so ``kill -INT`` would do nothing. Outside the main thread: nothing."""
-    with _installed({signal.SIGINT: signal.default_int_handler}):
-        yield
-
-
-@contextlib.contextmanager
 def signals_ignored() -> Iterator[None]:
     """While inside, SIGINT and SIGTERM are ignored: for cleanup that must not be cut short
     (stopping child processes). Outside the main thread: nothing."""
     with _installed(dict.fromkeys(STOP_SIGNALS, signal.SIG_IGN)):
         yield
+
+
+def _not_ignored_by_convention(signums: tuple[signal.Signals, ...]) -> list[signal.Signals]:
+    """``signums`` less a SIGINT that is ignored now. The ignored SIGINT of a background job is
+    the shell's decision (the terminal's Ctrl-C is for the foreground job), as Python and the JVM
+    respect it; an ignored SIGTERM is nobody's convention and is replaced."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    return [signum for signum in signums if not (signum == signal.SIGINT and ignored)]
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 import boto3
 
-from kinesumer.engine.efo_session import EfoTransport
+from kinesumer.read.efo_session import EfoTransport
 
 
 class FakeSubscribeError(Exception):

@@ -16,13 +16,13 @@ from _group import create_stream, make_config, setup_table
 from botocore.session import get_session
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.models import Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark.arrow import table_to_records
-from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.executor.read import read_with
+from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 
 def one_shard_stream(

@@ -133,12 +133,13 @@ def checkpoints(config: Config, stream: str) -> dict[str, dict[str, Any]]:
 
 def query_group(config: Config, checkpoint: str) -> Config:
     """``config`` with the app of the group the query of ``checkpoint`` (a checkpoint folder)
-    joined: ``<app>.spark-<ledger id>`` by default (kinesumer.spark.source.groups), the ledger
+    joined: ``<app>.spark-<ledger id>`` by default
+    (kinesumer.spark.source.driver.groups), the ledger
     id read from the first offset Spark wrote there."""
     import json
     from pathlib import Path
 
-    from kinesumer.spark.source.groups import group_of
+    from kinesumer.spark.source.driver.groups import group_of
 
     lines = (Path(checkpoint) / "offsets" / "0").read_text().splitlines()
     return config.replace(app=group_of(config.app, json.loads(lines[-1])["query"], False))

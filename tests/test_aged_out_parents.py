@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kinesumer.engine.shard_sync import ShardSync
+from kinesumer.group.shard_sync import ShardSync
 from kinesumer.models import Checkpoint, Shard
 from kinesumer.statestore.base import ShardCache
 

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from kinesumer.aio_timeout import await_within
 from kinesumer.config import Config
-from kinesumer.engine.delivery import Cursor
-from kinesumer.engine.engine import Engine
-from kinesumer.engine.leases import Lease
 from kinesumer.kinesis.transport import AwsKinesisTransport
 from kinesumer.models import Checkpoint, Record
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
 from kinesumer.producer.stream import StreamWriter
+from kinesumer.read.delivery import Cursor
+from kinesumer.read.engine import Engine
+from kinesumer.read.progress import ShardLease, shard_lease
+from kinesumer.runtime.aio_timeout import await_within
 
 STREAM, SHARD = "s", "shardId-000000000000"
 
@@ -70,12 +70,14 @@ class PollOnly(Engine):
 
     def __init__(self) -> None:  # no AWS, no tasks: poll alone is under test
         self.cursor = Cursor(Config(app="a", dynamodb_table="state").auto_commit)  # the default
-        self.batches: asyncio.Queue[asyncio.Future[tuple[Lease, list[Record]]]] = asyncio.Queue()
+        self.batches: asyncio.Queue[asyncio.Future[tuple[ShardLease, list[Record]]]] = (
+            asyncio.Queue()
+        )
         self.asked = 0
 
-    async def next_batch(self) -> tuple[Lease, list[Record]]:
+    async def next_batch(self) -> tuple[ShardLease, list[Record]]:
         self.asked += 1
-        batch: asyncio.Future[tuple[Lease, list[Record]]] = (
+        batch: asyncio.Future[tuple[ShardLease, list[Record]]] = (
             asyncio.get_running_loop().create_future()
         )
         self.batches.put_nowait(batch)
@@ -86,7 +88,7 @@ async def test_poll_cancelled_as_a_batch_arrives_raises_the_cancellation() -> No
     """A consumer task cancelled while ``poll`` waits must end, even when its cancellation lands
     with the batch: with ``wait_for`` poll returned the records and the task ran on."""
     engine = PollOnly()
-    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
     record = Record(STREAM, SHARD, "1", 0, "k", b"one", None)
     task = asyncio.create_task(engine.poll(1, 30))
     batch = await asyncio.wait_for(engine.batches.get(), 5)

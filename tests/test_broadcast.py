@@ -36,7 +36,7 @@ from kinesumer import (
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.consumer.base import engine_of
 from kinesumer.statestore import DynamoDBStateStore
-from kinesumer.statestore.dynamodb.positions import SavedPosition
+from kinesumer.statestore.base import SavedPosition
 
 Names = Callable[[str], str]
 

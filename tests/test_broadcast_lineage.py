@@ -1,15 +1,15 @@
 """Broadcast mode's plan when a parent left the shard listing (issue 17, item 1c): a position
 the member saved in it counts as following its lineage, so its children start at TRIM_HORIZON
-rather than as roots at LATEST. Pure: :class:`~kinesumer.engine.broadcast_plan.ShardPlan`.
+rather than as roots at LATEST. Pure: :class:`~kinesumer.read.broadcast_plan.ShardPlan`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kinesumer.engine.broadcast_plan import ShardPlan
 from kinesumer.models import Position, Shard
-from kinesumer.statestore.dynamodb.positions import SavedPosition
+from kinesumer.read.broadcast_plan import ShardPlan
+from kinesumer.statestore.base import SavedPosition
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ On Python 3.10 and 3.11, ``asyncio.wait_for`` returns normally when its caller i
 the moment the awaited thing finishes (CPython gh-86296). A loop around it (the async runner
 waiting for its wake-up event, a watchdog, a flush loop) then never sees the cancellation and
 runs for ever: a task cancelled from outside, such as ``AsyncKinesumer.run()`` under a
-``TaskGroup`` or at ``asyncio.run`` shutdown, hung. :func:`kinesumer.engine.supervisor.wait_done`
+``TaskGroup`` or at ``asyncio.run`` shutdown, hung. :func:`kinesumer.runtime.supervisor.wait_done`
 is the one bounded wait those loops use.
 """
 
@@ -19,7 +19,7 @@ from _group import create_stream, make_config, put, setup_table
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer.engine.supervisor import wait_done
+from kinesumer.runtime.supervisor import wait_done
 
 
 async def _loop_until_cancelled(event: asyncio.Event, rounds: list[int]) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _signals import as_from_a_terminal
 from _wait import wait_until
 
 from kinesumer import cli
@@ -27,8 +28,11 @@ def _shell_env(env_file: Path) -> dict[str, str]:
 def test_local_aws_serves_a_users_own_commands_until_interrupted(tmp_path: Path) -> None:
     env_file = tmp_path / "local-aws.env"
     server = subprocess.Popen(
-        [sys.executable, "-m", "kinesumer.cli", "local-aws", "--region", "eu-west-1",
-         "--stream", "orders:2", "--table", "kinesumer-state", "--env-file", str(env_file)],
+        # Stopped by SIGINT below, as a terminal's Ctrl-C: started as from a terminal.
+        as_from_a_terminal(
+            [sys.executable, "-m", "kinesumer.cli", "local-aws", "--region", "eu-west-1",
+             "--stream", "orders:2", "--table", "kinesumer-state", "--env-file", str(env_file)]
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

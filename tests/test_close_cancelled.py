@@ -19,10 +19,10 @@ import pytest
 from _faultproxy import Fault, FaultProxy
 from _group import Member, create_stream, datas, make_config, put
 from _group import setup_table as create_table
+from _signals import sigint_raises
 from _wait import eventually, wait_until
 
 from kinesumer import Kinesumer, Record
-from kinesumer.signals import interrupt_on_sigint
 
 
 async def test_a_close_cancelled_during_its_handoff_still_ends_the_member(
@@ -125,7 +125,7 @@ def test_a_sync_close_interrupted_during_its_handoff_still_ends_the_member(
     threading.Thread(target=interrupt_once_held, daemon=True).start()
     # SIGINT raises KeyboardInterrupt also where the suite runs as a background job (started
     # with SIGINT ignored: Python then installs no handler of its own).
-    with interrupt_on_sigint(), pytest.raises(KeyboardInterrupt):
+    with sigint_raises(), pytest.raises(KeyboardInterrupt):
         consumer.close()
     # Before: the close was abandoned with the stopped loop, "closing" and heartbeating on.
     assert consumer.stats().state == "closed"

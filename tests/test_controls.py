@@ -28,7 +28,7 @@ from kinesumer.core.controls import (
     merge,
     split_pins,
 )
-from kinesumer.engine import controls as engine_controls
+from kinesumer.group import controls as engine_controls
 from kinesumer.statestore.dynamodb.controls import (
     controls_condition,
     controls_item,

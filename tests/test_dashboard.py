@@ -1,7 +1,8 @@
 """The Grafana dashboard (dashboards/kinesumer.json) against the metrics the library exports.
 
 The exported names are not copied from metrics.py: every method of the engine's
-:class:`~kinesumer.metrics.Metrics` is called on a :class:`~kinesumer.metrics.PrometheusMetrics`
+:class:`~kinesumer.observability.metrics.Metrics` is called on a
+:class:`~kinesumer.observability.metrics.PrometheusMetrics`
 with its own registry, and the samples it then serves are collected (``_total``, ``_bucket``...
 as Prometheus sees them). Every query of the dashboard (panels and variables) must name only
 those, with labels they carry; every exported family must be shown somewhere; and the JSON
@@ -21,7 +22,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import CollectorRegistry
 
-from kinesumer.metrics import Metrics, PrometheusMetrics
+from kinesumer.observability.metrics import Metrics, PrometheusMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "dashboards" / "kinesumer.json"
 

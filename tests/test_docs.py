@@ -176,11 +176,12 @@ def test_every_config_field_is_on_the_configuration_page() -> None:
 
 
 def test_every_prometheus_metric_is_documented() -> None:
-    """Every metric kinesumer declares (kinesumer/metric_families.py, and metrics.py which
-    records into them) is named on a page (Metrics and logs, or the page of what it counts), as
-    Prometheus exposes it (counters with ``_total``)."""
+    """Every metric kinesumer declares (kinesumer/observability/metric_families.py, and metrics.py
+    which records into them) is named on a page (Metrics and logs, or the page of what it
+    counts), as Prometheus exposes it (counters with ``_total``)."""
     source = "\n".join(
-        (ROOT / "kinesumer" / name).read_text() for name in ("metrics.py", "metric_families.py")
+        (ROOT / "kinesumer" / "observability" / name).read_text()
+        for name in ("metrics.py", "metric_families.py")
     )
     declared = set(re.findall(r'"(kinesumer_[a-z_]+)"', source))
     site = "\n".join(page.read_text() for page in pages())

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesumer.core import done_ranges
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers.progress import LowWater
 from kinesumer.models import Checkpoint, Position, Record
+from kinesumer.read.progress import shard_lease
 
 #: Records of one shard: (sequence number, sub-sequence number), some inside KPL aggregates.
 _SHARD = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 4)), min_size=1, max_size=60).map(
@@ -97,51 +97,51 @@ def test_a_mark_inside_an_inherited_run_keeps_it_readable() -> None:
         _position(key(100)), [(key(105), key(110)), (key(120), key(125))]
     )
     checkpoint = Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=inherited)
-    lease = Lease(checkpoint)
+    lease = shard_lease(checkpoint)
     tracker = LowWater(lease)
     own = []
     for n in range(101, 108):  # what the dispatcher does with a fetched batch
         record = Record("s", "shard", str(seq + n), 0, "k", b"", None)
-        assert lease.mark_delivered(record)
-        if lease.skipping and lease.already_done(record):
+        assert lease.progress.mark_delivered(record)
+        if lease.progress.skipping and lease.progress.already_done(record):
             tracker.finish(tracker.admit(record))
         else:
             own.append(tracker.admit(record))
     for entry in own:
         tracker.finish(entry)
-    position, runs = lease.done_marks()
+    position, runs = lease.progress.done_marks()
     assert position == _position(key(107))
     blob, count = done_ranges.encode(position, runs)
     assert count == len(runs)
     base, _ = done_ranges.decode(blob)
     assert base == position
     # The third owner reads after 107 and skips 108-110 and 120-125, nothing else.
-    third = Lease(Checkpoint("s", "shard", str(seq + 107), 0, "c", 3, done=blob))
+    third = shard_lease(Checkpoint("s", "shard", str(seq + 107), 0, "c", 3, done=blob))
     skipped = [
         n
         for n in range(108, 130)
-        if third.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
+        if third.progress.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
     ]
     assert skipped == [108, 109, 110, *range(120, 126)]
 
 
 def test_consume_face_stopping_inside_an_inherited_run_keeps_it_readable() -> None:
-    """The same through ``consume()``'s path (:meth:`Lease.skip_done`, no handler tracker):
+    """The same through ``consume()``'s path (:meth:`ShardProgress.skip_done`, no handler tracker):
     the next owner passed 101-107 of A's run 101-110 when its checkpoint was written."""
     seq = 49_600_000_000_000_000_000_000_000_000
     inherited, _ = done_ranges.encode(_position((seq + 100, 0)), [((seq + 101, 0), (seq + 110, 0))])
-    lease = Lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=inherited))
+    lease = shard_lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=inherited))
     for n in range(101, 108):
         record = Record("s", "shard", str(seq + n), 0, "k", b"", None)
-        assert lease.already_done(record) and lease.skip_done(record)
-    position, runs = lease.done_marks()
+        assert lease.progress.already_done(record) and lease.progress.skip_done(record)
+    position, runs = lease.progress.done_marks()
     assert position == _position((seq + 107, 0))
     blob, _ = done_ranges.encode(position, runs)
-    third = Lease(Checkpoint("s", "shard", str(seq + 107), 0, "c", 3, done=blob))
+    third = shard_lease(Checkpoint("s", "shard", str(seq + 107), 0, "c", 3, done=blob))
     assert [
         n
         for n in range(108, 112)
-        if third.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
+        if third.progress.already_done(Record("s", "shard", str(seq + n), 0, "k", b"", None))
     ] == [108, 109, 110]
 
 
@@ -153,13 +153,13 @@ def test_skipping_the_first_records_of_a_lease_moves_its_mark() -> None:
     ``handoff_timeout`` and a closed shard was never finished."""
     seq = 49_600_000_000_000_000_000_000_000_000
     blob, _ = done_ranges.encode(_position((seq + 100, 0)), [((seq + 100, 0), (seq + 110, 0))])
-    lease = Lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=blob))
+    lease = shard_lease(Checkpoint("s", "shard", str(seq + 100), 0, "b", 2, done=blob))
     last = _position((seq + 110, 0))
     for n in range(101, 111):
         record = Record("s", "shard", str(seq + n), 0, "k", b"", None)
-        assert lease.already_done(record) and lease.skip_done(record)
-    lease.mark_fetched(last)
-    lease.mark_end()
-    assert lease.processed == last
-    assert not lease.in_hand
-    assert lease.drained
+        assert lease.progress.already_done(record) and lease.progress.skip_done(record)
+    lease.progress.mark_fetched(last)
+    lease.progress.mark_end()
+    assert lease.progress.processed == last
+    assert not lease.progress.in_hand
+    assert lease.progress.drained

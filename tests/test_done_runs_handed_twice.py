@@ -15,10 +15,10 @@ from typing import Any
 
 from _group import make_config, setup_table, state_store
 
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.leases import Lease
+from kinesumer.group.checkpointer import Checkpointer
 from kinesumer.handlers.progress import LowWater
 from kinesumer.models import Position, Record
+from kinesumer.read.progress import shard_lease
 
 SEQ = 49_600_000_000_000_000_000_000_000_000
 
@@ -40,8 +40,8 @@ async def test_a_run_passed_in_part_is_still_skipped_by_the_third_owner(
         # A: checkpoint at 100, 101 undone (an abandoned call), 102-110 and 115-120 done.
         claimed = await store.claim("s", "shard-0", "a", None)
         assert claimed is not None
-        a = Lease(claimed)
-        a.set_done_source(
+        a = shard_lease(claimed)
+        a.progress.set_done_source(
             lambda: (Position(str(SEQ + 100)), [(key(102), key(110)), (key(115), key(120))])
         )
         assert await Checkpointer(store, "a").write(a, release=True)
@@ -49,26 +49,26 @@ async def test_a_run_passed_in_part_is_still_skipped_by_the_third_owner(
         seen = (await store.get_checkpoints("s", ["shard-0"]))["shard-0"]
         claimed = await store.claim("s", "shard-0", "b", seen)
         assert claimed is not None
-        b = Lease(claimed)
-        assert b.skipping
+        b = shard_lease(claimed)
+        assert b.progress.skipping
         tracker = LowWater(b)
         own = []
         for n in range(101, 108):
-            assert b.mark_delivered(record(n))
-            if b.skipping and b.already_done(record(n)):
+            assert b.progress.mark_delivered(record(n))
+            if b.progress.skipping and b.progress.already_done(record(n)):
                 tracker.finish(tracker.admit(record(n)))
             else:
                 own.append(tracker.admit(record(n)))
         assert len(own) == 1
         tracker.finish(own[0])
-        assert b.processed == Position(str(SEQ + 107))
+        assert b.progress.processed == Position(str(SEQ + 107))
         assert await Checkpointer(store, "b").write(b, release=True)
         # C: resumes after 107 and skips exactly what A and B finished.
         seen = (await store.get_checkpoints("s", ["shard-0"]))["shard-0"]
         assert seen.sequence_number == str(SEQ + 107)
         claimed = await store.claim("s", "shard-0", "c", seen)
         assert claimed is not None
-        c = Lease(claimed)
-        assert c.skipping, "C ignores the done runs B wrote (unreadable)"
-        skipped = [n for n in range(108, 125) if c.already_done(record(n))]
+        c = shard_lease(claimed)
+        assert c.progress.skipping, "C ignores the done runs B wrote (unreadable)"
+        skipped = [n for n in range(108, 125) if c.progress.already_done(record(n))]
         assert skipped == [108, 109, 110, *range(115, 121)]

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from kinesumer.config import Config
-from kinesumer.engine import efo_fallback, efo_fetcher
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.efo_fetcher import EfoShardFetcher
-from kinesumer.engine.leases import Lease
 from kinesumer.kinesis.kpl import to_records
 from kinesumer.kinesis.reader import ShardBatch
-from kinesumer.metrics import Metrics
 from kinesumer.models import Checkpoint, Position, Record
+from kinesumer.observability.metrics import Metrics
+from kinesumer.read import efo_fallback, efo_fetcher
+from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.efo_fetcher import EfoShardFetcher
+from kinesumer.read.progress import ShardLease, shard_lease
 
 STREAM, SHARD = "s", "shardId-000000000000"
 
@@ -123,7 +123,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fetcher(
-    shard: Shard, lease: Lease, buffer: RecordBuffer, subscriber: Any = None
+    shard: Shard, lease: ShardLease, buffer: RecordBuffer, subscriber: Any = None
 ) -> EfoShardFetcher:
     """An enhanced fan-out fetcher of ``shard`` (subscriptions from ``subscriber`` if given)."""
 
@@ -149,10 +149,10 @@ def fetcher(
     )
 
 
-async def stop(lease: Lease, task: asyncio.Task[None]) -> None:
+async def stop(lease: ShardLease, task: asyncio.Task[None]) -> None:
     """As a handoff does: the lease ends, then the fetcher is cancelled (a cancellation alone
     can be lost in Python 3.11's ``asyncio.wait_for`` when the awaited event lands with it)."""
-    lease.begin_handoff()
+    lease.claim.begin_handoff()
     task.cancel()
     await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
 
@@ -173,12 +173,12 @@ async def test_a_checkpointed_record_polled_again_is_not_replayed_by_the_next_su
     checkpointed record again (skipped: it was processed) and nothing else. The subscription
     after polling must still skip it (AT the checkpoint) or start after it."""
     shard = Shard(records=[raw(100)])
-    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="100", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(STREAM, SHARD, sequence_number="100", owner="m", lease=1))
     buffer = RecordBuffer(1000, 1 << 20)
     task = asyncio.create_task(fetcher(shard, lease, buffer).run())
     try:
-        await until(lambda: lease.efo_polling, "polling")
-        await until(lambda: not lease.efo_polling, "subscriptions again")
+        await until(lambda: lease.progress.efo_polling, "polling")
+        await until(lambda: not lease.progress.efo_polling, "subscriptions again")
         shard.refusing = False
         shard.records.append(raw(101))
         got = await read(buffer, 1)
@@ -214,7 +214,7 @@ async def test_empty_events_while_behind_are_a_stall_only_when_the_continuation_
     quick: None, moving: bool
 ) -> None:
     subscriber = Behind(moving)
-    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="100", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(STREAM, SHARD, sequence_number="100", owner="m", lease=1))
     buffer = RecordBuffer(1000, 1 << 20)
     efo = fetcher(Shard(records=[raw(100)], refusing=False), lease, buffer, subscriber)
     task = asyncio.create_task(efo.run())
@@ -257,7 +257,7 @@ async def test_waiting_for_room_in_the_buffer_is_no_stall(quick: None) -> None:
     STALL_AFTER (our own backpressure), then the subscription resets. Not a stall."""
     subscriber = Reset([Event([raw(i) for i in range(1, 11)], "10", 0)])
     subscriber.first.append(Event([raw(i) for i in range(11, 21)], "20", 0))
-    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
     buffer = RecordBuffer(10, 1 << 20)  # the first event fills it
     efo = fetcher(Shard(refusing=False), lease, buffer, subscriber)
     task = asyncio.create_task(efo.run())
@@ -269,7 +269,7 @@ async def test_waiting_for_room_in_the_buffer_is_no_stall(quick: None) -> None:
     finally:
         await stop(lease, task)
     assert [r.sequence_number for r in got] == [str(i) for i in range(1, 21)]
-    assert (efo.stalls, lease.efo_stalls) == (0, 0)
+    assert (efo.stalls, lease.progress.efo_stalls) == (0, 0)
 
 
 @dataclass
@@ -301,13 +301,13 @@ async def test_a_fetcher_cancelled_as_an_event_arrives_stops_while_its_lease_is_
     """Python 3.11's ``asyncio.wait_for`` returns the event and drops a cancellation that lands
     with it; the fetcher must stop on the cancellation alone (the lease stays ACTIVE)."""
     subscriber = CancelledOnArrival()
-    lease = Lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(STREAM, SHARD, sequence_number="0", owner="m", lease=1))
     buffer = RecordBuffer(1000, 1 << 20)
     task = asyncio.create_task(fetcher(Shard(refusing=False), lease, buffer, subscriber).run())
     subscriber.task = task
     try:
         await until(lambda: task.done() or subscriber.asked_after_cancel, "the fetcher ended")
-        assert lease.deliverable
+        assert lease.claim.deliverable
     finally:
         await stop(lease, task)
     assert not subscriber.asked_after_cancel

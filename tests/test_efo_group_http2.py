@@ -23,8 +23,8 @@ from botocore.credentials import Credentials
 from kinesumer import Config, Record
 from kinesumer.aws import RequestStats
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.efo_session import EfoTransport
 from kinesumer.kinesis.efo.subscriber import ShardSubscriber
+from kinesumer.read.efo_session import EfoTransport
 
 RECORDS = 300
 

@@ -19,12 +19,12 @@ from _group import create_stream, make_config, put, split_in_two
 from _read_ahead import kinesis_client
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.efo_fallback import EndCheck, PollingInterlude, ResumePoint
-from kinesumer.engine.leases import Lease
 from kinesumer.kinesis.reader import KinesisReader
-from kinesumer.metrics import Metrics
 from kinesumer.models import Checkpoint, Record
+from kinesumer.observability.metrics import Metrics
+from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.efo_fallback import EndCheck, PollingInterlude, ResumePoint
+from kinesumer.read.progress import ShardLease, shard_lease
 
 SHARD = "shardId-000000000000"
 PAGES = {
@@ -91,8 +91,10 @@ async def read(buffer: RecordBuffer, count: int, ended: asyncio.Task[bool]) -> l
 async def test_the_polling_interlude_reads_through_a_page(shard: Shard, page: str) -> None:
     """A stalled shard polled from after its first record; the page answers the second
     GetRecords: every record is buffered and the shard is not ended."""
-    ends: list[Lease] = []
-    lease = Lease(Checkpoint(shard.stream, SHARD, sequence_number=shard.first, owner="m", lease=1))
+    ends: list[ShardLease] = []
+    lease = shard_lease(
+        Checkpoint(shard.stream, SHARD, sequence_number=shard.first, owner="m", lease=1)
+    )
     buffer = RecordBuffer(1000, 1 << 20)
     resume = ResumePoint(
         {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": shard.first}, None, None, None
@@ -108,12 +110,12 @@ async def test_the_polling_interlude_reads_through_a_page(shard: Shard, page: st
         try:
             got = await read(buffer, 100, task)
         finally:
-            lease.begin_handoff()
+            lease.claim.begin_handoff()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     assert rule.fired == 1
     assert [r.data for r in got] == shard.produced
-    assert not ends and not lease.reached_end
+    assert not ends and not lease.progress.reached_end
 
 
 async def test_the_end_check_of_a_closed_shard_is_not_fooled_by_a_page(shard: Shard) -> None:

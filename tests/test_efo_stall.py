@@ -24,8 +24,8 @@ from _wait import eventually
 from kinesumer import Record
 from kinesumer.cli import main as cli_main
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine import efo_fallback, efo_fetcher
 from kinesumer.models import ClientInfo
+from kinesumer.read import efo_fallback, efo_fetcher
 from kinesumer.statestore.dynamodb.codecs import (
     CLIENT_ITEM_BUDGET,
     MAX_STALLED_REPORTED,

@@ -18,7 +18,7 @@ from _group import setup_table as create_table
 from _wait import wait_until
 
 from kinesumer import Kinesumer
-from kinesumer.engine.external import ExternalReadMember, OwnedShard
+from kinesumer.group.external import ExternalReadMember, OwnedShard
 from kinesumer.models import Checkpoint, Position
 
 Names = Callable[[str], str]

@@ -1,24 +1,27 @@
-"""The engine's lifecycle and the lease's, as written down in engine/lifecycle.py and
-engine/leases.py: every transition, without I/O."""
+"""The engine's lifecycle and the lease's, as written down in runtime/lifecycle.py and
+group/leases.py: every transition, without I/O."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from kinesumer.engine.leases import Lease, LeaseStatus
-from kinesumer.engine.lifecycle import EngineState, Lifecycle
 from kinesumer.errors import ConsumerClosedError
+from kinesumer.group.external import BatchProgress
+from kinesumer.group.leases import Claim, LeaseStatus
 from kinesumer.models import Checkpoint, Position, Record
+from kinesumer.read.progress import ShardLease, ShardProgress, shard_lease
+from kinesumer.runtime.lifecycle import EngineState, Lifecycle
 
 
 def record(sequence: str) -> Record:
     return Record("s", "shard-0", sequence, 0, "k", b"x", None)
 
 
-def lease(sequence: str | None = None) -> Lease:
-    return Lease(Checkpoint("s", "shard-0", sequence, owner="me", lease=1))
+def lease(sequence: str | None = None) -> ShardLease:
+    return shard_lease(Checkpoint("s", "shard-0", sequence, owner="me", lease=1))
 
 
 def state(lifecycle: Lifecycle) -> EngineState:
@@ -26,8 +29,8 @@ def state(lifecycle: Lifecycle) -> EngineState:
     return lifecycle.state
 
 
-def status(held: Lease) -> LeaseStatus:
-    return held.status
+def status(held: ShardLease) -> LeaseStatus:
+    return held.claim.status
 
 
 def test_every_state_has_a_message() -> None:
@@ -104,65 +107,102 @@ async def test_a_close_during_the_join_waits_for_it_and_can_be_cancelled() -> No
 def test_a_lease_resumes_after_its_checkpoint() -> None:
     resumed = lease("42")
     assert status(resumed) is LeaseStatus.ACTIVE
-    assert resumed.processed == resumed.checkpointed == Position("42", 0)
-    assert not resumed.in_hand
+    assert resumed.progress.processed == resumed.claim.checkpointed == Position("42", 0)
+    assert not resumed.progress.in_hand
 
 
 def test_delivered_then_processed_or_committed() -> None:
     held = lease()
-    assert held.mark_delivered(record("1"))
-    assert held.in_hand and held.delivered == Position("1", 0)
-    held.mark_processed(Position("1", 0))
-    assert not held.in_hand
-    assert held.mark_delivered(record("2"))
-    held.commit_delivered()
-    assert held.processed == Position("2", 0) and not held.in_hand
-    assert held.mark_delivered(record("3"))
-    held.discard_delivered()  # never processed: delivered again by the next owner
-    assert held.delivered == Position("2", 0) and not held.in_hand
+    assert held.progress.mark_delivered(record("1"))
+    assert held.progress.in_hand and held.progress.delivered == Position("1", 0)
+    held.progress.mark_processed(Position("1", 0))
+    assert not held.progress.in_hand
+    assert held.progress.mark_delivered(record("2"))
+    held.progress.commit_delivered()
+    assert held.progress.processed == Position("2", 0) and not held.progress.in_hand
+    assert held.progress.mark_delivered(record("3"))
+    held.progress.discard_delivered()  # never processed: delivered again by the next owner
+    assert held.progress.delivered == Position("2", 0) and not held.progress.in_hand
 
 
 def test_a_handoff_stops_deliveries_and_ends_released() -> None:
     held = lease()
-    assert held.begin_handoff()
+    assert held.claim.begin_handoff()
     assert status(held) is LeaseStatus.REVOKING
-    assert not held.mark_delivered(record("1"))  # dropped: the next owner reads it
-    held.release()
+    assert not held.progress.mark_delivered(record("1"))  # dropped: the next owner reads it
+    held.claim.release()
     assert status(held) is LeaseStatus.RELEASED
-    assert not held.begin_handoff()  # already ended
-    assert not held.lose()  # a released lease is not lost
+    assert not held.claim.begin_handoff()  # already ended
+    assert not held.claim.lose()  # a released lease is not lost
 
 
 def test_a_fenced_lease_is_lost_once() -> None:
     held = lease()
-    held.fence()  # the delivery side, on any thread
-    assert status(held) is LeaseStatus.LOST and not held.deliverable
-    assert held.lose()  # the checkpointer handles the loss once
-    assert not held.lose()
-    assert not held.begin_handoff()
+    held.claim.fence()  # the delivery side, on any thread
+    assert status(held) is LeaseStatus.LOST and not held.claim.deliverable
+    assert held.claim.lose()  # the checkpointer handles the loss once
+    assert not held.claim.lose()
+    assert not held.claim.begin_handoff()
 
 
 def test_finishing_needs_the_end_and_everything_processed() -> None:
     held = lease()
-    assert held.mark_delivered(record("5"))
-    held.mark_fetched(Position("5", 0))
-    assert not held.drained  # not at SHARD_END
-    held.mark_end()
-    assert not held.drained  # record 5 is in hand
-    held.mark_processed(Position("5", 0))
-    assert held.drained
-    held.finish()
-    assert status(held) is LeaseStatus.RELEASED and held.finished
+    assert held.progress.mark_delivered(record("5"))
+    held.progress.mark_fetched(Position("5", 0))
+    assert not held.progress.drained  # not at SHARD_END
+    held.progress.mark_end()
+    assert not held.progress.drained  # record 5 is in hand
+    held.progress.mark_processed(Position("5", 0))
+    assert held.progress.drained
+    held.claim.finish()
+    assert status(held) is LeaseStatus.RELEASED and held.claim.finished
 
 
 def test_a_batch_read_elsewhere_is_in_hand_until_it_ends() -> None:
-    held = lease()
-    held.begin_batch()
-    held.begin_batch()
-    assert held.in_hand
-    held.end_batch()
-    assert held.in_hand  # one still open
-    held.mark_end()
-    assert not held.drained
-    held.end_batch()
-    assert not held.in_hand and held.drained
+    progress = BatchProgress(Claim(Checkpoint("s", "shard-0", owner="me", lease=1)))
+    progress.begin_batch()
+    progress.begin_batch()
+    assert progress.in_hand
+    progress.end_batch()
+    assert progress.in_hand  # one still open
+    progress.complete_batch(Position("5", 0), finished=True)
+    assert not progress.drained
+    progress.end_batch()
+    assert not progress.in_hand and progress.drained and progress.processed == Position("5", 0)
+    progress.complete_batch(Position("4", 0), finished=False)  # a late, older batch
+    assert progress.processed == Position("5", 0)
+
+
+class WatchedLock:
+    """A lock that says when someone starts to take it."""
+
+    def __init__(self) -> None:
+        self.inner = threading.Lock()
+        self.entering = threading.Event()
+
+    def __enter__(self) -> None:
+        self.entering.set()
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+def test_the_admission_and_a_status_change_take_the_claims_one_lock() -> None:
+    """ "Still deliverable? then delivered" must not interleave with a status change: the
+    progress takes the claim's lock for it, so an admission that waits on a handoff in
+    progress sees the handoff's result and delivers nothing."""
+    claim = Claim(Checkpoint("s", "shard-0", owner="me", lease=1))
+    watched = WatchedLock()
+    claim.lock = watched  # type: ignore[assignment]
+    progress = ShardProgress(claim)
+    admitted: list[bool] = []
+    with watched.inner:  # a status change in progress holds the lock
+        thread = threading.Thread(
+            target=lambda: admitted.append(progress.mark_delivered(record("1")))
+        )
+        thread.start()
+        assert watched.entering.wait(30), "the admission did not take the claim's lock"
+        claim.status = LeaseStatus.REVOKING  # what begin_handoff does under the lock
+    thread.join()
+    assert admitted == [False] and progress.delivered is None

@@ -27,7 +27,7 @@ from _wait import eventually
 
 from kinesumer import Config, ConsumerStats, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.membership import LEGACY_ENV, Membership
+from kinesumer.group.membership import LEGACY_ENV, Membership
 from kinesumer.models import ClientInfo
 
 Names = Callable[[str], str]

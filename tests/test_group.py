@@ -470,13 +470,13 @@ async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
     """The bound holds with many fetchers: each reserves its fair share of it (its GetRecords
     Limit) before calling, reservations plus buffered records never exceed the bound, and a
     used or released reservation makes room again."""
-    from kinesumer.engine.buffer import RecordBuffer
-    from kinesumer.engine.leases import Lease
     from kinesumer.models import Checkpoint
+    from kinesumer.read.buffer import RecordBuffer
+    from kinesumer.read.progress import shard_lease
 
     buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
     buffer.fetchers = 2
-    lease = Lease(Checkpoint("s", "shard-0", owner="c", lease=1))
+    lease = shard_lease(Checkpoint("s", "shard-0", owner="c", lease=1))
     first = await buffer.reserve(80)
     second = await buffer.reserve(80)
     assert (first, second) == (50, 50)  # a fair share each, not scan_limit each
@@ -497,7 +497,7 @@ async def test_buffer_reservations_bound_buffered_plus_in_flight() -> None:
 async def test_a_waiting_fetcher_needs_only_the_current_fair_share() -> None:
     """A fetcher that began waiting while few shards were fetched (a big share) is served as
     soon as today's share is free, not starved behind fetchers with smaller shares."""
-    from kinesumer.engine.buffer import RecordBuffer
+    from kinesumer.read.buffer import RecordBuffer
 
     buffer = RecordBuffer(max_records=100, max_bytes=1 << 20)
     buffer.fetchers = 1

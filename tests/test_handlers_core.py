@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesumer import ConfigError
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers.options import Batch, run_options
 from kinesumer.handlers.policies import Discard, Stop
 from kinesumer.handlers.progress import LowWater
 from kinesumer.handlers.scheduler import Call, Scheduler
 from kinesumer.models import Checkpoint, Record
+from kinesumer.read.progress import ShardLease, shard_lease
 
 
 def record(seq: int, key: str = "k", shard: str = "shard-0") -> Record:
@@ -128,8 +128,8 @@ def test_scheduler_drop_forgets_waiting_records_only() -> None:
 
 
 # -- the low-water tracker -------------------------------------------------------------------
-def lease() -> Lease:
-    return Lease(Checkpoint("s", "shard-0", owner="me", lease=1))
+def lease() -> ShardLease:
+    return shard_lease(Checkpoint("s", "shard-0", owner="me", lease=1))
 
 
 @settings(max_examples=200, deadline=None)
@@ -142,7 +142,7 @@ def test_low_water_never_passes_an_unfinished_record(order: list[int], finished:
     for i in order[:finished]:
         tracker.finish(entries[i])
         done.add(i)
-        processed = owned.processed
+        processed = owned.progress.processed
         prefix = 0
         while prefix in done:
             prefix += 1
@@ -163,15 +163,18 @@ def test_low_water_from_many_threads_ends_at_the_last_record() -> None:
     def finish(part: list[Any]) -> None:
         for entry in reversed(part):
             tracker.finish(entry)
-            if owned.processed is not None:
-                marks.append(int(owned.processed.sequence_number))
+            if owned.progress.processed is not None:
+                marks.append(int(owned.progress.processed.sequence_number))
 
     threads = [threading.Thread(target=finish, args=(part,)) for part in parts]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert owned.processed is not None and int(owned.processed.sequence_number) == 3999
+    assert (
+        owned.progress.processed is not None
+        and int(owned.progress.processed.sequence_number) == 3999
+    )
     assert tracker.pending == 0
 
 
@@ -260,7 +263,7 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
     from prometheus_client import CollectorRegistry
 
     from kinesumer.handlers.counters import HandlerCounters
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
     counters = HandlerCounters("orders", PrometheusMetrics("app", "c1", registry))
@@ -278,22 +281,22 @@ def test_handler_counters_feed_stats_and_prometheus() -> None:
 
 # -- the dispatcher's bookkeeping --------------------------------------------------------------
 def dispatch_for(**changes: Any) -> Any:
-    from kinesumer.engine.delivery import Cursor
     from kinesumer.handlers.dispatch import Dispatch
+    from kinesumer.read.delivery import Cursor
 
     options = run_options(handle, is_async=False, **{**GOOD, **changes})
     return Dispatch(options, Cursor(auto_commit=True))
 
 
-def shard_lease(shard: str) -> Lease:
-    return Lease(Checkpoint("s", shard, owner="me", lease=1))
+def lease_of(shard: str) -> ShardLease:
+    return shard_lease(Checkpoint("s", shard, owner="me", lease=1))
 
 
 def test_dispatch_drops_the_queue_of_a_lost_lease_and_goes_on() -> None:
     from kinesumer.sinks.base import LeaseLostError
 
     dispatch = dispatch_for(concurrency=1, ordering="key")
-    kept, lost = shard_lease("shard-0"), shard_lease("shard-1")
+    kept, lost = lease_of("shard-0"), lease_of("shard-1")
     dispatch.set_batch(lost, [record(i, f"k{i}", "shard-1") for i in range(5)])
     dispatch.admit()
     dispatch.set_batch(kept, [record(i, f"k{i}", "shard-0") for i in range(5)])
@@ -313,12 +316,12 @@ def test_dispatch_drops_the_queue_of_a_lost_lease_and_goes_on() -> None:
 
 def test_dispatch_sweeps_released_leases_and_stops_on_failure() -> None:
     dispatch = dispatch_for(concurrency=2, ordering="none")
-    gone, other = shard_lease("shard-0"), shard_lease("shard-1")
+    gone, other = lease_of("shard-0"), lease_of("shard-1")
     dispatch.set_batch(gone, [record(i) for i in range(3)])
     dispatch.admit()
     dispatch.set_batch(other, [record(i, shard="shard-1") for i in range(3)])
     dispatch.admit()
-    gone.lose()
+    gone.claim.lose()
     dispatch.sweep()
     assert dispatch.scheduler.admitted == 3
     first = dispatch.next_call(0.0)
@@ -330,7 +333,7 @@ def test_dispatch_sweeps_released_leases_and_stops_on_failure() -> None:
 
 def test_dispatch_batch_timer() -> None:
     dispatch = dispatch_for(concurrency=1, batch=Batch(4, max_wait=1.0))
-    owned = shard_lease("shard-0")
+    owned = lease_of("shard-0")
     dispatch.set_batch(owned, [record(i) for i in range(2)])
     dispatch.admit()
     assert dispatch.next_call(10.0) is None  # a partial batch waits
@@ -355,31 +358,31 @@ def test_a_handoff_gives_up_only_the_unstarted_tail() -> None:
     tracker = LowWater(owned)
     entries = []
     for i in range(5):
-        assert owned.mark_delivered(record(i))
+        assert owned.progress.mark_delivered(record(i))
         entries.append(tracker.admit(record(i)))
     for i in (0, 1, 3):
         entries[i].started = True
-    assert owned.begin_handoff()
+    assert owned.claim.begin_handoff()
     assert tracker.give_up_unstarted() == [entries[4]]
     for i in (0, 1, 3, 2):
         entries[i].started = True
         tracker.finish(entries[i])
-    assert owned.processed == Position(f"{3:056d}") == owned.delivered
-    assert not owned.in_hand
+    assert owned.progress.processed == Position(f"{3:056d}") == owned.progress.delivered
+    assert not owned.progress.in_hand
 
 
 def test_dispatch_lets_a_handoff_wait_only_for_calls_in_flight() -> None:
     dispatch = dispatch_for(concurrency=1, ordering="shard")
-    owned = shard_lease("shard-0")
+    owned = lease_of("shard-0")
     dispatch.set_batch(owned, [record(i) for i in range(6)])
     dispatch.admit()
     call = dispatch.next_call(0.0)
     assert call is not None and len(call.items) == 1
-    assert owned.begin_handoff()
+    assert owned.claim.begin_handoff()
     dispatch.sweep()
     assert dispatch.scheduler.admitted == 1, "the five queued records were given up"
     (entry,) = call.items
     entry.tracker.finish(entry)
     dispatch.finished(call, None)
-    assert not owned.in_hand and owned.processed == entry.position
+    assert not owned.progress.in_hand and owned.progress.processed == entry.position
     assert dispatch.next_call(0.0) is None

@@ -11,8 +11,8 @@ from _group import create_stream, make_config, setup_table
 from _standins import NodeStandIn
 
 from kinesumer import AsyncKinesumer, Kinesumer
-from kinesumer.engine.member import check_written_streams
 from kinesumer.errors import AccessDeniedError, ConfigError
+from kinesumer.group.member import check_written_streams
 from kinesumer.handlers.policies import DeadLetter, Retry, RetryLater
 
 

@@ -21,7 +21,7 @@ from test_handlers_policies import Counters, Failing, Options, lease, record
 
 from kinesumer.aws import ClientFactory
 from kinesumer.handlers.deadletter import DeadLetterWriteError, read_envelope
-from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.invoke import CallEnvironment, Invocation
 from kinesumer.handlers.policies import DeadLetter, HandlerFailedError, Retry, RetryLater
 from kinesumer.models import Record
 
@@ -70,7 +70,7 @@ def setup(kinesalite: Any, unique_name: Callable[[str], str]) -> dict[str, Any]:
             ClientFactory(config.replace(client_id="member-9")),
             counters,
             is_async,
-            write_attempts=3,
+            environment=CallEnvironment(write_attempts=3),
         )
         return made, counters
 

@@ -21,9 +21,9 @@ from test_handlers_group import Run
 
 from kinesumer import Kinesumer, Record
 from kinesumer.core import done_ranges
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers import Block, Retry
 from kinesumer.models import Checkpoint, Position
+from kinesumer.read.progress import shard_lease
 
 FAST_BLOCK = Block(retry=Retry(attempts=2, backoff=0.02, max_backoff=0.05))
 
@@ -166,19 +166,22 @@ def test_runs_apply_only_to_the_position_they_were_written_with() -> None:
     def record(n: int) -> Record:
         return Record("s", "shard", str(seq + n), 0, "k", b"", None)
 
-    lease = Lease(Checkpoint("s", "shard", str(seq), owner="me", lease=2, done=blob))
-    assert lease.skipping
-    assert [n for n in (3, 5, 7, 9, 10) if lease.already_done(record(n))] == [5, 7, 9]
-    assert not lease.skipping  # passed the last run: no more checks
-    moved = Lease(Checkpoint("s", "shard", str(seq + 1), owner="me", lease=2, done=blob))
-    assert not moved.skipping and not moved.already_done(record(5))
+    lease = shard_lease(Checkpoint("s", "shard", str(seq), owner="me", lease=2, done=blob))
+    assert lease.progress.skipping
+    assert [n for n in (3, 5, 7, 9, 10) if lease.progress.already_done(record(n))] == [5, 7, 9]
+    assert not lease.progress.skipping  # passed the last run: no more checks
+    moved = shard_lease(Checkpoint("s", "shard", str(seq + 1), owner="me", lease=2, done=blob))
+    assert not moved.progress.skipping and not moved.progress.already_done(record(5))
     # What a write carries forward: the inherited runs still above the position.
-    moved_on = Lease(Checkpoint("s", "shard", str(seq), owner="me", lease=2, done=blob))
-    moved_on.mark_processed(Position(str(seq + 6)))
+    moved_on = shard_lease(Checkpoint("s", "shard", str(seq), owner="me", lease=2, done=blob))
+    moved_on.progress.mark_processed(Position(str(seq + 6)))
     # (cut to start at the mark: the encoding counts from it)
-    assert moved_on.done_marks() == (Position(str(seq + 6)), [((seq + 6, 0), (seq + 9, 0))])
-    moved_on.mark_processed(Position(str(seq + 9)))
-    assert moved_on.done_marks() == (Position(str(seq + 9)), [])
+    assert moved_on.progress.done_marks() == (
+        Position(str(seq + 6)),
+        [((seq + 6, 0), (seq + 9, 0))],
+    )
+    moved_on.progress.mark_processed(Position(str(seq + 9)))
+    assert moved_on.progress.done_marks() == (Position(str(seq + 9)), [])
 
 
 def test_checkpoint_item_codec_carries_the_done_runs() -> None:
@@ -208,7 +211,7 @@ def test_checkpoint_item_codec_carries_the_done_runs() -> None:
 async def test_runs_beyond_the_budget_are_left_out_and_counted() -> None:
     """A flush whose done runs would not fit writes those nearest the mark (the rest is
     delivered again, at-least-once) and counts it; the mark itself is always written."""
-    from kinesumer.engine.checkpointer import Checkpointer
+    from kinesumer.group.checkpointer import Checkpointer
 
     written: list[tuple[Position | None, bytes | None]] = []
 
@@ -226,8 +229,8 @@ async def test_runs_beyond_the_budget_are_left_out_and_counted() -> None:
         first = at + draw(2, 10**9)
         at = first + draw(0, 10**9)
         runs.append(((first, 0), (at, 0)))
-    lease = Lease(Checkpoint("s", "shard", str(seq - 5), owner="me", lease=2))
-    lease.set_done_source(lambda: (Position(str(seq)), runs))
+    lease = shard_lease(Checkpoint("s", "shard", str(seq - 5), owner="me", lease=2))
+    lease.progress.set_done_source(lambda: (Position(str(seq)), runs))
     checkpointer = Checkpointer(Store(), "me")  # type: ignore[arg-type]
     assert await checkpointer.write(lease)
     [(position, blob)] = written
@@ -236,6 +239,6 @@ async def test_runs_beyond_the_budget_are_left_out_and_counted() -> None:
     base, kept = done_ranges.decode(blob)
     assert base == position and 0 < len(kept) < len(runs) and kept == runs[: len(kept)]
     assert checkpointer.done_truncated == 1
-    assert lease.done_written == blob
+    assert lease.claim.done_written == blob
     assert await checkpointer.write(lease)  # nothing changed: no write
     assert len(written) == 1

@@ -17,11 +17,11 @@ from _wait import wait_until
 from test_handlers_group import Run, checkpoints
 
 from kinesumer import Config, Kinesumer, Record
-from kinesumer.engine.delivery import Cursor
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers.dispatch import Dispatch
 from kinesumer.handlers.options import run_options
 from kinesumer.models import Checkpoint
+from kinesumer.read.delivery import Cursor
+from kinesumer.read.progress import ShardLease, shard_lease
 
 #: Two partition keys that hash to the two shards of a 2-shard stream (MD5, as Kinesis does).
 KEY_OF_SHARD = {"shardId-000000000000": "key-1", "shardId-000000000001": "key-0"}
@@ -72,8 +72,8 @@ def test_a_second_shards_key_starts_before_the_first_shards_backlog(
     assert checkpoints(config, stream) == last_of_shard
 
 
-def lease(shard: str) -> Lease:
-    return Lease(Checkpoint("s", shard, owner="me", lease=1))
+def lease(shard: str) -> ShardLease:
+    return shard_lease(Checkpoint("s", shard, owner="me", lease=1))
 
 
 def records(shard: str, key: str, count: int, start: int = 0) -> list[Record]:

@@ -23,12 +23,12 @@ from test_handlers_policies import (
 )
 
 from kinesumer import ConfigError, Record
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers import Batch, Block, DeadLetter, Discard, Retry, RetryLater
 from kinesumer.handlers.age import KinesisClock, RecordTooOldError
-from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.invoke import CallEnvironment, Invocation
 from kinesumer.handlers.options import run_options
 from kinesumer.models import Checkpoint
+from kinesumer.read.progress import shard_lease
 
 #: Far from this host's clock on purpose: only Kinesis's timestamps may decide a record's age.
 T0 = datetime(2001, 1, 1, tzinfo=timezone.utc)
@@ -68,7 +68,7 @@ def test_this_hosts_wall_clock_is_not_used() -> None:
     clock, however old by this host's."""
     made, counters, seen, _ = handled_by(max_record_age=60.0, on_failure=Discard())
     owned = lease()
-    owned.observe_read(0, 2)
+    owned.progress.observe_read(0, 2)
     made.call_sync([at(0, 1)], owned, threading.Event())
     made.call_sync([at(1, 2)], owned, threading.Event())
     assert len(seen) == 2 and counters.counts == {"ok": 2}
@@ -79,7 +79,7 @@ def test_millis_behind_latest_moves_the_clock() -> None:
     least 300 s old."""
     made, counters, seen, _ = handled_by(max_record_age=60.0, on_failure=Discard())
     owned = lease()
-    owned.observe_read(300_000, 1)
+    owned.progress.observe_read(300_000, 1)
     made.call_sync([at(0, 1)], owned, threading.Event())
     assert seen == [] and counters.counts == {"too_old": 1, "discarded": 1}
 
@@ -90,7 +90,7 @@ def test_too_old_is_not_retried_nor_sent_to_retry_later() -> None:
         on_failure=RetryLater("orders-retry", retry=Retry(attempts=5), then=DeadLetter("dlq")),
     )
     owned = lease()
-    owned.observe_read(10_000, 1)
+    owned.progress.observe_read(10_000, 1)
     made.call_sync([at(0, 1)], owned, threading.Event())
     assert seen == []
     assert [put["StreamName"] for put in client.puts] == ["dlq"]
@@ -119,9 +119,9 @@ def test_a_batch_spanning_shards_is_aged_by_each_shards_own_lag() -> None:
     made, counters, seen, _ = handled_by(
         max_record_age=60.0, batch=Batch(max_size=8), on_failure=Discard()
     )
-    behind, at_tip = lease(), Lease(Checkpoint("orders", "shardId-000000000002"))
-    behind.observe_read(3_600_000, 1)
-    at_tip.observe_read(0, 1)
+    behind, at_tip = lease(), shard_lease(Checkpoint("orders", "shardId-000000000002"))
+    behind.progress.observe_read(3_600_000, 1)
+    at_tip.progress.observe_read(0, 1)
     old = at(0, 1)  # shard 1: an hour behind its tip, T0 + 3600 s
     fresh = Record("orders", "shardId-000000000002", "2", 0, "k2", b"x", T0 + timedelta(hours=1))
     made.observe([old], behind)  # the runner, as each engine batch arrives
@@ -239,7 +239,8 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
     missing): that handler's policy (here DeadLetter) disposes of the record and the handler is
     not called with it; the filter does not stop the whole run (a poison record would stop
     every restart) nor skip the record silently."""
-    from kinesumer.handlers.registry import AddedHandler, KeyOfCheck, KeyOfError, wanted
+    from kinesumer.handlers.policies import KeyOfError
+    from kinesumer.handlers.registry import AddedHandler, KeyOfCheck, wanted
 
     asked: list[str] = []
 
@@ -256,7 +257,7 @@ def test_an_added_handlers_key_of_raising_goes_to_its_own_policy() -> None:
         FakeFactory(client),  # type: ignore[arg-type]
         counters,  # type: ignore[arg-type]
         False,
-        write_attempts=2,
+        environment=CallEnvironment(write_attempts=2),
         refuse=(check := KeyOfCheck("audit", owner)),
     )
     audit = AddedHandler("audit", made, None, frozenset({"o7"}), check)
@@ -297,13 +298,12 @@ def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
         FakeFactory(client),  # type: ignore[arg-type]
         counters,  # type: ignore[arg-type]
         False,
-        write_attempts=2,
-        clock=lambda: wall[0],
+        environment=CallEnvironment(clock=lambda: wall[0], write_attempts=2),
     )
     made.kinesis_clock = KinesisClock(monotonic=lambda: mono[0])
     first = at(0, 1)
     owned = lease()
-    owned.observe_read(0, 1)
+    owned.progress.observe_read(0, 1)
     made.observe([first], owned)
     made.call_sync([first], owned, threading.Event())  # fails: to the retry stream
     [put] = client.puts
@@ -318,8 +318,8 @@ def test_a_retry_later_round_is_aged_from_when_it_became_due() -> None:
         put["Data"],
         T0 + timedelta(seconds=1),
     )
-    retry_lease = Lease(Checkpoint("orders-retry", "shardId-000000000001"))
-    retry_lease.observe_read(0, 1)
+    retry_lease = shard_lease(Checkpoint("orders-retry", "shardId-000000000001"))
+    retry_lease.progress.observe_read(0, 1)
     made.observe([back], retry_lease)
     wall[0] += 120.0
     mono[0] += 120.0

@@ -19,7 +19,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesumer import Config
-from kinesumer.engine.leases import Lease
 from kinesumer.errors import ConfigError, DecodeError
 from kinesumer.handlers.deadletter import (
     MAX_RECORD_BYTES,
@@ -29,7 +28,7 @@ from kinesumer.handlers.deadletter import (
     read_envelope,
 )
 from kinesumer.handlers.decode import Message, make_decoder
-from kinesumer.handlers.invoke import Invocation
+from kinesumer.handlers.invoke import CallEnvironment, Invocation
 from kinesumer.handlers.policies import (
     AbandonedError,
     Block,
@@ -42,6 +41,7 @@ from kinesumer.handlers.policies import (
     backoff_delay,
 )
 from kinesumer.models import Checkpoint, Record
+from kinesumer.read.progress import ShardLease, shard_lease
 
 FAST = Retry(attempts=3, backoff=0.0, max_backoff=0.0)
 
@@ -101,8 +101,8 @@ def record(
     return Record(stream, "shardId-000000000001", seq, 0, key, data, arrival)
 
 
-def lease() -> Lease:
-    return Lease(Checkpoint("orders", "shardId-000000000001"))
+def lease() -> ShardLease:
+    return shard_lease(Checkpoint("orders", "shardId-000000000001"))
 
 
 def invocation(
@@ -110,7 +110,14 @@ def invocation(
 ) -> tuple[Invocation, Counters]:
     counters = Counters()
     factory: Any = FakeFactory(client or FakeKinesis())
-    made = Invocation(handler, Options(**options), factory, counters, False, write_attempts=2)
+    made = Invocation(
+        handler,
+        Options(**options),
+        factory,
+        counters,
+        False,
+        environment=CallEnvironment(write_attempts=2),
+    )
     return made, counters
 
 
@@ -424,7 +431,7 @@ class FakeSink:
         self.commits: list[Any] = []
         self.refuse = refuse
 
-    def transact_sync(self, lease: Lease, end: Any, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Any, body: Callable[[Any], None]) -> None:
         tx: list[Any] = []
         body(tx)
         if self.refuse:

@@ -21,9 +21,9 @@ from test_handlers_policies import FAST, Failing, invocation, lease, record
 
 from kinesumer import AsyncKinesumer, ConfigError, ConsumerClosedError, Kinesumer, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.leases import Lease
 from kinesumer.handlers import Block, DeadLetter, Discard, Retry, RetryLater, Stop
 from kinesumer.handlers.policies import HandlerFailedError
+from kinesumer.read.progress import shard_lease
 from kinesumer.sinks.base import TransactionCanceledError
 
 #: Retries a blocked handler makes without spinning a core.
@@ -125,8 +125,8 @@ class Engine:
     """What a thread runner reads of the engine: its batches, then closed."""
 
     def __init__(self, batches: list[tuple[Any, list[Record]]]) -> None:
-        from kinesumer.engine.delivery import Cursor
-        from kinesumer.engine.lifecycle import Lifecycle
+        from kinesumer.read.delivery import Cursor
+        from kinesumer.runtime.lifecycle import Lifecycle
 
         self.batches = batches
         self.cursor = Cursor(auto_commit=True)
@@ -153,8 +153,8 @@ def submit(coroutine: Any) -> Future[Any]:
 def test_the_fast_path_ends_as_the_invocation_does(fails_at: int | None) -> None:
     """The inline runner's direct call (default policy) and its call through Invocation give
     the same outcomes, counts, checkpoint, error and note."""
+    from test_handlers_core import lease_of
     from test_handlers_core import record as numbered
-    from test_handlers_core import shard_lease
 
     from kinesumer.handlers.options import calls_plainly, run_options
     from kinesumer.handlers.threads import ThreadRunner
@@ -181,7 +181,7 @@ def test_the_fast_path_ends_as_the_invocation_does(fails_at: int | None) -> None
         if not plainly:  # the runner takes the invocation's path; the invocation is the same
             options = dataclasses.replace(options, on_failure=Stop(retry=Retry(attempts=2)))
         assert calls_plainly(options) is plainly
-        owned = shard_lease("shard-0")
+        owned = lease_of("shard-0")
         engine: Any = Engine([(owned, [numbered(i) for i in range(3)]), (owned, [numbered(3)])])
         closes: list[bool] = []
         runner = ThreadRunner(engine, options, made, submit, closes.append, handle, counters)
@@ -191,7 +191,7 @@ def test_the_fast_path_ends_as_the_invocation_does(fails_at: int | None) -> None
         except RuntimeError as exc:
             error = exc
         notes = getattr(error, "__notes__", None)
-        ends.append((dict(counters.counts), owned.processed, repr(error), notes, closes))
+        ends.append((dict(counters.counts), owned.progress.processed, repr(error), notes, closes))
     assert ends[0] == ends[1]
 
 
@@ -293,24 +293,24 @@ def test_an_abandoned_call_holds_its_key_and_lets_the_handoff_go() -> None:
     """A call abandoned while the run closes: its key's later records do not start before it
     (they would be handled out of order, and again by the next owner); the handoff's sweep
     gives the abandoned records up, so it does not wait out its timeout."""
-    from test_handlers_core import dispatch_for, shard_lease
+    from test_handlers_core import dispatch_for, lease_of
     from test_handlers_core import record as numbered
 
     from kinesumer.handlers.policies import AbandonedError
 
     dispatch = dispatch_for(concurrency=2, ordering="key")
-    owned = shard_lease("shard-0")
+    owned = lease_of("shard-0")
     dispatch.set_batch(owned, [numbered(i, key="k") for i in range(3)])
     dispatch.admit()
     for i in range(3):
-        assert owned.mark_delivered(numbered(i, key="k"))
+        assert owned.progress.mark_delivered(numbered(i, key="k"))
     call = dispatch.next_call(0.0)
     assert call is not None and [e.record.partition_key for e in call.items] == ["k"]
     dispatch.finished(call, AbandonedError("closing"))
     assert dispatch.next_call(0.0) is None, "the key's next record started after an abandon"
-    assert owned.begin_handoff()
+    assert owned.claim.begin_handoff()
     dispatch.sweep()
-    assert not owned.in_hand and dispatch.scheduler.idle
+    assert not owned.progress.in_hand and dispatch.scheduler.idle
 
 
 def test_a_waiting_call_gives_up_when_its_shard_is_handed_off() -> None:
@@ -328,7 +328,9 @@ def test_a_waiting_call_gives_up_when_its_shard_is_handed_off() -> None:
     policy = RetryLater("orders-retry", delay=3600.0, retry=Retry(attempts=1))
     call, _ = invocation(Failing(), client, on_failure=policy)
     call.call_sync([record()], lease(), threading.Event())
-    retry_lease = Lease(Checkpoint("orders-retry", "shardId-000000000000", owner="me", lease=1))
+    retry_lease = shard_lease(
+        Checkpoint("orders-retry", "shardId-000000000000", owner="me", lease=1)
+    )
     outcome: list[BaseException] = []
 
     def waits() -> None:
@@ -339,12 +341,12 @@ def test_a_waiting_call_gives_up_when_its_shard_is_handed_off() -> None:
 
     thread = threading.Thread(target=waits, daemon=True)
     thread.start()
-    assert retry_lease.begin_handoff()
+    assert retry_lease.claim.begin_handoff()
     thread.join(20)
     assert [type(e) for e in outcome] == [AbandonedError]
     blocked, _ = invocation(Failing(), on_failure=Block(retry=SLOW))
     blocked_lease = lease()
-    blocked_lease.lose()
+    blocked_lease.claim.lose()
     with pytest.raises(AbandonedError):
         blocked.call_sync([record()], blocked_lease, threading.Event())
 
@@ -363,8 +365,8 @@ def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None
     """concurrency=1 with Block: the shard moving away ends the blocked call (its record is the
     next owner's, nothing is left in hand to hold the handoff) and the run goes on with the
     other shards; it does not stop."""
+    from test_handlers_core import lease_of
     from test_handlers_core import record as numbered
-    from test_handlers_core import shard_lease
 
     from kinesumer.handlers.options import run_options
     from kinesumer.handlers.threads import ThreadRunner
@@ -389,7 +391,7 @@ def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None
         is_async=False,
     )
     made, counters = invocation(handle, on_failure=options.on_failure, name="h")
-    moving, staying = shard_lease("shard-0"), shard_lease("shard-1")
+    moving, staying = lease_of("shard-0"), lease_of("shard-1")
     batches = [(moving, [numbered(0), numbered(1)]), (staying, [numbered(5, shard="shard-1")])]
     engine: Any = Engine(batches)
     runner = ThreadRunner(engine, options, made, submit, lambda discard: None, handle, counters)
@@ -404,11 +406,11 @@ def test_the_inline_runner_goes_on_after_a_blocked_shard_is_handed_off() -> None
     thread = threading.Thread(target=main, daemon=True)
     thread.start()
     wait_until(lambda: len(calls) >= 2, 10, "the handler blocks")
-    assert moving.begin_handoff()
+    assert moving.claim.begin_handoff()
     thread.join(20)
     assert not thread.is_alive() and errors == []
-    assert not moving.in_hand and moving.processed is None
-    assert staying.processed is not None and counters.counts["ok"] == 1
+    assert not moving.progress.in_hand and moving.progress.processed is None
+    assert staying.progress.processed is not None and counters.counts["ok"] == 1
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])

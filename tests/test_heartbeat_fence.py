@@ -1,7 +1,7 @@
 """The heartbeat fence: healthy members never fence themselves, silent ones always do in time.
 
 The fence falls 0.9 x ``client_timeout`` after the last landed heartbeat was sent
-(``kinesumer/engine/heartbeat.py`` has the arithmetic). Heartbeat latency is injected on the
+(``kinesumer/group/heartbeat.py`` has the arithmetic). Heartbeat latency is injected on the
 wire (the fault proxy delays every DynamoDB ``PutItem``, which only heartbeats and the shard
 cache use) at the tightest ratios the config allows, so a rule that left no slack for the next
 heartbeat to land (as the old one did at 2x) fails here within a few intervals.
@@ -23,8 +23,8 @@ from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.heartbeat import Heartbeat, fence_after, heartbeat_slack
-from kinesumer.engine.membership import Membership
+from kinesumer.group.heartbeat import Heartbeat, fence_after, heartbeat_slack
+from kinesumer.group.membership import Membership
 from kinesumer.models import ClientInfo
 
 Names = Callable[[str], str]
@@ -54,7 +54,7 @@ def test_the_first_fence_counts_from_the_registration_write_not_from_constructio
     """A stall between building the member and its first (registration) write, longer than
     client_timeout: the fence then stands 0.9 x client_timeout after that write was sent, as
     every later heartbeat's does, and no earlier deadline from construction survives it."""
-    from kinesumer.engine import heartbeat as heartbeat_module
+    from kinesumer.group import heartbeat as heartbeat_module
 
     class Clock:
         now = 1000.0

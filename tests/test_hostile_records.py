@@ -30,8 +30,6 @@ from hypothesis import strategies as st
 
 from kinesumer import AsyncKinesumer, Kinesumer, cli
 from kinesumer.aws import RequestStats
-from kinesumer.engine.buffer import RecordBuffer
-from kinesumer.engine.leases import Lease
 from kinesumer.kinesis.kpl import (
     MAX_AGGREGATED_RECORDS,
     RECORD_OVERHEAD,
@@ -39,6 +37,8 @@ from kinesumer.kinesis.kpl import (
     to_records,
 )
 from kinesumer.models import Checkpoint, Record
+from kinesumer.read.buffer import RecordBuffer
+from kinesumer.read.progress import shard_lease
 
 OUTER = "outer-key"
 
@@ -182,7 +182,7 @@ async def test_many_empty_user_records_fill_the_byte_bound() -> None:
     records = to_records("s", "x", [raw(framed(body_of(["k"], users)))], None)
     buffer = RecordBuffer(max_records=10 * MAX_AGGREGATED_RECORDS, max_bytes=1 << 20)
     buffer.fetchers = 1
-    lease = Lease(Checkpoint("s", "x", owner="me", lease=1))
+    lease = shard_lease(Checkpoint("s", "x", owner="me", lease=1))
     await buffer.put(lease, records, await buffer.reserve(1))
     assert buffer.size[1] >= MAX_AGGREGATED_RECORDS * RECORD_OVERHEAD > 1 << 20
     waiting = asyncio.ensure_future(buffer.reserve(1))  # the next GetRecords must wait
@@ -364,7 +364,7 @@ def test_a_pydantic_decode_error_carries_no_payload() -> None:
 
 def test_the_prometheus_counters() -> None:
     prometheus = pytest.importorskip("prometheus_client")
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     registry = prometheus.CollectorRegistry()
     stats = RequestStats(PrometheusMetrics("app", "c1", registry))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kinesumer import Config, ConfigError
-from kinesumer.engine.fetcher import read_wait
+from kinesumer.read.fetcher import read_wait
 
 
 def schedule(

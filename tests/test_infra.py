@@ -1394,15 +1394,14 @@ def _partition_key_forms() -> dict[str, bool]:
     return forms
 
 
-from kinesumer.spark.source.groups import group_of  # noqa: E402  (beside its pk functions)
+from kinesumer.spark.source.driver.groups import group_of  # noqa: E402  (beside its pk functions)
 
 
 def _library_partition_keys(app: str) -> list[str]:
     """The partition keys of app ``app``'s items, made by the library's own functions."""
-    from kinesumer.spark.source.ledger import ledger_pk
-    from kinesumer.spark.source.pins import pins_pk
     from kinesumer.statestore.dynamodb.controls import controls_key, load_pk, weights_key
     from kinesumer.statestore.dynamodb.positions import broadcast_pk
+    from kinesumer.statestore.dynamodb.spark import ledger_pk, pins_pk
     from kinesumer.statestore.dynamodb.view import view_pk
     from kinesumer.statestore.schema import checkpoint_pk, client_pk, shard_cache_pk
 

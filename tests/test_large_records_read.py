@@ -158,7 +158,7 @@ def test_the_spark_sources_columns_arrow_table_and_read_ahead_file_carry_a_10_mi
 ) -> None:
     pytest.importorskip("pyarrow")
     from kinesumer.spark.arrow import epoch_columns_to_arrow, records_to_arrow
-    from kinesumer.spark.source import readahead_format
+    from kinesumer.spark.source.executor import readahead_format
 
     packed = aggregate([("a", b"first"), ("b", LARGE_USER)])
     answer = lean.decode_epoch_answer(_answer_body([b"before", LARGE, packed]))

@@ -30,9 +30,9 @@ from _spark_source import checkpoints, local_spark
 from _wait import wait_until
 
 from kinesumer import Config, Kinesumer
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 FACES = ("query", "plain", "efo", "foreach_batch")
 ORDERS = [(first, later) for first in FACES for later in FACES if first != later]

@@ -27,10 +27,10 @@ from _wait import eventually
 from kinesumer import AsyncKinesumer, Config, Record
 from kinesumer.aws import RequestStats
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.efo_session import EfoTransport
 from kinesumer.errors import StreamNotFoundError
 from kinesumer.kinesis.efo.consumers import stream_arn
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
+from kinesumer.read.efo_session import EfoTransport
 
 Names = Callable[[str], str]
 GET_RECORDS = OpKey("kinesis", "GetRecords")

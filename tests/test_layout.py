@@ -243,7 +243,7 @@ def test_no_library_module_grows_past_800_lines(source: Source) -> None:
 # -- the checker itself: what it catches and what it lets through ----------------------------
 
 
-def check(code: str, where: str = "kinesumer/engine/sample.py") -> list[str]:
+def check(code: str, where: str = "kinesumer/group/sample.py") -> list[str]:
     path = ROOT / where
     parts = path.relative_to(ROOT).with_suffix("").parts
     tree_name = parts[0]
@@ -291,4 +291,4 @@ def test_a_package_may_use_its_own_private_modules() -> None:
     assert check("from .._version import __version__", "kinesumer/cli/sample.py") == []
     assert check("from _group import Member", "tests/test_sample.py") == []
     assert check("from _standins import start_kinesalite", "benchmarks/bench_x.py") == []
-    assert check("from kinesumer.engine import _x", "tests/test_sample.py") != []
+    assert check("from kinesumer.group import _x", "tests/test_sample.py") != []

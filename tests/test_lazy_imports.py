@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LAZY_PACKAGES = [
     "kinesumer",
     "kinesumer.aws",
-    "kinesumer.engine",
     "kinesumer.spark",
     "kinesumer.spark.source",
     "kinesumer.testing",
@@ -35,13 +34,13 @@ LAZY_PACKAGES = [
 
 #: Modules that none of the light imports below may bring: the engine, the faces, boto3.
 HEAVY = (
-    "kinesumer.engine.engine",
+    "kinesumer.read.engine",
     "kinesumer.consumer",
     "kinesumer.handlers",
     "kinesumer.producer",
     "kinesumer.admin",
     "kinesumer.spark.driver",
-    "kinesumer.spark.source.planner",
+    "kinesumer.spark.source.driver.planner",
 )
 
 
@@ -88,10 +87,10 @@ def test_a_spark_read_task_imports_no_engine_consumer_producer_or_planner() -> N
     # What a worker unpickles (the reader and a partition) and what its read task runs.
     loaded = modules_after(
         "import kinesumer.spark.source.datasource, kinesumer.spark.source.partition\n"
-        "import kinesumer.spark.source.executor"
+        "import kinesumer.spark.source.executor.read"
     )
-    assert heavy_in(loaded) == ["kinesumer.spark.source.planner"]  # datasource's driver side
-    loaded = modules_after("import kinesumer.spark.source.executor")
+    assert heavy_in(loaded) == ["kinesumer.spark.source.driver.planner"]  # datasource's driver side
+    loaded = modules_after("import kinesumer.spark.source.executor.read")
     assert heavy_in(loaded) == []
 
 

@@ -32,7 +32,7 @@ from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.kpl_aggregate import Aggregate
 from kinesumer.kinesis.reader import BOTOCORE_GET_RECORDS_ENV, KinesisReader, ShardBatch
 from kinesumer.models import EpochRecord, Record
-from kinesumer.spark.source.shard_read import epoch_micros
+from kinesumer.spark.source.executor.shard_read import epoch_micros
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

@@ -28,7 +28,7 @@ from kinesumer.statestore.dynamodb.codecs import checkpoint_key, client_item
 
 Names = Callable[[str], str]
 T = 2.0  # client_timeout of the model
-FENCE = 0.9 * T  # engine/heartbeat.py: the fence falls 0.9 T after a landed heartbeat's send
+FENCE = 0.9 * T  # group/heartbeat.py: the fence falls 0.9 T after a landed heartbeat's send
 
 
 # -- the pure observer, against a model ---------------------------------------------------------
@@ -182,7 +182,7 @@ async def test_a_step_down_counts_its_length_not_the_operators_clock(
 ) -> None:
     """An operator whose clock is 70 s behind asks m-a to step down for 60 s: its ``until``
     is already past by the members' clocks. Members count the 60 s from when they read it."""
-    from kinesumer.engine import controls as engine_controls
+    from kinesumer.group import controls as engine_controls
 
     monkeypatch.setattr(engine_controls, "READ_EVERY", 0.5)
     config, stream = group["config"], group["stream"]
@@ -295,13 +295,13 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
     item still names it, live: the others waited forever for its handoff (seen with members
     a minute apart, whose startup lapsed on a busy machine). It gives them back instead,
     conditionally on its lease."""
-    from kinesumer.engine.leases import Lease
-    from kinesumer.engine.leasing import Leasing
-    from kinesumer.metrics import Metrics
+    from kinesumer.group.leasing import Leasing
+    from kinesumer.observability.metrics import Metrics
+    from kinesumer.read.progress import shard_lease
 
     store = ReleaseRecorder()
     key = ("s", "shardId-000000000000")
-    lease = Lease(Checkpoint(*key, owner="m3", lease=3))
+    lease = shard_lease(Checkpoint(*key, owner="m3", lease=3))
     leases = {key: lease}
     none: Any = None
     leasing = Leasing(
@@ -315,10 +315,11 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
         none,
         none,
         none,
+        none,
         Metrics(),  # type: ignore[arg-type]
     )
     await leasing.rebalance({"s": (key[1],)})  # it holds the shard, as its assignment says
-    lease.lose()  # the fence passed
+    lease.claim.lose()  # the fence passed
     leasing.reclaim(key)  # what the checkpointer's loss does
     await leasing.rebalance({})  # the others joined: the shard is theirs now
     assert [c.lease for c in store.released] == [3]
@@ -326,7 +327,7 @@ async def test_a_lost_lease_no_longer_wanted_is_released() -> None:
 
 def test_view_lists_carry_verdicts_and_an_older_list_says_it_has_none() -> None:
     """The leader's member list names the dead with their tokens; a list of an older release
-    has no ``dead``, and followers then judge for themselves (engine/membership.py)."""
+    has no ``dead``, and followers then judge for themselves (group/membership.py)."""
     from kinesumer.statestore.base import PublishedMembers
     from kinesumer.statestore.dynamodb import view
 

@@ -22,11 +22,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesumer import AsyncKinesumer, Config, ConfigError, MetricsNotInstalledError, Record
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.engine import Engine
-from kinesumer.engine.leases import Lease
-from kinesumer.metrics import PrometheusMetrics
+from kinesumer.group.checkpointer import Checkpointer
 from kinesumer.models import Checkpoint, ClientInfo, Position
+from kinesumer.observability.metrics import PrometheusMetrics
+from kinesumer.read.engine import Engine
+from kinesumer.read.progress import ShardLease, shard_lease
 from kinesumer.statestore.dynamodb.store import CLIENT_ITEM_BUDGET, client_item
 from kinesumer.statestore.schema import item_size
 
@@ -142,10 +142,10 @@ async def test_refused_checkpoint_write_counts_as_a_conflict() -> None:
         async def write_checkpoint(self, *args: Any, **kwargs: Any) -> bool:
             return False
 
-    lost: list[Lease] = []
+    lost: list[ShardLease] = []
     checkpointer = Checkpointer(RefusingStore(), "c1", on_lost=lost.append, metrics=metrics)  # type: ignore[arg-type]
-    lease = Lease(Checkpoint("s", "shard-1", owner="c1", lease=1))
-    lease.mark_processed(Position("1", 0))
+    lease = shard_lease(Checkpoint("s", "shard-1", owner="c1", lease=1))
+    lease.progress.mark_processed(Position("1", 0))
     assert await checkpointer.write(lease) is False
     assert lost == [lease]
     labels = {"app": "app", "client_id": "c1", "stream": "s"}

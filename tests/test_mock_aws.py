@@ -3,7 +3,7 @@ documentation shows (no server, no endpoint), for the blocking and async consume
 with a DynamoDB sink and a failure policy, and the producer.
 
 moto's in-process mock answers with botocore's response type, which aiobotocore cannot await
-(aio-libs/aiobotocore#1320): :mod:`kinesumer.testing.inprocess` adapts it while a mock is active.
+(aio-libs/aiobotocore#1320): :mod:`kinesumer.aws.moto_adapter` adapts it while a mock is active.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_without_moto_nothing_is_adapted_and_moto_is_not_imported() -> None:
         "from kinesumer.aws.clients import botocore_session\n"
         "botocore_session()\n"
         "assert 'moto' not in sys.modules, 'moto imported'\n"
-        "assert 'kinesumer.testing.inprocess' not in sys.modules, 'adapter imported'\n"
+        "assert 'kinesumer.aws.moto_adapter' not in sys.modules, 'adapter imported'\n"
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
 

@@ -32,10 +32,10 @@ from _spark_fakes import SoloMember
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer
+from kinesumer.spark.source.driver.planner import Planner
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.outage import SourceOutageError
-from kinesumer.spark.source.planner import Planner
 
 #: botocore's read timeout on kinesumer's clients: how long one try waits for an answer.
 CALL_TIMEOUT = 10.0
@@ -97,7 +97,7 @@ def planner_at_latest(proxied: dict[str, Any]) -> tuple[Planner, dict[str, Any]]
 
 
 def read(planner: Planner, end: dict[str, Any]) -> list[bytes]:
-    from kinesumer.spark.source.executor import read_partition
+    from kinesumer.spark.source.executor.read import read_partition
 
     out: list[bytes] = []
     for partition in planner.partitions(end):

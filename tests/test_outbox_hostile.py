@@ -21,7 +21,7 @@ from _wait import wait_until
 from psycopg import sql
 
 from kinesumer import ConfigError, InvalidRecordError, cli
-from kinesumer.metrics import Metrics
+from kinesumer.observability.metrics import Metrics
 from kinesumer.outbox import OutboxError, PostgresOutbox
 from kinesumer.outbox.schema import Names, key_lock, partition
 from kinesumer.producer.records import check_record
@@ -372,6 +372,9 @@ def test_invalid_stream_names_are_one_label_and_keys_stay_out_of_warnings(
     caplog.set_level(logging.DEBUG, logger="kinesumer.outbox")
     relays.start(metrics=metrics)
     wait_until(lambda: relays.pending() == 0, what="the invalid rows moved aside")
+    # The relay logs, meters and counts the rows moved aside after their transaction commits:
+    # once all 30 are counted, every warning and label is in.
+    wait_until(lambda: outbox.stats().moved_aside == 30, what="the 30 rows counted")
     assert metrics.labels == {"(invalid)"}
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings and not [line for line in warnings if "secret-key" in line]

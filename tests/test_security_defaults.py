@@ -25,8 +25,8 @@ from kinesumer.aws.clients import ClientFactory, role_session_name
 from kinesumer.cli.options import group_config
 from kinesumer.cli.parser import build_parser
 from kinesumer.handlers.policies import PARTITION_KEYS_LOGGER, HandlerFailedError, describe
-from kinesumer.metrics import metrics_for
 from kinesumer.models import ClientInfo, Record
+from kinesumer.observability.metrics import metrics_for
 from kinesumer.spark.source.options import parse_options
 from kinesumer.statestore.dynamodb import client_item
 

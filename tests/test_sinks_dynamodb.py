@@ -24,9 +24,9 @@ from _standins import MotoStandIn, NodeStandIn
 from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
-from kinesumer.engine.checkpointer import Checkpointer
-from kinesumer.engine.leases import Lease
+from kinesumer.group.checkpointer import Checkpointer
 from kinesumer.models import Checkpoint, Position
+from kinesumer.read.progress import shard_lease
 from kinesumer.sinks import (
     DynamoDBTransaction,
     DynamoDBTransactions,
@@ -158,8 +158,8 @@ async def test_refusals_sync_face(group: dict[str, Any], moto_server: MotoStandI
     try:
         await eventually(lambda: member.committed == 4, 30, "4 records committed")
         assert len(counts(moto_server.url, table)) == 4
-        lease = next(x for x in member.engine.leases.values() if x.checkpointed is not None)
-        committed = lease.checkpointed
+        lease = next(x for x in member.engine.leases.values() if x.claim.checkpointed is not None)
+        committed = lease.claim.checkpointed
         assert committed is not None
         further = Position(str(int(committed.sequence_number) + 1), 0)
 
@@ -170,7 +170,7 @@ async def test_refusals_sync_face(group: dict[str, Any], moto_server: MotoStandI
         with pytest.raises(TransactionCanceledError) as caught:
             await asyncio.to_thread(sink.transact_sync, lease, further, refused)
         assert [r["Code"] for r in caught.value.reasons][1] == "ConditionalCheckFailed"
-        assert "x" not in counts(moto_server.url, table) and lease.deliverable
+        assert "x" not in counts(moto_server.url, table) and lease.claim.deliverable
 
         def too_many(tx: DynamoDBTransaction) -> None:
             for i in range(100):
@@ -206,12 +206,12 @@ async def test_checkpointer_writes_no_position_when_a_sink_does() -> None:
     store = RecordingStore()
     checkpointer = Checkpointer(store, "me")  # type: ignore[arg-type]
     checkpointer.positions_by_sink = True
-    lease = Lease(Checkpoint("s", "shard", "1", owner="me", lease=3))
-    lease.mark_processed(Position("5"))
+    lease = shard_lease(Checkpoint("s", "shard", "1", owner="me", lease=3))
+    lease.progress.mark_processed(Position("5"))
     assert await checkpointer.write(lease)  # the periodic flush
     assert await checkpointer.write(lease, finished=True, release=True)
     assert store.writes == [(None, True, True)]
-    assert lease.checkpointed == Position("1")  # the sink marks it after its commits
+    assert lease.claim.checkpointed == Position("1")  # the sink marks it after its commits
 
     checkpointer.positions_by_sink = False  # the iterator's and plain handlers' behaviour
     assert await checkpointer.write(lease)

@@ -40,9 +40,9 @@ async def test_a_transaction_in_progress_is_asked_about_with_its_own_token(
     member = SinkMember(config, stream, sink, recorder(table)).start()
     try:
         await eventually(lambda: member.check() or member.committed == 2, 30, "2 records")
-        lease = next(x for x in member.engine.leases.values() if x.checkpointed is not None)
-        assert lease.checkpointed is not None
-        end = Position(str(int(lease.checkpointed.sequence_number) + 1), 0)
+        lease = next(x for x in member.engine.leases.values() if x.claim.checkpointed is not None)
+        assert lease.claim.checkpointed is not None
+        end = Position(str(int(lease.claim.checkpointed.sequence_number) + 1), 0)
         client = member.engine.aws.dynamodb
         real = client.transact_write_items
         tokens: list[str] = []
@@ -74,7 +74,7 @@ async def test_a_transaction_in_progress_is_asked_about_with_its_own_token(
             client.transact_write_items = real
         assert len(tokens) == 2 and tokens[0] == tokens[1]
         assert counts(moto_server.url, table)["once"] == 1
-        assert lease.checkpointed == end
+        assert lease.claim.checkpointed == end
     finally:
         await member.close()
 

@@ -25,8 +25,8 @@ from _wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
 from kinesumer.consumer.base import engine_of
-from kinesumer.engine.leases import Lease
 from kinesumer.models import Checkpoint, Position
+from kinesumer.read.progress import shard_lease
 from kinesumer.sinks import LeaseLostError, PostgresPositions
 
 SHARDS = 2
@@ -131,7 +131,7 @@ async def test_exactly_once_through_rebalance_crash_and_zombie(
                 f"SELECT lease FROM {positions} WHERE app = %s AND shard_id = %s",
                 (config.app, shard),
             ).fetchone()
-        return row is not None and row[0] > old.checkpoint.lease
+        return row is not None and row[0] > old.claim.checkpoint.lease
 
     await eventually(fenced, 30, "B's claim fencing the position row")
 
@@ -202,7 +202,9 @@ async def test_claim_waits_for_a_zombie_transaction_and_resumes_after_it(
         claimed = lambda: b.check() or (stream, shard) in b.engine.leases  # noqa: E731
         await eventually(claimed, 30, "B claiming the zombie's shard")
         lease_b = b.engine.leases[(stream, shard)]
-        assert lease_b.processed != ahead  # B's claim hook waits behind the zombie's row lock
+        assert (
+            lease_b.progress.processed != ahead
+        )  # B's claim hook waits behind the zombie's row lock
         release.set()
         await bounded(zombie, "the zombie's commit", 30)  # committed first: B resumes after it
         everything = lambda: b.check() or sum(rows(postgres, records).values()) >= 30  # noqa: E731
@@ -252,7 +254,7 @@ async def test_async_face(group: dict[str, Any], postgres: PostgresServer) -> No
     member = SinkMember(config, stream, sink, async_recorder(records)).start()
     try:
         await eventually(lambda: member.committed == 20, 30, "20 records committed")
-        lease = next(x for x in member.engine.leases.values() if x.processed is not None)
+        lease = next(x for x in member.engine.leases.values() if x.progress.processed is not None)
 
         async def failing(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(f"INSERT INTO {records} VALUES ('x', 'x', 'x')")
@@ -283,7 +285,7 @@ async def test_a_connection_lost_at_commit_is_tried_again_once(
     member = SinkMember(config, stream, sink, recorder(records), sync=True).start()
     try:
         await eventually(lambda: member.check() or member.committed == 6, 30, "6 records")
-        lease = next(x for x in member.engine.leases.values() if x.processed is not None)
+        lease = next(x for x in member.engine.leases.values() if x.progress.processed is not None)
         end = Position("9" * 56)
         calls = []
 
@@ -333,9 +335,9 @@ async def test_a_claim_asked_again_and_a_close_during_a_call(
     sink.attach(engine)
     hook = engine.claim_hook
     assert hook is not None
-    lease = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=3))
+    lease = shard_lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=3))
     assert await hook(lease) is None
-    assert await hook(lease) is None and sink.refused == 0 and lease.deliverable
+    assert await hook(lease) is None and sink.refused == 0 and lease.claim.deliverable
     end = Position("4" * 56, 2)
     await asyncio.to_thread(sink.transact_sync, lease, end, lambda conn: sink.close_sync())
     assert await hook(lease) == end
@@ -343,7 +345,7 @@ async def test_a_claim_asked_again_and_a_close_during_a_call(
     # numbers started again) is refused, naming who holds the row.
     lost: list[str] = []
     engine.checkpointer = SimpleNamespace(lose=lambda lease, why: lost.append(why))  # type: ignore[assignment]
-    older = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
+    older = shard_lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
     assert await hook(older) is None and sink.refused == 1
     assert "holds lease 3 (owner " in lost[0] and "deleted" in lost[0]
     assert opened and all(conn.closed for conn in opened)
@@ -361,7 +363,7 @@ async def test_a_cancelled_call_leaves_no_row_lock_behind(
     sink.attach(engine)
     hook = engine.claim_hook
     assert hook is not None
-    lease = Lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
+    lease = shard_lease(Checkpoint(group["stream"], "shardId-000000000000", owner="m", lease=1))
     assert await hook(lease) is None
     inside = asyncio.Event()
 

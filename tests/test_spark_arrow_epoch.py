@@ -18,7 +18,7 @@ from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.kpl import epoch_records
 from kinesumer.models import EpochRecord, Record
 from kinesumer.spark.arrow import epoch_columns_to_arrow, epoch_to_timestamp, records_to_arrow
-from kinesumer.spark.source.shard_read import epoch_micros
+from kinesumer.spark.source.executor.shard_read import epoch_micros
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Arrival times as Kinesis writes them (milliseconds), and as moto writes them (time.time()).

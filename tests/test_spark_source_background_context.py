@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from kinesumer.aws.retry import OutageClock, current_outage_clock, outage_clock
-from kinesumer.spark.source.executor import start_in_background
+from kinesumer.spark.source.executor.read import start_in_background
 
 
 def test_a_background_read_ahead_does_not_carry_the_tasks_outage_clock() -> None:

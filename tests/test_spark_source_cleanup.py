@@ -14,13 +14,14 @@ import pytest
 from _group import create_stream, make_config, put, setup_table
 
 from kinesumer import ConfigError
-from kinesumer.engine.external import ExternalReadMember
-from kinesumer.spark.source.cleanup import forget_query, group_partitions, query_of_checkpoint
-from kinesumer.spark.source.executor import read_partition
-from kinesumer.spark.source.groups import group_of
+from kinesumer.group.external import ExternalReadMember
+from kinesumer.spark.source.driver.cleanup import forget_query, query_of_checkpoint
+from kinesumer.spark.source.driver.groups import group_of
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_partition
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
+from kinesumer.statestore.dynamodb.spark import group_partitions, ledger_pk
 from kinesumer.statestore.dynamodb.table import StateTable
 
 pytest.importorskip("pyarrow")
@@ -59,7 +60,8 @@ def test_a_query_s_own_group_is_forgotten_once_it_stopped(
             forget_query(config, [stream], query)
     finally:
         planner.close()
-    pks = group_partitions(config.app, query, [stream])
+    group = group_of(config.app, query, shared=False)
+    pks = [*group_partitions(group, [stream]), ledger_pk(config.app, query)]
     assert items_in(config, pks) >= 2  # the checkpoints of both shards at least
     assert forget_query(config, [stream], query) >= 2
     assert items_in(config, pks) == 0

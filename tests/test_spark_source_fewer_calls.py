@@ -31,14 +31,15 @@ from _wait import wait_until
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.reader import IteratorExpired
 from kinesumer.models import Position, Record
-from kinesumer.spark.source import executor, readahead
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor import read as executor
+from kinesumer.spark.source.executor import readahead
+from kinesumer.spark.source.executor.read import read_records
+from kinesumer.spark.source.executor.readahead import ReadAheadFiles
+from kinesumer.spark.source.executor.shard_read import ShardRangeReader
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import ReadAheadFiles
-from kinesumer.spark.source.shard_read import ShardRangeReader
 
 pyspark = pytest.importorskip("pyspark")
 

@@ -25,10 +25,10 @@ from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
 
 from kinesumer.kinesis.reader import SERVER_CLOCK_MARGIN_MS
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_a_driver_clock_running_ahead_pins_latest_at_aws_time(
 ) -> None:
     """The planner's host clock runs 30 s ahead of AWS's: a LATEST pin taken from it would
     skip every record of the next 30 s (kinesalite refuses a timestamp in its future)."""
-    from kinesumer.spark.source import planner as planner_module
+    from kinesumer.spark.source.driver import planner as planner_module
 
     class Ahead:
         def __getattr__(self, name: str) -> Any:

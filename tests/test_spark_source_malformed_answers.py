@@ -4,7 +4,7 @@ its children, leaving the rest unread for good), neither in a task's own read no
 read-ahead a task leaves behind.
 
 No Spark: an executor worker's long-lived loop (:class:`_read_ahead.Worker`) reads partitions
-as a task does (:func:`~kinesumer.spark.source.executor.read_with`), on kinesalite + dynalite,
+as a task does (:func:`~kinesumer.spark.source.executor.read.read_with`), on kinesalite + dynalite,
 Kinesis through the fault proxy, which answers one GetRecords mid-read with a gateway's page
 (or with a well-formed "end" of the open shard). A partition starts after a record, as every
 batch after a query's first does (the default ``LATEST`` start is planned by the driver).
@@ -27,6 +27,7 @@ from kinesumer.models import Position
 from kinesumer.spark.source.ledger import Ledger, LedgerEntry
 from kinesumer.spark.source.offsets import Start
 from kinesumer.spark.source.partition import ShardPartition
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 pytest.importorskip("pyarrow")
 
@@ -97,9 +98,10 @@ def ledger_entry(setup: dict[str, Any], batch: int) -> LedgerEntry | None:
         clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
-            ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, "q", RequestStats(), 3600
+            store = DynamoDBStateStore(
+                clients.dynamodb, config.dynamodb_table, config.app, RequestStats()
             )
+            ledger = Ledger(store, "q", 3600)
             return await ledger.get(batch, setup["stream"], SHARD)
         finally:
             await clients.close()

@@ -19,10 +19,10 @@ from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
 
 from kinesumer.errors import AccessDeniedError, StreamNotFoundError, TransientAWSError
+from kinesumer.spark.source.driver.planner import Planner
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.outage import SourceOutageError, ride_out
-from kinesumer.spark.source.planner import Planner
 
 pytest.importorskip("pyarrow")
 
@@ -59,7 +59,7 @@ def first_batch(planner: Planner) -> dict[str, Any]:
 
 
 def read(planner: Planner, end: dict[str, Any]) -> list[bytes]:
-    from kinesumer.spark.source.executor import read_partition
+    from kinesumer.spark.source.executor.read import read_partition
 
     out: list[bytes] = []
     for partition in planner.partitions(end):

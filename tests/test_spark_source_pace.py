@@ -20,11 +20,12 @@ from _spark_source import Collector, local_spark, spark_group
 from _wait import wait_until
 
 from kinesumer.spark.source.datasource import option_strings
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.ledger import Ledger
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 
 @pytest.fixture
@@ -94,14 +95,9 @@ async def _ledger_entry(partition: Any) -> Any:
     clients = AwsClients(partition.config, stats)
     await clients.open()
     try:
-        ledger = Ledger(
-            clients.dynamodb,
-            partition.config.dynamodb_table,
-            partition.config.app,
-            partition.query,
-            stats,
-            partition.ledger_ttl,
-        )
+        config = partition.config
+        store = DynamoDBStateStore(clients.dynamodb, config.dynamodb_table, config.app, stats)
+        ledger = Ledger(store, partition.query, partition.ledger_ttl)
         return await ledger.get(partition.batch, partition.stream, partition.shard_id)
     finally:
         await clients.close()

@@ -1,7 +1,7 @@
-"""What the source reports of a batch once read (kinesumer.spark.source.progress): the real end
-of each shard's read, its records and its lag, in ``reportLatestOffset`` (the progress's
-``latestOffset``) and at INFO. Planner, executor reads and ledger on kinesalite + dynalite, with
-the stand-in member of :mod:`_spark_fakes`."""
+"""What the source reports of a batch once read (kinesumer.spark.source.driver.progress): the real
+end of each shard's read, its records and its lag, in ``reportLatestOffset`` (the progress's
+``latestOffset``) and at INFO. Planner, executor reads and ledger on kinesalite + dynalite, with the
+stand-in member of :mod:`_spark_fakes`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from _group import create_stream, make_config, put, setup_table
 from _spark_fakes import SoloMember
 
-from kinesumer.spark.source.executor import read_partition
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_partition
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 pytest.importorskip("pyarrow")
 

@@ -1,5 +1,5 @@
-"""Read-ahead (kinesumer.spark.source.readahead): an executor that took a full batch from a shard
-reads the shard's next batches in the background and leaves them in files on its host, which
+"""Read-ahead (kinesumer.spark.source.executor.readahead): an executor that took a full batch from a
+shard reads the shard's next batches in the background and leaves them in files on its host, which
 the next batches' tasks take instead of reading.
 
 First the files alone (a temporary root; plain Python): what is left is what is taken, once;
@@ -32,15 +32,15 @@ from _wait import wait_until
 from kinesumer.config import Config
 from kinesumer.models import Position, Record
 from kinesumer.spark.arrow import arrow_schema, records_to_arrow, table_to_records
-from kinesumer.spark.source import executor
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor import read as executor
+from kinesumer.spark.source.executor.read import read_records
+from kinesumer.spark.source.executor.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
+from kinesumer.spark.source.executor.shard_read import ShardRangeReader
 from kinesumer.spark.source.ledger import LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
-from kinesumer.spark.source.shard_read import ShardRangeReader
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The read-ahead's background task (kinesumer.spark.source.executor) on a worker's loop: how it
-ends when its folder breaks under it, and when the loop stops while it reads.
+"""The read-ahead's background task (kinesumer.spark.source.executor.read) on a worker's loop: how
+it ends when its folder breaks under it, and when the loop stops while it reads.
 
 A task nobody awaits must end without an exception (asyncio would log "Task exception was never
 retrieved" in the worker's stderr, with a traceback that looks like a failure) and leave no
@@ -23,21 +23,21 @@ from _spark_fakes import SoloMember
 from _wait import wait_until
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.models import Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark import arrow
 from kinesumer.spark.arrow import table_to_records
-from kinesumer.spark.source import executor
-from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor import read as executor
+from kinesumer.spark.source.executor.read import read_with
+from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
+from kinesumer.spark.source.executor.shard_read import ShardRangeReader
 from kinesumer.spark.source.ledger import LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
-from kinesumer.spark.source.shard_read import ShardRangeReader
 
 
 class Worker:

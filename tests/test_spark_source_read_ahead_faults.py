@@ -26,16 +26,16 @@ from _read_ahead import background_done, data_files, one_shard_stream, put_aggre
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.models import Position, Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark.arrow import records_to_arrow, table_to_records
-from kinesumer.spark.source import readahead
-from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor import readahead
+from kinesumer.spark.source.executor.read import read_with
+from kinesumer.spark.source.executor.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.partition import ShardPartition
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import DEPTH, ReadAheadBatch, ReadAheadFiles
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""The bytes of a read-ahead file (kinesumer.spark.source.readahead_format): what the worker
-reading ahead wrote comes back whole, its Arrow buffers aligned as Arrow requires; anything else
-(a cut file, the previous kinesumer version's msgpack, garbage or another schema after a valid
+"""The bytes of a read-ahead file (kinesumer.spark.source.executor.readahead_format): what the
+worker reading ahead wrote comes back whole, its Arrow buffers aligned as Arrow requires; anything
+else (a cut file, the previous kinesumer version's msgpack, garbage or another schema after a valid
 header) is refused with :class:`UnreadableReadAhead`, never read as fewer records."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from kinesumer.models import Record
 from kinesumer.spark.arrow import arrow_schema, records_to_arrow
-from kinesumer.spark.source.readahead_format import (
+from kinesumer.spark.source.executor.readahead_format import (
     LAYOUT,
     Header,
     UnreadableReadAhead,

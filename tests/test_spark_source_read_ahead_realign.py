@@ -20,10 +20,10 @@ from _spark_fakes import SoloMember
 
 from kinesumer.models import Position, Record
 from kinesumer.spark.arrow import records_to_arrow
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 
 def read_with_limits(

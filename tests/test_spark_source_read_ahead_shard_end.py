@@ -24,17 +24,17 @@ from _read_ahead import background_done
 from _spark_fakes import SoloMember
 
 from kinesumer.aws import AwsClients, RequestStats
-from kinesumer.engine.loop_thread import LoopThread
 from kinesumer.kinesis import KinesisReader
 from kinesumer.kinesis.columns import EpochColumns
 from kinesumer.kinesis.reader import ShardBatch
 from kinesumer.models import Position, Record
+from kinesumer.runtime.loop_thread import LoopThread
 from kinesumer.spark.arrow import table_to_records
-from kinesumer.spark.source.executor import read_with
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_with
+from kinesumer.spark.source.executor.readahead import ReadAheadBatch, ReadAheadFiles
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
-from kinesumer.spark.source.readahead import ReadAheadBatch, ReadAheadFiles
 
 Key = tuple[str, str]
 PER_SHARD = 10

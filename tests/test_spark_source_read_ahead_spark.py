@@ -1,6 +1,6 @@
 """Read-ahead on real local Spark (kinesalite + dynalite): a backlog on several shards, read in
 batches of a few records per shard, so that every batch after a shard's first can be taken from
-what a Python worker read ahead (kinesumer.spark.source.readahead).
+what a Python worker read ahead (kinesumer.spark.source.executor.readahead).
 
 A watcher lists the read-ahead folder while the query runs: it notes the ``.data`` files it sees
 and SIGKILLs the Python worker of the first ``.pending`` claim it sees, mid-read-ahead. Every

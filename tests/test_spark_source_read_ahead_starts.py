@@ -19,9 +19,9 @@ from _read_ahead import Worker, one_shard_stream, recording_takes
 from _spark_fakes import SoloMember
 
 from kinesumer.models import Record
+from kinesumer.spark.source.driver.planner import Planner
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 #: Called with the batch number and the member after the batch is planned, before its read.
 Hook = Callable[[int, SoloMember], None]

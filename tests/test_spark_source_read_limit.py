@@ -20,10 +20,10 @@ from _read_ahead import one_shard_stream, put_aggregates, put_plain
 from _spark_fakes import SoloMember
 
 from kinesumer.kinesis.reader import KinesisReader
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from kinesumer.models import Position
+from kinesumer.spark.source.driver.settle import Settlement
 from kinesumer.spark.source.ledger import LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
-from kinesumer.spark.source.settle import Settlement
 
 KEY = ("orders", "shardId-000000000000")
 

@@ -19,10 +19,10 @@ import pytest
 from _group import create_stream, make_config, put, setup_table, split_in_two
 from _spark_fakes import SoloMember
 
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
 
 Key = tuple[str, str]
 

@@ -101,7 +101,7 @@ import os, signal, sys, threading, time
 from kinesumer import Config
 from kinesumer.spark.source.datasource import KinesumerStreamReader
 from kinesumer.spark.source.options import SourceOptions
-from kinesumer.spark.source.planner import Planner
+from kinesumer.spark.source.driver.planner import Planner
 
 closes = []
 

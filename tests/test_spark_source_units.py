@@ -15,7 +15,8 @@ from _spark_fakes import SoloMember
 
 from kinesumer import ConfigError
 from kinesumer.models import Position
-from kinesumer.spark.source.executor import read_records
+from kinesumer.spark.source.driver.planner import Planner
+from kinesumer.spark.source.executor.read import read_records
 from kinesumer.spark.source.ledger import Ledger, LedgerEntry
 from kinesumer.spark.source.offsets import SourceOffset, Start
 from kinesumer.spark.source.options import (
@@ -24,7 +25,7 @@ from kinesumer.spark.source.options import (
     parse_options,
     to_options,
 )
-from kinesumer.spark.source.planner import Planner
+from kinesumer.statestore.dynamodb import DynamoDBStateStore
 
 BASE = {"app": "orders", "dynamodb_table": "state-table", "streams": "a,b"}
 
@@ -251,9 +252,10 @@ def test_ledger_keeps_sequence_numbers_as_strings_and_cleans_up(
         clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
-            ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, "q", RequestStats(), 60
+            store = DynamoDBStateStore(
+                clients.dynamodb, config.dynamodb_table, config.app, RequestStats()
             )
+            ledger = Ledger(store, "q", 60)
             for batch in (1, 2, 3):
                 entry = LedgerEntry(batch, "s", "shard-1", Position(seq, 1), 4, True, False)
                 assert await ledger.record(entry) == entry
@@ -300,10 +302,10 @@ def test_a_replay_that_cannot_find_its_records_is_a_named_error(setup: dict[str,
             clients = AwsClients(config, RequestStats())
             await clients.open()
             try:
-                ledger = Ledger(
-                    clients.dynamodb, config.dynamodb_table, config.app, partition.query,
-                    RequestStats(), 60,
-                )  # fmt: skip
+                store = DynamoDBStateStore(
+                    clients.dynamodb, config.dynamodb_table, config.app, RequestStats()
+                )
+                ledger = Ledger(store, partition.query, 60)
                 entry = LedgerEntry(
                     partition.batch, partition.stream, partition.shard_id, beyond, 99, True, False
                 )
@@ -330,9 +332,10 @@ def write_ledger(config: Any, query: str, entries: list[LedgerEntry]) -> None:
         clients = AwsClients(config, RequestStats())
         await clients.open()
         try:
-            ledger = Ledger(
-                clients.dynamodb, config.dynamodb_table, config.app, query, RequestStats(), 600
+            store = DynamoDBStateStore(
+                clients.dynamodb, config.dynamodb_table, config.app, RequestStats()
             )
+            ledger = Ledger(store, query, 600)
             for entry in entries:
                 await ledger.record(entry)
         finally:
@@ -504,7 +507,7 @@ def test_rotation_reads_every_record_once(setup: dict[str, Any]) -> None:
 def test_remove_member_keeps_a_member_that_heartbeats(setup: dict[str, Any]) -> None:
     import boto3
 
-    from kinesumer.spark.source.driverio import DriverIO
+    from kinesumer.spark.source.driver.driverio import DriverIO
     from kinesumer.statestore.dynamodb.codecs import client_key
 
     config = setup["config"]

@@ -1,4 +1,4 @@
-"""What an executor's Python worker keeps between tasks (kinesumer.spark.source.executor):
+"""What an executor's Python worker keeps between tasks (kinesumer.spark.source.executor.read):
 clients opened once per Config, and the worker's long-lived objects frozen out of the cyclic
 garbage collector (a reused PySpark worker runs a full ``gc.collect()`` after every task). On
 kinesalite + dynalite, in this process: the freeze is undone at the end."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _group import create_stream, make_config, put, setup_table
 
-from kinesumer.spark.source.executor import read_partition
+from kinesumer.spark.source.executor.read import read_partition
 from kinesumer.spark.source.offsets import Start
 from kinesumer.spark.source.partition import ShardPartition
 

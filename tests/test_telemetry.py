@@ -1,7 +1,7 @@
-"""OpenTelemetry spans (kinesumer.telemetry) from a real consumer: a handler run at the default
-LATEST on kinesalite + dynalite (handler calls, a failed attempt, the checkpoints and where the
-read began), an exactly-once sink's transactions on moto (the batch handler's span inside each),
-and the extra absent (nothing wrapped, nothing imported).
+"""OpenTelemetry spans (kinesumer.observability.telemetry) from a real consumer: a handler run
+at the default LATEST on kinesalite + dynalite (handler calls, a failed attempt, the checkpoints
+and where the read began), an exactly-once sink's transactions on moto (the batch handler's span
+inside each), and the extra absent (nothing wrapped, nothing imported).
 
 Spans go to an SDK TracerProvider with the in-memory exporter, passed as
 ``Config.tracer_provider``; the process's global provider is never touched.
@@ -31,8 +31,8 @@ from prometheus_client import REGISTRY
 from test_sinks_dynamodb import counts, recorder, sink_table
 
 from kinesumer import Config, ConfigError, Kinesumer, Record
-from kinesumer import telemetry as t
 from kinesumer.handlers import Discard, Retry
+from kinesumer.observability import telemetry as t
 from kinesumer.sinks import DynamoDBTransactions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,18 +214,19 @@ def test_without_opentelemetry_nothing_is_wrapped() -> None:
         import sys
         sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
         from kinesumer import Config
-        from kinesumer import telemetry
+        from kinesumer.observability import telemetry
+        from kinesumer.sinks.traced import traced_sink
         from kinesumer.aws.clients import ClientFactory
         assert not telemetry.INSTALLED
         aws = ClientFactory(Config(app="a", dynamodb_table="state"))
         def handle(record):
             return record
-        assert telemetry.instrument_handler(handle, "h", False, False, aws) is handle
+        assert telemetry.instrument_handler(handle, "h", False, False, aws.config, None) is handle
         sink = object()
-        assert telemetry.traced_sink(sink, aws) is sink
+        assert traced_sink(sink, aws) is sink
         tracing = telemetry.Tracing.for_config(aws.config)
         assert tracing.tracer is None
-        with tracing.checkpoint(None, None, "flush") as span:
+        with tracing.checkpoint(("s", "shardId-0"), 1, None, "flush") as span:
             telemetry.written(span, False)
         assert span is None
         assert not [m for m in sys.modules if m.startswith("opentelemetry") and sys.modules[m]]
@@ -255,13 +256,14 @@ def test_the_global_provider_is_followed_once_installed() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from kinesumer import Config, telemetry
+        from kinesumer import Config
+        from kinesumer.observability import telemetry
         from kinesumer.aws.clients import ClientFactory
         from kinesumer.models import Record
 
         aws = ClientFactory(Config(app="a", dynamodb_table="state"))
         seen = []
-        handle = telemetry.instrument_handler(seen.append, "h", False, False, aws)
+        handle = telemetry.instrument_handler(seen.append, "h", False, False, aws.config, None)
         record = Record("orders", "shardId-000000000000", "1", 0, "k", b"x", None)
         handle(record)
         spans = InMemorySpanExporter()

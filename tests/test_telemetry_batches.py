@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kinesumer import Config, Record
-from kinesumer import telemetry as t
 from kinesumer.handlers import Batch
+from kinesumer.observability import telemetry as t
 from kinesumer.testing import HandlerDriver, record
 
 

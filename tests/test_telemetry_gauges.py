@@ -10,7 +10,7 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from kinesumer.otel_metrics import OpenTelemetryMetrics
+from kinesumer.observability.otel_metrics import OpenTelemetryMetrics
 
 BEHIND = "kinesumer_millis_behind_latest"
 
@@ -67,7 +67,7 @@ def test_a_closed_prometheus_member_forgets_shards_it_never_measured_the_lag_of(
     lag reported) still counted the shard's subscriptions and stalls: close() removes them."""
     from prometheus_client import CollectorRegistry
 
-    from kinesumer.metrics import PrometheusMetrics
+    from kinesumer.observability.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics("shop", "m-1", registry)

@@ -1,7 +1,7 @@
 """The engine's metrics through OpenTelemetry (``Config(meter_provider=...)``): the same names,
 attributes and meaning as the Prometheus series (so the dashboard serves both paths), checked
-method by method against :class:`~kinesumer.metrics.PrometheusMetrics`, and from a real member
-on kinesalite + dynalite read by an SDK in-memory reader."""
+method by method against :class:`~kinesumer.observability.metrics.PrometheusMetrics`, and from
+a real member on kinesalite + dynalite read by an SDK in-memory reader."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from test_dashboard import CALLS, exported
 
 from kinesumer import Config, ConfigError, Producer, Record
-from kinesumer.metrics import metrics_for
-from kinesumer.otel_metrics import OpenTelemetryMetrics
+from kinesumer.observability.metrics import metrics_for
+from kinesumer.observability.otel_metrics import OpenTelemetryMetrics
 
 
 def reader() -> tuple[MeterProvider, InMemoryMetricReader]:

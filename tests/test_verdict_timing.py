@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from kinesumer import Config
 from kinesumer.core.liveness import Observer
-from kinesumer.engine.coordinator import Coordinator
-from kinesumer.engine.membership import Membership
-from kinesumer.metrics import Metrics
+from kinesumer.group.coordinator import Coordinator
+from kinesumer.group.membership import Membership
 from kinesumer.models import ClientInfo
+from kinesumer.observability.metrics import Metrics
 from kinesumer.statestore.base import MembershipView, PublishedMembers
 from kinesumer.statestore.dynamodb import view
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kinesumer.core import group_mode
 from kinesumer.core.weighted import default_weight, quantize, weighted_assign
-from kinesumer.engine import controls as engine_controls
+from kinesumer.group import controls as engine_controls
 
 client_ids = st.text(alphabet="abcdefgh0123", min_size=1, max_size=6)
 stream_names = st.sampled_from(["orders", "payments", "clicks"])

@@ -12,7 +12,7 @@ import typing as _typing
 from .. import lazy_imports as _lazy_imports
 
 if _typing.TYPE_CHECKING:
-    from .accounting import RequestStats, instrument
+    from .accounting import THROTTLE_CODES, RequestStats, instrument
     from .clients import (
         AwsClients,
         ClientFactory,
@@ -23,7 +23,6 @@ if _typing.TYPE_CHECKING:
         session_for,
     )
     from .retry import (
-        THROTTLE_CODES,
         call_with_retry,
         denied,
         error_code,
@@ -39,7 +38,7 @@ _LAZY_NAMES = {
     "AwsClients": ".clients",
     "ClientFactory": ".clients",
     "RequestStats": ".accounting",
-    "THROTTLE_CODES": ".retry",
+    "THROTTLE_CODES": ".accounting",
     "assumed_role_session": ".clients",
     "boto_config": ".clients",
     "botocore_session": ".clients",

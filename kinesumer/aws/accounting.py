@@ -13,8 +13,20 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..metrics import Metrics
-from .retry import THROTTLE_CODES
+from ..observability.metrics import Metrics
+
+#: Error codes AWS answers with when a caller goes faster than its limits allow.
+THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+        "KMSThrottlingException",
+        "TooManyRequestsException",
+    }
+)
 
 
 class RequestStats:
@@ -23,7 +35,7 @@ class RequestStats:
     ``service:Operation`` (each attempt: the engine's clients do not retry inside botocore; the
     heartbeat thread's client makes one quick retry of its own, counted with its call),
     throttled requests, DynamoDB capacity consumed. Also forwards each
-    request to the engine's :class:`~kinesumer.metrics.Metrics`."""
+    request to the engine's :class:`~kinesumer.observability.metrics.Metrics`."""
 
     def __init__(self, metrics: Metrics | None = None) -> None:
         self.retries: Counter[tuple[str, str]] = Counter()

@@ -136,7 +136,7 @@ def botocore_session() -> AioSession:
     """A fresh aiobotocore session whose responses parse timestamps with :func:`parse_timestamp`.
 
     With moto's mock loaded, its in-process answers are made awaitable for aiobotocore
-    (:mod:`kinesumer.testing.inprocess`, imported only then); without, nothing changes."""
+    (:mod:`.moto_adapter`, imported only then); without, nothing changes."""
     session = AioSession()
     with_region_env(session)
     session.get_component("response_parser_factory").set_parser_defaults(
@@ -144,7 +144,7 @@ def botocore_session() -> AioSession:
     )
     _share_data_loader(session)
     if moto_loaded():
-        from ..testing.inprocess import adapt_session
+        from .moto_adapter import adapt_session
 
         adapt_session(session)
     return session
@@ -380,14 +380,17 @@ class AwsClients:
         self.dynamodb: Any = None
         self.kinesis: Any = None
 
-    async def open(self) -> None:
+    async def open(self, *, dynamodb: bool = True, kinesis: bool = True) -> None:
+        """Open the clients asked for (a member given its state or its Kinesis opens neither)."""
         # A DynamoDB call hanging longer than a member's timeout is as good as failed: give up on
         # it early and retry, rather than wait out a long socket timeout.
         read_timeout = max(1.0, self._config.client_timeout)
-        self.dynamodb = await self._stack.enter_async_context(
-            self._factory.dynamodb(read_timeout=read_timeout)
-        )
-        self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
+        if dynamodb:
+            self.dynamodb = await self._stack.enter_async_context(
+                self._factory.dynamodb(read_timeout=read_timeout)
+            )
+        if kinesis:
+            self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
 
     async def close(self) -> None:
         await self._stack.aclose()

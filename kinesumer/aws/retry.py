@@ -37,8 +37,9 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from ..aio_timeout import await_within
 from ..errors import AccessDeniedError, TransientAWSError
+from ..runtime.aio_timeout import await_within
+from .accounting import THROTTLE_CODES
 
 if TYPE_CHECKING:
     from .accounting import RequestStats
@@ -46,18 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kinesumer.aws")
 T = TypeVar("T")
 
-#: Error codes AWS answers with when a caller goes faster than its limits allow.
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-        "KMSThrottlingException",
-        "TooManyRequestsException",
-    }
-)
 _SERVER_CODES = frozenset(
     {
         "InternalServerError",

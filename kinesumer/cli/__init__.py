@@ -28,7 +28,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from ..signals import interrupt_on_sigint, interrupt_on_sigterm
+from ..signals import interrupt_on_sigterm
 from .errors import (
     EXIT_CODES,
     EXIT_ERROR,
@@ -64,9 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         # The CLI's reads retry like the library's; one warning per retry is noise here.
         logging.getLogger("kinesumer.aws").setLevel(logging.ERROR)
-    # SIGINT and SIGTERM interrupt (commands that stop gracefully install their own), also in a
-    # process started with SIGINT ignored (a background job of a script).
-    with interrupt_on_sigint(), interrupt_on_sigterm():
+    # SIGTERM interrupts as Ctrl-C does (commands that stop gracefully install their own). A
+    # SIGINT ignored from the start stays ignored: the shell ignores it in a background job (a
+    # script's `cmd &`, nohup) so that a Ctrl-C in the terminal does not stop it; `kill` does.
+    with interrupt_on_sigterm():
         try:
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)

@@ -19,16 +19,17 @@ from typing import Any, TypeVar
 
 from ..aws.clients import ClientFactory
 from ..config import Config, check_streams
-from ..engine.broadcast import BroadcastEngine
-from ..engine.engine import Engine
-from ..engine.hooks import Hook, RebalanceHooks
 from ..errors import ConfigError, ConsumerClosedError
+from ..group.hooks import Hook, RebalanceHooks
 from ..handlers.counters import HandlerCounters
 from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
 from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
 from ..models import Record
+from ..read.broadcast import BroadcastEngine
+from ..read.engine import Engine
+from ..statestore.base import GroupState
 from ..stats import ConsumerStats
 from ..topics import Topic, TopicList, run_streams
 
@@ -112,11 +113,13 @@ class BaseKinesumer:
     With ``auto_commit=True`` (the default) a record counts as processed when the application
     asks for the next one; with ``auto_commit=False`` when it calls ``commit()``.
     ``on_assigned`` / ``on_revoked`` hear which ``(stream, shard_id)`` this member starts and
-    stops reading (see :mod:`kinesumer.engine.hooks`). ``topics``: when given, the only
+    stops reading (see :mod:`kinesumer.group.hooks`). ``topics``: when given, the only
     streams (names or :class:`~kinesumer.Topic` objects) this consumer reads, as a producer's
     ``topics=``: ``consume``, ``subscribe``, ``refresh``, ``run`` and ``add_handler`` refuse any
     other (and a Topic of another type for a listed stream) with ConfigError, before joining.
     The streams a failure policy names (``RetryLater``, ``DeadLetter``) are not checked.
+    ``state``: the group's state table instead of ``config``'s DynamoDB one
+    (:class:`kinesumer.testing.MemoryState` in a test: a whole group in one process).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class BaseKinesumer:
         topics: Iterable[str | Topic[Any]] | None = None,
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
+        state: GroupState | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(
@@ -134,7 +138,7 @@ class BaseKinesumer:
         # Checked before the engine exists: a bad list costs nothing to refuse.
         self._topics = None if topics is None else TopicList(topics, type(self).__name__)
         engine = BroadcastEngine if config.broadcast else Engine
-        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked))
+        self._engine = engine(config, RebalanceHooks(on_assigned, on_revoked), state=state)
         # run() handlers' outcome counters, by handler name (stats().handled).
         self._handled: dict[str, HandlerCounters] = {}
         # Where the application iterates (the face's :meth:`_here` when it began), if it does.
@@ -392,5 +396,5 @@ def engine_of(consumer: BaseKinesumer) -> Engine:
     call reaches (a member killed without a handoff: ``Engine.abort()``; a delivery fence that
     lapses at a chosen moment: ``Engine.cursor.fence``). Named so that such tests say what they
     do and read no private attribute. Applications have no use for it: the engine is internal
-    (:mod:`kinesumer.engine`) and changes without notice."""
+    (:mod:`kinesumer.read`) and changes without notice."""
     return consumer._engine

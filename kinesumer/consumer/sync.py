@@ -17,11 +17,12 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..config import Config
-from ..engine.hooks import Hook
 from ..errors import ConsumerClosedError
+from ..group.hooks import Hook
 from ..handlers.options import Batch
 from ..handlers.threads import ThreadRunner
 from ..models import Record
+from ..statestore.base import GroupState
 from ..topics import Topic
 from .base import CLOSE, COMMIT, CONSUME, POLL, REFRESH, RUN, SUBSCRIBE, BaseKinesumer, shared_doc
 
@@ -49,8 +50,11 @@ class Kinesumer(BaseKinesumer):
         topics: Iterable[str | Topic[Any]] | None = None,
         on_assigned: Hook | None = None,
         on_revoked: Hook | None = None,
+        state: GroupState | None = None,
     ) -> None:
-        super().__init__(config, topics=topics, on_assigned=on_assigned, on_revoked=on_revoked)
+        super().__init__(
+            config, topics=topics, on_assigned=on_assigned, on_revoked=on_revoked, state=state
+        )
         # The engine's event loop and its thread, started by the first call that needs them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

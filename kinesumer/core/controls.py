@@ -40,7 +40,7 @@ class StepDown:
     (0 from an older command line). Members never compare the operator's clock with theirs:
     each counts ``for_ms`` from when it first read the step-down, on its own monotonic clock,
     and applies the controls in that frame (``until_ms`` and ``now_ms`` both local:
-    :mod:`kinesumer.engine.controls`).
+    :mod:`kinesumer.group.controls`).
     """
 
     until_ms: int

@@ -9,7 +9,7 @@ given ``timeout`` from first sight, whatever its stamp says (a stamp in the futu
 past, changes nothing).
 
 Which moments to pass, for the verdict to come only after the member fenced itself
-(``engine/heartbeat.py`` has the proof): ``seen_at`` is taken *after* the read that returned
+(``group/heartbeat.py`` has the proof): ``seen_at`` is taken *after* the read that returned
 the tokens (every token in the answer was written before that), and ``now`` *before* a read
 that still finds the same token (every heartbeat acknowledged before then is in its answer).
 

@@ -11,7 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..metrics import Metrics
+    from ..observability.metrics import Metrics
 
 #: What can happen to a record given to a handler (``ConsumerStats.handled``): handled
 #: (``ok``), handler calls beyond the first (``retried``, counted per extra attempt and record),

@@ -36,9 +36,10 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from ..engine.leases import Lease, LeaseStatus
+from ..group.leases import LeaseStatus
 from ..kinesis.kpl import record_cost
 from ..models import Record
+from ..read.progress import ShardLease
 from ..sinks.base import LeaseLostError
 from .options import RunOptions
 from .policies import AbandonedError, HandlerFailedError
@@ -47,7 +48,7 @@ from .registry import HandlerSet
 from .scheduler import Call, Scheduler
 
 if TYPE_CHECKING:
-    from ..engine.delivery import Cursor
+    from ..read.delivery import Cursor
 
 
 def key_function(ordering: str) -> Callable[[Record], Hashable]:
@@ -79,11 +80,11 @@ class Dispatch:
             one_key_per_call=options.sink is not None,
         )
         self._key = key_function(options.ordering)
-        self.trackers: dict[Lease, LowWater] = {}
+        self.trackers: dict[ShardLease, LowWater] = {}
         # Engine batches not admitted yet, per lease in the order they came (a lease's batches
         # come in its shard's order), each with the index of its next record; the lease
         # admitted from first next time comes first (see admit()).
-        self._pending: dict[Lease, deque[_Pending]] = {}
+        self._pending: dict[ShardLease, deque[_Pending]] = {}
         self._pending_records = 0
         #: Records held in pending batches before no more are asked for (besides one per lease),
         #: and their bytes (Config.max_buffered_bytes, weighed as the engine's buffer does: the
@@ -98,7 +99,7 @@ class Dispatch:
         #: The engine said it is closed: start nothing more.
         self.closed = False
         #: Leases a sink found lost: the runner tells the engine, then clears this.
-        self.lost: list[tuple[Lease, str]] = []
+        self.lost: list[tuple[ShardLease, str]] = []
         self._ready_since: float | None = None
         batch = options.batch
         self._max_wait = batch.max_wait if batch is not None else 0.0
@@ -123,7 +124,7 @@ class Dispatch:
         under = self._hold_bytes is None or self._pending_bytes < self._hold_bytes
         return under and self._pending_records < self._hold
 
-    def set_batch(self, lease: Lease, records: list[Record]) -> None:
+    def set_batch(self, lease: ShardLease, records: list[Record]) -> None:
         if not records:
             return
         batches = self._pending.get(lease)
@@ -166,11 +167,11 @@ class Dispatch:
                     return
                 self._admit_from(lease, min(share, room))
 
-    def _open_of(self, lease: Lease) -> int:
+    def _open_of(self, lease: ShardLease) -> int:
         tracker = self.trackers.get(lease)
         return 0 if tracker is None else tracker.open
 
-    def _admit_from(self, lease: Lease, limit: int) -> None:
+    def _admit_from(self, lease: ShardLease, limit: int) -> None:
         """Admit up to ``limit`` records of ``lease``'s oldest pending batch; the lease goes
         to the back of the turn."""
         batches = self._pending.pop(lease)
@@ -180,6 +181,7 @@ class Dispatch:
         if tracker is None:
             tracker = self.trackers[lease] = LowWater(lease)
         admit = self.cursor.admit
+        progress = lease.progress
         added = self.added.current
         index = start = batch.index
         end = min(len(records), index + limit)
@@ -189,7 +191,7 @@ class Dispatch:
                 # Revoked or lost: the rest of its batches are the next owner's.
                 self._forget_pending(batches)
                 return
-            if lease.skipping and lease.already_done(record):
+            if progress.skipping and progress.already_done(record):
                 # The previous owner finished it (a done run of the checkpoint): done here too,
                 # so the mark moves past it, but no call.
                 tracker.finish(tracker.admit(record))
@@ -278,7 +280,7 @@ class Dispatch:
             self.failure = error
 
     # -- leases that ended ---------------------------------------------------------------------
-    def drop(self, lease: Lease) -> None:
+    def drop(self, lease: ShardLease) -> None:
         """Forget the queued records of ``lease``, its pending batches and its tracker."""
         batches = self._pending.pop(lease, None)
         if batches is not None:
@@ -297,7 +299,7 @@ class Dispatch:
         Leases being handed off: give up the records at the end that no call started (see
         :meth:`LowWater.give_up_unstarted`), so the handoff waits only for calls in flight."""
         for lease, tracker in list(self.trackers.items()):
-            status = lease.status
+            status = lease.claim.status
             if status is LeaseStatus.LOST or status is LeaseStatus.RELEASED:
                 self.drop(lease)
             elif status is LeaseStatus.REVOKING:

@@ -21,14 +21,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..aws.clients import ClientFactory
-from ..engine.leases import Lease
 from ..errors import DecodeError
 from ..models import Position, Record
+from ..observability.telemetry import instrument_handler
+from ..read.progress import ShardLease
 from ..sinks.base import TransactionCanceledError, TransactionTooLargeError
-from ..telemetry import instrument_handler, traced_sink
+from ..sinks.traced import traced_sink
 from .age import KinesisClock
 from .counters import HandlerCounters
 from .deadletter import (
@@ -76,15 +78,29 @@ class _HandlerRaised(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class CallEnvironment:
+    """What a handler call draws on besides the handler: the clock (epoch seconds) that retry
+    waits and record ages are measured by, the random source of the backoff's jitter, what a
+    waiting call waits on (the run stopping, the lease ending: :mod:`.stopping`), and the
+    PutRecord tries per dead letter before the run stops. The defaults are production's."""
+
+    clock: Callable[[], float] = time.time
+    uniform: Callable[[], float] = random.random
+    sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds
+    async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds
+    write_attempts: int = WRITE_ATTEMPTS
+
+
 class Invocation:
     """Calls ``handler`` under ``options`` (see the module docstring).
 
     ``aws``: the factory dead-letter writes use (the sync face a blocking client with the
     caller's own credentials, the async face an aiobotocore client, through ``role_arn`` when
     set). ``client_id``: the member's id, written in envelopes (default ``Config.client_id``).
-    ``uniform``: the jitter's random source; ``write_attempts``: PutRecord tries per dead letter
-    before the run stops (tests shorten both). ``clock`` (epoch seconds), ``sync_ends`` and
-    ``async_ends`` (what a waiting call waits on): the in-memory driver's (kinesumer.testing).
+    ``environment``: the clock, the jitter's random source, what a waiting call waits on and
+    the dead-letter write tries (:class:`CallEnvironment`; the in-memory driver of
+    :mod:`kinesumer.testing` passes a virtual one).
     """
 
     def __init__(
@@ -96,23 +112,24 @@ class Invocation:
         is_async: bool,
         *,
         client_id: str | None = None,
-        uniform: Callable[[], float] = random.random,
-        write_attempts: int = WRITE_ATTEMPTS,
-        clock: Callable[[], float] = time.time,
-        sync_ends: Callable[..., SyncCallEnds] = SyncCallEnds,
-        async_ends: Callable[..., AsyncCallEnds] = AsyncCallEnds,
+        environment: CallEnvironment | None = None,
         refuse: Callable[[Record], Exception | None] | None = None,
     ) -> None:
         self.policy = check_policy(options.on_failure)
         self.name = options.name or getattr(handler, "__qualname__", None) or repr(handler)
         self.batched = options.batch is not None
-        self.handler = instrument_handler(handler, self.name, self.batched, is_async, aws)
+        metrics = aws.stats.metrics if aws.stats is not None else None
+        self.handler = instrument_handler(
+            handler, self.name, self.batched, is_async, aws.config, metrics
+        )
         decoder = options.decode
         self.decoder = decoder if isinstance(decoder, RecordDecoder) else make_decoder(decoder)
         self.sink = traced_sink(options.sink, aws)  # spans (telemetry.py): itself when off
         self.counters, self.is_async = counters, is_async
-        self.uniform = uniform
-        self.clock, self.sync_ends, self.async_ends = clock, sync_ends, async_ends
+        env = environment or CallEnvironment()
+        self.uniform, self.clock = env.uniform, env.clock
+        self.sync_ends, self.async_ends = env.sync_ends, env.async_ends
+        write_attempts = env.write_attempts
         policy = self.policy
         self.extra_streams: tuple[str, ...] = (
             (policy.stream,) if isinstance(policy, RetryLater) else ()
@@ -121,7 +138,7 @@ class Invocation:
         self.max_age: float | None = getattr(options, "max_record_age", None)
         self.kinesis_clock = KinesisClock()
         self.bisect = bool(getattr(options.batch, "bisect_on_error", False))
-        self.report = CallReporter(self.name, counters, self.policy, uniform)
+        self.report = CallReporter(self.name, counters, self.policy, self.uniform)
         #: An added handler's key_of check (registry.KeyOfCheck): a record's error, if any.
         self.refuse = refuse
         special = self.sink is not None or self.extra_streams or refuse is not None
@@ -133,7 +150,9 @@ class Invocation:
 
     # ---- the synchronous face ------------------------------------------------------------
 
-    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None:
+    def call_sync(
+        self, records: list[Record], lease: ShardLease, stopping: threading.Event
+    ) -> None:
         """Handle ``records`` (one call) on this thread; see the module docstring."""
         if self._plain and len(records) == 1:
             # The common case (a record, no sink, batch or retry stream) costs a decode, a call
@@ -171,7 +190,7 @@ class Invocation:
     def _run_sync(
         self,
         unit: Unit,
-        lease: Lease,
+        lease: ShardLease,
         end: Position,
         ends: SyncCallEnds,
         first_error: Exception | None = None,
@@ -207,7 +226,7 @@ class Invocation:
             if ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
-    def _attempt_sync(self, unit: Unit, lease: Lease, end: Position) -> None:
+    def _attempt_sync(self, unit: Unit, lease: ShardLease, end: Position) -> None:
         if unit.error is not None:
             raise _HandlerRaised(unit.error)
         argument = unit.values if self.batched else unit.values[0]
@@ -244,7 +263,7 @@ class Invocation:
     # ---- the asynchronous face -----------------------------------------------------------
 
     async def call_async(
-        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+        self, records: list[Record], lease: ShardLease, stopping: asyncio.Event
     ) -> None:
         """Handle ``records`` (one call) in this task; see the module docstring."""
         if self._plain and len(records) == 1:  # as in call_sync
@@ -275,7 +294,7 @@ class Invocation:
     async def _run_async(
         self,
         unit: Unit,
-        lease: Lease,
+        lease: ShardLease,
         end: Position,
         ends: AsyncCallEnds,
         first_error: Exception | None = None,
@@ -308,7 +327,7 @@ class Invocation:
             if await ends.wait(delay):
                 raise AbandonedError(f"closing while retrying {describe(unit.items[0].original)}")
 
-    async def _attempt_async(self, unit: Unit, lease: Lease, end: Position) -> None:
+    async def _attempt_async(self, unit: Unit, lease: ShardLease, end: Position) -> None:
         if unit.error is not None:
             raise _HandlerRaised(unit.error)
         argument = unit.values if self.batched else unit.values[0]
@@ -367,14 +386,14 @@ class Invocation:
             self.report.too_old(item)
         return error
 
-    def observe(self, records: list[Record], lease: Lease) -> None:
+    def observe(self, records: list[Record], lease: ShardLease) -> None:
         """The runner got ``records`` (an engine batch) of ``lease``: what they show of
         Kinesis's clock (their arrivals, the shard's ``MillisBehindLatest``) ages every record
         of the batch alike, not only those of the call that holds the last one."""
         if self.max_age is not None:
-            self.kinesis_clock.observe(records, lease.millis_behind)
+            self.kinesis_clock.observe(records, lease.progress.millis_behind)
 
-    def _units(self, items: list[Item], records: list[Record], lease: Lease) -> list[Unit]:
+    def _units(self, items: list[Item], records: list[Record], lease: ShardLease) -> list[Unit]:
         """The calls to make (see :func:`.retry_later.units`), records past max_record_age (or
         that an added handler's ``key_of`` raised on) failing alone."""
         refuse: Callable[[Item], Exception | None] | None = None
@@ -383,7 +402,7 @@ class Invocation:
             refuse = lambda item: check(item.delivered)  # noqa: E731
         elif self.max_age is not None:
             # Only ``lease``'s records go with its MillisBehindLatest (see KinesisClock.observe).
-            self.kinesis_clock.observe(records, lease.millis_behind, lease.key)
+            self.kinesis_clock.observe(records, lease.progress.millis_behind, lease.key)
             refuse = self._too_old
         return units(items, self.decoder, self.batched, self.report.decode_failed, refuse)
 

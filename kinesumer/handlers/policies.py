@@ -22,10 +22,22 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, DecodeError, KinesumerError
 from ..models import Record
 from .age import RecordTooOldError
-from .registry import KeyOfError
 
 #: Kinesis stream names: 1-128 of letters, digits, ``_``, ``.`` and ``-``.
 STREAM_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+class KeyOfError(Exception):
+    """``add_handler(key_of=...)`` raised on a record: that handler's failure policy disposes
+    of the record (dead letter, discard, or stop) and the handler is not called with it."""
+
+    def __init__(self, name: str, record: Record, error: Exception) -> None:
+        super().__init__(
+            f"add_handler({name!r}): key_of raised on {record.stream}/{record.shard_id} "
+            f"record {record.sequence_number}: {error!r}"
+        )
+        self.record = record
+        self.error = error
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import threading
 from collections import deque
 
 from ..core.done_ranges import Run, runs_of
-from ..engine.leases import Lease
 from ..models import Position, Record
+from ..read.progress import ShardLease
 from .registry import NONE, AddedHandler
 
 
@@ -48,7 +48,7 @@ class Entry:
         self.added: tuple[AddedHandler, ...] = NONE
 
     @property
-    def lease(self) -> Lease:
+    def lease(self) -> ShardLease:
         return self.tracker.lease
 
     def __repr__(self) -> str:
@@ -59,7 +59,7 @@ class Entry:
 class LowWater:
     """Admitted records of one lease, in order, until the done prefix passes them."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: ShardLease) -> None:
         self.lease = lease
         self._entries: deque[Entry] = deque()
         self._lock = threading.Lock()
@@ -69,7 +69,7 @@ class LowWater:
         #: Records of the lease in the scheduler (queued or in a call): the dispatcher's
         #: count, on its thread only, for sharing max_in_flight among leases (dispatch.py).
         self.open = 0
-        lease.set_done_source(self.done_marks)
+        lease.progress.set_done_source(self.done_marks)
 
     def done_marks(self) -> tuple[Position | None, list[Run]]:
         """The checkpointer's question: the mark, and the runs of done records above it, read
@@ -77,7 +77,7 @@ class LowWater:
         with self._lock:
             entries = self._entries
             runs = runs_of((e.position, e.done) for e in entries) if entries else []
-            return self.lease.processed, runs
+            return self.lease.progress.processed, runs
 
     def admit(self, record: Record) -> Entry:
         """``record`` was admitted (``Cursor.admit`` said yes): track it until it is done."""
@@ -99,7 +99,7 @@ class LowWater:
             while entries and entries[0].done:
                 last = entries.popleft()
             # Under the lock: two finishers must not write their marks in the wrong order.
-            self.lease.mark_processed(last.position)
+            self.lease.progress.mark_processed(last.position)
             self._settle()
 
     def give_up_unstarted(self, anywhere: bool = False) -> list[Entry]:
@@ -129,7 +129,7 @@ class LowWater:
         """(Under the lock.) Being handed off and nothing left that a call has or will take:
         nothing is in the application's hands any more."""
         if self._cut and all(e.done or e.dropped for e in self._entries):
-            self.lease.discard_delivered()
+            self.lease.progress.discard_delivered()
 
     @property
     def pending(self) -> int:

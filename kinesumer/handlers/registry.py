@@ -36,8 +36,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..engine.leases import Lease
 from ..models import Record
+from ..read.progress import ShardLease
+from .policies import KeyOfError
 
 if TYPE_CHECKING:
     from .policies import FailurePolicy
@@ -49,10 +50,12 @@ class AddedInvocation(Protocol):
     #: Its failure policy (the streams it writes dead letters to are checked at the join).
     policy: FailurePolicy
 
-    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
+    def call_sync(
+        self, records: list[Record], lease: ShardLease, stopping: threading.Event
+    ) -> None: ...
 
     async def call_async(
-        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+        self, records: list[Record], lease: ShardLease, stopping: asyncio.Event
     ) -> None: ...
 
     async def close_async(self) -> None: ...
@@ -85,19 +88,6 @@ class AddedHandler:
         # silent skip.
         key = self.key_of.key(record)
         return key is None or key in self.keys
-
-
-class KeyOfError(Exception):
-    """``add_handler(key_of=...)`` raised on a record: that handler's failure policy disposes
-    of the record (dead letter, discard, or stop) and the handler is not called with it."""
-
-    def __init__(self, name: str, record: Record, error: Exception) -> None:
-        super().__init__(
-            f"add_handler({name!r}): key_of raised on {record.stream}/{record.shard_id} "
-            f"record {record.sequence_number}: {error!r}"
-        )
-        self.record = record
-        self.error = error
 
 
 class KeyOfCheck:

@@ -16,11 +16,12 @@ import asyncio
 import threading
 import time
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease, LeaseStatus
-from ..engine.lifecycle import EngineState
-from ..engine.supervisor import wait_done
+from ..group.leases import LeaseStatus
 from ..models import Record
+from ..read.engine import Engine
+from ..read.progress import ShardLease
+from ..runtime.lifecycle import EngineState
+from ..runtime.supervisor import wait_done
 
 #: How often a waiter looks at the engine's state: how late a close is seen.
 CHECK = 0.25
@@ -74,17 +75,17 @@ class CallEnds:
     record of the call is of ``lease``: abandoning a call that spans shards would strand the
     other shard's records under a live lease (without a sink a batch may span shards)."""
 
-    def __init__(self, lease: Lease, records: list[Record]) -> None:
+    def __init__(self, lease: ShardLease, records: list[Record]) -> None:
         key = lease.key
         self._lease = lease if all((r.stream, r.shard_id) == key for r in records) else None
 
     def lease_ended(self) -> bool:
         lease = self._lease
-        return lease is not None and lease.status is not LeaseStatus.ACTIVE
+        return lease is not None and lease.claim.status is not LeaseStatus.ACTIVE
 
 
 class SyncCallEnds(CallEnds):
-    def __init__(self, stopping: threading.Event, lease: Lease, records: list[Record]) -> None:
+    def __init__(self, stopping: threading.Event, lease: ShardLease, records: list[Record]) -> None:
         super().__init__(lease, records)
         self._stopping = stopping
 
@@ -101,7 +102,7 @@ class SyncCallEnds(CallEnds):
 
 
 class AsyncCallEnds(CallEnds):
-    def __init__(self, stopping: asyncio.Event, lease: Lease, records: list[Record]) -> None:
+    def __init__(self, stopping: asyncio.Event, lease: ShardLease, records: list[Record]) -> None:
         super().__init__(lease, records)
         self._stopping = stopping
 

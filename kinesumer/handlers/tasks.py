@@ -18,11 +18,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease
-from ..engine.supervisor import wait_done
 from ..errors import ConsumerClosedError
 from ..models import Record
+from ..read.engine import Engine
+from ..read.progress import ShardLease
+from ..runtime.supervisor import wait_done
 from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
@@ -43,10 +43,10 @@ class AsyncInvocation(Protocol):
     """What the runner awaits (kinesumer.handlers.invoke.Invocation)."""
 
     async def call_async(
-        self, records: list[Record], lease: Lease, stopping: asyncio.Event
+        self, records: list[Record], lease: ShardLease, stopping: asyncio.Event
     ) -> None: ...
 
-    def observe(self, records: list[Record], lease: Lease) -> None: ...
+    def observe(self, records: list[Record], lease: ShardLease) -> None: ...
 
 
 class TaskRunner:
@@ -97,18 +97,19 @@ class TaskRunner:
                 if not await self._inline_batch(lease, records):
                     return
                 continue
+            progress = lease.progress
             handled = 0
             try:
                 for record in records:
                     if not admit(lease, record):
                         break  # revoked or lost: the rest is the next owner's
-                    if lease.skipping and lease.already_done(record):
-                        lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    if progress.skipping and progress.already_done(record):
+                        progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
                         continue  # the previous owner finished it
                     await handler(record)
                     handled += 1
                     # admit() set ``delivered`` to this record's position.
-                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
             except Exception as exc:
                 counters.add("failed")
                 await self._fail(HandlerFailedError(exc, record, self._options.name))
@@ -125,18 +126,19 @@ class TaskRunner:
             if not await self._inline_batch(lease, records):
                 return
 
-    async def _inline_batch(self, lease: Lease, records: list[Record]) -> bool:
+    async def _inline_batch(self, lease: ShardLease, records: list[Record]) -> bool:
         """One engine batch, record by record: the handler, then the added handlers that want
         the record (see .registry). False: the run is over."""
         engine, call, stopping = self._engine, self._invocation.call_async, self.stopping
         admit = engine.cursor.admit
         added = self._added.current
         self._invocation.observe(records, lease)
+        progress = lease.progress
         for record in records:
             if not admit(lease, record):
                 break  # revoked or lost: the rest is the next owner's
-            if lease.skipping and lease.already_done(record):
-                lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            if progress.skipping and progress.already_done(record):
+                progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
                 continue  # the previous owner finished it
             try:
                 await call([record], lease, stopping)
@@ -145,7 +147,7 @@ class TaskRunner:
             except AbandonedError:
                 # Closing (or failed), or the shard was handed off, while it waited: the
                 # record stays undone (the next owner's); the handoff need not wait for it.
-                lease.discard_delivered()
+                progress.discard_delivered()
                 if not engine_stopping(engine):
                     break
                 if engine.failure is not None:
@@ -154,7 +156,7 @@ class TaskRunner:
             except Exception as exc:
                 await self._fail(exc)
             # admit() set ``delivered`` to this record's position.
-            lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
         return True
 
     async def _run_tasks(self) -> None:
@@ -170,7 +172,7 @@ class TaskRunner:
         wake = asyncio.Event()
         ended: list[tuple[Call[Entry], BaseException | None]] = []
         calls: set[asyncio.Task[None]] = set()
-        fetch: asyncio.Task[tuple[Lease, list[Record]]] | None = None
+        fetch: asyncio.Task[tuple[ShardLease, list[Record]]] | None = None
 
         async def work(call: Call[Entry]) -> None:
             entries = call.items

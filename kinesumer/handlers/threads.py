@@ -35,11 +35,11 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from ..engine.engine import Engine
-from ..engine.leases import Lease
-from ..engine.lifecycle import EngineState
 from ..errors import ConsumerClosedError
 from ..models import Record
+from ..read.engine import Engine
+from ..read.progress import ShardLease
+from ..runtime.lifecycle import EngineState
 from .counters import HandlerCounters
 from .dispatch import Dispatch
 from .options import RunOptions, calls_plainly
@@ -61,9 +61,11 @@ _CHECK = 0.25
 class SyncInvocation(Protocol):
     """What the runner calls (kinesumer.handlers.invoke.Invocation)."""
 
-    def call_sync(self, records: list[Record], lease: Lease, stopping: threading.Event) -> None: ...
+    def call_sync(
+        self, records: list[Record], lease: ShardLease, stopping: threading.Event
+    ) -> None: ...
 
-    def observe(self, records: list[Record], lease: Lease) -> None: ...
+    def observe(self, records: list[Record], lease: ShardLease) -> None: ...
 
 
 def is_inline(options: RunOptions) -> bool:
@@ -113,7 +115,7 @@ class ThreadRunner:
             self._run_pooled()
 
     # -- the engine's batches ------------------------------------------------------------------
-    def _request(self) -> Future[tuple[Lease, list[Record]]] | None:
+    def _request(self) -> Future[tuple[ShardLease, list[Record]]] | None:
         try:
             return self._submit(self._engine.next_batch())
         except ConsumerClosedError:
@@ -127,7 +129,7 @@ class ThreadRunner:
             raise self._engine.failure
         return state is EngineState.CLOSED
 
-    def _next_batch(self) -> tuple[Lease, list[Record]] | None:
+    def _next_batch(self) -> tuple[ShardLease, list[Record]] | None:
         """The next batch, blocking; None once the consumer is closed."""
         future = self._request()
         if future is None:
@@ -157,18 +159,19 @@ class ThreadRunner:
                 if not self._inline_batch(lease, records):
                     return
                 continue
+            progress = lease.progress
             handled = 0
             try:
                 for record in records:
                     if not admit(lease, record):
                         break  # revoked or lost: the rest is the next owner's
-                    if lease.skipping and lease.already_done(record):
-                        lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    if progress.skipping and progress.already_done(record):
+                        progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
                         continue  # the previous owner finished it
                     handler(record)
                     handled += 1
                     # admit() set ``delivered`` to this record's position.
-                    lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+                    progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
             except Exception as exc:
                 counters.add("failed")
                 self._fail(HandlerFailedError(exc, record, self._options.name))
@@ -184,18 +187,19 @@ class ThreadRunner:
             if not self._inline_batch(*got):
                 return
 
-    def _inline_batch(self, lease: Lease, records: list[Record]) -> bool:
+    def _inline_batch(self, lease: ShardLease, records: list[Record]) -> bool:
         """One engine batch, record by record: the handler, then the added handlers that want
         the record (see .registry). False: the run is over."""
         call, stopping = self._invocation.call_sync, self.stopping
         admit = self._engine.cursor.admit
         added = self._added.current
         self._invocation.observe(records, lease)
+        progress = lease.progress
         for record in records:
             if not admit(lease, record):
                 break  # revoked or lost: the rest is the next owner's
-            if lease.skipping and lease.already_done(record):
-                lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            if progress.skipping and progress.already_done(record):
+                progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
                 continue  # the previous owner finished it
             try:
                 call([record], lease, stopping)
@@ -204,7 +208,7 @@ class ThreadRunner:
             except AbandonedError:
                 # Closing (or failed), or the shard was handed off, while it waited: the
                 # record stays undone (the next owner's); the handoff need not wait for it.
-                lease.discard_delivered()
+                progress.discard_delivered()
                 if not engine_stopping(self._engine):
                     break
                 self._engine_ended()  # a failed engine's error is raised
@@ -212,7 +216,7 @@ class ThreadRunner:
             except Exception as exc:
                 self._fail(exc)
             # admit() set ``delivered`` to this record's position.
-            lease.mark_processed(lease.delivered)  # type: ignore[arg-type]
+            progress.mark_processed(progress.delivered)  # type: ignore[arg-type]
         return True
 
     # -- pooled --------------------------------------------------------------------------------
@@ -228,7 +232,7 @@ class ThreadRunner:
         )
         events: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
         pool = ThreadPoolExecutor(options.concurrency, thread_name_prefix="kinesumer-handler")
-        request: Future[tuple[Lease, list[Record]]] | None = None
+        request: Future[tuple[ShardLease, list[Record]]] | None = None
         engine = self._engine
         next_sweep = 0.0
         try:
@@ -308,7 +312,7 @@ class ThreadRunner:
         checkpointer = self._engine.checkpointer
         for lease, why in dispatch.lost:
 
-            async def lose(lease: Lease = lease, why: str = why) -> None:
+            async def lose(lease: ShardLease = lease, why: str = why) -> None:
                 checkpointer.lose(lease, why)
 
             with contextlib.suppress(ConsumerClosedError):  # closed: lost with the rest

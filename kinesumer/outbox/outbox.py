@@ -41,7 +41,7 @@ from ..errors import (
     OutboxError,
     OutboxTableNotFoundError,
 )
-from ..metrics import Metrics, metrics_for
+from ..observability.metrics import Metrics, metrics_for
 from ..producer import Producer
 from ..producer.records import check_record
 from ..topics import Topic

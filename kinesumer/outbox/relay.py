@@ -76,7 +76,7 @@ from ..errors import (
     ProducerClosedError,
     RecordRejectedError,
 )
-from ..metrics import Metrics
+from ..observability.metrics import Metrics
 from ..producer import Producer, PutResult
 from .schema import (
     DELETE,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ..config import Config
 from ..errors import InvalidRecordError
-from ..metrics import metrics_for
+from ..observability.metrics import metrics_for
 from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
 from .options import ProducerOptions

@@ -20,8 +20,13 @@ from typing import Any
 from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
+<<<<<<< HEAD
 from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from ..metrics import Metrics
+=======
+from ..observability.metrics import Metrics
+from . import lean
+>>>>>>> main
 from .futures import settle
 from .limits import RecordSizeLimits, refuse_over_limit
 from .options import ProducerOptions

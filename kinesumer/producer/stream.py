@@ -20,7 +20,6 @@ from typing import NamedTuple, Protocol
 
 from botocore.exceptions import ClientError
 
-from ..aio_timeout import await_within
 from ..aws.accounting import RequestStats
 from ..aws.retry import call_with_retry, error_code, is_denied, is_transient
 from ..errors import (
@@ -30,7 +29,11 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
+<<<<<<< HEAD
 from ..kinesis.transport import KinesisTransport, PutResultEntry, ShardDescription
+=======
+from ..runtime.aio_timeout import await_within
+>>>>>>> main
 from .batching import Entry, Lane, fill_call, hold_back
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..errors import ConfigError, KinesumerError
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
     from ..models import Position
+    from ..read.engine import Engine
+    from ..read.progress import ShardLease
 
 log = logging.getLogger("kinesumer.sinks")
 
@@ -80,13 +80,13 @@ class ExactlyOnceSink(Protocol):
     def attach(self, engine: Engine) -> None:
         """Before ``engine.start()``: install the claim hook, take the engine's clients."""
 
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Position, body: Callable[[Any], None]) -> None:
         """Run ``body(tx)`` and commit its writes with position ``end`` atomically (on a
         worker thread), or raise: :class:`LeaseLostError`, or body's exception (nothing
         committed)."""
 
     async def transact_async(
-        self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
+        self, lease: ShardLease, end: Position, body: Callable[[Any], Awaitable[None]]
     ) -> None:
         """:meth:`transact_sync` for coroutine handlers, on the engine's loop."""
 
@@ -128,11 +128,11 @@ class EngineLink:
             raise SinkError("the sink is not attached: pass it to run(..., sink=...)")
         return self.engine
 
-    def lost(self, lease: Lease, why: str) -> LeaseLostError:
+    def lost(self, lease: ShardLease, why: str) -> LeaseLostError:
         """The fence refused ``lease``'s commit: end the lease on the engine (idempotent; the
         runner does the same) and the error to raise."""
         engine, loop = self.engine, self.loop
         if engine is not None and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(engine.checkpointer.lose, lease, why)
         stream, shard_id = lease.key
-        return LeaseLostError(stream, shard_id, lease.checkpoint.lease, why)
+        return LeaseLostError(stream, shard_id, lease.claim.checkpoint.lease, why)

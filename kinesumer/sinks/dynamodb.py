@@ -41,9 +41,9 @@ from ..statestore.dynamodb.codecs import checkpoint_transact_update
 from .base import EngineLink, SinkError, TransactionCanceledError, TransactionTooLargeError
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
     from ..models import Position
+    from ..read.engine import Engine
+    from ..read.progress import ShardLease
 
 log = logging.getLogger("kinesumer.sinks")
 
@@ -184,12 +184,12 @@ class DynamoDBTransactions:
         engine.sink_writes_positions = True
         engine.claim_hook = self._on_claim
 
-    async def _on_claim(self, lease: Lease) -> Position | None:
+    async def _on_claim(self, lease: ShardLease) -> Position | None:
         # The claim itself read the position (the item as the claim wrote it): start there.
         self._link.on_loop()
         return None
 
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Position, body: Callable[[Any], None]) -> None:
         tx = DynamoDBTransaction()
         body(tx)
         loop = self._link.loop
@@ -212,7 +212,7 @@ class DynamoDBTransactions:
                     ) from None
 
     async def transact_async(
-        self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
+        self, lease: ShardLease, end: Position, body: Callable[[Any], Awaitable[None]]
     ) -> None:
         tx = DynamoDBTransaction()
         await body(tx)
@@ -224,12 +224,12 @@ class DynamoDBTransactions:
     async def close_async(self) -> None:
         """Nothing to release: the consumer's client closes with it."""
 
-    async def _commit(self, lease: Lease, end: Position, tx: DynamoDBTransaction) -> None:
+    async def _commit(self, lease: ShardLease, end: Position, tx: DynamoDBTransaction) -> None:
         """TransactWriteItems: the handler's writes, then the fenced position (on the loop)."""
         engine = self._link.require()
         config = engine.config
         position = checkpoint_transact_update(
-            config.dynamodb_table, config.app, lease.checkpoint, end
+            config.dynamodb_table, config.app, lease.claim.checkpoint, end
         )
         elements = [*tx.elements, position]
         delay = 0.05
@@ -260,10 +260,10 @@ class DynamoDBTransactions:
                 delay = min(delay * 2, 2.0)
                 continue
             self.commits += 1
-            lease.mark_checkpointed(end)
+            lease.claim.mark_checkpointed(end)
             return
 
-    def _refusal(self, exc: ClientError, lease: Lease, count: int) -> bool:
+    def _refusal(self, exc: ClientError, lease: ShardLease, count: int) -> bool:
         """Sort a refused transaction: True to try again; otherwise raise the named error
         (returns False only for errors to re-raise as they are)."""
         code = error_code(exc)

@@ -50,8 +50,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from ..engine.engine import Engine
-    from ..engine.leases import Lease
+    from ..read.engine import Engine
+    from ..read.progress import ShardLease
 
 log = logging.getLogger("kinesumer.sinks")
 
@@ -145,13 +145,13 @@ class PostgresPositions:
         self._app = engine.config.app
         engine.claim_hook = self._on_claim
 
-    async def _on_claim(self, lease: Lease) -> Position | None:
+    async def _on_claim(self, lease: ShardLease) -> Position | None:
         """Fence the shard's row with this claim's lease, and read the position back (on a
         worker thread, over the sync pool: claims are rare, and this works for both faces)."""
         self._link.on_loop()
         engine = self._link.require()
         stream, shard_id = lease.key
-        params = (self._app, stream, shard_id, lease.checkpoint.lease, engine.client_id)
+        params = (self._app, stream, shard_id, lease.claim.checkpoint.lease, engine.client_id)
         delay = 0.2
         for attempt in range(1, CLAIM_ATTEMPTS + 1):
             try:
@@ -169,7 +169,7 @@ class PostgresPositions:
             held = await asyncio.to_thread(self._holder, params[:3])
             why = (
                 f"PostgreSQL's row holds lease {held}, newer than this claim's "
-                f"{lease.checkpoint.lease}: another member claimed the shard since, or the "
+                f"{lease.claim.checkpoint.lease}: another member claimed the shard since, or the "
                 f"DynamoDB checkpoint was deleted while this row was kept (lease numbers start "
                 f"again; delete the row too, the position lives there)"
             )
@@ -205,7 +205,7 @@ class PostgresPositions:
         return "?" if row is None else f"{row[0]} (owner {row[1]})"
 
     # -- transactions -------------------------------------------------------------------------
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Position, body: Callable[[Any], None]) -> None:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             stage = _Stage()
             try:
@@ -227,7 +227,7 @@ class PostgresPositions:
             return
 
     async def transact_async(
-        self, lease: Lease, end: Position, body: Callable[[Any], Awaitable[None]]
+        self, lease: ShardLease, end: Position, body: Callable[[Any], Awaitable[None]]
     ) -> None:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             stage = _Stage()
@@ -252,30 +252,30 @@ class PostgresPositions:
             self.commits += 1
             return
 
-    def _advance(self, lease: Lease, end: Position) -> tuple[sql.Composed, tuple[object, ...]]:
+    def _advance(self, lease: ShardLease, end: Position) -> tuple[sql.Composed, tuple[object, ...]]:
         stream, shard_id = lease.key
         params = (end.sequence_number, end.sub_sequence_number, self._app, stream, shard_id)
-        return self._sql(_ADVANCE), (*params, lease.checkpoint.lease)
+        return self._sql(_ADVANCE), (*params, lease.claim.checkpoint.lease)
 
-    def _read(self, lease: Lease) -> tuple[sql.Composed, tuple[object, ...]]:
+    def _read(self, lease: ShardLease) -> tuple[sql.Composed, tuple[object, ...]]:
         return self._sql(_READ), (self._app, *lease.key)
 
-    def _fenced(self, rowcount: int, lease: Lease) -> None:
+    def _fenced(self, rowcount: int, lease: ShardLease) -> None:
         """The fence's UPDATE matched no row: another claim owns the shard now."""
         if rowcount != 1:
             self.refused += 1
             raise self._link.lost(lease, "PostgreSQL's fence refused it (claimed again)")
 
     @staticmethod
-    def _landed(row: tuple[Any, ...] | None, lease: Lease, end: Position) -> bool:
+    def _landed(row: tuple[Any, ...] | None, lease: ShardLease, end: Position) -> bool:
         """After a commit whose outcome is unknown: whether it landed (the row holds this
         call's ``end`` under this lease; ends only grow, one call per shard at a time)."""
-        if row is None or row[2] != lease.checkpoint.lease or row[0] is None:
+        if row is None or row[2] != lease.claim.checkpoint.lease or row[0] is None:
             return False
         return Position(row[0], int(row[1])) == end
 
     @staticmethod
-    def _retrying(lease: Lease, exc: BaseException, attempt: int) -> None:
+    def _retrying(lease: ShardLease, exc: BaseException, attempt: int) -> None:
         log.warning(
             "PostgreSQL failed outside the handler on %s/%s (%s); trying the transaction "
             "again (%d/%d)",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config, check_streams
 from ..consumer.sync import Kinesumer
-from ..engine.hooks import Hook
+from ..group.hooks import Hook
 from ..models import Record
 from ..signals import stop_on_signals
 from .arrow import records_to_dataframe

@@ -17,6 +17,22 @@ from ..models import Checkpoint, ClientInfo, Position, Shard
 
 
 @dataclass(frozen=True)
+class SavedPosition:
+    """Where a broadcast member stands in one shard, as saved under its own key.
+
+    ``position`` is the last record processed; without one, ``started_at_ms`` (if any) is when
+    the member began reading the shard, so a restart reads from there (AT_TIMESTAMP) and loses
+    nothing that arrived while it was down.
+    """
+
+    stream: str
+    shard_id: str
+    position: Position | None = None
+    started_at_ms: int | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
 class ShardCache:
     """A stream's shard list with lineage, plus which closed shards the group has finished.
 
@@ -54,7 +70,7 @@ class ShardCache:
 
 @dataclass(frozen=True)
 class MembershipView:
-    """The head of the membership view the leader publishes (:mod:`kinesumer.engine.membership`):
+    """The head of the membership view the leader publishes (:mod:`kinesumer.group.membership`):
     which member list is current (``members_key``, ``version``), when the leader's strongly
     consistent read of the client items behind it started (``read_at_ms``), when it was last
     published, and how many joins and leaves were announced (``changes``) against how many the
@@ -214,3 +230,37 @@ class StateStore(Protocol):
         before its first record is handed out, fenced on ``checkpoint.owner`` and
         ``checkpoint.lease`` as :meth:`write_checkpoint`; a start already recorded is kept.
         False: the lease was lost."""
+
+
+class BroadcastPositions(Protocol):
+    """A broadcast member's own saved positions (``Config(broadcast_resume=True)``), under its
+    own key: never the group's checkpoints."""
+
+    async def open_broadcast_session(self, client_id: str) -> int:
+        """A new session number for ``client_id`` (an atomic ADD): the fence of its writes."""
+
+    async def broadcast_positions(self, client_id: str) -> dict[tuple[str, str], SavedPosition]:
+        """Every position ``client_id`` saved, by (stream, shard id)."""
+
+    async def save_broadcast_position(
+        self, client_id: str, session: int, saved: SavedPosition
+    ) -> bool:
+        """Save one position, conditional on ``session`` being still the newest; False: a newer
+        session of the same client id took over."""
+
+
+class GroupState(StateStore, MembershipViewStore, BroadcastPositions, Protocol):
+    """A state table a member can be given instead of building its DynamoDB store
+    (``Kinesumer(config, state=...)``): :class:`kinesumer.testing.MemoryState` is one.
+
+    The member takes its app's view (:meth:`for_app`), and its heartbeat thread, which has no
+    event loop, writes the client item through :meth:`write_client_blocking`. Operator controls
+    (pins, step-downs, weights) are items of the DynamoDB table: a member on another state has
+    none.
+    """
+
+    def for_app(self, app: str) -> GroupState:
+        """The same table as app ``app`` sees it."""
+
+    def write_client_blocking(self, client: ClientInfo, ttl_seconds: int) -> None:
+        """:meth:`StateStore.heartbeat`, blocking, from a thread without an event loop."""

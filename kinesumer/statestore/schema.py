@@ -27,7 +27,8 @@ def checkpoint_pk(app: str, stream: str) -> str:
 
 
 def spark_latest_pk(app: str) -> str:
-    """The Spark source's ``LATEST`` pins of ``app`` (:mod:`kinesumer.spark.source.pins`), one
+    """The Spark source's ``LATEST`` pins of ``app``
+    (:mod:`kinesumer.spark.source.driver.pins`), one
     per shard at ``sk=<stream>#<shard id>``."""
     return f"spark_latest#{app}"
 

@@ -1,9 +1,12 @@
 """Helpers to test an application that uses kinesumer.
 
 - Under moto's in-process ``mock_aws`` kinesumer works as it is: its aiobotocore clients get
-  moto's answers in a form they can await (:mod:`.inprocess`, used only while moto is loaded).
+  moto's answers in a form they can await (:mod:`kinesumer.aws.moto_adapter`, used only while
+  moto is loaded).
 - :func:`record`, :func:`aggregate` and :class:`HandlerDriver`: a handler tested in memory,
   through the same calls, policies, decoding and dead letters as ``run()`` (:mod:`.driver`).
+- :class:`MemoryState`: the state table in memory, with DynamoDB's conditional writes
+  (:mod:`.memory_state`).
 - :class:`MemoryKinesis`: Kinesis in memory (streams, resharding, iterators, retention,
   failures on demand, its own clock), a Kinesis transport the reader calls as it calls AWS.
 - :mod:`.plugin`: pytest fixtures on moto in server mode (registered by the ``testing`` extra's
@@ -23,6 +26,7 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
     from .driver import HandlerDriver
     from .kinesis import MemoryKinesis
     from .memory import MemorySink, VirtualClock
+    from .memory_state import MemoryState
     from .records import aggregate, record
     from .waiting import RecordsDidNotArriveError, put, wait_for, wait_for_async
 
@@ -33,6 +37,7 @@ _LAZY_NAMES = {
     "HandlerDriver": ".driver",
     "MemoryKinesis": ".kinesis",
     "MemorySink": ".memory",
+    "MemoryState": ".memory_state",
     "RecordsDidNotArriveError": ".waiting",
     "VirtualClock": ".memory",
     "aggregate": ".records",
@@ -52,6 +57,7 @@ __all__ = [
     "InProcessMockUnsupportedError",
     "MemoryKinesis",
     "MemorySink",
+    "MemoryState",
     "RecordsDidNotArriveError",
     "VirtualClock",
     "aggregate",

@@ -25,17 +25,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import Config
-from ..engine.leases import Lease
 from ..handlers.counters import HandlerCounters
 from ..handlers.deadletter import DeadLetterEnvelope, read_envelope
 from ..handlers.dispatch import key_function
-from ..handlers.invoke import Invocation
+from ..handlers.invoke import CallEnvironment, Invocation
 from ..handlers.options import Batch, run_options
 from ..handlers.policies import HandlerFailedError, RetryLater
 from ..handlers.retry_later import prepare
 from ..handlers.scheduler import Scheduler
 from ..handlers.stopping import AsyncCallEnds, SyncCallEnds
 from ..models import Checkpoint, Record
+from ..read.progress import ShardLease, shard_lease
 from .kinesis import MemoryKinesis
 from .memory import MemoryClients, MemorySink, VirtualClock, virtual_ends
 
@@ -94,13 +94,15 @@ class HandlerDriver:
             self.counters,
             self.is_async,
             client_id="driver",
-            uniform=lambda: 0.5,
-            write_attempts=1,
-            clock=self.clock,
-            sync_ends=virtual_ends(self.clock, SyncCallEnds),
-            async_ends=virtual_ends(self.clock, AsyncCallEnds),
+            environment=CallEnvironment(
+                clock=self.clock,
+                uniform=lambda: 0.5,
+                sync_ends=virtual_ends(self.clock, SyncCallEnds),
+                async_ends=virtual_ends(self.clock, AsyncCallEnds),
+                write_attempts=1,
+            ),
         )
-        self._leases: dict[tuple[str, str], Lease] = {}
+        self._leases: dict[tuple[str, str], ShardLease] = {}
         self._read_back: dict[str, int] = {}  # retry stream -> records of it delivered
 
     # ---- what happened -------------------------------------------------------------------
@@ -184,10 +186,10 @@ class HandlerDriver:
         self._read_back[policy.stream] = self._read_back.get(policy.stream, 0) + len(due)
         return due
 
-    def _lease(self, call: list[Record]) -> Lease:
+    def _lease(self, call: list[Record]) -> ShardLease:
         key = (call[0].stream, call[0].shard_id)
         if key not in self._leases:
-            self._leases[key] = Lease(Checkpoint(key[0], key[1], owner="driver", lease=1))
+            self._leases[key] = shard_lease(Checkpoint(key[0], key[1], owner="driver", lease=1))
         return self._leases[key]
 
 

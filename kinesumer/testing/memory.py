@@ -14,10 +14,10 @@ from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..config import Config
-from ..engine.leases import Lease
 from ..handlers.stopping import AsyncCallEnds
 from ..kinesis.transport import PutRecordAnswer
 from ..models import Position, Record
+from ..read.progress import ShardLease
 from ..sinks.dynamodb import DynamoDBTransaction
 from .kinesis import MemoryKinesis
 
@@ -91,12 +91,14 @@ class MemorySink:
     def attach(self, engine: Any) -> None:
         """No engine here."""
 
-    def transact_sync(self, lease: Lease, end: Position, body: Callable[[Any], None]) -> None:
+    def transact_sync(self, lease: ShardLease, end: Position, body: Callable[[Any], None]) -> None:
         tx = DynamoDBTransaction()
         body(tx)
         self.commits.append((end, tx.elements))
 
-    async def transact_async(self, lease: Lease, end: Position, body: Callable[[Any], Any]) -> None:
+    async def transact_async(
+        self, lease: ShardLease, end: Position, body: Callable[[Any], Any]
+    ) -> None:
         tx = DynamoDBTransaction()
         await body(tx)
         self.commits.append((end, tx.elements))
@@ -114,7 +116,7 @@ def virtual_ends(clock: VirtualClock, base: type[Any]) -> Callable[..., Any]:
     async def wait_async(seconds: float) -> bool:
         return wait(seconds)
 
-    def make(stopping: Any, lease: Lease, records: list[Record]) -> Any:
+    def make(stopping: Any, lease: ShardLease, records: list[Record]) -> Any:
         ends = base(stopping, lease, records)
         ends.wait = wait_async if base is AsyncCallEnds else wait
         return ends

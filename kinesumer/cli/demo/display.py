@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from ..render import table
+from ..view import GroupStatus, MemberView
 from .constants import APP, STREAM
+from .members import Deliveries, Member
+from .producer import Producer
 
-if TYPE_CHECKING:
-    from .script import Demo
+
+class Demo(Protocol):
+    """What the screen and the summary read of a run (the script's ``Demo`` is one)."""
+
+    url: str
+    shards: int
+    total: int
+    rate: float
+    tty: bool
+    t0: float
+    deliveries: Deliveries
+    members: dict[str, Member]
+    events: list[str]
+    failures: list[str]
+    status: GroupStatus | None
+    producer: Producer
+    logdir: Path
+    victim: Member | None
+    takeover: float | None
+    joined: tuple[str, float] | None
+
+    def unique(self) -> int: ...
+
+    def shards_of(self, member: MemberView) -> str: ...
+
+    def print(self, text: str) -> None: ...
 
 
 def frame(demo: Demo, events: bool = True) -> list[str]:

@@ -128,7 +128,7 @@ class ShardSubscriber:
 
     async def open(self) -> None:
         if moto_loaded():
-            from ...testing.inprocess import enhanced_fan_out_unsupported, mock_active
+            from ...aws.moto_adapter import enhanced_fan_out_unsupported, mock_active
 
             if mock_active():
                 raise enhanced_fan_out_unsupported()

@@ -1,14 +1,12 @@
 """The Structured Streaming source ``spark.readStream.format("kinesumer")``.
 
-Modules: :mod:`.datasource` (the data source, its reader, :func:`read_stream`), :mod:`.options`
-(Spark options -> Config), :mod:`.offsets` (the offset JSON), :mod:`.planner` (the driver side:
-a group member planning micro-batches), :mod:`.partition` (what an executor task gets),
-:mod:`.executor` (GetRecords -> Arrow on executors), :mod:`.ledger` (per-batch ranges in the
-state table), :mod:`.driverio` (the planner's own AWS calls), :mod:`.compat` (pyspark 4.2+),
-:mod:`.aliases` (other connectors' option names), :mod:`.errors` (named errors first at load()),
-:mod:`.groups` (which consumer group a query joins), :mod:`.cleanup` (removing a
-per-query group's state), :mod:`.outage` (outages ridden out, then
-:class:`SourceOutageError`).
+Shared by both sides: :mod:`.datasource` (the data source, its reader, :func:`read_stream`),
+:mod:`.options` (Spark options -> Config) and :mod:`.aliases` (other connectors' option names),
+:mod:`.offsets` (the offset JSON), :mod:`.partition` (what an executor task gets),
+:mod:`.ledger` (per-batch ranges in the state table), :mod:`.outage` (outages ridden out, then
+:class:`SourceOutageError`), :mod:`.errors` (named errors first at load()), :mod:`.logs`,
+:mod:`.compat` (pyspark 4.2+). The driver side is :mod:`.driver` (a group member planning
+micro-batches), the executors' :mod:`.executor` (GetRecords -> Arrow).
 
 ``register(spark)`` makes ``format("kinesumer")`` known to a session (else Spark answers
 ``DATA_SOURCE_NOT_FOUND``, which happens before any code of ours runs).
@@ -19,7 +17,6 @@ import typing as _typing
 from ... import lazy_imports as _lazy_imports
 
 if _typing.TYPE_CHECKING:
-    from .cleanup import forget_query, query_of_checkpoint
     from .compat import HAVE_SOURCE_API, REQUIRED_PYSPARK
     from .datasource import (
         SCHEMA,
@@ -29,7 +26,9 @@ if _typing.TYPE_CHECKING:
         read_stream,
         register,
     )
-    from .groups import group_of
+    from .driver.cleanup import forget_query, query_of_checkpoint
+    from .driver.groups import group_of
+    from .executor.shard_read import ReplayMismatchError
     from .options import (
         SENSITIVE_OPTIONS,
         SOURCE_DEFAULTS,
@@ -38,7 +37,6 @@ if _typing.TYPE_CHECKING:
         redact_sensitive_options,
     )
     from .outage import SourceOutageError
-    from .shard_read import ReplayMismatchError
 
 # Bound on first use (kinesumer.lazy_imports): an executor's read task imports ``executor`` and
 # ``partition`` through this package; the planner (the driver side) is not theirs to import.
@@ -48,17 +46,17 @@ _LAZY_NAMES = {
     "KinesumerDataSource": ".datasource",
     "KinesumerStreamReader": ".datasource",
     "REQUIRED_PYSPARK": ".compat",
-    "ReplayMismatchError": ".shard_read",
+    "ReplayMismatchError": ".executor.shard_read",
     "SCHEMA": ".datasource",
     "SENSITIVE_OPTIONS": ".options",
     "SOURCE_DEFAULTS": ".options",
     "SourceOptions": ".options",
     "SourceOutageError": ".outage",
-    "forget_query": ".cleanup",
-    "group_of": ".groups",
+    "forget_query": ".driver.cleanup",
+    "group_of": ".driver.groups",
     "option_strings": ".datasource",
     "parse_options": ".options",
-    "query_of_checkpoint": ".cleanup",
+    "query_of_checkpoint": ".driver.cleanup",
     "read_stream": ".datasource",
     "redact_sensitive_options": ".options",
     "register": ".datasource",

@@ -44,8 +44,9 @@ from .compat import (
     SupportsTriggerAvailableNow,
     require_source_api,
 )
+from .driver.planner import Planner
 from .errors import named_error_first, named_errors
-from .executor import read_partition
+from .executor.read import read_partition
 from .offsets import SourceOffset
 from .options import (
     SourceOptions,
@@ -55,7 +56,6 @@ from .options import (
     to_options,
 )
 from .partition import ShardPartition
-from .planner import Planner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

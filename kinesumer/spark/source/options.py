@@ -44,13 +44,13 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     "ledger_ttl_seconds": 7 * 24 * 3600,
     # False: the query is a group of its own (every query reads every record, as with the
     # Kafka source); True: it joins the app's group, sharing its shards with the app's other
-    # queries and plain Kinesumer processes (see kinesumer.spark.source.groups).
+    # queries and plain Kinesumer processes (see kinesumer.spark.source.driver.groups).
     "shared_group": False,
     # Kinesis or DynamoDB failing: how long (seconds) the source retries a step, with backoff,
     # before the query fails with SourceOutageError naming the service and since when.
     "outage_timeout": 300.0,
     # An executor that took a full batch from a shard reads the shard's next batch ahead, on
-    # its host, while Spark finishes this one (kinesumer.spark.source.readahead).
+    # its host, while Spark finishes this one (kinesumer.spark.source.executor.readahead).
     "read_ahead": True,
     # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
     "log_level": None,

@@ -38,7 +38,7 @@ class ShardPartition(InputPartition):
     #: How long a read rides out a Kinesis or DynamoDB outage (option ``outage_timeout``).
     outage_timeout: float = 300.0
     #: Read the shard's next batch ahead on this host when records are behind (option
-    #: ``read_ahead``; see :mod:`kinesumer.spark.source.readahead`).
+    #: ``read_ahead``; see :mod:`kinesumer.spark.source.executor.readahead`).
     read_ahead: bool = False
     #: This run of the query (a token the driver's reader makes when Spark creates it, once per
     #: run): a read-ahead file of another run is not taken (its "caught up" is that of then).

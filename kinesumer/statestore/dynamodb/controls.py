@@ -19,11 +19,11 @@ Items, for app ``A`` (keys ``pk``/``sk`` as every item):
   controls), ``last_update``. Only the leader writes it, every ``shard_sync_interval``.
 
 Members read the controls and weights items together (one eventually consistent BatchGetItem, a
-stale answer only delays a control) on a bounded schedule; see :mod:`kinesumer.engine.controls`.
+stale answer only delays a control) on a bounded schedule; see :mod:`kinesumer.group.controls`.
 Older versions of the library never read these items: they ignore pins, step-downs and weights.
 So that old and new members do not fight during a rolling upgrade, new members apply pins and
 step-downs only while a fresh publication names no live member as legacy (see
-:mod:`kinesumer.engine.controls`); weighted mode is gated like sticky, by the declared mode.
+:mod:`kinesumer.group.controls`); weighted mode is gated like sticky, by the declared mode.
 
 The codecs are pure (the command line's synchronous boto3 client uses them too);
 :class:`ControlsTable` makes the engine's asynchronous calls.

@@ -17,32 +17,16 @@ a newer process with the same client id wrote an item, an older one can no longe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...models import Position
+from ..base import SavedPosition
 from ..schema import SORT_KEY
 from .attributes import corrupt
 from .codecs import MAX_SEQUENCE_DIGITS, item_key, now_ms
 
 #: The session item's sort key ('#' cannot start a stream name, so no position collides).
 SESSION_SK = "#session"
-
-
-@dataclass(frozen=True)
-class SavedPosition:
-    """Where a broadcast member stands in one shard, as saved under its own key.
-
-    ``position`` is the last record processed; without one, ``started_at_ms`` (if any) is when
-    the member began reading the shard, so a restart reads from there (AT_TIMESTAMP) and loses
-    nothing that arrived while it was down.
-    """
-
-    stream: str
-    shard_id: str
-    position: Position | None = None
-    started_at_ms: int | None = None
-    finished: bool = False
 
 
 def broadcast_pk(app: str, client_id: str) -> str:

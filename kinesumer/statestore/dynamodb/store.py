@@ -15,13 +15,13 @@ from typing import Any
 from ...aws import RequestStats
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
-from ..base import MembershipView, PublishedMembers, ShardCache
-from ..schema import SORT_KEY, checkpoint_pk, client_pk, spark_latest_pk
+from ..base import MembershipView, PublishedMembers, SavedPosition, ShardCache
+from ..schema import SORT_KEY, checkpoint_pk, client_pk
+from ..spark import LedgerEntry
 from . import codecs, positions, view
-from .attributes import attribute
 from .codecs import CLIENT_ITEM_BUDGET, client_item
-from .positions import SavedPosition
 from .shard_cache import ShardCacheItems
+from .spark import SparkItems
 from .table import StateTable
 from .unreadable import Unreadable
 
@@ -38,6 +38,7 @@ class DynamoDBStateStore:
         #: Items skipped because they cannot be read back (see :mod:`.unreadable`).
         self.unreadable = Unreadable(stats)
         self._shard_caches = ShardCacheItems(self._table, app)
+        self._spark = SparkItems(self._table, app, self.unreadable)
         self._known_digests: dict[str, str] = {}  # as last read or written: what a leader publishes
         self._followed_digests: dict[str, str] | None = (
             None  # from the head: the next read's answer
@@ -252,33 +253,50 @@ class DynamoDBStateStore:
         )
         return written is not None
 
+    # -- the Spark source's items (:class:`~kinesumer.statestore.spark.SparkSourceStore`) ----
+    async def ledger_entry(
+        self, query: str, batch: int, stream: str, shard_id: str
+    ) -> LedgerEntry | None:
+        return await self._spark.ledger_entry(query, batch, stream, shard_id)
+
+    async def add_ledger_entry(
+        self, query: str, entry: LedgerEntry, ttl_seconds: int
+    ) -> LedgerEntry:
+        return await self._spark.add_ledger_entry(query, entry, ttl_seconds)
+
+    async def ledger_batch(self, query: str, batch: int) -> dict[tuple[str, str], LedgerEntry]:
+        return await self._spark.ledger_batch(query, batch)
+
+    async def delete_ledger_before(self, query: str, batch: int) -> int:
+        return await self._spark.delete_ledger_before(query, batch)
+
+    async def forget_ledger(self, query: str) -> int:
+        return await self._spark.forget_ledger(query)
+
+    async def latest_pin(self, stream: str, shard_id: str) -> int | None:
+        return await self._spark.latest_pin(stream, shard_id)
+
+    async def add_latest_pin(
+        self, stream: str, shard_id: str, started_at_ms: int, written_at_ms: int
+    ) -> int:
+        return await self._spark.add_latest_pin(stream, shard_id, started_at_ms, written_at_ms)
+
     async def latest_pins(self, stream: str) -> dict[str, int]:
         """Where the app's Spark queries first opened each shard of ``stream`` at ``LATEST``
-        (:mod:`kinesumer.spark.source.pins`): shard id -> epoch ms. Unreadable pins are skipped
-        (logged and counted). Not part of the consumers' protocol."""
-        items = await self._table.query(
-            spark_latest_pk(self._app), sort_key=("begins_with(#sk, :sk)", f"{stream}#")
-        )
-        pins = {}
-        for item in items:
-            shard_id = str(item[SORT_KEY]["S"]).removeprefix(f"{stream}#")
-            try:
-                pins[shard_id] = int(attribute(item, "started_at", "N"))
-            except CorruptStateError as exc:
-                self.unreadable.skip("spark_latest", exc)
-        return pins
+        (:mod:`kinesumer.spark.source.driver.pins`): shard id -> epoch ms. Unreadable pins are
+        skipped (logged and counted)."""
+        return await self._spark.latest_pins(stream)
 
     async def forget_latest_pin(self, stream: str, shard_id: str, started_at_ms: int) -> bool:
         """An operator's removal of a shard's Spark ``LATEST`` pin, if it still holds
         ``started_at_ms`` (a pin made again since is left alone). False: it changed."""
-        key = codecs.item_key(spark_latest_pk(self._app), f"{stream}#{shard_id}")
-        return await self._table.delete_if(
-            key,
-            {
-                "ConditionExpression": "attribute_not_exists(pk) OR started_at = :seen",
-                "ExpressionAttributeValues": {":seen": {"N": str(started_at_ms)}},
-            },
-        )
+        return await self._spark.forget_latest_pin(stream, shard_id, started_at_ms)
+
+    async def client_marks(self) -> frozenset[tuple[str, str]]:
+        return await self._spark.client_marks()
+
+    async def forget_group(self, streams: Iterable[str]) -> int:
+        return await self._spark.forget_group(streams)
 
     # -- broadcast members' own positions (see :mod:`.positions`) -----------------------------
     async def open_broadcast_session(self, client_id: str) -> int:

@@ -1,5 +1,5 @@
 """Item codecs of the membership view: the small head every member reads each tick and the
-immutable member lists the leader publishes (see :mod:`kinesumer.engine.membership`).
+immutable member lists the leader publishes (see :mod:`kinesumer.group.membership`).
 
 Items, for app ``A`` (partition ``view#A``):
 
