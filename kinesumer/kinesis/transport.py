@@ -88,6 +88,8 @@ class StreamDescriptionSummary(TypedDict, total=False):
     OpenShardCount: int
     ConsumerCount: int
     StreamCreationTimestamp: datetime
+    #: Only for a stream whose maximum record size was set (UpdateMaxRecordSize).
+    MaxRecordSizeInKiB: int
 
 
 class StreamSummary(TypedDict):

@@ -15,18 +15,12 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
-from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
-<<<<<<< HEAD
 from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
-from ..metrics import Metrics
-=======
 from ..observability.metrics import Metrics
-from . import lean
->>>>>>> main
 from .futures import settle
 from .limits import RecordSizeLimits, refuse_over_limit
 from .options import ProducerOptions
@@ -40,14 +34,22 @@ BUFFER_REPORT_INTERVAL = 0.5
 
 
 class ProducerCore:
-    def __init__(self, options: ProducerOptions, config: Config, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        options: ProducerOptions,
+        config: Config,
+        metrics: Metrics,
+        kinesis: KinesisTransport | None = None,
+    ) -> None:
+        """``kinesis``: the transport every Kinesis call goes through; None: open() opens an
+        AWS client as ``config`` says and calls through an :class:`AwsKinesisTransport`."""
         self.options = options
         self._config = config
         self._metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stack = contextlib.AsyncExitStack()
-        self._client: Any = None
-        # Set by open(): the transport the stream writers put and list shards through.
+        self._given_kinesis = kinesis
+        # Set by open(): what the stream writers and the record size limits call.
         self._kinesis: KinesisTransport
         self._record_limits = RecordSizeLimits()
         self._writers: dict[str, StreamWriter] = {}
@@ -83,9 +85,12 @@ class ProducerCore:
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._room_event = asyncio.Event()
-        self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
+        if self._given_kinesis is not None:
+            self._kinesis = self._given_kinesis
+            return
+        client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
         # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
-        self._kinesis = AwsKinesisTransport(self._client, lean=True)
+        self._kinesis = AwsKinesisTransport(client, lean=True)
 
     # -- any thread --
 
@@ -164,7 +169,7 @@ class ProducerCore:
     async def check_large(self, record: PendingRecord) -> None:
         """Raise :class:`~kinesumer.errors.RecordTooLargeError` when ``record`` (over 1 MiB:
         ``put`` asks only then) exceeds its stream's maximum record size (:mod:`.limits`)."""
-        limit = await self._record_limits.limit_for(self._client, record.stream, record.size)
+        limit = await self._record_limits.limit_for(self._kinesis, record.stream, record.size)
         refuse_over_limit(record.stream, record.size, limit)
 
     def check_large_known(self, record: PendingRecord) -> None:

@@ -29,11 +29,8 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-<<<<<<< HEAD
 from ..kinesis.transport import KinesisTransport, PutResultEntry, ShardDescription
-=======
 from ..runtime.aio_timeout import await_within
->>>>>>> main
 from .batching import Entry, Lane, fill_call, hold_back
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash

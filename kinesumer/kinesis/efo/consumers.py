@@ -1,9 +1,8 @@
 """Registered stream consumers for enhanced fan-out: find a stream's ARN, register a consumer
 (idempotently, racing members included) and wait until it is ACTIVE, deregister one.
 
-These calls go through a Kinesis transport (:mod:`..transport`; the engine's aiobotocore client
-is wrapped in one: they work over HTTP/1.1) and the library's one retry policy
-(:func:`~kinesumer.aws.call_with_retry`).
+These calls go through the engine's aiobotocore Kinesis client (they work over HTTP/1.1) and the
+library's one retry policy (:func:`~kinesumer.aws.call_with_retry`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from botocore.exceptions import ClientError
 
 from ...aws import RequestStats, call_with_retry, denied, error_code, is_denied
 from ...errors import KinesisError, StreamNotFoundError, TransientAWSError
-from ..transport import ConsumerDescription, KinesisTransport, transport_of
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -39,15 +37,13 @@ async def _call(
         raise
 
 
-async def stream_arn(
-    kinesis_client: KinesisTransport | Any, stream: str, *, stats: RequestStats
-) -> str:
+async def stream_arn(kinesis_client: Any, stream: str, *, stats: RequestStats) -> str:
     """The ARN of ``stream`` (DescribeStreamSummary): the consumer calls take ARNs, not names."""
     try:
         response = await _call(
             "DescribeStreamSummary",
             f"stream {stream!r}",
-            lambda: transport_of(kinesis_client).describe_stream_summary(stream),
+            lambda: kinesis_client.describe_stream_summary(StreamName=stream),
             stats,
         )
     except ClientError as exc:
@@ -59,25 +55,28 @@ async def stream_arn(
 
 
 async def _describe(
-    kinesis_client: KinesisTransport | Any, stream_arn: str, name: str, stats: RequestStats
-) -> ConsumerDescription | None:
+    kinesis_client: Any, stream_arn: str, name: str, stats: RequestStats
+) -> dict[str, Any] | None:
     """The consumer's description, or None when no consumer of that name exists."""
     try:
         response = await _call(
             "DescribeStreamConsumer",
             f"consumer {name!r} of {stream_arn}",
-            lambda: transport_of(kinesis_client).describe_stream_consumer(stream_arn, name),
+            lambda: kinesis_client.describe_stream_consumer(
+                StreamARN=stream_arn, ConsumerName=name
+            ),
             stats,
         )
     except ClientError as exc:
         if error_code(exc) == "ResourceNotFoundException":
             return None
         raise KinesisError(f"kinesis:DescribeStreamConsumer {name!r} failed: {exc}") from exc
-    return response
+    description: dict[str, Any] = response["ConsumerDescription"]
+    return description
 
 
 async def register_consumer(
-    kinesis_client: KinesisTransport | Any,
+    kinesis_client: Any,
     stream_arn: str,
     name: str,
     *,
@@ -102,10 +101,12 @@ async def register_consumer(
                 response = await _call(
                     "RegisterStreamConsumer",
                     f"stream {stream_arn}",
-                    lambda: transport_of(kinesis_client).register_stream_consumer(stream_arn, name),
+                    lambda: kinesis_client.register_stream_consumer(
+                        StreamARN=stream_arn, ConsumerName=name
+                    ),
                     stats,
                 )
-                description = response
+                description = response["Consumer"]
                 log.info("registered stream consumer %s on %s", name, stream_arn)
             except ClientError as exc:
                 # Another member registered it first, or it is still being deleted: describe
@@ -130,7 +131,7 @@ async def register_consumer(
 
 
 async def deregister_consumer(
-    kinesis_client: KinesisTransport | Any, stream_arn: str, name: str, *, stats: RequestStats
+    kinesis_client: Any, stream_arn: str, name: str, *, stats: RequestStats
 ) -> bool:
     """Deregister the stream consumer ``name``: True when a consumer was deregistered (AWS
     deletes it in the background), False when none of that name existed."""
@@ -138,7 +139,9 @@ async def deregister_consumer(
         await _call(
             "DeregisterStreamConsumer",
             f"consumer {name!r} of {stream_arn}",
-            lambda: transport_of(kinesis_client).deregister_stream_consumer(stream_arn, name),
+            lambda: kinesis_client.deregister_stream_consumer(
+                StreamARN=stream_arn, ConsumerName=name
+            ),
             stats,
         )
     except ClientError as exc:
