@@ -88,6 +88,8 @@ class StreamDescriptionSummary(TypedDict, total=False):
     OpenShardCount: int
     ConsumerCount: int
     StreamCreationTimestamp: datetime
+    #: Only for a stream whose maximum record size was set (UpdateMaxRecordSize).
+    MaxRecordSizeInKiB: int
 
 
 class StreamSummary(TypedDict):
@@ -336,12 +338,15 @@ class AwsKinesisTransport:
         return lean.epoch_answer(lean.from_botocore(response))
 
     async def put_records(self, stream: str, entries: Sequence[PutEntry]) -> PutRecordsAnswer:
-        requests = [_request(entry) for entry in entries]
         answer: PutRecordsAnswer
-        if self.lean and requests:
-            body = lean.put_records_body(stream, list(entries))
-            answer = await lean.put_records(self.client, stream, requests[0], body)  # type: ignore[assignment]
+        if self.lean and entries:
+            # botocore validates and serializes the first entry alone; the whole call's body,
+            # built by msgspec, replaces it before signing (see :mod:`.lean`).
+            listed = entries if isinstance(entries, list) else list(entries)
+            body = lean.put_records_body(stream, listed)
+            answer = await lean.put_records(self.client, stream, _request(listed[0]), body)  # type: ignore[assignment]
         else:
+            requests = [_request(entry) for entry in entries]
             answer = await self.client.put_records(StreamName=stream, Records=requests)
         return answer
 
