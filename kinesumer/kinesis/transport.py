@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
+from ..errors import ConfigError
 from . import lean
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer
 from .lean import install as _lean_calls
@@ -399,6 +400,21 @@ class AwsKinesisTransport:
 
     async def deregister_stream_consumer(self, stream_arn: str, name: str) -> None:
         await self.client.deregister_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+
+
+def given_transport(kinesis: object, where: str) -> KinesisTransport | None:
+    """``kinesis`` as a face's ``kinesis=`` argument: None, or a :class:`KinesisTransport`
+    (ConfigError naming ``where``, the face, for anything else: a boto3 client included, whose
+    blocking calls would stall the event loop)."""
+    if kinesis is None or isinstance(kinesis, KinesisTransport):
+        return kinesis
+    raise ConfigError(
+        "kinesis",
+        f"{type(kinesis).__name__} is not a Kinesis transport: pass a "
+        "kinesumer.testing.MemoryKinesis or another KinesisTransport, or leave it out to reach "
+        "AWS (Config.kinesis_endpoint for a local server)",
+        where,
+    )
 
 
 def transport_of(kinesis: Any, *, lean: bool | None = None) -> KinesisTransport:

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from ..config import Config
-from ..errors import ConfigError, InvalidRecordError
-from ..kinesis.transport import KinesisTransport
+from ..errors import InvalidRecordError
+from ..kinesis.transport import KinesisTransport, given_transport
 from ..observability.metrics import metrics_for
 from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
@@ -105,13 +105,7 @@ class BaseProducer:
         self._topics: dict[str, Topic[Any] | None] | None = None
         if topics is not None:
             self._topics = TopicList(topics, type(self).__name__).by_stream
-        if kinesis is not None and not isinstance(kinesis, KinesisTransport):
-            raise ConfigError(
-                "kinesis",
-                f"{kinesis!r} is not a Kinesis transport: pass a kinesumer.testing.MemoryKinesis "
-                "or another KinesisTransport, or leave it out to reach AWS",
-                type(self).__name__,
-            )
+        kinesis = given_transport(kinesis, type(self).__name__)
         self._core = ProducerCore(
             self.options, config, metrics_for(config, "producer"), kinesis=kinesis
         )
