@@ -25,7 +25,7 @@ from ..handlers.invoke import Invocation
 from ..handlers.options import RunOptions, run_options
 from ..handlers.policies import RetryLater, dead_letter_streams
 from ..handlers.registry import AddedHandler, HandlerSet, KeyOfCheck
-from ..kinesis.transport import KinesisTransport
+from ..kinesis.transport import KinesisTransport, given_transport
 from ..models import Record
 from ..read.broadcast import BroadcastEngine
 from ..read.engine import Engine
@@ -138,6 +138,7 @@ class BaseKinesumer:
             raise TypeError(
                 f"{type(self).__name__} needs a kinesumer.Config, got {type(config).__name__}"
             )
+        kinesis = given_transport(kinesis, type(self).__name__)
         # Checked before the engine exists: a bad list costs nothing to refuse.
         self._topics = None if topics is None else TopicList(topics, type(self).__name__)
         engine = BroadcastEngine if config.broadcast else Engine

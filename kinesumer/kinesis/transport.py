@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
+from ..errors import ConfigError
 from . import lean
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer
 from .lean import install as _lean_calls
@@ -88,6 +89,8 @@ class StreamDescriptionSummary(TypedDict, total=False):
     OpenShardCount: int
     ConsumerCount: int
     StreamCreationTimestamp: datetime
+    #: Only for a stream whose maximum record size was set (UpdateMaxRecordSize).
+    MaxRecordSizeInKiB: int
 
 
 class StreamSummary(TypedDict):
@@ -336,12 +339,15 @@ class AwsKinesisTransport:
         return lean.epoch_answer(lean.from_botocore(response))
 
     async def put_records(self, stream: str, entries: Sequence[PutEntry]) -> PutRecordsAnswer:
-        requests = [_request(entry) for entry in entries]
         answer: PutRecordsAnswer
-        if self.lean and requests:
-            body = lean.put_records_body(stream, list(entries))
-            answer = await lean.put_records(self.client, stream, requests[0], body)  # type: ignore[assignment]
+        if self.lean and entries:
+            # botocore validates and serializes the first entry alone; the whole call's body,
+            # built by msgspec, replaces it before signing (see :mod:`.lean`).
+            listed = entries if isinstance(entries, list) else list(entries)
+            body = lean.put_records_body(stream, listed)
+            answer = await lean.put_records(self.client, stream, _request(listed[0]), body)  # type: ignore[assignment]
         else:
+            requests = [_request(entry) for entry in entries]
             answer = await self.client.put_records(StreamName=stream, Records=requests)
         return answer
 
@@ -394,6 +400,21 @@ class AwsKinesisTransport:
 
     async def deregister_stream_consumer(self, stream_arn: str, name: str) -> None:
         await self.client.deregister_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+
+
+def given_transport(kinesis: object, where: str) -> KinesisTransport | None:
+    """``kinesis`` as a face's ``kinesis=`` argument: None, or a :class:`KinesisTransport`
+    (ConfigError naming ``where``, the face, for anything else: a boto3 client included, whose
+    blocking calls would stall the event loop)."""
+    if kinesis is None or isinstance(kinesis, KinesisTransport):
+        return kinesis
+    raise ConfigError(
+        "kinesis",
+        f"{type(kinesis).__name__} is not a Kinesis transport: pass a "
+        "kinesumer.testing.MemoryKinesis or another KinesisTransport, or leave it out to reach "
+        "AWS (Config.kinesis_endpoint for a local server)",
+        where,
+    )
 
 
 def transport_of(kinesis: Any, *, lean: bool | None = None) -> KinesisTransport:

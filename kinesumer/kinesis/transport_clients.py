@@ -11,8 +11,9 @@ stream's waiters, belong to that loop) and waits for it from the handler's threa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from ..aws.accounting import RequestStats
@@ -37,7 +38,17 @@ class AsyncPutRecord:
 
 class _BlockingPutRecord:
     """The botocore-shaped PutRecord a handler thread calls: the transport's call, run on the
-    member's loop, waited for here."""
+    member's loop, waited for here.
+
+    A handler can outlive its member's loop (a call still running when ``close()`` stopped the
+    loop): a write submitted to a loop that stopped would never run, and waiting for it would
+    hang the handler's thread. So the wait is in slices that look at the loop, and a write the
+    stopped loop will not run is made on a loop of this thread's own (as a blocking boto3 client
+    would still make it). A write that had started on the member's loop may then be made twice:
+    a dead letter is written at least once, never lost."""
+
+    #: How often a waiting writer looks whether the member's loop still runs (seconds).
+    LOOK_INTERVAL = 0.25
 
     def __init__(
         self, kinesis: KinesisTransport, loop_of: Callable[[], asyncio.AbstractEventLoop]
@@ -48,6 +59,12 @@ class _BlockingPutRecord:
     def put_record(
         self, *, StreamName: str, Data: bytes, PartitionKey: str, **request: Any
     ) -> PutRecordAnswer:
+        def call() -> Coroutine[Any, Any, PutRecordAnswer]:
+            hash_key = request.get("ExplicitHashKey")
+            return self._kinesis.put_record(
+                StreamName, Data, PartitionKey, explicit_hash_key=hash_key
+            )
+
         loop = self._loop_of()
         try:
             running = asyncio.get_running_loop()
@@ -58,10 +75,17 @@ class _BlockingPutRecord:
                 "a blocking PutRecord through the member's Kinesis transport was called on the "
                 "member's own event loop: call it from a handler thread, or await the async one"
             )
-        call = self._kinesis.put_record(
-            StreamName, Data, PartitionKey, explicit_hash_key=request.get("ExplicitHashKey")
-        )
-        return asyncio.run_coroutine_threadsafe(call, loop).result()
+        if loop.is_closed() or not loop.is_running():
+            return asyncio.run(call())
+        future = asyncio.run_coroutine_threadsafe(call(), loop)
+        while True:
+            try:
+                return future.result(timeout=self.LOOK_INTERVAL)
+            except concurrent.futures.TimeoutError:
+                if loop.is_running():
+                    continue
+            future.cancel()  # the stopped loop will not run it (nor this cancellation)
+            return asyncio.run(call())
 
 
 class TransportClientFactory(ClientFactory):

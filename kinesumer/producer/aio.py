@@ -32,7 +32,8 @@ class AsyncProducer(BaseProducer):
         self._opened = False
 
     async def start(self) -> None:
-        """Open the Kinesis client (the first ``put`` does it when needed)."""
+        """Open the Kinesis client, unless given ``kinesis=`` (the first ``put`` does it when
+        needed)."""
         if not self._opened:
             self._opened = True
             await self._core.open()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ..config import Config
 from ..errors import InvalidRecordError
+from ..kinesis.transport import KinesisTransport, given_transport
 from ..observability.metrics import metrics_for
 from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
@@ -38,6 +39,16 @@ class BaseProducer:
     ``retry_backoff``, ``max_retry_backoff``). ``topics``: when given, the only streams (or
     :class:`~kinesumer.Topic` objects) this producer accepts (ConfigError for a bad list; the
     consumer's ``topics=`` is the same list, :mod:`kinesumer.topics`).
+
+    ``kinesis``: a :class:`~kinesumer.kinesis.transport.KinesisTransport` every Kinesis call
+    goes to instead of AWS, such as ``kinesumer.testing.MemoryKinesis`` in a test: no AWS
+    client is opened (the settings for reaching AWS are still accepted, and unused). ::
+
+        memory = MemoryKinesis()
+        memory.create_stream("orders", shards=4)
+        with Producer(region="eu-west-1", kinesis=memory) as producer:
+            producer.put("orders", b"one", partition_key="order-1")
+        [record.data for record in memory.records("orders")]  # [b"one"]
     """
 
     def __init__(
@@ -63,6 +74,7 @@ class BaseProducer:
         shard_bytes_per_second: int | None = 1024 * 1024,
         retry_backoff: float = 0.05,
         max_retry_backoff: float = 2.0,
+        kinesis: KinesisTransport | None = None,
     ) -> None:
         if config is None:
             config = Config(
@@ -93,7 +105,10 @@ class BaseProducer:
         self._topics: dict[str, Topic[Any] | None] | None = None
         if topics is not None:
             self._topics = TopicList(topics, type(self).__name__).by_stream
-        self._core = ProducerCore(self.options, config, metrics_for(config, "producer"))
+        kinesis = given_transport(kinesis, type(self).__name__)
+        self._core = ProducerCore(
+            self.options, config, metrics_for(config, "producer"), kinesis=kinesis
+        )
 
     @classmethod
     def from_config(cls, config: Config, **options: Any) -> Any:

@@ -106,12 +106,6 @@ class Entry:
             self.explicit_hash_key = first.explicit_hash_key
         self.size = len(self.data) + len(self.partition_key.encode("utf-8"))
 
-    def request(self) -> dict[str, object]:
-        entry: dict[str, object] = {"Data": self.data, "PartitionKey": self.partition_key}
-        if self.explicit_hash_key is not None:
-            entry["ExplicitHashKey"] = self.explicit_hash_key
-        return entry
-
     def wire(self) -> PutEntry:
         """The entry as it goes in a lean PutRecords body (:mod:`kinesumer.kinesis.lean`)."""
         return PutEntry(self.data, self.partition_key, self.explicit_hash_key)

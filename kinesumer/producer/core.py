@@ -15,13 +15,12 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
-from typing import Any
 
 from ..aws.clients import ClientFactory
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
+from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from ..observability.metrics import Metrics
-from . import lean
 from .futures import settle
 from .limits import RecordSizeLimits, refuse_over_limit
 from .options import ProducerOptions
@@ -35,13 +34,23 @@ BUFFER_REPORT_INTERVAL = 0.5
 
 
 class ProducerCore:
-    def __init__(self, options: ProducerOptions, config: Config, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        options: ProducerOptions,
+        config: Config,
+        metrics: Metrics,
+        kinesis: KinesisTransport | None = None,
+    ) -> None:
+        """``kinesis``: the transport every Kinesis call goes through; None: open() opens an
+        AWS client as ``config`` says and calls through an :class:`AwsKinesisTransport`."""
         self.options = options
         self._config = config
         self._metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stack = contextlib.AsyncExitStack()
-        self._client: Any = None
+        self._given_kinesis = kinesis
+        # Set by open(): what the stream writers and the record size limits call.
+        self._kinesis: KinesisTransport
         self._record_limits = RecordSizeLimits()
         self._writers: dict[str, StreamWriter] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -76,8 +85,12 @@ class ProducerCore:
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._room_event = asyncio.Event()
-        self._client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
-        lean.install(self._client)
+        if self._given_kinesis is not None:
+            self._kinesis = self._given_kinesis
+            return
+        client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
+        # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
+        self._kinesis = AwsKinesisTransport(client, lean=True)
 
     # -- any thread --
 
@@ -156,7 +169,7 @@ class ProducerCore:
     async def check_large(self, record: PendingRecord) -> None:
         """Raise :class:`~kinesumer.errors.RecordTooLargeError` when ``record`` (over 1 MiB:
         ``put`` asks only then) exceeds its stream's maximum record size (:mod:`.limits`)."""
-        limit = await self._record_limits.limit_for(self._client, record.stream, record.size)
+        limit = await self._record_limits.limit_for(self._kinesis, record.stream, record.size)
         refuse_over_limit(record.stream, record.size, limit)
 
     def check_large_known(self, record: PendingRecord) -> None:
@@ -184,7 +197,7 @@ class ProducerCore:
         return reached
 
     def _start_writer(self, stream: str) -> StreamWriter:
-        writer = StreamWriter(stream, self._client, self.options, self)
+        writer = StreamWriter(stream, self._kinesis, self.options, self)
         self._writers[stream] = writer
         task = asyncio.get_running_loop().create_task(self._run_writer(writer))
         self._tasks[stream] = task

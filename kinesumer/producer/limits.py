@@ -18,13 +18,13 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ..aws.accounting import RequestStats
 from ..aws.retry import call_with_retry, error_code, is_denied
 from ..errors import AccessDeniedError, KinesumerError, RecordTooLargeError, StreamNotFoundError
+from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from .records import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
 
 log = logging.getLogger("kinesumer.producer")
@@ -51,7 +51,7 @@ class RecordSizeLimits:
         entry = self._learned.get(stream)
         return None if entry is None else entry[0]
 
-    async def limit_for(self, client: Any, stream: str, size: int) -> int:
+    async def limit_for(self, kinesis: KinesisTransport, stream: str, size: int) -> int:
         """``stream``'s maximum record size in bytes: the learned one, or Kinesis' answer when
         none is learned, or when the learned one refuses ``size`` and is older than
         :data:`RELEARN_AFTER`."""
@@ -60,7 +60,7 @@ class RecordSizeLimits:
         if entry is not None and (size <= entry[0] or now - entry[1] < RELEARN_AFTER):
             return entry[0]
         try:
-            limit = await describe_max_record_bytes(client, stream)
+            limit = await describe_max_record_bytes(kinesis, stream)
         except (KinesumerError, ClientError) as exc:
             # Kinesis judges the record: one it refuses fails its future and makes the next
             # large record ask again (forget); one it takes was never ours to refuse.
@@ -79,13 +79,13 @@ class RecordSizeLimits:
         self._learned.pop(stream, None)
 
 
-async def describe_max_record_bytes(client: Any, stream: str) -> int:
+async def describe_max_record_bytes(kinesis: KinesisTransport, stream: str) -> int:
     """``stream``'s ``MaxRecordSizeInKiB`` in bytes (DescribeStreamSummary); 1 MiB when the
     answer has none (a stream never raised, or a stand-in that does not know the field)."""
     try:
         answer = await call_with_retry(
             "kinesis.DescribeStreamSummary",
-            functools.partial(client.describe_stream_summary, StreamName=stream),
+            functools.partial(kinesis.describe_stream_summary, stream),
             RequestStats(),
         )
     except ClientError as exc:
@@ -103,18 +103,21 @@ async def describe_max_record_bytes(client: Any, stream: str) -> int:
     kib = answer.get("StreamDescriptionSummary", {}).get("MaxRecordSizeInKiB")
     if isinstance(kib, int) and not isinstance(kib, bool) and kib > 0:
         return min(kib * 1024, LARGEST_RECORD_BYTES)
-    if not knows_max_record_size(client):
+    if not knows_max_record_size(kinesis):
         # botocore drops members its model does not know: an older botocore (aioboto3 13's
         # 1.34) never shows the field, also for a raised stream. Unknown: Kinesis judges.
         return LARGEST_RECORD_BYTES
     return MAX_RECORD_BYTES
 
 
-def knows_max_record_size(client: Any) -> bool:
-    """Whether ``client``'s botocore model has DescribeStreamSummary's ``MaxRecordSizeInKiB``
-    (botocore parses only the members its model names)."""
+def knows_max_record_size(kinesis: KinesisTransport) -> bool:
+    """Whether ``kinesis`` would show DescribeStreamSummary's ``MaxRecordSizeInKiB``: an AWS
+    transport only when its client's botocore model has the member (botocore parses only the
+    members its model names); any other transport answers as Kinesis does."""
+    if not isinstance(kinesis, AwsKinesisTransport):
+        return True
     try:
-        summary = client.meta.service_model.operation_model("DescribeStreamSummary")
+        summary = kinesis.client.meta.service_model.operation_model("DescribeStreamSummary")
         members = summary.output_shape.members["StreamDescriptionSummary"].members
     except (AttributeError, KeyError, LookupError):
         return False

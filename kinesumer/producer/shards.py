@@ -14,14 +14,14 @@ leaves it in debt, as Kinesis bursts for it. Both classes are pure: time comes i
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 class ShardMap:
     """Open shards of one stream by hash key range."""
 
-    def __init__(self, shards: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, shards: Sequence[Mapping[str, Any]]) -> None:
         open_shards: list[tuple[int, int, str]] = sorted(
             (
                 int(s["HashKeyRange"]["StartingHashKey"]),

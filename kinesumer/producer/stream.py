@@ -14,8 +14,9 @@ import functools
 import logging
 import random
 import time
+from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -28,9 +29,9 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
+from ..kinesis.transport import KinesisTransport, PutResultEntry, ShardDescription
 from ..runtime.aio_timeout import await_within
 from .batching import Entry, Lane, fill_call, hold_back
-from .lean import put_records
 from .options import ProducerOptions
 from .records import MAX_CALL_BYTES, MAX_CALL_RECORDS, PendingRecord, PutResult, key_hash
 from .shards import ShardMap, ShardPacer
@@ -80,10 +81,10 @@ class Outcomes(Protocol):
 
 class StreamWriter:
     def __init__(
-        self, stream: str, client: Any, options: ProducerOptions, outcomes: Outcomes
+        self, stream: str, kinesis: KinesisTransport, options: ProducerOptions, outcomes: Outcomes
     ) -> None:
         self.stream = stream
-        self._client = client
+        self._kinesis = kinesis
         self._options = options
         self._outcomes = outcomes
         self._lanes: dict[str, Lane] = {}
@@ -210,7 +211,9 @@ class StreamWriter:
     async def _call(self, entries: list[Entry]) -> None:
         started = time.monotonic()
         try:
-            response = await put_records(self._client, self.stream, entries)
+            response = await self._kinesis.put_records(
+                self.stream, [entry.wire() for entry in entries]
+            )
         except Exception as exc:
             self._call_failed(entries, exc)
             self._outcomes.called(self.stream, time.monotonic() - started, error_code(exc))
@@ -225,7 +228,7 @@ class StreamWriter:
             self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
             self.wake.set()
 
-    def _answered(self, entries: list[Entry], results: list[dict[str, Any]]) -> None:
+    def _answered(self, entries: list[Entry], results: Sequence[PutResultEntry]) -> None:
         refused: list[Entry] = []
         written: list[tuple[PendingRecord, PutResult]] = []
         landings: dict[str, _Pin] = {}
@@ -314,17 +317,19 @@ class StreamWriter:
 
     # -- shard map --
 
-    async def _list_shards(self) -> list[dict[str, Any]]:
-        shards: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"StreamName": self.stream}
+    async def _list_shards(self) -> list[ShardDescription]:
+        shards: list[ShardDescription] = []
+        token: str | None = None
         stats = RequestStats()
         while True:
+            # With NextToken, ListShards refuses StreamName: the token carries the stream.
+            page_call = (
+                functools.partial(self._kinesis.list_shards, next_token=token)
+                if token
+                else functools.partial(self._kinesis.list_shards, self.stream)
+            )
             try:
-                page = await call_with_retry(
-                    "kinesis.ListShards",
-                    functools.partial(self._client.list_shards, **kwargs),
-                    stats,
-                )
+                page = await call_with_retry("kinesis.ListShards", page_call, stats)
             except ClientError as exc:
                 if error_code(exc) == "ResourceNotFoundException":
                     raise StreamNotFoundError(
@@ -337,9 +342,9 @@ class StreamWriter:
                     ) from exc
                 raise
             shards.extend(page["Shards"])
-            if not page.get("NextToken"):
+            token = page.get("NextToken")
+            if not token:
                 return shards
-            kwargs = {"NextToken": page["NextToken"]}
 
     async def _list_again(self) -> None:
         """List a stale map again, as a task beside the writes."""
@@ -365,7 +370,7 @@ class StreamWriter:
         finally:
             self.wake.set()
 
-    def _apply_map(self, shards: list[dict[str, Any]]) -> None:
+    def _apply_map(self, shards: list[ShardDescription]) -> None:
         """Route by a new listing: every held record to its lane again, in put order.
 
         A pin to a shard the listing does not name at all (not even closed) is newer than the

@@ -545,6 +545,7 @@ class MemoryKinesis:
             s = self._stream_by_arn(op, stream_arn)
             if s.consumers.pop(name, None) is None:
                 raise client_error(op, "ResourceNotFoundException", f"Consumer {name} not found")
+        self._wake()  # its open subscriptions end, as AWS ends them
 
     async def subscribe_to_shard(
         self, consumer_arn: str, shard_id: str, position: StartingPosition
@@ -553,7 +554,8 @@ class MemoryKinesis:
         ``position``, then one whenever records arrive (woken by the put, never by polling),
         the last with no continuation sequence number at a closed shard's end (with its
         ChildShards). Ends with :class:`~kinesumer.kinesis.transport.SubscriptionEnded` when
-        five minutes of its clock have passed (checked as each event is made)."""
+        five minutes of its clock have passed (checked as each event is made), and with
+        ResourceNotFoundException once its consumer was deregistered."""
         op = "SubscribeToShard"
         with self._lock:
             self._injected(op)
@@ -570,6 +572,8 @@ class MemoryKinesis:
         while True:
             wake = self._waiter()
             try:
+                with self._lock:
+                    self._stream_of_consumer(op, consumer_arn)  # deregistered: the stream ends
                 try:
                     taken, next_iterator, behind, children = self._get_records(
                         iterator, MAX_LIMIT, inject=False

@@ -386,6 +386,8 @@ class _ModelWithout:
 def test_an_older_botocore_that_cannot_show_the_limit_leaves_large_records_to_kinesis() -> None:
     """Without the field in its model, "absent" cannot mean "1 MiB": the limit is unknown and
     Kinesis judges, instead of every large record refused on a raised stream."""
+    from kinesumer.kinesis.transport import AwsKinesisTransport
     from kinesumer.producer.limits import describe_max_record_bytes
 
-    assert asyncio.run(describe_max_record_bytes(_ModelWithout(), "orders")) == TEN_MIB
+    kinesis = AwsKinesisTransport(_ModelWithout(), lean=False)
+    assert asyncio.run(describe_max_record_bytes(kinesis, "orders")) == TEN_MIB

@@ -1,7 +1,7 @@
-"""The producer's lean PutRecords (``kinesumer.producer.lean``) on kinesalite: the body it builds
-is the one sent and signed, the answer it reads is the one Kinesis gave, errors still go through
-botocore, and what lands is exactly what was put (binary data, non-ASCII keys, explicit hash
-keys)."""
+"""The producer's lean PutRecords (``AwsKinesisTransport.put_records``) on kinesalite: the body
+it builds is the one sent and signed, the answer it reads is the one Kinesis gave, errors still
+go through botocore, and what lands is exactly what was put (binary data, non-ASCII keys,
+explicit hash keys)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from support.group import create_stream
 from support.produced import kinesis, read_all
 from support.standins import NodeStandIn
 
-from kinesumer.producer import lean
+from kinesumer.kinesis.transport import AwsKinesisTransport
 from kinesumer.producer.batching import Entry, Lane, fill_call, hold_back
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
@@ -43,7 +43,8 @@ async def _put(url: str, stream: str, entries: list[Entry], seen: dict[str, Any]
         aws_access_key_id="test",
         aws_secret_access_key="test",
     ) as client:
-        assert lean.install(client)
+        transport = AwsKinesisTransport(client, lean=True)
+        assert transport.lean
 
         def serialized(params: dict[str, Any], **_: Any) -> None:
             seen.setdefault("serialized", len(params["Records"]))
@@ -53,9 +54,9 @@ async def _put(url: str, stream: str, entries: list[Entry], seen: dict[str, Any]
 
         client.meta.events.register("before-parameter-build.kinesis.PutRecords", serialized)
         client.meta.events.register_last("before-call.kinesis.PutRecords", sent)
-        response = await lean.put_records(client, stream, entries)
+        response = await transport.put_records(stream, [e.wire() for e in entries])
         with pytest.raises(ClientError) as missing:
-            await lean.put_records(client, stream + "-missing", entries[:2])
+            await transport.put_records(stream + "-missing", [e.wire() for e in entries[:2]])
         seen["missing"] = missing.value.response["Error"]["Code"]
         return response
 

@@ -15,7 +15,7 @@ from support.produced import kinesis, read_all
 from support.standins import NodeStandIn
 
 from kinesumer import AsyncProducer, Producer, PutResult
-from kinesumer.producer import stream as stream_writer
+from kinesumer.kinesis.transport import AwsKinesisTransport
 from kinesumer.producer.records import MAX_CALL_BYTES
 
 
@@ -87,13 +87,14 @@ def test_records_too_big_for_one_call_go_out_in_calls_of_at_most_5_mib(
     create_stream(kinesalite.url, stream, 12)
     starts = [low for low, _ in hash_ranges(kinesalite.url, stream).values()]
     call_bytes: list[int] = []
-    put_records = stream_writer.put_records
+    put_records = AwsKinesisTransport.put_records
 
-    async def counted(client: Any, name: str, entries: list[Any]) -> dict[str, Any]:
-        call_bytes.append(sum(entry.size for entry in entries))
-        return await put_records(client, name, entries)
+    async def counted(transport: Any, name: str, entries: list[Any]) -> Any:
+        # Each entry's size as the 5 MiB call limit counts it: data and UTF-8 partition key.
+        call_bytes.append(sum(len(e.Data) + len(e.PartitionKey.encode()) for e in entries))
+        return await put_records(transport, name, entries)
 
-    monkeypatch.setattr(stream_writer, "put_records", counted)
+    monkeypatch.setattr(AwsKinesisTransport, "put_records", counted)
     payloads = [bytes([65 + i]) * 700_000 for i in range(12)]
     # A long linger: the records wait for the 5 MiB of a full call or flush(), not for time.
     with Producer(kinesis_endpoint=kinesalite.url, region="us-east-1", linger=60) as producer:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kinesumer.config import Config
+from kinesumer.kinesis.transport import AwsKinesisTransport
 from kinesumer.models import Checkpoint, Record
 from kinesumer.producer.options import ProducerOptions
 from kinesumer.producer.records import PendingRecord
@@ -119,7 +120,8 @@ class NoOutcomes:
 async def test_a_producer_writer_cancelled_as_it_is_woken_stops() -> None:
     """A writer holding a lingering record waits for its wake-up with a bound; cancelled as the
     wake-up arrives (the loop shutting down) it must stop, not wait again for ever."""
-    writer = StreamWriter(STREAM, OneShardStream(), ProducerOptions(linger=30), NoOutcomes())
+    kinesis = AwsKinesisTransport(OneShardStream(), lean=False)
+    writer = StreamWriter(STREAM, kinesis, ProducerOptions(linger=30), NoOutcomes())
     record = PendingRecord(STREAM, b"one", "k", None, None)
     record.put_time = time.monotonic()  # as the core stamps it at put()
     record.deadline = record.put_time + 600

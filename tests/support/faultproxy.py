@@ -114,6 +114,10 @@ class FaultKind(enum.Enum):
     """Kinesis PutRecords: refuse a share (``Fault.share``) of the call's entries with
     ``ProvisionedThroughputExceededException`` (or ``Fault.code``); forward the rest and merge
     the answers (a partial failure, as AWS answers when a shard is over its limit)."""
+    LANDED_THEN_REFUSED = "landed_then_refused"
+    """Forward the request (it takes effect upstream), then answer with an access-denied error
+    instead of the upstream's answer: a write that landed, reported as failed by something on
+    the way. The error is not retried, so the caller fails right after its write."""
     ANSWER = "answer"
     """200 with ``Fault.body`` and ``Fault.content_type`` instead of forwarding: what a gateway,
     a captive portal or a broken proxy on the way may send (an HTML page, a garbled body)."""
@@ -191,6 +195,12 @@ class Fault:
         return cls(FaultKind.LOST_RESPONSE)
 
     @classmethod
+    def landed_then_refused(cls) -> Fault:
+        """Forward, then answer AccessDeniedException (400): the request took effect upstream
+        and the caller fails without retrying it."""
+        return cls(FaultKind.LANDED_THEN_REFUSED)
+
+    @classmethod
     def refuse_entries(
         cls, share: float, code: str = "ProvisionedThroughputExceededException"
     ) -> Fault:
@@ -256,8 +266,10 @@ class Rule:
         count: int | None,
         seed: int,
         skip: int = 0,
+        when: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.fault = fault
+        self.when = when
         self.skip = skip
         self.service = service
         self.operation = operation
@@ -299,13 +311,15 @@ class Rule:
         """Stop applying this rule and release requests it is holding (blackhole); idempotent."""
         self._proxy._remove_rule(self)
 
-    def _matches(self, key: OpKey) -> bool:
+    def _matches(self, key: OpKey, body: bytes) -> bool:
         # Called with the proxy lock held.
         if self.count is not None and self._fired >= self.count:
             return False
         if self.service is not None and self.service != key.service:
             return False
-        return self.operation is None or self.operation == key.operation
+        if self.operation is not None and self.operation != key.operation:
+            return False
+        return self.when is None or self.when(body)
 
     def __repr__(self) -> str:
         return (
@@ -399,6 +413,11 @@ _JSON_ERRORS: dict[str, dict[FaultKind, tuple[int, str, str]]] = {
         FaultKind.EXPIRED_ITERATOR: (400, _DDB + "ExpiredIteratorException", "Iterator expired"),
         FaultKind.HTTP_500: (500, _DDB + "InternalServerError", "Internal server error"),
         FaultKind.HTTP_503: (503, _DDB + "ServiceUnavailable", "Service unavailable"),
+        FaultKind.LANDED_THEN_REFUSED: (
+            400,
+            _DDB + "AccessDeniedException",
+            "User is not authorized to perform this operation (fault proxy)",
+        ),
     },
 }
 _JSON_ERRORS["dynamodbstreams"] = _JSON_ERRORS["dynamodb"]
@@ -410,6 +429,7 @@ _GENERIC_ERRORS: dict[FaultKind, tuple[int, str, str]] = {
     FaultKind.EXPIRED_ITERATOR: (400, "ExpiredIteratorException", "Iterator expired"),
     FaultKind.HTTP_500: (500, "InternalFailure", "Internal service failure."),
     FaultKind.HTTP_503: (503, "ServiceUnavailable", "Service unavailable."),
+    FaultKind.LANDED_THEN_REFUSED: (400, "AccessDeniedException", "Not authorized (fault proxy)"),
 }
 
 _ERROR_KINDS = frozenset(_GENERIC_ERRORS)
@@ -551,7 +571,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy = self.server.proxy
         body = self._read_body()
         key = identify_operation(self.command, self.path, self.headers, body)
-        rule = proxy._choose_rule(key)
+        rule = proxy._choose_rule(key, body)
         if rule is None:
             self._forward(key, body)
             return
@@ -566,6 +586,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._reset()
         elif kind is FaultKind.LOST_RESPONSE:
             self._forward(key, body, lose_answer=True)
+        elif kind is FaultKind.LANDED_THEN_REFUSED:
+            self._forward(key, body, refuse=True)
         elif kind is FaultKind.REWRITE_ANSWER:
             self._forward(key, body, rewrite=rule.fault.rewrite)
         elif kind is FaultKind.BLACKHOLE:
@@ -589,6 +611,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         body: bytes,
         lose_answer: bool = False,
         rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        refuse: bool = False,
     ) -> None:
         proxy = self.server.proxy
         headers = [
@@ -608,6 +631,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy._count(key, forwarded=1)
         if lose_answer:
             self._reset()
+            return
+        if refuse:
+            status, error_headers, payload = error_response(
+                FaultKind.LANDED_THEN_REFUSED, key, self.headers
+            )
+            self._respond(status, http.client.responses.get(status, ""), error_headers, payload)
             return
         if rewrite is not None and response.status == 200:
             data = json.dumps(rewrite(json.loads(data))).encode()
@@ -804,6 +833,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
         self._stats: dict[OpKey, OpStats] = {}
+        # Every request's operation and body, in arrival order, once keep_requests() was called.
+        self._kept: list[tuple[OpKey, bytes]] | None = None
         self._stopping = threading.Event()
         self._stopped = False
         self._server = _ProxyServer((LOOPBACK, port), self)
@@ -849,6 +880,7 @@ class FaultProxy:
         count: int | None = None,
         seed: int = 0,
         skip: int = 0,
+        when: Callable[[bytes], bool] | None = None,
     ) -> Rule:
         """Inject ``fault`` into matching requests from now on.
 
@@ -857,7 +889,8 @@ class FaultProxy:
         ``random.Random(seed)`` so a test sees the same sequence on every run, and at most
         ``count`` times. Rules are tried in the order they were added; the first that fires
         decides the request's fate. The first ``skip`` requests it matches go their way (the
-        fault lands mid-stream: after that many calls).
+        fault lands mid-stream: after that many calls). ``when``: a further test of the
+        request's body (called under the proxy's lock, in arrival order: keep it short).
         """
         if isinstance(fault, FaultKind):
             fault = Fault(fault)
@@ -867,7 +900,7 @@ class FaultProxy:
             raise ValueError(f"count must be >= 0, got {count}")
         if skip < 0:
             raise ValueError(f"skip must be >= 0, got {skip}")
-        rule = Rule(self, fault, service, operation, rate, count, seed, skip)
+        rule = Rule(self, fault, service, operation, rate, count, seed, skip, when)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -890,14 +923,17 @@ class FaultProxy:
                 self._rules.remove(rule)
         rule._removed.set()
 
-    def _choose_rule(self, key: OpKey) -> Rule | None:
+    def _choose_rule(self, key: OpKey, body: bytes) -> Rule | None:
         with self._lock:
             self._stats.setdefault(key, OpStats()).requests += 1
+            if self._kept is not None:
+                self._kept.append((key, body))
             for rule in self._rules:
-                if rule._matches(key) and rule._skipped < rule.skip:
+                matches = rule._matches(key, body)
+                if matches and rule._skipped < rule.skip:
                     rule._skipped += 1
                     continue
-                if rule._matches(key) and rule._rng.random() < rule.rate:
+                if matches and rule._rng.random() < rule.rate:
                     rule._fired += 1
                     if rule._first_fired_at is None:
                         rule._first_fired_at = time.time()
@@ -915,6 +951,17 @@ class FaultProxy:
             stats = self._stats.setdefault(key, OpStats())
             stats.forwarded += forwarded
             stats.upstream_errors += upstream_errors
+
+    def keep_requests(self) -> None:
+        """From now on, keep every request's operation and body (see :meth:`kept_requests`)."""
+        with self._lock:
+            if self._kept is None:
+                self._kept = []
+
+    def kept_requests(self) -> list[tuple[OpKey, bytes]]:
+        """The requests kept since :meth:`keep_requests`, in the order they arrived."""
+        with self._lock:
+            return list(self._kept or [])
 
     def stats(self) -> dict[OpKey, OpStats]:
         """A snapshot of per-operation counters (requests, forwarded, faults by kind)."""

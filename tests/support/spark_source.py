@@ -15,6 +15,7 @@ import boto3
 from kinesumer import Config
 from kinesumer.spark import KinesumerDataSource
 from kinesumer.spark.source import option_strings
+from kinesumer.statestore.schema import PARTITION_KEY, SORT_KEY
 from support.group import make_config, setup_table
 
 
@@ -174,3 +175,68 @@ def spark_group(kinesalite: Any, dynalite: Any, unique_name: Any) -> dict[str, A
     )
     setup_table(config)
     return {"config": config, "url": kinesalite.url, "stream": unique_name("s")}
+
+
+class FirstLedgerWritesRefused:
+    """Every task's first ledger write lands in the state table and is then answered with an
+    access-denied error (a fault proxy in front of dynalite): the task fails right after its
+    write, as a worker killed between the write and its rows would, and Spark runs it again.
+
+    ``config``: the group's config with its DynamoDB endpoint moved to the proxy. The proxy keeps
+    the requests, so :meth:`looked_up_first` can tell which attempts read their ledger item
+    before writing it."""
+
+    def __init__(self, config: Config) -> None:
+        import dataclasses
+
+        from support.faultproxy import Fault, FaultProxy
+
+        assert config.dynamodb_endpoint is not None
+        self.proxy = FaultProxy(config.dynamodb_endpoint)
+        self.config = dataclasses.replace(config, dynamodb_endpoint=self.proxy.url)
+        self._written: set[str] = set()
+        self.proxy.keep_requests()
+        self.rule = self.proxy.add_rule(
+            Fault.landed_then_refused(),
+            service="dynamodb",
+            operation="PutItem",
+            when=self._first_write_of_a_ledger_item,
+        )
+
+    def _first_write_of_a_ledger_item(self, body: bytes) -> bool:
+        key = ledger_item_of(body)
+        if key is None or key in self._written:
+            return False
+        self._written.add(key)
+        return True
+
+    def looked_up_first(self) -> dict[str, bool]:
+        """Each ledger item written, and whether a GetItem of it came before its first write
+        (the attempt that wrote it looked first)."""
+        looked: dict[str, bool] = {}
+        read: set[str] = set()
+        for op, body in self.proxy.kept_requests():
+            key = ledger_item_of(body)
+            if key is None:
+                continue
+            if op.operation == "GetItem":
+                read.add(key)
+            elif op.operation == "PutItem" and key not in looked:
+                looked[key] = key in read
+        return looked
+
+    def stop(self) -> None:
+        self.proxy.stop()
+
+
+def ledger_item_of(body: bytes) -> str | None:
+    """The sort key of the Spark ledger item a DynamoDB request names (as Item or Key), if any."""
+    import json
+
+    if b"spark_ledger#" not in body:
+        return None
+    request = json.loads(body)
+    item = request.get("Item") or request.get("Key") or {}
+    if not str(item.get(PARTITION_KEY, {}).get("S", "")).startswith("spark_ledger#"):
+        return None
+    return str(item[SORT_KEY]["S"])

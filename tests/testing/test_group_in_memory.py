@@ -261,3 +261,76 @@ def test_enhanced_fan_out_subscribes_through_the_memory_stream(memory: MemoryKin
         assert [c["ConsumerName"] for c in consumers] == [efo.effective_consumer_name]
     finally:
         member.close()
+
+
+def test_a_handler_that_fails_after_close_still_dead_letters_its_record(
+    memory: MemoryKinesis,
+) -> None:
+    """A handler still running when close() returned (past ``handoff_timeout``) writes its
+    dead letter after the member's loop stopped: the write is made, and run() ends cleanly."""
+    memory.create_stream("orders-dead", shards=1)
+    memory.put(STREAM, b"slow", "k")
+    started, closed = threading.Event(), threading.Event()
+
+    def handler(record: Record) -> None:
+        started.set()
+        closed.wait(WAIT)
+        raise ValueError("failed after the close")
+
+    quick_handoff = dataclasses.replace(config("m1"), handoff_timeout=0.5)
+    member = Kinesumer(quick_handoff, kinesis=memory, state=MemoryState())
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            member.run([STREAM], handler, on_failure=DeadLetter("orders-dead", Retry(attempts=1)))
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(WAIT)
+    member.close()  # returns once handoff_timeout passed, the handler still in its call
+    closed.set()
+    thread.join(WAIT)
+    assert not thread.is_alive(), "run() did not end after its handler's dead letter"
+    assert failures == []
+    assert [r.partition_key for r in memory.records("orders-dead")] == ["k"]
+
+
+def test_kinesis_must_be_a_transport(memory: MemoryKinesis) -> None:
+    import boto3
+
+    client = boto3.client("kinesis", region_name="us-east-1")
+    for kinesis in (object(), client):
+        with pytest.raises(ConfigError, match=r"Kinesumer\(kinesis\): .* not a Kinesis transport"):
+            Kinesumer(config("m1"), kinesis=kinesis, state=MemoryState())  # type: ignore[arg-type]
+
+
+def test_a_deregistered_consumer_is_registered_again_and_reading_goes_on(
+    memory: MemoryKinesis,
+) -> None:
+    """Deregistering the app's stream consumer ends its subscriptions (as on AWS): the member
+    registers it again and resumes where it was, nothing read twice."""
+    efo = dataclasses.replace(config("m1"), enhanced_fan_out=True)
+    member = Kinesumer(efo, kinesis=memory, state=MemoryState())
+    stream_arn = f"arn:aws:kinesis:{memory.region}:{memory.account}:stream/{STREAM}"
+    seen: list[bytes] = []
+
+    def read(count: int) -> None:
+        deadline = time.monotonic() + WAIT
+        while len(seen) < count and time.monotonic() < deadline:
+            seen.extend(record.data for record in member.poll(100, 0.5))
+
+    try:
+        member.subscribe([STREAM])
+        first = put(memory, 0, 40)
+        read(len(first))
+        asyncio.run(memory.deregister_stream_consumer(stream_arn, efo.effective_consumer_name))
+        later = put(memory, 40, 80)
+        read(len(first) + len(later))
+        assert sorted(seen) == sorted(first + later)
+        consumers = asyncio.run(memory.list_stream_consumers(stream_arn))["Consumers"]
+        assert [c["ConsumerName"] for c in consumers] == [efo.effective_consumer_name]
+    finally:
+        member.close()

@@ -54,8 +54,6 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     "read_ahead": True,
     # Level of the source's logs in Spark's Python workers (None: their default, WARNING).
     "log_level": None,
-    # TEST ONLY: a folder; the first read of every (batch, shard) fails once (marker files).
-    "test_fail_first_read_dir": None,
 }
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
@@ -127,7 +125,6 @@ class SourceOptions:
     max_read_seconds: float = 10.0
     idle_poll_interval: float = 1.0
     ledger_ttl_seconds: int = 7 * 24 * 3600
-    test_fail_first_read_dir: str | None = None
     log_level: str | None = None
     shared_group: bool = False
     outage_timeout: float = 300.0
@@ -238,8 +235,6 @@ def _config_value(name: str, kind: str, raw: str) -> Any:
 
 def _source_value(name: str, raw: str) -> Any:
     text = str(raw).strip()
-    if name == "test_fail_first_read_dir":
-        return text or None
     if name == "log_level":
         return parse_log_level(text)
     if name in ("shared_group", "read_ahead"):

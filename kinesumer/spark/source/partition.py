@@ -32,9 +32,6 @@ class ShardPartition(InputPartition):
     owner: str
     max_read_seconds: float
     ledger_ttl: int
-    #: TEST ONLY (option ``test_fail_first_read_dir``): fail the first read of this
-    #: (batch, shard) once, after its ledger item was written.
-    fail_first_read_dir: str | None = None
     #: How long a read rides out a Kinesis or DynamoDB outage (option ``outage_timeout``).
     outage_timeout: float = 300.0
     #: Read the shard's next batch ahead on this host when records are behind (option
@@ -71,7 +68,6 @@ def partitions_of(o: SourceOptions, end: SourceOffset) -> list[ShardPartition]:
             owner=end.owner,
             max_read_seconds=o.max_read_seconds,
             ledger_ttl=o.ledger_ttl_seconds,
-            fail_first_read_dir=o.test_fail_first_read_dir,
             outage_timeout=o.outage_timeout,
             read_ahead=o.read_ahead,
         )

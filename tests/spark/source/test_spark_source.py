@@ -15,6 +15,7 @@ import pytest
 from support.group import create_stream, kinesis, put
 from support.spark_source import (
     Collector,
+    FirstLedgerWritesRefused,
     checkpoints,
     local_spark,
     members,
@@ -120,23 +121,23 @@ def test_a_failed_batch_is_replayed_exactly_after_restart(
 def test_a_task_failing_mid_read_is_retried_on_the_same_range(
     spark: Any, group: dict[str, Any], tmp_path: Any
 ) -> None:
-    config, stream = group["config"], group["stream"]
+    """Each task's first ledger write lands and its answer is an error: the task fails after
+    its write, Spark runs it again, and the new attempt replays exactly the range written."""
+    stream = group["stream"]
     create_stream(group["url"], stream, 2)
     produced = put(group["url"], stream, 0, 100)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    sink = run_available_now(
-        spark,
-        config,
-        stream,
-        str(tmp_path / "ck"),
-        max_records_per_trigger=80,
-        test_fail_first_read_dir=str(markers),
-    )
-    assert len(list(markers.iterdir())) >= 2  # every first attempt failed once
-    # Spark's first attempts (attempt number 0) of the batches this run planned wrote their
-    # range without looking the ledger up; the retries looked, and replayed it.
-    assert {m.read_text() for m in markers.iterdir()} == {"first attempt"}
+    faults = FirstLedgerWritesRefused(group["config"])
+    try:
+        sink = run_available_now(
+            spark, faults.config, stream, str(tmp_path / "ck"), max_records_per_trigger=80
+        )
+        assert faults.rule.fired >= 2  # every first attempt failed once
+        # Spark's first attempts (attempt number 0) of the batches this run planned wrote their
+        # range without looking the ledger up; the retries looked, and replayed it.
+        looked = faults.looked_up_first()
+        assert len(looked) >= 2 and not any(looked.values()), looked
+    finally:
+        faults.stop()
     assert sorted(sink.datas()) == sorted(produced)
 
 
@@ -145,28 +146,31 @@ def test_a_plain_sinks_first_attempts_do_not_look_the_ledger_up(
 ) -> None:
     """The partitions a batch's tasks run are the first planned for it (only those skip the
     lookup; a further job on the batch plans them again and looks): so with a sink that is not
-    foreachBatch too. Each first attempt fails once after its write (the test seam) and notes
-    whether it looked."""
-    config, stream = group["config"], group["stream"]
+    foreachBatch too. Each first attempt fails once after its write (its answer refused on the
+    way) and the requests show whether it looked."""
+    stream = group["stream"]
     create_stream(group["url"], stream, 2)
     put(group["url"], stream, 0, 40)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    frame = (
-        spark.readStream.format("kinesumer")
-        .options(**option_strings(config, [stream], test_fail_first_read_dir=str(markers)))
-        .load()
-    )
-    query = (
-        frame.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    run_to_end(query)
-    assert query.exception() is None
-    assert len(list(markers.iterdir())) >= 2
-    assert {m.read_text() for m in markers.iterdir()} == {"first attempt"}
+    faults = FirstLedgerWritesRefused(group["config"])
+    try:
+        frame = (
+            spark.readStream.format("kinesumer")
+            .options(**option_strings(faults.config, [stream]))
+            .load()
+        )
+        query = (
+            frame.writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        run_to_end(query)
+        assert query.exception() is None
+        assert faults.rule.fired >= 2
+        looked = faults.looked_up_first()
+        assert len(looked) >= 2 and not any(looked.values()), looked
+    finally:
+        faults.stop()
 
 
 def test_a_windowed_aggregation_with_a_watermark_runs(

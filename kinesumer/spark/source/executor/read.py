@@ -31,10 +31,8 @@ import contextvars
 import dataclasses
 import gc
 import logging
-import os
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ....aws import AwsClients, RequestStats
@@ -58,10 +56,6 @@ log = logging.getLogger("kinesumer.spark.source")
 
 #: Rows per Arrow record batch handed to Spark.
 ARROW_BATCH_ROWS = 10_000
-
-
-class InjectedReadFailure(RuntimeError):
-    """TEST ONLY: raised once per (batch, shard) when ``test_fail_first_read_dir`` is set."""
 
 
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
@@ -166,7 +160,6 @@ async def read_with(
     else:
         records, entry = await shard.read_new()
     held = await ledger.record(entry)
-    _maybe_fail(p)
     if held != entry:
         log.info("%s: another attempt won; replaying its %d records", p.describe(), held.count)
         return epoch_columns_to_arrow(await shard.replay(held))
@@ -299,19 +292,3 @@ def _how(entry: LedgerEntry) -> str:
     if entry.shard_end:
         return ", SHARD_END"
     return ", caught up" if entry.caught_up else ""
-
-
-def _maybe_fail(p: ShardPartition) -> None:
-    """TEST ONLY seam: fail the first attempt of (batch, shard) once, after its ledger write
-    (the marker file says whether that attempt looked its ledger item up first)."""
-    if not p.fail_first_read_dir:
-        return
-    marker = Path(p.fail_first_read_dir) / f"{p.query}-{p.batch}-{p.stream}-{p.shard_id}"
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    # What the tests check of Spark's attempt numbers: the attempt read without looking first.
-    os.write(fd, b"first attempt" if first_attempt(p) else b"looked first")
-    os.close(fd)
-    raise InjectedReadFailure(f"test seam: first read of {p.describe()} fails once")
