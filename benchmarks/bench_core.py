@@ -33,7 +33,7 @@ import boto3
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, Kinesumer, create_state_table  # noqa: E402
 from kinesumer.aws import botocore_session  # noqa: E402

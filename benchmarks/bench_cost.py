@@ -30,9 +30,9 @@ import boto3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
-from _wait import eventually  # noqa: E402
 from bench_core import REGION, bench_config, fill  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.wait import eventually  # noqa: E402
 
 from kinesumer import AsyncKinesumer, ConsumerStats, create_state_table  # noqa: E402
 from kinesumer.group.membership import LEGACY_ENV  # noqa: E402

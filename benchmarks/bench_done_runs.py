@@ -5,7 +5,7 @@ done runs cost in the checkpoint item.
 
 On kinesalite + dynalite (started here on free loopback ports, stopped by pid). Each round: a
 fresh 2-shard stream holding ``--records`` records over 200 keys; a member process
-(``tests/_handler_member.py``, concurrency 32, ordering "key", 20 ms of work per record drawn
+(``tests/support/handler_member.py``, concurrency 32, ordering "key", 20 ms of work per record drawn
 from 0..40 ms, except ``--slow-share`` of them (default 1%) taking 1 s, as a slow call to a
 database does; commit_interval 0.5 s) handles them until 1,500 are done, is killed with SIGKILL,
 and a second member handles the rest. Counted:
@@ -37,8 +37,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from _group import create_stream, make_config, put, setup_table  # noqa: E402
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.group import create_stream, make_config, put, setup_table  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -62,7 +62,7 @@ def member(
     out = workdir / f"{client_id}.jsonl"
     command = [
         sys.executable,
-        str(root / "tests" / "_handler_member.py"),
+        str(root / "tests" / "support" / "handler_member.py"),
         *("--app", config.app, "--table", config.dynamodb_table),
         *("--kinesis", str(config.kinesis_endpoint), "--dynamodb", str(config.dynamodb_endpoint)),
         *("--client-id", client_id, "--out", str(out)),
@@ -160,8 +160,9 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root.resolve()
     if root != ROOT:  # the member script of this checkout, the library of that one
-        (root / "tests").mkdir(exist_ok=True)
-        shutil.copy(ROOT / "tests" / "_handler_member.py", root / "tests" / "_handler_member.py")
+        (root / "tests" / "support").mkdir(parents=True, exist_ok=True)
+        member = Path("tests", "support", "handler_member.py")
+        shutil.copy(ROOT / member, root / member)
     kinesalite, dynalite = start_kinesalite(), start_dynalite()
     try:
         rounds = [

@@ -14,8 +14,8 @@ second per shard (measured here: p50 ~1 s), which is its cadence, not ours. The 
 is ours end to end (claims, buffer, checkpoints, the transport): since the connection window is
 granted after the response headers (kinesumer/kinesis/efo/transport.py), events over 64 KiB
 arrive from kinesis-local (before, its HTTP/2 server's flow-control bug stalled them: pinned by
-tests/test_efo_large_events.py). **standin_throughput** measures the same pre-filled drain
-through our HTTP/2 transport alone (``ShardSubscriber``, no engine) on tests/_efo_standin.py,
+tests/kinesis/test_efo_large_events.py). **standin_throughput** measures the same pre-filled drain
+through our HTTP/2 transport alone (``ShardSubscriber``, no engine) on tests/support/efo_standin.py,
 the ``h2`` server that keeps to flow control: the transport's ceiling on loopback, not AWS's
 2 MB/s/shard.
 AWS states ~70 ms average propagation for enhanced fan-out, ~200 ms for one polling consumer
@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-from _efo_standin import EfoStandIn, ScriptedShard  # noqa: E402
-from _group import create_stream, kinesis, make_config  # noqa: E402
-from _standins import start_dynalite, start_kinesis_local  # noqa: E402
 from botocore.credentials import Credentials  # noqa: E402
+from support.efo_standin import EfoStandIn, ScriptedShard  # noqa: E402
+from support.group import create_stream, kinesis, make_config  # noqa: E402
+from support.standins import start_dynalite, start_kinesis_local  # noqa: E402
 
 from kinesumer import AsyncKinesumer, Config, create_state_table  # noqa: E402
 from kinesumer.aws import RequestStats  # noqa: E402
@@ -267,9 +267,9 @@ def report(result: dict[str, Any]) -> str:
         lines += [
             "",
             "The same pre-filled drain through our HTTP/2 transport alone (ShardSubscriber, "
-            "1,000 records an event, no engine) on tests/_efo_standin.py, an `h2` server that "
-            "keeps to flow control: the transport's ceiling on loopback, not AWS's 2 MB/s per "
-            "shard.",
+            "1,000 records an event, no engine) on tests/support/efo_standin.py, an `h2` server "
+            "that keeps to flow control: the transport's ceiling on loopback, not AWS's 2 MB/s "
+            "per shard.",
             "",
             "| stand-in | pre-filled records | delivered | records/s | wire MB/s |",
             "|---|---:|---:|---:|---:|",

@@ -3,12 +3,11 @@
     .venv/bin/python benchmarks/bench_failover.py [--rounds 5] [--shards 6]
 
 On kinesalite + dynalite (started here on free loopback ports, stopped by pid), each round uses a
-fresh stream and app. Members are ``tests/_member.py`` processes (one real ``Kinesumer`` each,
-generator API, every delivered record written with its CLOCK_MONOTONIC time, which all processes
-on the machine share), with no Config override: heartbeat_interval 1 s, client_timeout 3 s,
-commit_interval 5 s, handoff_timeout 5 s. A producer writes one record to every shard every
-40 ms throughout (explicit hash keys), so "the first record read from a shard" is known to
-within that.
+fresh stream and app. Members are ``tests/support/member.py`` processes (one real ``Kinesumer``
+each, generator API, every delivered record written with its CLOCK_MONOTONIC time, which all
+processes on the machine share), with no Config override: heartbeat_interval 1 s, client_timeout 3
+s, commit_interval 5 s, handoff_timeout 5 s. A producer writes one record to every shard every 40 ms
+throughout (explicit hash keys), so "the first record read from a shard" is known to within that.
 
 A round:
 
@@ -42,14 +41,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from _scenario import (  # noqa: E402
+from support.scenario import (  # noqa: E402
     Delivery,
     MemberProcess,
     Scenario,
     balanced,
     duplicates,
 )
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",

@@ -24,9 +24,9 @@ import boto3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
-from _wait import eventually, wait_until  # noqa: E402
 from bench_core import REGION, Clock, bench_config, fill, plain_loop  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.wait import eventually, wait_until  # noqa: E402
 
 from kinesumer import (  # noqa: E402
     AsyncKinesumer,

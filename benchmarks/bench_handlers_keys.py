@@ -25,9 +25,9 @@ import boto3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
 from bench_core import REGION, Clock, bench_config  # noqa: E402
 from bench_handlers import run_handler  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import create_state_table  # noqa: E402
 

@@ -30,8 +30,8 @@ import boto3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
 from bench_core import REGION, bench_config  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import Kinesumer, create_state_table  # noqa: E402
 

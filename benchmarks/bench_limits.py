@@ -21,8 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
 from bench_core import bench_config, fill  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import Config, Kinesumer, create_state_table  # noqa: E402
 from kinesumer.core import assign  # noqa: E402

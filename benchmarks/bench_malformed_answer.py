@@ -23,9 +23,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from _faultproxy import Fault, FaultProxy  # noqa: E402
-from _group import create_stream, make_config, put  # noqa: E402
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.faultproxy import Fault, FaultProxy  # noqa: E402
+from support.group import create_stream, make_config, put  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import Config  # noqa: E402
 from kinesumer.aws import AwsClients, RequestStats  # noqa: E402

@@ -38,8 +38,8 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import boto3  # noqa: E402
 import psycopg  # noqa: E402
-from _postgres import postgres_server  # noqa: E402
-from _standins import start_kinesalite  # noqa: E402
+from support.postgres import postgres_server  # noqa: E402
+from support.standins import start_kinesalite  # noqa: E402
 
 from kinesumer import Producer  # noqa: E402
 from kinesumer.outbox import PostgresOutbox  # noqa: E402

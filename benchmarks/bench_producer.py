@@ -47,9 +47,9 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import boto3  # noqa: E402
-from _faultproxy import Fault, FaultProxy  # noqa: E402
-from _produced import by_key, read_all  # noqa: E402
-from _standins import start_kinesalite  # noqa: E402
+from support.faultproxy import Fault, FaultProxy  # noqa: E402
+from support.produced import by_key, read_all  # noqa: E402
+from support.standins import start_kinesalite  # noqa: E402
 
 from kinesumer import Config, Producer  # noqa: E402
 

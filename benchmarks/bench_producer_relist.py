@@ -24,9 +24,9 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import boto3  # noqa: E402
-from _faultproxy import Fault, FaultProxy, OpKey  # noqa: E402
-from _produced import read_all  # noqa: E402
-from _standins import start_kinesalite  # noqa: E402
+from support.faultproxy import Fault, FaultProxy, OpKey  # noqa: E402
+from support.produced import read_all  # noqa: E402
+from support.standins import start_kinesalite  # noqa: E402
 
 from kinesumer import Producer  # noqa: E402
 

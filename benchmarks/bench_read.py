@@ -39,7 +39,6 @@ import aioboto3
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
 from bench_core import (  # noqa: E402
     REGION,
     Clock,
@@ -49,6 +48,7 @@ from bench_core import (  # noqa: E402
     measure,
     plain_loop,
 )
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import Kinesumer, create_state_table  # noqa: E402
 from kinesumer.aws import RequestStats, botocore_session  # noqa: E402

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import boto3  # noqa: E402
 import psycopg  # noqa: E402
-from _postgres import postgres_server  # noqa: E402
-from _standins import start_dynalite, start_kinesalite, start_moto  # noqa: E402
 from bench_core import Clock, bench_config, fill  # noqa: E402
+from support.postgres import postgres_server  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite, start_moto  # noqa: E402
 
 from kinesumer import Kinesumer, Record, create_state_table  # noqa: E402
 from kinesumer.handlers import Batch  # noqa: E402

@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import boto3  # noqa: E402
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import Config, create_state_table  # noqa: E402
 from kinesumer.spark import KinesumerDataSource  # noqa: E402

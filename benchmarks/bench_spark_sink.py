@@ -36,9 +36,9 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import boto3  # noqa: E402
-from _produced import read_all  # noqa: E402
-from _standins import start_kinesalite  # noqa: E402
 from bench_spark import CpuMeter, start_spark  # noqa: E402
+from support.produced import read_all  # noqa: E402
+from support.standins import start_kinesalite  # noqa: E402
 
 KEYS = 100
 CONTENDERS = ("foreachBatch + boto3", "sink", "sink aggregate=true")

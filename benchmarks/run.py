@@ -38,8 +38,8 @@ import bench_handlers  # noqa: E402
 import bench_handlers_keys  # noqa: E402
 import bench_idle  # noqa: E402
 import bench_limits  # noqa: E402
-from _scenario import Scenario  # noqa: E402
-from _standins import start_dynalite, start_kinesalite  # noqa: E402
+from support.scenario import Scenario  # noqa: E402
+from support.standins import start_dynalite, start_kinesalite  # noqa: E402
 
 from kinesumer import create_state_table  # noqa: E402
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _faultproxy import FaultProxy
-from _group import make_config, setup_table
-from _standins import (
+from support.faultproxy import FaultProxy
+from support.group import make_config, setup_table
+from support.standins import (
     KinesisLocalStandIn,
     MotoStandIn,
     NodeStandIn,

@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "kinesumer"
 #: Directories checked. tests/, benchmarks/ and examples/ are run as scripts or by pytest, so
-#: their files import each other as top-level modules (``from _group import ...``).
+#: their files import each other as top-level modules (``from support.group import ...``).
 TREES = (PACKAGE, "tests", "benchmarks", "examples")
 MAX_LINES = 800
 
@@ -51,12 +51,12 @@ ALLOWED_ATTRIBUTES: dict[str, str] = {
 ALLOWED_IN_FILE: dict[tuple[str, str], str] = {
     # botocore offers no public way to read a client's refreshable credentials or to move their
     # expiry: the cross-account test checks that assumed-role credentials refresh themselves.
-    ("tests/test_api.py", "_request_signer"): "botocore client internals",
-    ("tests/test_api.py", "_credentials"): "botocore client internals",
-    ("tests/test_api.py", "_expiry_time"): "botocore RefreshableCredentials internals",
+    ("tests/consumer/test_api.py", "_request_signer"): "botocore client internals",
+    ("tests/consumer/test_api.py", "_credentials"): "botocore client internals",
+    ("tests/consumer/test_api.py", "_expiry_time"): "botocore RefreshableCredentials internals",
     # moto's ThreadedMotoServer.stop() leaves its listening socket open; only the inner
     # server (private) can close it, or later connections hang in the backlog.
-    ("tests/_standins.py", "_server"): "moto ThreadedMotoServer internals",
+    ("tests/support/standins.py", "_server"): "moto ThreadedMotoServer internals",
     # botocore has no public setter for a session's refreshable credentials; setting
     # session._credentials is the documented-by-practice way to plug in an AssumeRole refresher.
     ("kinesumer/aws/clients.py", "_credentials"): "botocore Session internals",
@@ -98,7 +98,8 @@ def sources() -> list[Source]:
                 continue
             parts = path.relative_to(ROOT).with_suffix("").parts
             if tree != PACKAGE:
-                parts = (tree, *parts[1:])  # "tests/_group.py" is ("tests", "_group")
+                # "tests/support/group.py" is ("tests", "support", "group")
+                parts = (tree, *parts[1:])
             is_package = parts[-1] == "__init__"
             found.append(Source(path, tree, parts[:-1] if is_package else parts, is_package))
     return found
@@ -116,7 +117,8 @@ def resolve(source: Source, module: str | None, level: int) -> tuple[str, ...]:
         return base + names
     if source.tree != PACKAGE and names:
         for tree in (source.tree, *SHARED_HELPERS.get(source.tree, ())):
-            if (tree, names[0]) in MODULES:  # a sibling script module: ``from _group import``
+            # a sibling script module or package: ``from support.group import``
+            if (tree, names[0]) in MODULES:
                 return (tree, *names)
     return names
 
@@ -289,6 +291,6 @@ def test_the_checker_lets_own_and_allowed_names_through(code: str) -> None:
 def test_a_package_may_use_its_own_private_modules() -> None:
     assert check("from ._version import __version__", "kinesumer/cli/sample.py") == []
     assert check("from .._version import __version__", "kinesumer/cli/sample.py") == []
-    assert check("from _group import Member", "tests/test_sample.py") == []
-    assert check("from _standins import start_kinesalite", "benchmarks/bench_x.py") == []
+    assert check("from support.group import Member", "tests/group/test_sample.py") == []
+    assert check("from support.standins import start_kinesalite", "benchmarks/bench_x.py") == []
     assert check("from kinesumer.group import _x", "tests/test_sample.py") != []

@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from _group import create_stream, kinesis_in_account_of, make_config, put, setup_table
+from support.group import create_stream, kinesis_in_account_of, make_config, put, setup_table
 
 from kinesumer import Config, ConfigError, Kinesumer, cli
 from kinesumer.aws.clients import ClientFactory, role_session_name

@@ -12,9 +12,9 @@ from typing import Any, TypedDict
 import msgspec
 import pydantic
 import pytest
-from _group import create_stream, make_config, setup_table
-from _produced import read_all
-from _standins import NodeStandIn
+from support.group import create_stream, make_config, setup_table
+from support.produced import read_all
+from support.standins import NodeStandIn
 
 from kinesumer import AsyncKinesumer, Producer, Topic
 from kinesumer.errors import ConfigError, InvalidRecordError

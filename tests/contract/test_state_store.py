@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from _group import make_config, setup_table
+from support.group import make_config, setup_table
 
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.models import Checkpoint, ClientInfo, Position, Shard

@@ -6,7 +6,7 @@ locals {
   # DescribeStreamConsumer and SubscribeToShard on the consumer ARN) is granted
   # only with var.enhanced_fan_out, in statements of its own below.
   # DescribeStream is not listed: the library never calls it (DescribeStreamSummary
-  # and ListShards give what it needs; tests/test_infra.py scans kinesumer/ for
+  # and ListShards give what it needs; tests/infra/test_infra.py scans kinesumer/ for
   # every call). Keep in sync with the cross-account-role module; the tests check.
   kinesis_read_actions = [
     "kinesis:DescribeStreamSummary",
@@ -34,7 +34,7 @@ locals {
   # app cannot rewrite (or read) another's membership, checkpoints or shard
   # caches. App names are [A-Za-z0-9_.-] (no '#', '*' or '?'), so "X#A" and
   # "X#A#*" match app A's keys only, never those of an app whose name merely
-  # starts with A. tests/test_infra.py checks this list against every pk form
+  # starts with A. tests/infra/test_infra.py checks this list against every pk form
   # in kinesumer/.
   app_partitions = [
     "client",       # client#A: members (statestore/schema.py)

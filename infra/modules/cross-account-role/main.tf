@@ -16,7 +16,7 @@ locals {
     "arn:${data.aws_partition.current.partition}:iam::${split(":", p)[4]}:root"
   ]))
 
-  # Same list as the consumer-policy module (tests/test_infra.py checks that
+  # Same list as the consumer-policy module (tests/infra/test_infra.py checks that
   # they agree); every one is authorized against the stream ARN. DescribeStream
   # is not listed: the library never calls it.
   kinesis_read_actions = [

@@ -2,7 +2,7 @@
 # (kinesumer/statestore/schema.py): hash key "pk" (S), range key "sk" (S),
 # TTL on "expires_at" (epoch seconds), no secondary indexes. The library checks
 # the key schema with DescribeTable at start, so changing it here breaks every
-# consumer; tests/test_infra.py parses this file and compares it with schema.py.
+# consumer; tests/infra/test_infra.py parses this file and compares it with schema.py.
 resource "aws_dynamodb_table" "this" {
   name         = var.name
   billing_mode = var.billing_mode

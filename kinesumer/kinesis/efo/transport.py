@@ -7,7 +7,7 @@ which is where httpcore sends its 16 MiB grant. Its connection send window then 
 while h2, believing it granted 16 MiB, sends no other update before 8 MiB arrived: every
 subscription stalls once 64 KiB went through (at once for any event over 64 KiB) until the read
 times out. The same update sent after the response headers is honoured
-(tests/test_efo_large_events.py pins both).
+(tests/kinesis/test_efo_large_events.py pins both).
 
 :class:`WindowGrantBackend` wraps httpcore's own network backend: it holds back a
 WINDOW_UPDATE on stream 0 written before the server's first frame on a request stream (the
