@@ -24,13 +24,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import itertools
 import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -45,7 +43,6 @@ from ..kinesis.transport import (
     PutRecordAnswer,
     PutRecordsAnswer,
     PutResultEntry,
-    ShardDescription,
     ShardPage,
     StartingPosition,
     StreamSummary,
@@ -53,120 +50,33 @@ from ..kinesis.transport import (
     SubscriptionEnded,
 )
 from ..models import Record
-
-#: The largest hash key (the key space is 128 bits).
-MAX_HASH_KEY = 2**128 - 1
-#: How long an iterator lives (Kinesis: five minutes).
-ITERATOR_LIFETIME = 300.0
-#: How long a subscription lives (Kinesis: five minutes).
-SUBSCRIPTION_LIFETIME = 300.0
-#: GetRecords' largest Limit, and its cap on an answer's bytes.
-MAX_LIMIT = 10_000
-MAX_ANSWER_BYTES = 10 * 1024 * 1024
-#: PutRecords' most entries per call.
-MAX_PUT_ENTRIES = 500
-#: Where sequence numbers start: 56 digits, as Kinesis's.
-SEQUENCE_BASE = 49_590_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
-#: A sequence number is SEQUENCE_BASE + (a count across the streams) * SHARD_SLOTS + the
-#: shard's index: increasing in every shard and across the stream, and, as Kinesis's, telling
-#: which shard it came from.
-SHARD_SLOTS = 1_000_000
-#: Where arrival times count from.
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-#: The HTTP status AWS answers a code with when it is not 400.
-_STATUS = {
-    "InternalFailure": 500,
-    "InternalFailureException": 500,
-    "ServiceUnavailable": 503,
-    "ServiceUnavailableException": 503,
-}
-
-
-@dataclass
-class _Stored:
-    sequence: int
-    partition_key: str
-    data: bytes
-    #: When it arrived, in whole milliseconds since the epoch (Kinesis stamps milliseconds).
-    arrival_ms: int
-
-    @property
-    def arrival(self) -> datetime:
-        return EPOCH + timedelta(milliseconds=self.arrival_ms)
-
-
-@dataclass
-class _Shard:
-    shard_id: str
-    start_hash: int
-    end_hash: int
-    starting_sequence: int
-    parent: str | None = None
-    adjacent_parent: str | None = None
-    records: list[_Stored] = field(default_factory=list)
-    ending_sequence: int | None = None
-    closed_at: float | None = None
-    children: list[str] = field(default_factory=list)
-
-    def holds(self, hash_key: int) -> bool:
-        return self.start_hash <= hash_key <= self.end_hash
-
-
-@dataclass
-class _Consumer:
-    name: str
-    arn: str
-    created: float
-
-
-@dataclass
-class _Stream:
-    name: str
-    arn: str
-    created: float
-    retention_hours: int
-    shards: dict[str, _Shard] = field(default_factory=dict)
-    consumers: dict[str, _Consumer] = field(default_factory=dict)
-
-
-@dataclass
-class _Failure:
-    code: str
-    status: int
-    message: str
-    times: int
-
-
-@dataclass(frozen=True)
-class _Cursor:
-    """What an iterator holds: read the records after ``after`` that arrived at or after
-    ``since_us`` (AT_TIMESTAMP), issued at ``issued``."""
-
-    stream: str
-    shard_id: str
-    after: int
-    since_us: int | None  # microseconds since the epoch, as exact as a datetime
-    issued: float
-
-
-def client_error(operation: str, code: str, message: str, status: int | None = None) -> ClientError:
-    """The ``ClientError`` botocore raises for AWS's answer ``code`` to ``operation``."""
-    status = status if status is not None else _STATUS.get(code, 400)
-    return ClientError(
-        {
-            "Error": {"Code": code, "Message": message},
-            "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
-        },
-        operation,
-    )
-
-
-def hash_key_of(partition_key: str, explicit_hash_key: str | None = None) -> int:
-    """Where Kinesis routes a record: its ExplicitHashKey, else the MD5 of its partition key
-    (UTF-8) as a 128-bit number."""
-    if explicit_hash_key is not None:
-        return int(explicit_hash_key)
-    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
+from .kinesis_model import (
+    EPOCH,
+    ITERATOR_LIFETIME,
+    MAX_ANSWER_BYTES,
+    MAX_HASH_KEY,
+    MAX_LIMIT,
+    MAX_PUT_ENTRIES,
+    SEQUENCE_BASE,
+    SHARD_SLOTS,
+    STATUS_OF_CODE,
+    SUBSCRIPTION_LIFETIME,
+    ConsumerState,
+    Cursor,
+    Failure,
+    ShardState,
+    StoredRecord,
+    StreamState,
+    child_shard,
+    client_error,
+    consumer_description,
+    decode_cursor,
+    encode_cursor,
+    event_records,
+    hash_key_of,
+    shard_description,
+    shard_index,
+)
 
 
 class MemoryKinesis:
@@ -190,10 +100,10 @@ class MemoryKinesis:
         self.account = account
         self._create_on_put = create_streams_on_put
         self._lock = threading.RLock()
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamState] = {}
         self._count = 0
-        self._failures: dict[str, list[_Failure]] = {}
-        self._entry_failures: list[_Failure] = []
+        self._failures: dict[str, list[Failure]] = {}
+        self._entry_failures: list[Failure] = []
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # ---- streams and shards (what a test sets up) -----------------------------------------
@@ -209,7 +119,7 @@ class MemoryKinesis:
                 )
             now = self.clock()
             arn = f"arn:aws:kinesis:{self.region}:{self.account}:stream/{name}"
-            stream = _Stream(name, arn, now, retention_hours)
+            stream = StreamState(name, arn, now, retention_hours)
             width = (MAX_HASH_KEY + 1) // shards
             for index in range(shards):
                 end = MAX_HASH_KEY if index == shards - 1 else (index + 1) * width - 1
@@ -308,9 +218,9 @@ class MemoryKinesis:
         code by default) before doing anything."""
         with self._lock:
             self._failures.setdefault(operation, []).append(
-                _Failure(
+                Failure(
                     code,
-                    status if status is not None else _STATUS.get(code, 400),
+                    status if status is not None else STATUS_OF_CODE.get(code, 400),
                     message or f"{code} (injected by MemoryKinesis)",
                     times,
                 )
@@ -327,7 +237,7 @@ class MemoryKinesis:
         answers them with ``ErrorCode`` (how Kinesis throttles a batch)."""
         with self._lock:
             self._entry_failures.append(
-                _Failure(code, 200, message or "Rate exceeded for shard (MemoryKinesis)", times)
+                Failure(code, 200, message or "Rate exceeded for shard (MemoryKinesis)", times)
             )
 
     # ---- looking inside -------------------------------------------------------------------
@@ -403,7 +313,7 @@ class MemoryKinesis:
             if exclusive_start_shard_id is not None:
                 shards = [x for x in shards if x.shard_id > exclusive_start_shard_id]
             chosen = shards[start : start + limit]
-            page: ShardPage = {"Shards": [_description(x) for x in chosen]}
+            page: ShardPage = {"Shards": [shard_description(x) for x in chosen]}
             if start + limit < len(shards):
                 page["NextToken"] = self._token(stream, start + limit)
             return page
@@ -516,9 +426,9 @@ class MemoryKinesis:
             if name in s.consumers:
                 raise client_error(op, "ResourceInUseException", f"Consumer {name} exists")
             now = self.clock()
-            consumer = _Consumer(name, f"{s.arn}/consumer/{name}:{int(now)}", now)
+            consumer = ConsumerState(name, f"{s.arn}/consumer/{name}:{int(now)}", now)
             s.consumers[name] = consumer
-            return _consumer_description(s, consumer)
+            return consumer_description(s, consumer)
 
     async def describe_stream_consumer(self, stream_arn: str, name: str) -> ConsumerDescription:
         op = "DescribeStreamConsumer"
@@ -528,7 +438,7 @@ class MemoryKinesis:
             consumer = s.consumers.get(name)
             if consumer is None:
                 raise client_error(op, "ResourceNotFoundException", f"Consumer {name} not found")
-            return _consumer_description(s, consumer)
+            return consumer_description(s, consumer)
 
     async def list_stream_consumers(
         self, stream_arn: str, *, next_token: str | None = None
@@ -536,7 +446,7 @@ class MemoryKinesis:
         with self._lock:
             self._injected("ListStreamConsumers")
             s = self._stream_by_arn("ListStreamConsumers", stream_arn)
-            return {"Consumers": [_consumer_description(s, c) for c in s.consumers.values()]}
+            return {"Consumers": [consumer_description(s, c) for c in s.consumers.values()]}
 
     async def deregister_stream_consumer(self, stream_arn: str, name: str) -> None:
         op = "DeregisterStreamConsumer"
@@ -583,12 +493,12 @@ class MemoryKinesis:
                         raise SubscriptionEnded(f"{shard_id}: subscription expired") from exc
                     raise
                 if next_iterator is None:
-                    yield SubscribeEvent(_event_records(taken), None, behind, children)
+                    yield SubscribeEvent(event_records(taken), None, behind, children)
                     return
-                continuation = str(_decode(next_iterator).after)
+                continuation = str(decode_cursor(next_iterator).after)
                 if taken or not sent:
                     sent = True
-                    yield SubscribeEvent(_event_records(taken), continuation, behind, None)
+                    yield SubscribeEvent(event_records(taken), continuation, behind, None)
                 if self.clock() - started >= SUBSCRIPTION_LIFETIME:
                     raise SubscriptionEnded(
                         f"{shard_id}: subscription ended (continue after {continuation})"
@@ -638,19 +548,19 @@ class MemoryKinesis:
             raise client_error(
                 op, "ValidationException", f"unknown ShardIteratorType {iterator_type!r}"
             )
-        cursor = _Cursor(stream, shard_id, after, since_us, now)
-        return IteratorAnswer(_encode(cursor), datetime.fromtimestamp(now, timezone.utc))
+        cursor = Cursor(stream, shard_id, after, since_us, now)
+        return IteratorAnswer(encode_cursor(cursor), datetime.fromtimestamp(now, timezone.utc))
 
     def _get_records(
         self, iterator: str, limit: int, *, inject: bool = True
-    ) -> tuple[list[_Stored], str | None, int, list[dict[str, Any]] | None]:
+    ) -> tuple[list[StoredRecord], str | None, int, list[dict[str, Any]] | None]:
         op = "GetRecords"
         with self._lock:
             if inject:
                 self._injected(op)
             if not 1 <= limit <= MAX_LIMIT:
                 raise client_error(op, "InvalidArgumentException", f"Limit is 1 to {MAX_LIMIT}")
-            cursor = _decode(iterator)
+            cursor = decode_cursor(iterator)
             now = self.clock()
             if now - cursor.issued > ITERATOR_LIFETIME:
                 raise client_error(
@@ -660,7 +570,7 @@ class MemoryKinesis:
                 )
             s = self._retained(op, cursor.stream)
             shard = self._shard(op, s, cursor.shard_id)
-            taken: list[_Stored] = []
+            taken: list[StoredRecord] = []
             size = 0
             rest = [r for r in shard.records if r.sequence > cursor.after]
             for r in rest:
@@ -678,13 +588,13 @@ class MemoryKinesis:
             # tip", which readers act on.
             behind = max(1, int(now * 1000) - remaining[0].arrival_ms) if remaining else 0
             if shard.closed_at is not None and not remaining:
-                children = [_child(s, child) for child in shard.children if child in s.shards]
+                children = [child_shard(s, child) for child in shard.children if child in s.shards]
                 return taken, None, 0, children
-            following = _Cursor(s.name, shard.shard_id, last, cursor.since_us, now)
-            return taken, _encode(following), behind, None
+            following = Cursor(s.name, shard.shard_id, last, cursor.since_us, now)
+            return taken, encode_cursor(following), behind, None
 
     def _append(
-        self, s: _Stream, data: bytes, partition_key: str, explicit_hash_key: str | None
+        self, s: StreamState, data: bytes, partition_key: str, explicit_hash_key: str | None
     ) -> tuple[str, int]:
         key = hash_key_of(partition_key, explicit_hash_key)
         if not 0 <= key <= MAX_HASH_KEY:
@@ -692,7 +602,7 @@ class MemoryKinesis:
         shard = next(x for x in s.shards.values() if x.closed_at is None and x.holds(key))
         sequence = self._next_sequence(shard.shard_id)
         shard.records.append(
-            _Stored(sequence, partition_key, bytes(data), int(self.clock() * 1000))
+            StoredRecord(sequence, partition_key, bytes(data), int(self.clock() * 1000))
         )
         return shard.shard_id, sequence
 
@@ -701,19 +611,19 @@ class MemoryKinesis:
         return self._sequence_for(shard_id, self._count)
 
     def _sequence_for(self, shard_id: str, count: int) -> int:
-        return SEQUENCE_BASE + count * SHARD_SLOTS + _index(shard_id)
+        return SEQUENCE_BASE + count * SHARD_SLOTS + shard_index(shard_id)
 
     def _new_shard(
         self,
-        s: _Stream,
+        s: StreamState,
         start: int,
         end: int,
         *,
         parent: str | None = None,
         adjacent: str | None = None,
-    ) -> _Shard:
+    ) -> ShardState:
         shard_id = f"shardId-{len(s.shards):012d}"
-        shard = _Shard(
+        shard = ShardState(
             shard_id,
             start,
             end,
@@ -724,11 +634,11 @@ class MemoryKinesis:
         s.shards[shard.shard_id] = shard
         return shard
 
-    def _close(self, shard: _Shard) -> None:
+    def _close(self, shard: ShardState) -> None:
         shard.ending_sequence = self._next_sequence(shard.shard_id)
         shard.closed_at = self.clock()
 
-    def _stream(self, operation: str, name: str) -> _Stream:
+    def _stream(self, operation: str, name: str) -> StreamState:
         s = self._streams.get(name)
         if s is None:
             raise client_error(
@@ -738,7 +648,7 @@ class MemoryKinesis:
             )
         return s
 
-    def _retained(self, operation: str, name: str) -> _Stream:
+    def _retained(self, operation: str, name: str) -> StreamState:
         """The stream, without the records and closed shards its retention let go."""
         s = self._stream(operation, name)
         horizon = self.clock() - s.retention_hours * 3600.0
@@ -750,12 +660,12 @@ class MemoryKinesis:
                 del s.shards[shard_id]
         return s
 
-    def _stream_to_put(self, operation: str, name: str) -> _Stream:
+    def _stream_to_put(self, operation: str, name: str) -> StreamState:
         if name not in self._streams and self._create_on_put:
             self.create_stream(name)
         return self._retained(operation, name)
 
-    def _stream_by_arn(self, operation: str, arn: str) -> _Stream:
+    def _stream_by_arn(self, operation: str, arn: str) -> StreamState:
         for s in self._streams.values():
             if s.arn == arn:
                 return s
@@ -770,7 +680,7 @@ class MemoryKinesis:
             operation, "ResourceNotFoundException", f"Consumer {consumer_arn} not found"
         )
 
-    def _shard(self, operation: str, s: _Stream, shard_id: str) -> _Shard:
+    def _shard(self, operation: str, s: StreamState, shard_id: str) -> ShardState:
         shard = s.shards.get(shard_id)
         if shard is None:
             raise client_error(
@@ -780,13 +690,13 @@ class MemoryKinesis:
             )
         return shard
 
-    def _open_shard(self, operation: str, s: _Stream, shard_id: str) -> _Shard:
+    def _open_shard(self, operation: str, s: StreamState, shard_id: str) -> ShardState:
         shard = self._shard(operation, s, shard_id)
         if shard.closed_at is not None:
             raise client_error(operation, "ResourceInUseException", f"Shard {shard_id} is closed")
         return shard
 
-    def _sequence_in(self, operation: str, shard: _Shard, number: str | None) -> int:
+    def _sequence_in(self, operation: str, shard: ShardState, number: str | None) -> int:
         try:
             value = int(number or "")
         except ValueError:
@@ -794,7 +704,7 @@ class MemoryKinesis:
         end = shard.ending_sequence
         if end is None:
             end = self._sequence_for(shard.shard_id, self._count)
-        ours = (value - SEQUENCE_BASE) % SHARD_SLOTS == _index(shard.shard_id)
+        ours = (value - SEQUENCE_BASE) % SHARD_SLOTS == shard_index(shard.shard_id)
         if not (ours and shard.starting_sequence <= value <= end):
             raise client_error(
                 operation,
@@ -814,7 +724,7 @@ class MemoryKinesis:
             queue.pop(0)
         raise client_error(operation, failure.code, failure.message, failure.status)
 
-    def _entry_refusal(self) -> _Failure | None:
+    def _entry_refusal(self) -> Failure | None:
         if not self._entry_failures:
             return None
         failure = self._entry_failures[0]
@@ -851,88 +761,3 @@ class MemoryKinesis:
         for loop, event in waiters:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(event.set)
-
-
-def _index(shard_id: str) -> int:
-    return int(shard_id.rsplit("-", 1)[1])
-
-
-def _encode(cursor: _Cursor) -> str:
-    raw = json.dumps(
-        [cursor.stream, cursor.shard_id, cursor.after, cursor.since_us, cursor.issued]
-    ).encode()
-    return "mk1." + base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode(iterator: str) -> _Cursor:
-    try:
-        if not iterator.startswith("mk1."):
-            raise ValueError(iterator)
-        stream, shard_id, after, since_us, issued = json.loads(
-            base64.urlsafe_b64decode(iterator[4:].encode())
-        )
-        return _Cursor(
-            str(stream),
-            str(shard_id),
-            int(after),
-            None if since_us is None else int(since_us),
-            float(issued),
-        )
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise client_error(
-            "GetRecords", "InvalidArgumentException", f"Invalid ShardIterator: {iterator[:40]!r}"
-        ) from exc
-
-
-def _event_records(stored: list[_Stored]) -> list[dict[str, Any]]:
-    """Records as a SubscribeToShardEvent carries them (botocore's parse)."""
-    return [
-        {
-            "SequenceNumber": str(r.sequence),
-            "PartitionKey": r.partition_key,
-            "Data": r.data,
-            "ApproximateArrivalTimestamp": r.arrival,
-        }
-        for r in stored
-    ]
-
-
-def _description(shard: _Shard) -> ShardDescription:
-    described: ShardDescription = {
-        "ShardId": shard.shard_id,
-        "HashKeyRange": {
-            "StartingHashKey": str(shard.start_hash),
-            "EndingHashKey": str(shard.end_hash),
-        },
-        "SequenceNumberRange": {"StartingSequenceNumber": str(shard.starting_sequence)},
-    }
-    if shard.ending_sequence is not None:
-        described["SequenceNumberRange"]["EndingSequenceNumber"] = str(shard.ending_sequence)
-    if shard.parent is not None:
-        described["ParentShardId"] = shard.parent
-    if shard.adjacent_parent is not None:
-        described["AdjacentParentShardId"] = shard.adjacent_parent
-    return described
-
-
-def _child(s: _Stream, child_id: str) -> dict[str, Any]:
-    child = s.shards[child_id]
-    parents = [p for p in (child.parent, child.adjacent_parent) if p is not None]
-    return {
-        "ShardId": child_id,
-        "ParentShards": parents,
-        "HashKeyRange": {
-            "StartingHashKey": str(child.start_hash),
-            "EndingHashKey": str(child.end_hash),
-        },
-    }
-
-
-def _consumer_description(s: _Stream, consumer: _Consumer) -> ConsumerDescription:
-    return {
-        "ConsumerName": consumer.name,
-        "ConsumerARN": consumer.arn,
-        "ConsumerStatus": "ACTIVE",
-        "ConsumerCreationTimestamp": datetime.fromtimestamp(consumer.created, timezone.utc),
-        "StreamARN": s.arn,
-    }
