@@ -496,13 +496,17 @@ async def test_a_deregistered_consumer_goes(
     arn = summary["StreamDescriptionSummary"]["StreamARN"]
     await active_consumer(side, arn, "reader-a")
     await side.transport.deregister_stream_consumer(arn, "reader-a")
-    while True:  # AWS deletes it in the background: poll its state
+    # AWS deletes it in the background: poll its state, within a bound far past what any
+    # server here takes (kinesis-local: half a second), so a consumer stuck DELETING fails here.
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
         try:
             described = await side.transport.describe_stream_consumer(arn, "reader-a")
         except ClientError as exc:
             assert exc.response["Error"]["Code"] == "ResourceNotFoundException"
             break
         assert described["ConsumerStatus"] == "DELETING"
+        assert asyncio.get_running_loop().time() < deadline, "still DELETING after 60 s"
         await asyncio.sleep(0.05)
 
 
