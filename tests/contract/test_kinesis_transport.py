@@ -110,6 +110,9 @@ DIFFERENCES: dict[str, dict[str, str]] = {
         "200 and deletes nothing",
     },
     "kinesis_local": {
+        "deregister_elsewhere": "DeregisterStreamConsumer removes the consumer of that name from "
+        "the first stream (by ARN) that has one, and the one deregistered stays DELETING for ever "
+        "(kinesis-mock's Cache.deregisterStreamConsumer finds the stream by consumer name)",
         "bad_iterator": NOT_A_KINESIS_ERROR,
         "foreign_sequence_number": ANY_SEQUENCE_NUMBER,
     },
@@ -486,6 +489,22 @@ async def test_stream_consumers_register_and_list(
     assert [c["ConsumerARN"] for c in listed["Consumers"]] == [consumer_arn]
 
 
+async def consumer_gone(side: Side, stream_arn: str, name: str) -> None:
+    """Wait until ``name`` is gone from ``stream_arn`` (AWS deletes it in the background),
+    within a bound far past what any server here takes (kinesis-local: at once), so a consumer
+    stuck DELETING fails the test instead of reaching the suite's timeout."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            described = await side.transport.describe_stream_consumer(stream_arn, name)
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ResourceNotFoundException"
+            return
+        assert described["ConsumerStatus"] == "DELETING"
+        assert asyncio.get_running_loop().time() < deadline, f"{name} still DELETING after 60 s"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_deregistered_consumer_goes(
     side: Side, stream: str, request: pytest.FixtureRequest
 ) -> None:
@@ -494,19 +513,40 @@ async def test_a_deregistered_consumer_goes(
     await side.create_stream(stream, 1)
     summary = await side.transport.describe_stream_summary(stream)
     arn = summary["StreamDescriptionSummary"]["StreamARN"]
-    await active_consumer(side, arn, "reader-a")
-    await side.transport.deregister_stream_consumer(arn, "reader-a")
-    # AWS deletes it in the background: poll its state, within a bound far past what any
-    # server here takes (kinesis-local: half a second), so a consumer stuck DELETING fails here.
+    name = f"reader-{stream}"  # no other stream has one of this name (see the next test)
+    await active_consumer(side, arn, name)
+    await side.transport.deregister_stream_consumer(arn, name)
+    await consumer_gone(side, arn, name)
+
+
+async def test_a_consumer_deregistered_on_one_stream_stays_on_another(
+    side: Side, stream: str, request: pytest.FixtureRequest
+) -> None:
+    """An app registers one consumer name on every stream it reads; deregistering it on one
+    stream leaves the others'."""
+    side.expect_difference(request, "consumers")
+    side.expect_difference(request, "deregister_by_name")
+    side.expect_difference(request, "deregister_elsewhere")
+    arns = []
+    for suffix in ("a", "b"):  # ARNs in this order
+        await side.create_stream(f"{stream}-{suffix}", 1)
+        summary = await side.transport.describe_stream_summary(f"{stream}-{suffix}")
+        arns.append(summary["StreamDescriptionSummary"]["StreamARN"])
+    name = f"app-{stream}"
+    for arn in arns:
+        await active_consumer(side, arn, name)
+    await side.transport.deregister_stream_consumer(arns[1], name)
     deadline = asyncio.get_running_loop().time() + 60
-    while True:
+    while True:  # the other stream's consumer stays ACTIVE all along, until this one went
+        other = await side.transport.describe_stream_consumer(arns[0], name)
+        assert other["ConsumerStatus"] == "ACTIVE"
         try:
-            described = await side.transport.describe_stream_consumer(arn, "reader-a")
+            described = await side.transport.describe_stream_consumer(arns[1], name)
         except ClientError as exc:
             assert exc.response["Error"]["Code"] == "ResourceNotFoundException"
-            break
+            return
         assert described["ConsumerStatus"] == "DELETING"
-        assert asyncio.get_running_loop().time() < deadline, "still DELETING after 60 s"
+        assert asyncio.get_running_loop().time() < deadline, f"{name} still DELETING after 60 s"
         await asyncio.sleep(0.05)
 
 
