@@ -489,12 +489,18 @@ async def test_stream_consumers_register_and_list(
     assert [c["ConsumerARN"] for c in listed["Consumers"]] == [consumer_arn]
 
 
-async def consumer_gone(side: Side, stream_arn: str, name: str) -> None:
+async def consumer_gone(
+    side: Side, stream_arn: str, name: str, *, active_on: str | None = None
+) -> None:
     """Wait until ``name`` is gone from ``stream_arn`` (AWS deletes it in the background),
     within a bound far past what any server here takes (kinesis-local: at once), so a consumer
-    stuck DELETING fails the test instead of reaching the suite's timeout."""
+    stuck DELETING fails the test instead of reaching the suite's timeout. ``active_on``: a
+    stream whose consumer of that name must stay ACTIVE all along."""
     deadline = asyncio.get_running_loop().time() + 60
     while True:
+        if active_on is not None:
+            other = await side.transport.describe_stream_consumer(active_on, name)
+            assert other["ConsumerStatus"] == "ACTIVE"
         try:
             described = await side.transport.describe_stream_consumer(stream_arn, name)
         except ClientError as exc:
@@ -536,18 +542,7 @@ async def test_a_consumer_deregistered_on_one_stream_stays_on_another(
     for arn in arns:
         await active_consumer(side, arn, name)
     await side.transport.deregister_stream_consumer(arns[1], name)
-    deadline = asyncio.get_running_loop().time() + 60
-    while True:  # the other stream's consumer stays ACTIVE all along, until this one went
-        other = await side.transport.describe_stream_consumer(arns[0], name)
-        assert other["ConsumerStatus"] == "ACTIVE"
-        try:
-            described = await side.transport.describe_stream_consumer(arns[1], name)
-        except ClientError as exc:
-            assert exc.response["Error"]["Code"] == "ResourceNotFoundException"
-            return
-        assert described["ConsumerStatus"] == "DELETING"
-        assert asyncio.get_running_loop().time() < deadline, f"{name} still DELETING after 60 s"
-        await asyncio.sleep(0.05)
+    await consumer_gone(side, arns[1], name, active_on=arns[0])
 
 
 async def test_registering_a_consumer_twice_is_resource_in_use(
