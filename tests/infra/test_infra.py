@@ -27,6 +27,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from support.aws_calls import library_calls
 from support.tfschema import (
     INFRA_DIR,
     REPO_ROOT,
@@ -441,47 +442,14 @@ def test_cross_account_role_policies() -> None:
     assert all(_service_of(s) <= {"kinesis", "kms"} for s in read), "role grants more than Kinesis"
 
 
-# Names the library gives its boto clients -> IAM service prefix.
-CLIENT_NAMES = {
-    "_kinesis": "kinesis",
-    "kinesis_client": "kinesis",  # kinesis/efo/consumers.py
-    "_db": "dynamodb",
-    "_dynamodb": "dynamodb",
-    "dynamodb": "dynamodb",  # statestore/dynamodb/table.py: StateTable.dynamodb
-    "_sts": "sts",
-    "sts": "sts",
-}
-# A transaction's elements are authorised as their item calls: the library's own element is the
-# fenced checkpoint Update on the state table (the handler's elements target the user's tables).
-TRANSACTION_ACTIONS = {"dynamodb:TransactWriteItems": "dynamodb:UpdateItem"}
-NOT_OPERATIONS = {"get_waiter", "get_paginator", "can_paginate", "close", "meta", "exceptions"}
-# `kinesumer create-table` and the demo: local work, not granted.
-DEV_ONLY_MODULES = ("admin.py", "cli/create_table.py", "cli/demo/")
+# `kinesumer create-table` and the demo: local work, not granted. The producer's calls are the
+# producer policy's (tests/infra/test_infra_producer_policy.py).
+NOT_THE_CONSUMERS = ("admin.py", "cli/create_table.py", "cli/demo/", "producer/")
 
 
 def _library_calls() -> dict[str, set[str]]:
-    """IAM actions of the AWS operations the library calls ({action: {files}}), found by reading
-    kinesumer/ for ``<client>.<operation>`` on its Kinesis, DynamoDB and STS clients."""
-    package = REPO_ROOT / "kinesumer"
-    calls: dict[str, set[str]] = {}
-    for path in sorted(package.rglob("*.py")):
-        if path.relative_to(package).as_posix().startswith(DEV_ONLY_MODULES):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.Attribute) or node.attr in NOT_OPERATIONS:
-                continue
-            receiver = node.value
-            name = (
-                receiver.attr
-                if isinstance(receiver, ast.Attribute)
-                else getattr(receiver, "id", None)
-            )
-            if name in CLIENT_NAMES and not node.attr.startswith("_"):
-                operation = "".join(part.title() for part in node.attr.split("_"))
-                action = f"{CLIENT_NAMES[name]}:{operation}"
-                action = TRANSACTION_ACTIONS.get(action, action)
-                calls.setdefault(action, set()).add(str(path.relative_to(REPO_ROOT)))
-    return calls
+    """IAM actions of the AWS operations a consumer's code calls ({action: {files}})."""
+    return library_calls([""], leave_out=NOT_THE_CONSUMERS)
 
 
 def test_policies_cover_every_call_the_library_makes() -> None:

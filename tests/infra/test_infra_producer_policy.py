@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from support.tfschema import INFRA_DIR, REPO_ROOT, load_module, module_variables, policy_statements
+from support.aws_calls import CLIENT_NAMES, library_calls
+from support.tfschema import INFRA_DIR, load_module, module_variables, policy_statements
 
 MODULE = INFRA_DIR / "modules" / "producer-policy"
 
@@ -21,14 +22,9 @@ def as_list(value: Any) -> list[Any]:
 
 
 def producer_calls() -> set[str]:
-    """The Kinesis API calls in kinesumer/producer/ (boto3 snake case to the IAM action)."""
-    calls: set[str] = set()
-    for path in (REPO_ROOT / "kinesumer" / "producer").glob("*.py"):
-        for name in re.findall(
-            r"client\.(put_records|list_shards|describe_\w+|put_record)\b", path.read_text()
-        ):
-            calls.add("kinesis:" + "".join(part.title() for part in name.split("_")))
-    return calls
+    """The AWS calls in kinesumer/producer/ (through its Kinesis transport, which
+    producer/limits.py names ``kinesis``)."""
+    return set(library_calls(["producer"], receivers={**CLIENT_NAMES, "kinesis": "kinesis"}))
 
 
 def test_the_policy_grants_the_producers_calls_on_the_named_streams_only() -> None:
