@@ -487,6 +487,10 @@ def start_kinesis_local(
     env = {**os.environ, "LOG_LEVEL": "INFO", "AWS_REGION": "us-east-1"}
     env.update({f"{name}_DURATION": zero for name in durations})
     env.update(KINESIS_MOCK_PLAIN_PORT=str(plain), KINESIS_MOCK_TLS_PORT=str(tls))
+    # One server serves a whole session, every test with streams of its own, and kinesis-mock
+    # refuses CreateStream past 50 open shards (its default account limit): raise it, as an AWS
+    # account's is raised, so a test's streams never depend on how many came before it.
+    env.update(SHARD_LIMIT="100000")
     fd_out, out_name = tempfile.mkstemp(prefix="kinesis-local-", suffix=".out")
     fd_err, err_name = tempfile.mkstemp(prefix="kinesis-local-", suffix=".err")
     with os.fdopen(fd_out, "wb") as out, os.fdopen(fd_err, "wb") as err:
