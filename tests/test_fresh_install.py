@@ -29,6 +29,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_the_testing_examples_pass_after_a_plain_install(tmp_path: Path) -> None:
+    """A new user's install, end to end: a fresh venv, the wheel built from a copy of the tree,
+    ``kinesumer[testing]`` installed into it, and the testing examples run there. A scenario
+    whose length (about 45 s) is the install itself: pip resolving and installing the extras."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

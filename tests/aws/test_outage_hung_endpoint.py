@@ -193,7 +193,8 @@ def test_a_spark_query_at_latest_fails_with_the_outage_error_when_kinesis_hangs(
     Kinesis reads hang from the start fails with SourceOutageError, its outage counted from the
     first hung call, not later than ``outage_timeout`` + one read timeout + ``MARGIN`` after
     it. ``local[2]``: a failed task fails the query (no task retries, each with a clock of its
-    own). Before: the clock began after the first call's six tries (over a minute)."""
+    own). Before: the clock began after the first call's six tries (over a minute). Its length
+    (about 20 s) is a Spark session and the query's ``outage_timeout`` running out."""
     pytest.importorskip("pyspark")
     from support.spark_source import Collector, local_spark, start_query
 
@@ -237,7 +238,8 @@ async def test_a_member_reports_hung_get_records_within_the_calls_retry_window(
     fetcher's WARNING "GetRecords failing" and ``stats().last_error``. With GetRecords hung,
     the report comes when the call's tries give up: not later than its retry window (its
     backoff, about 56 s, plus one read timeout) + ``MARGIN`` after the first hung call. Before:
-    each of its 15 tries waited out the read timeout (about 3.5 minutes)."""
+    each of its 15 tries waited out the read timeout (about 3.5 minutes). Its length (about a
+    minute) is the call's retry window at the defaults it pins."""
     rule = proxied["kinesis"].add_rule(Fault.blackhole(), service="kinesis", operation="GetRecords")
     consumer = AsyncKinesumer(proxied["config"])
 
@@ -277,7 +279,8 @@ async def test_a_member_reports_a_hung_state_table_within_one_read_timeout_of_it
     send: ``tests/group/test_heartbeat_fence.py``), and its coordinator reports the outage once the
     first hung call's try timed out, since the call's retry window (about 16.5 s) has passed
     by then: not later than a tick interval + ``client_timeout`` + ``MARGIN`` after the first
-    hung request. Before: six tries of ``client_timeout`` each (two minutes here)."""
+    hung request. Before: six tries of ``client_timeout`` each (two minutes here). Its length
+    (about 25 s) is the one long read timeout it pins."""
     config = proxied["config"].replace(client_timeout=20.0, heartbeat_interval=5.0)
     consumer = AsyncKinesumer(config)
 

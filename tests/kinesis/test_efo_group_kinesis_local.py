@@ -61,6 +61,9 @@ def wait_active(world: Scenario, stream: str) -> None:
 def test_kill_join_update_shard_count_and_merge_lose_nothing(
     world: Scenario, unique_name: Names
 ) -> None:
+    """The module's scenario (see above). Its length (about 20 s) is the real events it waits
+    for: a killed member's shards taken over after ``client_timeout``, a join's rebalance, two
+    reshards each read to their parents' ends through real subscriptions."""
     stream = unique_name("s")
     roots = world.create_stream(stream, 2)
     producer = world.producer(stream, batch=10, interval=0.1)

@@ -525,7 +525,8 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("example", ["spark_parquet.py", "spark_foreach_batch.py"])
 def test_parquet_examples_run_end_to_end(tmp_path: Any, example: str) -> None:
     """The Parquet examples (the streaming source; foreach_batch), as a user runs them: their
-    own moto and Spark, Parquet out, a second run finding nothing new."""
+    own moto and Spark, Parquet out, a second run finding nothing new. Its length (20-35 s) is
+    the example's own: a Spark session and moto started, two runs, as a user would see it."""
     import subprocess
     from pathlib import Path
 

@@ -174,7 +174,9 @@ def test_a_lease_lost_and_claimed_again_after_the_parents_last_read_still_finish
 ) -> None:
     """Between the parent's SHARD_END batch and the next trigger (which settles it), another
     client takes the parent over in the state table and goes away: the query's finish of the
-    parent is refused (lease lost), the query claims the parent again, and finishes it then."""
+    parent is refused (lease lost), the query claims the parent again, and finishes it then.
+    Its length (about 30 s) is real Spark triggers 8 s apart, so the take-over lands between
+    the parent's last batch and the trigger that settles it: the window it pins."""
     import time
 
     config, stream, parent = group["config"], group["stream"], group["parent"]
