@@ -28,7 +28,10 @@ TRANSPORT_OPERATIONS = {"get_epoch_records": "get_records"}
 # A transaction's elements are authorised as their item calls: the library's own element is the
 # fenced checkpoint Update on the state table (the handler's elements target the user's tables).
 TRANSACTION_ACTIONS = {"dynamodb:TransactWriteItems": "dynamodb:UpdateItem"}
+# Attributes of a client or a transport that are not operations (AwsKinesisTransport.client is
+# the aiobotocore client under it).
 NOT_OPERATIONS = {"get_waiter", "get_paginator", "can_paginate", "close", "meta", "exceptions"}
+NOT_OPERATIONS |= {"client", "lean"}
 
 
 def library_calls(
