@@ -47,9 +47,12 @@ def test_the_testing_examples_pass_after_a_plain_install(tmp_path: Path) -> None
     install += ["-c", str(ROOT / "constraints.txt"), f"{source}[testing]"]
     done = subprocess.run(install, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The user's environment: nothing of this checkout's (a PYTHONPATH would shadow the install).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTHON"))}
     where = subprocess.run(
         [str(python), "-c", "import kinesumer; print(kinesumer.__file__)"],
         cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -60,7 +63,6 @@ def test_the_testing_examples_pass_after_a_plain_install(tmp_path: Path) -> None
     users_tests.mkdir()
     for name in EXAMPLES:
         shutil.copy(ROOT / "examples" / name, users_tests / f"test_{name}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTHON"))}
     ran = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=users_tests,
