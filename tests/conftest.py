@@ -66,10 +66,23 @@ _NODE_FIXTURES = frozenset({"kinesalite", "dynalite", "kinesis_local"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the node servers ``kinesalite``, so ``-m`` can select them."""
+    """Mark every test that uses the node servers ``kinesalite``, so ``-m`` can select them; and
+    move the files that run long to the front.
+
+    The order is for pytest-xdist (``./scripts/test`` runs ``--dist loadfile``): it hands whole
+    files to workers in this order, so the long ones (a Spark session per file, the ``slow``
+    scenarios) start first and the short ones fill in around them, instead of one worker
+    starting a Spark file while the others have finished. Within each part the order is as
+    collected, so a file's tests keep their order.
+    """
+    long_files: set[str] = set()
     for item in items:
-        if _NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _NODE_FIXTURES & fixtures:
             item.add_marker(pytest.mark.kinesalite)
+        if "spark" in fixtures or item.get_closest_marker("slow") is not None:
+            long_files.add(item.nodeid.split("::", 1)[0])
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in long_files)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -37,6 +37,9 @@ from kinesumer.spark.source.offsets import SourceOffset
 from kinesumer.spark.source.options import SourceOptions
 from kinesumer.spark.source.outage import SourceOutageError
 
+# Hung endpoints: each test waits out read timeouts and retry windows on purpose.
+pytestmark = pytest.mark.slow
+
 #: botocore's read timeout on kinesumer's clients: how long one try waits for an answer.
 CALL_TIMEOUT = 10.0
 #: Allowance for a busy machine (two cores shared with Spark and other suites) on every bound.

@@ -43,6 +43,9 @@ from support.tfschema import (
 
 from kinesumer.statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
+# Terraform: init, validate and plan of every module, each a process of its own.
+pytestmark = pytest.mark.slow
+
 MODULES_DIR = INFRA_DIR / "modules"
 CONSUMER_POLICY_DIR = MODULES_DIR / "consumer-policy"
 CROSS_ACCOUNT_ROLE_DIR = MODULES_DIR / "cross-account-role"
