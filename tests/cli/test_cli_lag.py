@@ -140,7 +140,8 @@ def test_lag_with_no_member_is_the_age_of_the_oldest_record_not_yet_checkpointed
     behind_records = arrivals(url, behind, shard)
     caught_records = arrivals(url, caught_up, shard)
     untouched_records = arrivals(url, untouched, shard)
-    assert behind_records[5][1] - behind_records[4][1] >= 2_000  # two batches, further apart than the margins
+    # Two batches, further apart than the margins.
+    assert behind_records[5][1] - behind_records[4][1] >= 2_000
 
     asyncio.run(checkpoint(config, behind, shard, behind_records[4][0]))
     asyncio.run(checkpoint(config, caught_up, shard, caught_records[-1][0], owner="live-member"))
