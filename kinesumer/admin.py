@@ -258,6 +258,8 @@ async def probe_group_lag(
     (``kinesumer.testing.MemoryKinesis`` in a test; default: AWS as ``config`` says);
     ``state``: the state table to read (``kinesumer.testing.MemoryState``; default: the
     DynamoDB table ``config`` names)."""
+    if isinstance(streams, str):
+        raise ConfigError("streams", f"must be a list of stream names, got the string {streams!r}")
     async with contextlib.AsyncExitStack() as stack:
         store: TableReads
         if state is None:

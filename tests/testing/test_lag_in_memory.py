@@ -14,8 +14,11 @@ from support.kpl import aggregate
 
 from kinesumer import Config
 from kinesumer.admin import LagProbe, probe_group_lag
-from kinesumer.core.lag import DATE_RESOLUTION_MS, GroupLag
+from kinesumer.aws import RequestStats
+from kinesumer.core.lag import DATE_RESOLUTION_MS, GroupLag, PageVerdict, ProbeStart, StartKind
 from kinesumer.errors import StreamNotFoundError
+from kinesumer.kinesis.lag_probe import probe_shard
+from kinesumer.kinesis.reader import KinesisReader
 from kinesumer.models import ClientInfo, Position
 from kinesumer.testing import MemoryKinesis, MemoryState
 
@@ -161,3 +164,30 @@ def test_a_lag_probe_keeps_its_figure_for_its_interval() -> None:
         assert probe.probes == 2 and aged(again.max_millis_behind, 30_000)
 
     asyncio.run(scenario())
+
+
+def test_a_probe_out_of_pages_reports_how_far_behind_the_tip_it_got() -> None:
+    """From a LATEST start with older records before it, one page is not enough: the probe
+    stops at its page budget and reports the page's MillisBehindLatest, an upper bound (the
+    unread records lie past that position), with the calls it spent."""
+    clock = KinesisClock()
+    memory = MemoryKinesis(clock=clock)
+    memory.create_stream(STREAM, 1)
+    shard = memory.put(STREAM, b"old-0", "k")["ShardId"]
+    clock.now += 10
+    memory.put(STREAM, b"old-1", "k")
+    clock.now += 10
+    start = ProbeStart(StartKind.SINCE, since_ms=int(clock.now * 1000))
+    memory.put(STREAM, b"new", "k")
+    clock.now += 10
+    reader = KinesisReader(memory, RequestStats(), "us-east-1")
+
+    probe = asyncio.run(probe_shard(reader, STREAM, shard, start, max_pages=1))
+    assert probe.verdict is PageVerdict.READ_ON
+    assert probe.millis_behind == 20_000  # old-1's age: the position after old-0
+    assert (probe.get_shard_iterator_calls, probe.get_records_calls) == (2, 1)
+
+    probe = asyncio.run(probe_shard(reader, STREAM, shard, start))
+    assert probe.verdict is PageVerdict.FOUND and aged(probe.millis_behind, 10_000)
+    with pytest.raises(ValueError, match="max_pages"):
+        asyncio.run(probe_shard(reader, STREAM, shard, start, max_pages=0))
