@@ -362,8 +362,12 @@ async def _live_members(store: TableReads, fallback_timeout: float) -> dict[str,
     timeout_ms = head.timeout_ms if head is not None and head.timeout_ms else None
     if timeout_ms is None:
         timeout_ms = int(fallback_timeout * 1000)
+    listed = None
+    if head is not None and head.members_key:
+        listed = await store.read_view_members(head.members_key)
+    judged_dead = listed.dead if listed is not None else {}
     live = live_clients(clients, int(time.time() * 1000), timeout_ms)
-    return {c.client_id: c for c in live}
+    return {c.client_id: c for c in live if judged_dead.get(c.client_id) != c.token}
 
 
 async def _stream_views(

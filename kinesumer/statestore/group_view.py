@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..aws import ClientFactory, RequestStats
 from ..config import Config
 from ..models import Checkpoint, ClientInfo, Shard
-from .base import MembershipView, ShardCache
+from .base import MembershipView, PublishedMembers, ShardCache
 from .dynamodb.store import DynamoDBStateStore
 
 __all__ = ["ShardView", "TableReads", "iso_time", "open_table", "stream_shards"]
@@ -32,6 +32,8 @@ class TableReads(Protocol):
     async def list_clients(self) -> list[ClientInfo]: ...
 
     async def read_view_head(self, *, consistent: bool) -> MembershipView | None: ...
+
+    async def read_view_members(self, members_key: str) -> PublishedMembers | None: ...
 
     async def cached_streams(self) -> list[str]: ...
 
