@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(debug=False)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     shared = Shared()
-    for add in (add_consume, add_status, add_checkpoints, add_create_table, add_demo):
+    for add in (add_consume, add_status, add_lag, add_checkpoints, add_create_table, add_demo):
         add(commands, shared)
     add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
     add_produce(commands)
@@ -196,6 +196,24 @@ def add_status(
     )
     status.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
     status.set_defaults(handler=deferred(".status", "status_command"))
+
+
+def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared) -> None:
+    lag = _command(
+        commands,
+        "lag",
+        "show how far behind the group is, per shard, read from the streams",
+        [shared.group, shared.aws, shared.kinesis],
+        "Show how far behind the group is on each shard: the age of its oldest record not yet "
+        "checkpointed, by Kinesis's clock (0 when all are; a finished parent has none), with "
+        "the shard's live owner and checkpoint, and per stream and for the group the maximum. "
+        "Read from the streams and the state table, so it works with no member running. "
+        "Read-only; each run reads per shard 1 GetShardIterator and usually 1 GetRecords, out "
+        "of the 5 a second per shard that every reader of the stream shares.",
+    )
+    lag.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
+    lag.add_argument("--json", action="store_true", help="one JSON document")
+    lag.set_defaults(handler=deferred(".lag", "lag_command"))
 
 
 def add_checkpoints(

@@ -22,6 +22,7 @@ from .columns import EpochColumns, epoch_columns_of
 from .kpl import records_of
 from .transport import (
     BOTOCORE_GET_RECORDS_ENV,
+    IteratorAnswer,
     IteratorType,
     KinesisTransport,
     ShardPage,
@@ -174,6 +175,19 @@ class KinesisReader:
     ) -> str:
         """An iterator at ``after`` (AT its sequence number: the caller skips what it already
         had, which also works inside a KPL aggregate), or at ``initial`` when there is none."""
+        answer = await self.open_shard_iterator(stream, shard_id, after, initial)
+        return answer.iterator
+
+    async def open_shard_iterator(
+        self,
+        stream: str,
+        shard_id: str,
+        after: Position | None,
+        initial: InitialPosition,
+    ) -> IteratorAnswer:
+        """:meth:`shard_iterator`'s answer whole: the iterator, and when Kinesis answered by its
+        own clock (its ``Date``), for a caller that measures on Kinesis's clock (the lag
+        probe, :mod:`.lag_probe`)."""
         start: IteratorType
         sequence_number: str | None = None
         timestamp: datetime | None = None
@@ -202,7 +216,7 @@ class KinesisReader:
                     f"checkpoint with `kinesumer checkpoints reset`"
                 ) from exc
             raise
-        return answer.iterator
+        return answer
 
     async def open_latest(self, stream: str, shard_id: str) -> tuple[str, int]:
         """An iterator at LATEST, and the instant (epoch ms) reading began by Kinesis's clock
