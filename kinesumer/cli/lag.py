@@ -16,13 +16,29 @@ import json
 
 from ..admin import probe_group_lag
 from ..core.lag import GroupLag
-from .errors import EXIT_OK
+from .errors import EXIT_OK, EXIT_USAGE, CliError
+from .lag_serve import DEFAULT_HOST, DEFAULT_INTERVAL, DEFAULT_PORT, serve_command
 from .options import group_config
 from .render import printable_lines, table
 
+#: ``--serve``'s defaults: loopback only (the server has no authentication), a probe every
+#: 10 s (:mod:`.lag_serve` says why).
+SERVE_DEFAULTS = {"host": DEFAULT_HOST, "port": DEFAULT_PORT, "interval": DEFAULT_INTERVAL}
+
 
 def lag_command(args: argparse.Namespace) -> int:
-    """``kinesumer lag``: one probe, printed as text or one JSON document."""
+    """``kinesumer lag``: one probe, printed as text or one JSON document; with ``--serve``, a
+    service (:mod:`.lag_serve`)."""
+    given = [f"--{name}" for name in SERVE_DEFAULTS if getattr(args, name, None) is not None]
+    if args.serve:
+        if args.json:
+            raise CliError("--json prints one probe; --serve serves /lag.json", EXIT_USAGE)
+        for name, value in SERVE_DEFAULTS.items():
+            if getattr(args, name, None) is None:
+                setattr(args, name, value)
+        return serve_command(args)
+    if given:
+        raise CliError(f"{', '.join(given)} only with --serve", EXIT_USAGE)
     figure = asyncio.run(probe_group_lag(group_config(args), args.stream or None))
     if args.json:
         print(json.dumps(figure.to_json(), indent=2))

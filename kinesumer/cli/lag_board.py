@@ -192,7 +192,7 @@ class LagBoard:
         return {
             **figure.to_json(),
             "max_seconds_behind": figure.max_millis_behind / 1000,
-            **self._freshness(reading, now_ms),
+            **freshness_json(reading, now_ms),
         }
 
     def status_document(self, now_ms: int) -> dict[str, Any]:
@@ -203,9 +203,7 @@ class LagBoard:
         last = reading.last
         shards: list[dict[str, Any]] = []
         if last is not None:
-            shards = [
-                {**row.to_json(), "finished": row.finished} for row in last.figure.shards
-            ]
+            shards = [{**row.to_json(), "finished": row.finished} for row in last.figure.shards]
         return {
             "app": self.app,
             "table": self.table,
@@ -214,24 +212,30 @@ class LagBoard:
             "now": now_ms,
             "max_millis_behind": None if last is None else last.figure.max_millis_behind,
             "streams": {} if last is None else dict(sorted(last.figure.streams.items())),
-            **self._freshness(reading, now_ms),
+            **freshness_json(reading, now_ms),
             "members": [] if last is None else [m.to_json() for m in last.members],
             "shards": shards,
             "history": history_json(reading.history),
         }
 
-    def _freshness(self, reading: Reading, now_ms: int) -> dict[str, Any]:
-        last = reading.last
-        return {
-            "stale": reading.stale,
-            "probed_at": None if last is None else iso_time(last.probed_at_ms),
-            "age_seconds": None if last is None else max(now_ms - last.probed_at_ms, 0) / 1000,
-            "probes": {
-                "succeeded": reading.successes,
-                "failed": reading.failures,
-                "last_error": reading.last_error,
-            },
-        }
+    def freshness(self, now_ms: int) -> dict[str, Any]:
+        """How fresh the figures are (every document carries it): ``stale``, the last good
+        probe's time and age, and the probes' counts with the last error."""
+        return freshness_json(self.reading(now_ms), now_ms)
+
+
+def freshness_json(reading: Reading, now_ms: int) -> dict[str, Any]:
+    last = reading.last
+    return {
+        "stale": reading.stale,
+        "probed_at": None if last is None else iso_time(last.probed_at_ms),
+        "age_seconds": None if last is None else max(now_ms - last.probed_at_ms, 0) / 1000,
+        "probes": {
+            "succeeded": reading.successes,
+            "failed": reading.failures,
+            "last_error": reading.last_error,
+        },
+    }
 
 
 def history_json(points: Sequence[Point]) -> dict[str, Any]:

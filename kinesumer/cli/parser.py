@@ -213,6 +213,29 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser], share
     )
     lag.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
     lag.add_argument("--json", action="store_true", help="one JSON document")
+    serve = lag.add_argument_group(
+        "serving (--serve)",
+        "Probe every --interval seconds and serve /metrics (Prometheus), /lag.json (the --json "
+        "document, what KEDA's metrics-api scaler reads), /status.json and a status page at / "
+        "until SIGTERM or Ctrl-C. The server has no authentication: it binds 127.0.0.1 unless "
+        "--host says otherwise.",
+    )
+    serve.add_argument("--serve", action="store_true", help="serve the lag over HTTP")
+    serve.add_argument(
+        "--host", metavar="ADDRESS", help="address to bind (default 127.0.0.1; 0.0.0.0: every one)"
+    )
+    serve.add_argument(
+        "--port",
+        type=non_negative_int,
+        metavar="PORT",
+        help="port to bind (default 8460; 0: any free one)",
+    )
+    serve.add_argument(
+        "--interval",
+        type=positive_float,
+        metavar="SECONDS",
+        help="seconds between probes (default 10: about 6 GetRecords per shard a minute)",
+    )
     lag.set_defaults(handler=deferred(".lag", "lag_command"))
 
 
