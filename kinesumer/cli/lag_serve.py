@@ -67,6 +67,10 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_INTERVAL",
     "DEFAULT_PORT",
+    "HEALTH_PATH",
+    "LAG_PATH",
+    "METRICS_PATH",
+    "STATUS_PATH",
     "GroupProbe",
     "LagHandler",
     "LagServer",
@@ -88,6 +92,12 @@ DEFAULT_INTERVAL = 10.0
 #: A probe longer than this (seconds, or three intervals if more) is abandoned as failed: a
 #: call hanging on the network must not freeze the figures' staleness at "fresh".
 PROBE_TIMEOUT = 60.0
+
+#: The paths served (the examples and the docs name them; a test checks they agree).
+METRICS_PATH = "/metrics"
+LAG_PATH = "/lag.json"
+STATUS_PATH = "/status.json"
+HEALTH_PATH = "/healthz"
 
 log = logging.getLogger("kinesumer.cli.lag_serve")
 
@@ -357,16 +367,16 @@ class LagHandler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         now_ms = int(self.server.clock() * 1000)
         board = self.server.board
-        if path == "/metrics":
+        if path == METRICS_PATH:
             self._send(200, CONTENT_TYPE, render_metrics(self.server.registry), send_body)
-        elif path == "/lag.json":
+        elif path == LAG_PATH:
             document = board.lag_document(now_ms)
             if document is None:  # a scaler must not read "no figure" as "no lag"
                 missing = {"error": "no good probe yet", **board.freshness(now_ms)}
                 self._json(503, missing, send_body)
             else:
                 self._json(200, document, send_body)
-        elif path == "/status.json":
+        elif path == STATUS_PATH:
             self._json(200, board.status_document(now_ms), send_body)
         elif path in ("/", "/index.html"):
             nonce = secrets.token_urlsafe(18)
@@ -383,7 +393,7 @@ class LagHandler(BaseHTTPRequestHandler):
                 "X-Frame-Options": "DENY",
             }
             self._send(200, "text/html; charset=utf-8", body, send_body, extra)
-        elif path == "/healthz":
+        elif path == HEALTH_PATH:
             self._send(200, "text/plain; charset=utf-8", b"ok\n", send_body)
         else:
             self._send(404, "text/plain; charset=utf-8", b"not found\n", send_body)
