@@ -230,7 +230,8 @@ class Leasing(Generic[ProgressT]):
             else:
                 how = f"`{command} --shard ID` for each (`--all-shards`: every shard of it)"
             log.warning(
-                "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s): read from there, "
+                "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s; or a `checkpoints "
+                "rewind` put it there): read from there, "
                 "not from initial_position %s. To read from %s, stop the group and run %s",
                 self.client_id,
                 stream,
