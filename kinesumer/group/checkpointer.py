@@ -74,7 +74,7 @@ class Checkpointer:
         self.moves_seen = 0
         #: Landed writes, counted, and the count at each lease's last one: a flush checks
         #: the leases none of whose writes landed since it began.
-        self._landed = 0
+        self._landed_count = 0
         self._landed_at: dict[tuple[str, str], int] = {}
         #: Writes whose done runs did not all fit in the budget (the rest is delivered again).
         self.done_truncated = 0
@@ -118,8 +118,8 @@ class Checkpointer:
                 self.conflicts += 1
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
                 return False
-            self._landed += 1
-            self._landed_at[lease.key] = self._landed
+            self._landed_count += 1
+            self._landed_at[lease.key] = self._landed_count
             if moved:
                 claim.mark_checkpointed(position)
             if changed:
@@ -230,7 +230,7 @@ class Checkpointer:
         """Write every active lease whose processed position moved since its last write. With
         ``check``, then read the items of the active leases that wrote nothing and lose those
         moved under us (see the module docstring)."""
-        began = self._landed
+        began = self._landed_count
         active = [lease for lease in leases if lease.claim.status is LeaseStatus.ACTIVE]
         await asyncio.gather(*(self.write(lease) for lease in active))
         if check:
