@@ -516,11 +516,17 @@ async def rewind_stream(
     by: timedelta | None = None,
     to: str | None = None,
     dry_run: bool = False,
+    state: DynamoDBStateStore | None = None,
 ) -> RewindResult:
-    """:func:`rewind_group` for a coroutine."""
+    """:func:`rewind_group` for a coroutine. ``state``: the state store to read and write
+    through (default: the DynamoDB table ``config`` names; a test passes a wrapper that races
+    the rewind)."""
     _check_rewind_arguments(stream, to_time, by, to)
     async with contextlib.AsyncExitStack() as stack:
-        _, store = await stack.enter_async_context(open_table(config))
+        if state is None:
+            _, store = await stack.enter_async_context(open_table(config))
+        else:
+            store = state
         client = await stack.enter_async_context(ClientFactory(config).kinesis())
         reader = KinesisReader(
             transport_of(client), RequestStats(), config.effective_kinesis_region
