@@ -215,6 +215,8 @@ class Leasing(Generic[ProgressT]):
             started = claim.checkpoint.started_at_ms
             if started is None or claim.checkpointed is not None or key in self._warned_starts:
                 continue
+            if started == 0:  # a rewind to the oldest record: what TRIM_HORIZON reads too
+                continue
             initial = self._shard_sync.start_of(key).initial
             if initial == "LATEST":
                 continue
