@@ -23,7 +23,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from botocore.exceptions import ClientError
@@ -34,16 +35,20 @@ from .config import Config
 from .core import live_clients
 from .core.controls import Controls, StepDown
 from .core.lag import GroupLag, ShardLag, probe_start, settled_lag
+from .core.rewind import LATEST, TRIM_HORIZON, RewindTarget, ShardRewind, lineage_order, time_target
 from .errors import (
     AccessDeniedError,
     ConfigError,
+    RewindConflictError,
     StateStoreError,
     StateTableNotFoundError,
     StateTableSchemaError,
     StreamNotFoundError,
 )
+from .group.shard_sync import ShardSync
 from .kinesis.lag_probe import MAX_PAGES, probe_shard
 from .kinesis.reader import KinesisReader
+from .kinesis.rewind_probe import has_record_since, instant_of, kinesis_now_ms, last_record
 from .kinesis.transport import KinesisTransport, transport_of
 from .models import ClientInfo, Position, Shard
 from .statestore.dynamodb.controls import (
@@ -52,7 +57,14 @@ from .statestore.dynamodb.controls import (
     controls_key,
     decode_controls,
 )
-from .statestore.group_view import ShardView, TableReads, open_table, stream_shards
+from .statestore.dynamodb.store import DynamoDBStateStore
+from .statestore.group_view import (
+    ShardView,
+    TableReads,
+    iso_time,
+    open_table,
+    stream_shards,
+)
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
 #: Read-modify-write attempts of a controls change racing other changes.
@@ -415,6 +427,272 @@ async def _shard_lag(
         millis_behind=settled_lag(view.finished, millis),
         finished=view.finished,
     )
+
+
+# -- rewinding a group to a time --------------------------------------------------------------
+#: Attempts to move one shard whose item keeps changing under the rewind (a claim or a
+#: checkpoint between its read and the conditional write), each after reading it again.
+REWIND_ATTEMPTS = 5
+
+#: Attempts to write the stream's shard cache with the rewind's ``finished`` flags (each
+#: conditional on the cache read; a leader's sync writing meanwhile makes it list again).
+CACHE_ATTEMPTS = 3
+
+#: Seconds an instant may lie past Kinesis's ``Date`` before it counts as in the future: the
+#: header counts whole seconds, and some servers reuse it for a second.
+FUTURE_SLACK_MS = 2_000
+
+
+@dataclass(frozen=True)
+class RewindResult:
+    """What a rewind moved (or, with ``dry_run``, would move).
+
+    ``to`` says where to (an ISO time, ``trim-horizon`` or ``latest``); ``instant_ms`` is the
+    instant of a time rewind (epoch ms, Kinesis's clock), None otherwise. ``shards``: every
+    shard of the stream's lineage in the order the moves are written (ancestors first), each
+    with its item as read and its target (:class:`~kinesumer.core.rewind.ShardRewind`).
+    ``moved``: the shards written (none on a dry run; a shard already where the rewind puts it,
+    with no owner, is not written). ``cache_synced``: the shard cache now shows the rewind's
+    finished shards, so members assign reopened parents at their next tick (False: the leader's
+    next shard sync does it, within ``shard_sync_interval``)."""
+
+    app: str
+    stream: str
+    to: str
+    instant_ms: int | None
+    shards: tuple[ShardRewind, ...]
+    dry_run: bool
+    moved: tuple[str, ...] = ()
+    cache_synced: bool = False
+
+
+def rewind_group(
+    config: Config,
+    stream: str,
+    *,
+    to_time: datetime | None = None,
+    by: timedelta | None = None,
+    to: str | None = None,
+    dry_run: bool = False,
+) -> RewindResult:
+    """Move every shard of ``stream`` (its whole lineage: Kinesis's listing and the table's
+    shard cache and checkpoints) so that ``config.app``'s group next reads the first record
+    that arrived at or after a time. Give exactly one of:
+
+    - ``to_time``: that instant (a naive time is UTC). Kinesis's arrival times count
+      milliseconds: a record that arrived in the instant's millisecond is read again.
+    - ``by``: that long before now, by Kinesis's clock (the ``Date`` of its answer, whole
+      seconds: up to a second more is read again, never less).
+    - ``to="trim-horizon"``: every shard from its oldest record; ``to="latest"``: every open
+      shard after its last record now (closed ones finished).
+
+    With the lineage: a shard open at the time resumes there; a closed one with no record at or
+    after it is finished; a child of a reshard after the time starts there too, which is its
+    first record, and waits for its reopened parents as children do. Every item is moved by a
+    write conditional on the item as read (:meth:`DynamoDBStateStore.rewind_checkpoint`),
+    ancestors first, which bumps the lease and removes the owner: it works while the group
+    runs. A member holding a moved shard drops what it fetched of it and claims it again at the
+    new place, within ``commit_interval`` (its next checkpoint write or lease check). A racing
+    claim or checkpoint makes a shard's write fail: it is read again and retried
+    (``REWIND_ATTEMPTS``), then :class:`~kinesumer.errors.RewindConflictError` says which
+    shards moved and which did not; nothing is ever overwritten.
+
+    ``dry_run``: read and plan only; nothing is written. Blocking (it runs its own event loop):
+    from a coroutine, await :func:`rewind_stream`. Raises
+    :class:`~kinesumer.errors.ConfigError` for bad arguments or a time in the future,
+    :class:`~kinesumer.errors.StreamNotFoundError`,
+    :class:`~kinesumer.errors.StateTableNotFoundError`.
+    """
+    return asyncio.run(
+        rewind_stream(config, stream, to_time=to_time, by=by, to=to, dry_run=dry_run)
+    )
+
+
+async def rewind_stream(
+    config: Config,
+    stream: str,
+    *,
+    to_time: datetime | None = None,
+    by: timedelta | None = None,
+    to: str | None = None,
+    dry_run: bool = False,
+    state: DynamoDBStateStore | None = None,
+) -> RewindResult:
+    """:func:`rewind_group` for a coroutine. ``state``: the state store to read and write
+    through (default: the DynamoDB table ``config`` names; a test passes a wrapper that races
+    the rewind)."""
+    _check_rewind_arguments(stream, to_time, by, to)
+    async with contextlib.AsyncExitStack() as stack:
+        if state is None:
+            _, store = await stack.enter_async_context(open_table(config))
+        else:
+            store = state
+        client = await stack.enter_async_context(ClientFactory(config).kinesis())
+        reader = KinesisReader(
+            transport_of(client), RequestStats(), config.effective_kinesis_region
+        )
+        listed = await reader.list_shards(stream)
+        instant_ms = await _rewind_instant(reader, stream, listed, to_time, by)
+        where = to or iso_time(instant_ms)  # type: ignore[arg-type]
+        views = await _stream_views(store, stream, {}, listed)
+        plan = await _plan_rewind(reader, stream, views, listed, instant_ms, to)
+        result = RewindResult(config.app, stream, where, instant_ms, plan, dry_run)
+        if dry_run:
+            return result
+        moved = await _apply_rewind(store, stream, plan)
+        synced = await _sync_finished(config, store, reader, stream, plan)
+        return replace(result, moved=moved, cache_synced=synced)
+
+
+def _check_rewind_arguments(
+    stream: str, to_time: datetime | None, by: timedelta | None, to: str | None
+) -> None:
+    if not isinstance(stream, str) or not stream:
+        raise ConfigError("stream", f"must be a stream name, got {stream!r}", "rewind_group")
+    given = [name for name, v in (("to_time", to_time), ("by", by), ("to", to)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError(
+            "to",
+            "give exactly one of to_time, by or to"
+            + (f" (got {', '.join(given)})" if given else ""),
+            "rewind_group",
+        )
+    if to_time is not None and not isinstance(to_time, datetime):
+        raise ConfigError("to_time", f"must be a datetime, got {to_time!r}", "rewind_group")
+    if by is not None and (not isinstance(by, timedelta) or by <= timedelta(0)):
+        raise ConfigError("by", f"must be a positive timedelta, got {by!r}", "rewind_group")
+    if to is not None and to not in (TRIM_HORIZON, LATEST):
+        raise ConfigError(
+            "to", f"must be {TRIM_HORIZON!r} or {LATEST!r}, got {to!r}", "rewind_group"
+        )
+
+
+async def _rewind_instant(
+    reader: KinesisReader,
+    stream: str,
+    listed: list[Shard],
+    to_time: datetime | None,
+    by: timedelta | None,
+) -> int | None:
+    """The instant of a time rewind (None for ``to``), checked against Kinesis's clock: an
+    instant in the future would make the group skip records still to come."""
+    if (to_time is None and by is None) or not listed:
+        return None if to_time is None else instant_of(to_time)
+    now_ms, _ = await kinesis_now_ms(reader, stream, listed[0].shard_id)
+    if by is not None:
+        return now_ms - int(by.total_seconds() * 1000)
+    instant = instant_of(to_time)  # type: ignore[arg-type]
+    if instant > now_ms + FUTURE_SLACK_MS:
+        raise ConfigError(
+            "to_time",
+            f"{iso_time(instant)} is in the future by Kinesis's clock ({iso_time(now_ms)}): "
+            f"the group would skip the records still to come",
+            "rewind_group",
+        )
+    return max(instant, 0)
+
+
+async def _plan_rewind(
+    reader: KinesisReader,
+    stream: str,
+    views: list[ShardView],
+    listed: list[Shard],
+    instant_ms: int | None,
+    to: str | None,
+) -> tuple[ShardRewind, ...]:
+    """Every shard's target (see :mod:`kinesumer.core.rewind`), in the order to write them."""
+    on_stream = {shard.shard_id: shard for shard in listed}
+    limit = asyncio.Semaphore(PROBE_CONCURRENCY)
+
+    async def target_of(view: ShardView) -> ShardRewind:
+        shard = on_stream.get(view.shard_id)
+        target: RewindTarget
+        if shard is None:
+            target, why = RewindTarget(finished=True), "no longer in the stream (aged out)"
+        elif to == TRIM_HORIZON:
+            target, why = RewindTarget(started_at_ms=0), "from its oldest record"
+        elif to == LATEST and shard.closed:
+            target, why = RewindTarget(finished=True), "closed"
+        elif to == LATEST:
+            async with limit:
+                position, since_ms = await last_record(reader, stream, view.shard_id)
+            if position is not None:
+                target, why = RewindTarget(position=position), "after its last record now"
+            else:
+                target, why = RewindTarget(started_at_ms=since_ms), "no record since the start"
+        else:
+            assert instant_ms is not None
+            later = None
+            if shard.closed:
+                async with limit:
+                    later = await has_record_since(reader, stream, view.shard_id, instant_ms)
+            target, why = time_target(shard, on_stream, instant_ms, later)
+        return ShardRewind(stream, view.shard_id, view.checkpoint, target, why)
+
+    by_id = {view.shard_id: view for view in views}
+    order = lineage_order(on_stream.get(v.shard_id, v.shard) for v in views)
+    return tuple(await asyncio.gather(*(target_of(by_id[shard_id]) for shard_id in order)))
+
+
+async def _apply_rewind(
+    store: DynamoDBStateStore, stream: str, plan: tuple[ShardRewind, ...]
+) -> tuple[str, ...]:
+    """Write the moves in order, each conditional on the item as read; a refused write reads
+    the item again and retries. Stops at a shard that keeps changing, so a child is never
+    moved while its parent is not (:class:`RewindConflictError`)."""
+    moved: list[str] = []
+    for index, move in enumerate(plan):
+        seen = move.seen
+        for _ in range(REWIND_ATTEMPTS):
+            if move.target.holds(seen) and seen is not None and seen.owner is None:
+                break  # already there and nobody reads it: nothing to fence
+            if await store.rewind_checkpoint(stream, move.shard_id, seen, move.target):
+                moved.append(move.shard_id)
+                break
+            log.info(
+                "%s/%s changed while it was being rewound; reading it again", stream, move.shard_id
+            )
+            seen = (await store.get_checkpoints(stream, [move.shard_id])).get(move.shard_id)
+        else:
+            not_moved = tuple(m.shard_id for m in plan[index:])
+            raise RewindConflictError(
+                f"rewind of {stream} stopped: {stream}/{move.shard_id} changed under each of "
+                f"{REWIND_ATTEMPTS} attempts (members claiming it or writing its checkpoint); "
+                f"nothing was overwritten. Moved: {', '.join(moved) or 'none'}; not moved: "
+                f"{', '.join(not_moved)}. Run the rewind again.",
+                tuple(moved),
+                not_moved,
+            )
+    return tuple(moved)
+
+
+async def _sync_finished(
+    config: Config,
+    store: DynamoDBStateStore,
+    reader: KinesisReader,
+    stream: str,
+    plan: tuple[ShardRewind, ...],
+) -> bool:
+    """Write the stream's shard cache as the leader's shard sync does (listing, ``finished``
+    read from the items just written), so members assign a reopened parent at their next tick
+    rather than the leader's next sync. Conditional on the cache read (the sync's own rule);
+    True once the cache shows the rewind's finished closed shards."""
+    sync = ShardSync(f"{config.app}-rewind", "TRIM_HORIZON", store, reader)
+    expected = {m.shard_id for m in plan if m.target.finished}
+    for _ in range(CACHE_ATTEMPTS):
+        await sync.sync_stream(stream)
+        cache = await store.load_shard_cache(stream)
+        if cache is None:
+            continue
+        closed = {s.shard_id for s in cache.shards if s.closed}
+        if cache.finished & closed == expected & closed:
+            return True
+    log.warning(
+        "the shard cache of %s could not be brought up to date; the leader's next shard sync "
+        "does it (reopened parents are read from then on)",
+        stream,
+    )
+    return False
 
 
 def _call(config: Config, operation: str, fn: Callable[[], Any]) -> Any:

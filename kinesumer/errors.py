@@ -10,6 +10,8 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── StateStoreError             DynamoDB state table problems
     │   ├── StateTableNotFoundError     the table does not exist
     │   ├── StateTableSchemaError       the table has the wrong key schema
+    │   ├── RewindConflictError         a rewind's shard kept changing under it (says which
+    │   │                               shards moved and which did not)
     │   └── CorruptStateError           an item in the table cannot be read back
     ├── KinesisError                Kinesis stream problems
     │   └── StreamNotFoundError         a stream does not exist
@@ -89,6 +91,19 @@ class StateTableNotFoundError(StateStoreError):
 
 class StateTableSchemaError(StateStoreError):
     """The state table exists but its key schema is not the one kinesumer needs."""
+
+
+class RewindConflictError(StateStoreError):
+    """A rewind (:func:`kinesumer.admin.rewind_group`) stopped: one shard's checkpoint item kept
+    changing between its read and the conditional write (members claiming it or writing its
+    checkpoint) past the attempts allowed. Nothing was overwritten. ``moved`` names the shards
+    already moved (ancestors first), ``not_moved`` the rest, the failing one first: run the
+    rewind again (it moves every shard again, so the result is the same as one clean run)."""
+
+    def __init__(self, message: str, moved: tuple[str, ...], not_moved: tuple[str, ...]) -> None:
+        self.moved = moved
+        self.not_moved = not_moved
+        super().__init__(message)
 
 
 class CorruptStateError(StateStoreError):

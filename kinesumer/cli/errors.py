@@ -14,7 +14,7 @@ from botocore.exceptions import (
 )
 
 from ..aws import error_code
-from ..errors import ConfigError, KinesumerError, StateTableNotFoundError
+from ..errors import ConfigError, KinesumerError, RewindConflictError, StateTableNotFoundError
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -30,6 +30,7 @@ exit codes:
   2    usage error: bad arguments or option values
   3    refused: `checkpoints set/reset` on a shard a live member owns, or on a shard the table
        does not know, without --force; or the checkpoint changed while it was being written
+       (`checkpoints rewind`: kept changing past its retries)
   130  interrupted (Ctrl-C or SIGTERM) before the command finished"""
 
 #: The command-line option that sets each Config field (to name it in a ConfigError).
@@ -45,6 +46,10 @@ _OPTION_OF_FIELD = {
     "broadcast": "--broadcast",
     "broadcast_resume": "--resume",
     "streams": "STREAM",
+    "stream": "--stream",
+    "to_time": "--to-time",
+    "by": "--by-duration",
+    "to": "--to",
 }
 
 
@@ -68,6 +73,8 @@ def describe_error(exc: BaseException, args: argparse.Namespace) -> tuple[str | 
         return f"{option}: {str(exc).split(': ', 1)[-1]}", EXIT_USAGE
     if isinstance(exc, StateTableNotFoundError):
         return _missing_table(args), EXIT_ERROR
+    if isinstance(exc, RewindConflictError):
+        return str(exc), EXIT_REFUSED
     if isinstance(exc, KinesumerError):
         return str(exc), EXIT_ERROR
     if isinstance(exc, NoCredentialsError):

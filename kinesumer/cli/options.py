@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..config import Config, InitialPosition
@@ -71,6 +72,37 @@ def initial_position(text: str) -> InitialPosition:
             f"got {text!r}"
         ) from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def iso_instant(text: str) -> datetime:
+    """An ISO 8601 time (``2024-05-01T12:00:00Z``; a naive time is UTC)."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time such as 2024-05-01T12:00:00Z, got {text!r}"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def duration(text: str) -> timedelta:
+    """A positive duration: numbers with units, such as ``1h``, ``90m``, ``1h30m``, ``45s``,
+    ``2d`` (ms, s, m, h, d, w)."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 1h, 90m, 1h30m or 2d (units ms, s, m, h, d, w), "
+            f"got {text!r}"
+        )
+    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
+    return timedelta(seconds=seconds)
 
 
 def group_config(args: argparse.Namespace, **extra: Any) -> Config:

@@ -13,8 +13,10 @@ from .errors import EXIT_CODES
 from .local_aws import add_local_aws
 from .options import (
     DEFAULT_CLIENT_TIMEOUT,
+    duration,
     env_option,
     initial_position,
+    iso_instant,
     non_negative_int,
     positive_float,
     positive_int,
@@ -245,7 +247,7 @@ def add_checkpoints(
     checkpoints = _command(
         commands,
         "checkpoints",
-        "list, reset or set shard checkpoints",
+        "list, reset, set or rewind shard checkpoints",
         [],
         "Inspect and move checkpoints. `reset` removes a shard's position, and where a LATEST "
         "read of it began (it restarts at the group's initial position); `set` makes it "
@@ -280,6 +282,55 @@ def add_checkpoints(
         )
         _checkpoint_action_options(action, name)
         action.set_defaults(handler=deferred(".checkpoints", "checkpoints_command"), action=name)
+    _add_rewind(actions, shared)
+
+
+def _add_rewind(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], shared: Shared
+) -> None:
+    """``checkpoints rewind``: every shard of a stream to a time (kinesumer/cli/rewind.py)."""
+    rewind = actions.add_parser(
+        "rewind",
+        help="move every shard of a stream to a time (with its lineage), even while the group runs",
+        description="Move every shard of the stream (its whole lineage) so that the group next "
+        "reads the first record that arrived at or after a time: a shard open then resumes "
+        "there, a closed one with no record since is finished, and children of a later "
+        "reshard start at their beginning after their reopened parents. --to trim-horizon: "
+        "every shard from its oldest record; --to latest: every open shard after its last "
+        "record now (closed ones finished). Times are Kinesis's (its arrival times, its "
+        "clock for --by-duration and the future check). Each shard's item is moved by a "
+        "write conditional on it as read, parents first; a racing claim or checkpoint makes "
+        "it read the item again and retry, then stop (exit 3), never overwrite. A running "
+        "member drops what it buffered of a moved shard and reads it from the new place "
+        "within commit_interval.",
+        parents=[shared.group, shared.aws, shared.kinesis],
+        epilog=EXIT_CODES,
+        formatter_class=_FORMATTER,
+    )
+    rewind.add_argument("--stream", required=True, help="the stream")
+    where = rewind.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--to-time",
+        type=iso_instant,
+        metavar="ISO",
+        help="an ISO 8601 time such as 2024-05-01T12:00:00Z (naive times are UTC)",
+    )
+    where.add_argument(
+        "--by-duration",
+        type=duration,
+        metavar="DURATION",
+        help="this long before now, by Kinesis's clock: 1h, 90m, 1h30m, 2d",
+    )
+    where.add_argument(
+        "--to",
+        choices=("trim-horizon", "latest"),
+        help="every shard from its oldest record, or every open shard from now",
+    )
+    rewind.add_argument(
+        "--dry-run", action="store_true", help="print each shard's old and new place; write nothing"
+    )
+    rewind.add_argument("--json", action="store_true", help="one JSON document")
+    rewind.set_defaults(handler=deferred(".rewind", "rewind_command"), action="rewind")
 
 
 def _checkpoint_action_options(action: argparse.ArgumentParser, name: str) -> None:

@@ -6,6 +6,15 @@ side drop its buffered records. One exception: a release (handoff or finish) who
 landed but whose answer was lost is refused when retried (the owner is gone already); the item
 is read back, and when it shows exactly what this release wrote, the release counts as done.
 
+A lease whose shard had nothing to write at a periodic flush (an idle shard) is checked by a
+read instead (:meth:`Checkpointer.flush` with ``check``): a lease number in the item other than
+ours means the shard was moved under us (an operator's rewind or move, which bump the lease
+and remove the owner, or a takeover) and the lease is lost as if a write had been refused. So a
+member notices a move within one ``commit_interval`` (plus the flush's own calls) whether or
+not the shard has records: at the first periodic flush that starts after the move, the lease
+either writes (refused) or is read. It costs one strongly consistent BatchGetItem per 100 idle
+shards per ``commit_interval``; shards that write are confirmed by their writes' conditions.
+
 With the position goes the ``done`` attribute: the runs of records done above it
 (:mod:`kinesumer.core.done_ranges`), so the next owner skips them. It is bounded; runs that do
 not fit are left out (delivered again, at-least-once) and counted in :attr:`done_truncated`.
@@ -61,6 +70,12 @@ class Checkpointer:
         self.positions_by_sink = False
         self.writes = 0
         self.conflicts = 0
+        #: Leases found moved under us by a lease check (not by a refused write).
+        self.moves_seen = 0
+        #: Landed writes, counted, and the count at each lease's last one: a flush checks
+        #: the leases none of whose writes landed since it began.
+        self._landed_count = 0
+        self._landed_at: dict[tuple[str, str], int] = {}
         #: Writes whose done runs did not all fit in the budget (the rest is delivered again).
         self.done_truncated = 0
 
@@ -103,6 +118,8 @@ class Checkpointer:
                 self.conflicts += 1
                 self.lose(lease, "a checkpoint write was refused: another client owns the shard")
                 return False
+            self._landed_count += 1
+            self._landed_at[lease.key] = self._landed_count
             if moved:
                 claim.mark_checkpointed(position)
             if changed:
@@ -209,11 +226,43 @@ class Checkpointer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def flush(self, leases: list[Lease[ReadProgress]]) -> None:
-        """Write every active lease whose processed position moved since its last write."""
-        await asyncio.gather(
-            *(self.write(lease) for lease in leases if lease.claim.status is LeaseStatus.ACTIVE)
-        )
+    async def flush(self, leases: list[Lease[ReadProgress]], *, check: bool = False) -> None:
+        """Write every active lease whose processed position moved since its last write. With
+        ``check``, then read the items of the active leases that wrote nothing and lose those
+        moved under us (see the module docstring)."""
+        began = self._landed_count
+        active = [lease for lease in leases if lease.claim.status is LeaseStatus.ACTIVE]
+        await asyncio.gather(*(self.write(lease) for lease in active))
+        if check:
+            await self.check_leases(
+                [lease for lease in active if self._landed_at.get(lease.key, 0) <= began]
+            )
+
+    async def check_leases(self, leases: list[Lease[ReadProgress]]) -> None:
+        """Read the checkpoint items of ``leases`` (one BatchGetItem per stream and 100 shards)
+        and lose every active one whose item holds another lease number: someone moved the
+        shard (a claim or an operator's rewind or move bump it; our own release and finish
+        keep it, so they never count). An item that cannot be read back is left alone (the
+        store reports it); one that is gone was removed by an operator: lost too."""
+        streams = sorted({lease.key[0] for lease in leases})
+        for stream in streams:
+            mine = [lease for lease in leases if lease.key[0] == stream]
+            found = await self._store.get_checkpoints(stream, [lease.key[1] for lease in mine])
+            for lease in mine:
+                shard_id = lease.key[1]
+                item = found.get(shard_id)
+                if lease.claim.status is not LeaseStatus.ACTIVE:
+                    continue
+                if item is None and self._store.checkpoint_unreadable(stream, shard_id):
+                    continue
+                if item is not None and item.lease == lease.claim.checkpoint.lease:
+                    continue
+                self.moves_seen += 1
+                self.lose(
+                    lease,
+                    "its checkpoint item was moved under it (an operator's rewind or move, or "
+                    "another member's claim)",
+                )
 
     async def flush_periodically(
         self,
@@ -228,7 +277,7 @@ class Checkpointer:
             if stop.is_set():
                 return
             try:
-                await self.flush(list(leases.values()))
+                await self.flush(list(leases.values()), check=True)
             except TransientAWSError as exc:
                 log.warning("[%s] checkpoint flush failed, will retry: %s", self._client_id, exc)
 

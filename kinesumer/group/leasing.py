@@ -215,6 +215,8 @@ class Leasing(Generic[ProgressT]):
             started = claim.checkpoint.started_at_ms
             if started is None or claim.checkpointed is not None or key in self._warned_starts:
                 continue
+            if started == 0:  # a rewind to the oldest record: what TRIM_HORIZON reads too
+                continue
             initial = self._shard_sync.start_of(key).initial
             if initial == "LATEST":
                 continue
@@ -230,7 +232,8 @@ class Leasing(Generic[ProgressT]):
             else:
                 how = f"`{command} --shard ID` for each (`--all-shards`: every shard of it)"
             log.warning(
-                "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s): read from there, "
+                "[%s] %s: %s %s no checkpoint but a recorded LATEST start (%s; or a `checkpoints "
+                "rewind` put it there): read from there, "
                 "not from initial_position %s. To read from %s, stop the group and run %s",
                 self.client_id,
                 stream,

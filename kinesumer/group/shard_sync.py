@@ -26,7 +26,8 @@ log = logging.getLogger("kinesumer.coordinator")
 
 @dataclass(frozen=True)
 class ShardStart:
-    """Where a claimed shard with no checkpoint starts, and its parents not finished yet."""
+    """Where a claimed shard with no checkpoint starts, and its parents still listed (each
+    checked finished in the table before the shard is read)."""
 
     shard: Shard
     initial: InitialPosition
@@ -140,7 +141,12 @@ class ShardSync:
             if has_known_parent(shard, listed, cache.finished)
             else self._initial_position
         )
-        pending = tuple(parents_pending(shard, listed, cache.finished))
+        # Every listed parent is checked in the table, even one the cache shows finished: the
+        # cache can be behind the items, where an operator reopened a parent (a rewind to
+        # before the reshard, ``checkpoints set``) and the cache is rewritten only after.
+        # Trusting it, a child lost to the rewind and claimed again could be read before its
+        # reopened parent. The cost: one read when a child is claimed.
+        pending = tuple(parents_pending(shard, listed, finished=()))
         return ShardStart(shard, initial, pending)
 
     def parents_check(

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from ..._version import __version__
+from ...core.rewind import RewindTarget
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
 from ..schema import (
@@ -389,6 +390,101 @@ def move_update(seen: Checkpoint, position: Position | None) -> dict[str, Any]:
         "ExpressionAttributeNames": dict(_NAMES),
         "ExpressionAttributeValues": values,
     }
+
+
+def rewind_item(app: str, stream: str, shard_id: str, target: RewindTarget) -> dict[str, Any]:
+    """A checkpoint an operator's rewind writes where there was none: lease 1, no owner, the
+    target's start, position or ``finished`` (put it with :data:`ABSENT`)."""
+    item = new_checkpoint_item(app, stream, shard_id, target.position)
+    if target.started_at_ms is not None:
+        item["started_at"] = {"N": str(target.started_at_ms)}
+    if target.finished:
+        item["finished"] = {"BOOL": True}
+    return item
+
+
+def rewind_update(seen: Checkpoint, target: RewindTarget) -> dict[str, Any]:
+    """An operator's rewind of a checkpoint to ``target``, if the item is still exactly as
+    ``seen``: the same owner and lease (a claim bumps the lease), and the same position,
+    recorded start, ``finished`` flag and ``last_update`` (an owner's checkpoint write under
+    the same lease changes those). Like :func:`move_update`, it bumps the lease and removes the
+    owner, so a member still holding the old lease has its next write refused and drops the
+    shard; it also removes the done runs, which belong to the old position.
+
+    The target is written in the item's existing vocabulary (see
+    :mod:`kinesumer.core.rewind`): a start instant is ``started_at`` without a position (what a
+    recorded ``LATEST`` start means to every reader), a position is ``sequence_number``, and
+    finished is ``finished``. Nothing else is cleared or added."""
+    values: dict[str, Any] = {
+        ":lease": {"N": str(seen.lease)},
+        ":next": {"N": str(seen.lease + 1)},
+        ":now": {"N": str(now_ms())},
+    }
+    sets, removes = ["#lease = :next", "#lu = :now"], ["#owner", "#done"]
+    if target.position is not None:
+        sets += ["#seq = :seq", "#sub = :sub"]
+        values[":seq"] = {"S": target.position.sequence_number}
+        values[":sub"] = {"N": str(target.position.sub_sequence_number)}
+    elif not target.finished:  # a finished shard's position is kept: it says where it ended
+        removes += ["#seq", "#sub"]
+    if target.started_at_ms is not None:
+        sets.append("#started = :started")
+        values[":started"] = {"N": str(target.started_at_ms)}
+    else:
+        removes.append("#started")
+    if target.finished:
+        sets.append("#fin = :fin")
+        values[":fin"] = {"BOOL": True}
+    else:
+        removes.append("#fin")
+    expression = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+    condition = _unchanged_condition(seen, values)
+    return {
+        "UpdateExpression": expression,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": _names_in(expression + condition),
+        "ExpressionAttributeValues": values,
+    }
+
+
+def _unchanged_condition(seen: Checkpoint, values: dict[str, Any]) -> str:
+    """The condition that the item still holds what ``seen`` read (adds its values)."""
+    terms = ["attribute_exists(pk)"]
+    # Items written before leases existed have none: lease 0 matches them too.
+    terms.append(
+        "#lease = :lease" if seen.lease else "(attribute_not_exists(#lease) OR #lease = :lease)"
+    )
+    for name, placeholder, value in (
+        ("#owner", ":seen_owner", None if seen.owner is None else {"S": seen.owner}),
+        (
+            "#seq",
+            ":seen_seq",
+            None if seen.sequence_number is None else {"S": seen.sequence_number},
+        ),
+        (
+            "#started",
+            ":seen_started",
+            None if seen.started_at_ms is None else {"N": str(seen.started_at_ms)},
+        ),
+    ):
+        if value is None:
+            terms.append(f"attribute_not_exists({name})")
+        else:
+            terms.append(f"{name} = {placeholder}")
+            values[placeholder] = value
+    if seen.sequence_number is not None:
+        terms.append("#sub = :seen_sub")
+        values[":seen_sub"] = {"N": str(seen.sub_sequence_number)}
+    if seen.finished:
+        terms.append("#fin = :true")
+        values[":true"] = {"BOOL": True}
+    else:
+        terms.append("(attribute_not_exists(#fin) OR #fin = :false)")
+        values[":false"] = {"BOOL": False}
+    if seen.last_update_ms:
+        terms.append("#lu = :seen_lu")
+        values[":seen_lu"] = {"N": str(seen.last_update_ms)}
+    return " AND ".join(terms)
 
 
 def _names_in(expression: str, *extra: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from ...aws import RequestStats
+from ...core.rewind import RewindTarget
 from ...errors import CorruptStateError
 from ...models import Checkpoint, ClientInfo, Position
 from ..base import MembershipView, PublishedMembers, SavedPosition, ShardCache
@@ -250,6 +251,28 @@ class DynamoDBStateStore:
             return await self._table.put_if(item, codecs.ABSENT) is not None
         written = await self._table.update_if(
             codecs.checkpoint_key(self._app, stream, shard_id), codecs.move_update(seen, position)
+        )
+        return written is not None
+
+    async def rewind_checkpoint(
+        self, stream: str, shard_id: str, seen: Checkpoint | None, target: RewindTarget
+    ) -> bool:
+        """An operator's rewind of one shard to ``target`` (a start instant, a position, or
+        finished: see :mod:`kinesumer.core.rewind`), if the item is still exactly as ``seen``
+        (None: there is none yet). Not part of the consumers' protocol.
+
+        Like :meth:`move_checkpoint`, it bumps the lease and removes the owner: a member still
+        holding the old lease has its next checkpoint write refused, or sees the move at its
+        next lease check, drops the shard and what it buffered of it, and claims it again at
+        the new place. Its condition is stricter than a move's: a checkpoint the owner wrote
+        since the read (same lease, new position or start) refuses it too, so the caller
+        reads again and decides on what is there now. False: the item changed; nothing was
+        written."""
+        if seen is None:
+            item = codecs.rewind_item(self._app, stream, shard_id, target)
+            return await self._table.put_if(item, codecs.ABSENT) is not None
+        written = await self._table.update_if(
+            codecs.checkpoint_key(self._app, stream, shard_id), codecs.rewind_update(seen, target)
         )
         return written is not None
 
