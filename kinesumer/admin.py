@@ -383,12 +383,18 @@ async def _live_members(store: TableReads, fallback_timeout: float) -> dict[str,
 
 
 async def _stream_views(
-    store: TableReads, stream: str, live: dict[str, ClientInfo], listed: list[Shard]
+    store: TableReads,
+    stream: str,
+    live: dict[str, ClientInfo],
+    listed: list[Shard],
+    known: Sequence[ShardView] | None = None,
 ) -> list[ShardView]:
-    """The table's view of ``stream``'s shards (:func:`stream_shards`), with the shards Kinesis
-    lists that the table does not know yet, and Kinesis's lineage (the shard cache may be a
-    sync behind)."""
-    views = {view.shard_id: view for view in await stream_shards(store, stream, live)}
+    """The table's view of ``stream``'s shards (:func:`stream_shards`; ``known``: as read
+    already), with the shards Kinesis lists that the table does not know yet, and Kinesis's
+    lineage (the shard cache may be a sync behind)."""
+    if known is None:
+        known = await stream_shards(store, stream, live)
+    views = {view.shard_id: view for view in known}
     for shard in listed:
         view = views.get(shard.shard_id)
         if view is None:
@@ -531,10 +537,15 @@ async def rewind_stream(
         reader = KinesisReader(
             transport_of(client), RequestStats(), config.effective_kinesis_region
         )
+        # The table first, then Kinesis: a shard the table knows and the later listing does
+        # not is gone (aged out). Listed first, a child born of a reshard between the two reads
+        # (in the table, claimed or cached, but not in the older listing) would be taken for
+        # one and finished: its records never read.
+        known = await stream_shards(store, stream, {})
         listed = await reader.list_shards(stream)
         instant_ms = await _rewind_instant(reader, stream, listed, to_time, by)
         where = to or iso_time(instant_ms)  # type: ignore[arg-type]
-        views = await _stream_views(store, stream, {}, listed)
+        views = await _stream_views(store, stream, {}, listed, known)
         plan = await _plan_rewind(reader, stream, views, listed, instant_ms, to)
         result = RewindResult(config.app, stream, where, instant_ms, plan, dry_run)
         if dry_run:

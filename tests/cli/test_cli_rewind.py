@@ -378,3 +378,56 @@ def test_bad_input_is_a_named_error_with_the_usual_exit_code(
     code, out = rewind(g_other, capsys, "--by-duration", "1h")
     assert code == 1 and "does not exist" in out
     assert items(g["config"], g["stream"]) == []
+
+
+class ReshardingStore(DynamoDBStateStore):
+    """A store through which the rewind reads the table while, at its first read of the
+    stream's checkpoints, the stream's only shard splits and a member claims a child (through
+    another store): a reshard landing between the rewind's ListShards and its table reads."""
+
+    def __init__(self, client: Any, config: Config, intruder: DynamoDBStateStore, url: str):
+        super().__init__(client, config.dynamodb_table, config.app, RequestStats())
+        self.intruder = intruder
+        self.url = url
+        self.children: list[str] = []
+
+    async def get_checkpoints(self, stream: str, shard_ids: Any = None) -> dict[str, Checkpoint]:
+        if shard_ids is None and not self.children:
+            parent = await asyncio.to_thread(split_in_two, self.url, stream)
+            listed = (await asyncio.to_thread(kinesis(self.url).list_shards, StreamName=stream))[
+                "Shards"
+            ]
+            self.children = sorted(s["ShardId"] for s in listed if s["ShardId"] != parent)
+            claimed = await self.intruder.claim(stream, self.children[0], "member-1", None)
+            assert claimed is not None
+        return await super().get_checkpoints(stream, shard_ids)
+
+
+async def _rewind_during_a_split(config: Config, url: str, stream: str) -> ReshardingStore:
+    aws = AwsClients(config, RequestStats())
+    await aws.open()
+    try:
+        async with state_store(config) as intruder:
+            store = ReshardingStore(aws.dynamodb, config, intruder, url)
+            await rewind_stream(config, stream, to="trim-horizon", state=store)
+            return store
+    finally:
+        await aws.close()
+
+
+def test_a_child_born_while_the_rewind_reads_is_not_taken_for_an_aged_out_shard(
+    group: dict[str, Any],
+) -> None:
+    """A split lands, and a member claims a child, between the rewind's ListShards and its
+    read of the table: the child is in the table but not in the listing taken before. It is a
+    new shard, not one that aged out: it must not be finished (its records would never be
+    read), but read from its start like its sibling."""
+    g, config = group, group["config"]
+    url, stream = g["url"], g["stream"]
+    create_stream(url, stream, 1)
+    put(url, stream, 0, 3)
+    store = asyncio.run(_rewind_during_a_split(config, url, stream))
+    rows = {item["sk"]["S"]: item for item in items(config, stream)}
+    child = store.children[0]
+    assert child in rows
+    assert not rows[child].get("finished", {}).get("BOOL", False), rows[child]
