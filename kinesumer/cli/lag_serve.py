@@ -93,6 +93,11 @@ DEFAULT_INTERVAL = 10.0
 #: call hanging on the network must not freeze the figures' staleness at "fresh".
 PROBE_TIMEOUT = 60.0
 
+#: Seconds a connection may sit without sending (an unfinished request, an idle kept-alive
+#: connection) before the server closes it: each connection holds a thread, and without a
+#: bound, clients that connect and send nothing would hold them all.
+REQUEST_TIMEOUT = 30.0
+
 #: The paths served (the examples and the docs name them; a test checks they agree).
 METRICS_PATH = "/metrics"
 LAG_PATH = "/lag.json"
@@ -353,6 +358,7 @@ class LagHandler(BaseHTTPRequestHandler):
     server: LagServer
     server_version = "kinesumer-lag"
     protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT
 
     def do_GET(self) -> None:
         self._answer(send_body=True)

@@ -8,6 +8,7 @@ import asyncio
 import http.client
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -249,6 +250,24 @@ def test_on_loopback_a_request_naming_another_host_is_refused(
         assert get(server, "/healthz", host=host)[0] == 200, host
     for host in (f"evil.example:{port}", "evil.example", f"10.0.0.1:{port}"):
         assert get(server, "/status.json", host=host)[0] == 421, host
+
+
+def test_a_client_that_sends_nothing_is_dropped_after_the_request_timeout(
+    served: tuple[LagServer, LagBoard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread per connection: without a socket timeout, a client that connects and never
+    finishes its request (or idles on a kept-alive connection) holds a thread for good, and
+    enough of them (any pod in the cluster, where the example binds 0.0.0.0) leave the server
+    unable to start another: no metrics, no scaling. The handler's timeout bounds each."""
+    from kinesumer.cli.lag_serve import LagHandler
+
+    assert LagHandler.timeout is not None and 0 < LagHandler.timeout <= 60
+    monkeypatch.setattr(LagHandler, "timeout", 0.2)
+    server, _ = served
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10) as slow:
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
+        assert slow.recv(1024) == b""  # closed by the server (bounded: 10 s, else an error)
+    assert get(server, "/healthz")[0] == 200
 
 
 # -- the probe loop ----------------------------------------------------------------------------
