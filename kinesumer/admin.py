@@ -551,8 +551,9 @@ async def rewind_stream(
         if dry_run:
             return result
         moved = await _apply_rewind(store, stream, plan)
+        plan, moved = await _follow_reshards(store, reader, stream, plan, moved, instant_ms, to)
         synced = await _sync_finished(config, store, reader, stream, plan)
-        return replace(result, moved=moved, cache_synced=synced)
+        return replace(result, shards=plan, moved=moved, cache_synced=synced)
 
 
 def _check_rewind_arguments(
@@ -675,6 +676,46 @@ async def _apply_rewind(
                 not_moved,
             )
     return tuple(moved)
+
+
+async def _follow_reshards(
+    store: DynamoDBStateStore,
+    reader: KinesisReader,
+    stream: str,
+    plan: tuple[ShardRewind, ...],
+    moved: tuple[str, ...],
+    instant_ms: int | None,
+    to: str | None,
+) -> tuple[tuple[ShardRewind, ...], tuple[str, ...]]:
+    """Move the shards a reshard made while the rewind ran (after its listing), listing again
+    until none is new: their parents were moved to be read to their end, so they start over
+    (a member may already have read one, and would go on past records the rewind replays,
+    before its reopened parent's). They are children born after the command began: a time
+    rewind puts them at the instant, as any shard (their first record, or the first at or
+    after it); ``latest`` and ``trim-horizon`` at their first record."""
+    for _ in range(CACHE_ATTEMPTS):
+        listed = await reader.list_shards(stream)
+        planned = {move.shard_id for move in plan}
+        born = [shard for shard in listed if shard.shard_id not in planned]
+        if not born:
+            break
+        found = await store.get_checkpoints(stream, [shard.shard_id for shard in born])
+        views = [ShardView(stream, s, found.get(s.shard_id), False, None) for s in born]
+        if to == LATEST:  # every record of theirs came after the command began
+            by_id = {view.shard_id: view for view in views}
+            first, why = RewindTarget(started_at_ms=0), "born during the rewind: from its start"
+            more = tuple(
+                ShardRewind(stream, shard_id, by_id[shard_id].checkpoint, first, why)
+                for shard_id in lineage_order(born)
+            )
+        else:
+            more = await _plan_rewind(reader, stream, views, listed, instant_ms, to)
+        try:
+            moved += await _apply_rewind(store, stream, more)
+        except RewindConflictError as exc:
+            raise RewindConflictError(str(exc), moved + exc.moved, exc.not_moved) from None
+        plan += more
+    return plan, moved
 
 
 async def _sync_finished(

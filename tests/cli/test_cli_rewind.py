@@ -39,7 +39,7 @@ from kinesumer import Config, Record, RewindConflictError, cli
 from kinesumer.admin import rewind_stream
 from kinesumer.aws import AwsClients, RequestStats
 from kinesumer.core.rewind import RewindTarget
-from kinesumer.models import Checkpoint
+from kinesumer.models import Checkpoint, Position
 from kinesumer.statestore import DynamoDBStateStore
 
 Names = Callable[[str], str]
@@ -431,3 +431,72 @@ def test_a_child_born_while_the_rewind_reads_is_not_taken_for_an_aged_out_shard(
     child = store.children[0]
     assert child in rows
     assert not rows[child].get("finished", {}).get("BOOL", False), rows[child]
+
+
+class SplitBeforeWritesStore(DynamoDBStateStore):
+    """A store whose first rewind write is preceded by a split of the stream's only shard, a
+    record put into a child, and a member's claim and checkpoint of that child past it (through
+    another store): a reshard landing after the rewind listed the shards and read the table,
+    and a member reading the new child before the parent is moved."""
+
+    def __init__(self, client: Any, config: Config, intruder: DynamoDBStateStore, url: str):
+        super().__init__(client, config.dynamodb_table, config.app, RequestStats())
+        self.intruder = intruder
+        self.url = url
+        self.child: str | None = None
+        self.child_record: set[bytes] = set()
+
+    async def rewind_checkpoint(
+        self, stream: str, shard_id: str, seen: Checkpoint | None, target: RewindTarget
+    ) -> bool:
+        if self.child is None:
+            await asyncio.to_thread(split_in_two, self.url, stream)
+            put = await asyncio.to_thread(
+                kinesis(self.url).put_record,
+                StreamName=stream,
+                Data=b"in-the-child",
+                PartitionKey="k",
+                ExplicitHashKey="0",
+            )
+            self.child, self.child_record = put["ShardId"], {b"in-the-child"}
+            claimed = await self.intruder.claim(stream, self.child, "member-1", None)
+            assert claimed is not None
+            position = Position(put["SequenceNumber"], 0)
+            assert await self.intruder.write_checkpoint(claimed, position)
+        return await super().rewind_checkpoint(stream, shard_id, seen, target)
+
+
+async def _rewind_split_before_writes(
+    config: Config, url: str, stream: str, to: str
+) -> tuple[SplitBeforeWritesStore, Any]:
+    aws = AwsClients(config, RequestStats())
+    await aws.open()
+    try:
+        async with state_store(config) as intruder:
+            store = SplitBeforeWritesStore(aws.dynamodb, config, intruder, url)
+            result = await rewind_stream(config, stream, to=to, state=store)
+            return store, result
+    finally:
+        await aws.close()
+
+
+@pytest.mark.parametrize("to", ["trim-horizon", "latest"])
+def test_a_child_born_and_read_during_the_rewind_is_moved_too(
+    group: dict[str, Any], to: str
+) -> None:
+    """The parent, open when listed, splits before it is moved, and a member reads (and
+    checkpoints) a new child meanwhile. The parent is reopened at its oldest record: the child,
+    whose records follow the parent's, must start over too, not go on from its checkpoint (its
+    records since would be skipped by the rewind, and read before the parent's)."""
+    g, config = group, group["config"]
+    url, stream = g["url"], g["stream"]
+    create_stream(url, stream, 1)
+    put(url, stream, 0, 3)
+    store, result = asyncio.run(_rewind_split_before_writes(config, url, stream, to))
+    rows = {item["sk"]["S"]: item for item in items(config, stream)}
+    assert store.child is not None and store.child in rows
+    child = rows[store.child]
+    assert "sequence_number" not in child and "owner" not in child, child
+    assert child["started_at"]["N"] == "0"
+    assert store.child in result.moved
+    assert [m.shard_id for m in result.shards].index(store.child) > 0  # after its parent
