@@ -592,7 +592,7 @@ async def _rewind_instant(
         return None if to_time is None else instant_of(to_time)
     now_ms, _ = await kinesis_now_ms(reader, stream, listed[0].shard_id)
     if by is not None:
-        return now_ms - int(by.total_seconds() * 1000)
+        return max(now_ms - int(by.total_seconds() * 1000), 0)  # before 1970: the oldest
     instant = instant_of(to_time)  # type: ignore[arg-type]
     if instant > now_ms + FUTURE_SLACK_MS:
         raise ConfigError(

@@ -500,3 +500,14 @@ def test_a_child_born_and_read_during_the_rewind_is_moved_too(
     assert child["started_at"]["N"] == "0"
     assert store.child in result.moved
     assert [m.shard_id for m in result.shards].index(store.child) > 0  # after its parent
+
+
+def test_a_duration_longer_than_the_epoch_is_the_oldest_record(group: dict[str, Any]) -> None:
+    """``by`` past 1970 (a typo's ``3000w``): the instant is 0 (the oldest record, as a time
+    before the epoch is), not a negative epoch time no reader's AT_TIMESTAMP takes."""
+    g, config = group, group["config"]
+    create_stream(g["url"], g["stream"], 1)
+    by = timedelta(weeks=3000)
+    result = asyncio.run(rewind_stream(config, g["stream"], by=by, dry_run=True))
+    assert result.instant_ms == 0
+    assert all(m.target.started_at_ms == 0 for m in result.shards)
