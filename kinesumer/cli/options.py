@@ -89,6 +89,10 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
+#: A century, in seconds: longer durations are capped to it (see :func:`duration`).
+_LONGEST_DURATION_S = 100 * 365.25 * 86_400.0
+
+
 def duration(text: str) -> timedelta:
     """A positive duration: numbers with units, such as ``1h``, ``90m``, ``1h30m``, ``45s``,
     ``2d`` (ms, s, m, h, d, w)."""
@@ -102,7 +106,9 @@ def duration(text: str) -> timedelta:
     seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
-    return timedelta(seconds=seconds)
+    # Past a century every duration reaches before 1970, which a rewind reads as the oldest
+    # record; capping keeps the arithmetic inside datetime's range (99999999999w overflows it).
+    return timedelta(seconds=min(seconds, _LONGEST_DURATION_S))
 
 
 def group_config(args: argparse.Namespace, **extra: Any) -> Config:

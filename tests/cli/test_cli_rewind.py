@@ -38,6 +38,7 @@ from support.wait import eventually, wait_until
 from kinesumer import Config, Record, RewindConflictError, cli
 from kinesumer.admin import rewind_stream
 from kinesumer.aws import AwsClients, RequestStats
+from kinesumer.cli import options
 from kinesumer.core.rewind import RewindTarget
 from kinesumer.models import Checkpoint, Position
 from kinesumer.statestore import DynamoDBStateStore
@@ -511,3 +512,41 @@ def test_a_duration_longer_than_the_epoch_is_the_oldest_record(group: dict[str, 
     result = asyncio.run(rewind_stream(config, g["stream"], by=by, dry_run=True))
     assert result.instant_ms == 0
     assert all(m.target.started_at_ms == 0 for m in result.shards)
+
+
+def test_a_duration_beyond_datetimes_range_is_the_oldest_record_too(
+    group: dict[str, Any],
+) -> None:
+    """``--by-duration 99999999999w`` is past what ``timedelta`` holds: capped at a century
+    (already before 1970), it is the oldest record, not a traceback."""
+    g, config = group, group["config"]
+    create_stream(g["url"], g["stream"], 1)
+    by = options.duration("99999999999w")
+    result = asyncio.run(rewind_stream(config, g["stream"], by=by, dry_run=True))
+    assert result.instant_ms == 0
+
+
+def test_an_item_without_a_sub_sequence_attribute_is_moved(group: dict[str, Any]) -> None:
+    """A checkpoint item with a sequence number but no ``sub_sequence_number`` (it decodes as
+    0): the rewind's condition matches it as read, instead of being refused at every try."""
+    g, config = group, group["config"]
+    create_stream(g["url"], g["stream"], 1)
+    put(g["url"], g["stream"], 0, 3)
+    client = kinesis(g["url"])
+    (shard,) = client.list_shards(StreamName=g["stream"])["Shards"]
+    first = client.get_records(
+        ShardIterator=client.get_shard_iterator(
+            StreamName=g["stream"], ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+    )["Records"][0]["SequenceNumber"]
+    dynamodb = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint)
+    key = {"pk": {"S": f"check_point#{config.app}#{g['stream']}"}, "sk": {"S": shard["ShardId"]}}
+    dynamodb.put_item(
+        TableName=config.dynamodb_table,
+        Item={**key, "sequence_number": {"S": first}, "lease": {"N": "3"}},
+    )
+    result = asyncio.run(rewind_stream(config, g["stream"], to="trim-horizon"))
+    assert [m.target.started_at_ms for m in result.shards] == [0]
+    item = dynamodb.get_item(TableName=config.dynamodb_table, Key=key, ConsistentRead=True)
+    assert "sequence_number" not in item["Item"]
+    assert item["Item"]["started_at"] == {"N": "0"}

@@ -473,7 +473,12 @@ def _unchanged_condition(seen: Checkpoint, values: dict[str, Any]) -> str:
             terms.append(f"{name} = {placeholder}")
             values[placeholder] = value
     if seen.sequence_number is not None:
-        terms.append("#sub = :seen_sub")
+        # An item without the attribute decodes as sub-sequence 0: match it as read.
+        terms.append(
+            "#sub = :seen_sub"
+            if seen.sub_sequence_number
+            else "(attribute_not_exists(#sub) OR #sub = :seen_sub)"
+        )
         values[":seen_sub"] = {"N": str(seen.sub_sequence_number)}
     if seen.finished:
         terms.append("#fin = :true")
