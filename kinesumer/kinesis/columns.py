@@ -105,6 +105,28 @@ class EpochColumns:
             self.arrivals[:count],
         )
 
+    def arrived_since(self, since_ms: int) -> tuple[EpochColumns, bool]:
+        """The records without the leading ones that arrived before ``since_ms`` (epoch ms: what
+        ``AT_TIMESTAMP`` would not have returned; arrival times are whole milliseconds), and
+        whether one that did not was found (then stop skipping). As
+        :func:`~.reader.arrived_since` for records."""
+        for i, arrival in enumerate(self.arrivals):
+            if arrival is None or round(arrival * 1000) >= since_ms:
+                return (self if i == 0 else self.tail(i)), True
+        return EpochColumns(self.stream, self.shard_id), False
+
+    def tail(self, start: int) -> EpochColumns:
+        """The records from index ``start`` on (the lists copied: slices)."""
+        return EpochColumns(
+            self.stream,
+            self.shard_id,
+            self.sequence_numbers[start:],
+            self.sub_sequence_numbers[start:],
+            self.partition_keys[start:],
+            self.datas[start:],
+            self.arrivals[start:],
+        )
+
     def truncate(self, count: int) -> None:
         """Keep only the first ``count`` records."""
         for column in self._lists():

@@ -20,11 +20,15 @@ in the app's group). Sequence numbers stay strings (up to 56 digits).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
 
+from ...config import InitialPosition
 from ...errors import CorruptStateError
 from ...models import Position
+
+if TYPE_CHECKING:
+    from ...kinesis import KinesisReader
 
 VERSION = 1
 
@@ -68,12 +72,48 @@ class Start:
             return datetime.fromtimestamp(self.at_timestamp_ms / 1000, timezone.utc)
         return self.at or "TRIM_HORIZON"
 
+    async def open(
+        self, reader: KinesisReader, stream: str, shard_id: str, after: Position | None
+    ) -> tuple[str, int | None]:
+        """An iterator at ``after`` (AT its sequence number, as
+        :meth:`~kinesumer.kinesis.KinesisReader.shard_iterator` gives), else at this start; and
+        the instant (epoch ms) before which the reader skips the leading records, or None.
+
+        An ``AT_TIMESTAMP`` start goes the way the group's readers reopen an instant
+        (:meth:`~kinesumer.kinesis.KinesisReader.iterator_since`): a TRIM_HORIZON scan where it
+        costs no more (kinesalite's AT_TIMESTAMP never answers on a shard with no record after
+        the instant; AWS answers at once), else AT_TIMESTAMP. The leading records that arrived
+        before the instant are skipped either way, so the first record read is the first that
+        arrived at or after it, to the millisecond (a timestamp sent in whole seconds, or a
+        scan, may begin earlier), and a replay reads the same records. By Kinesis's arrival
+        stamps only: this host's clock is never compared with them."""
+        if after is not None or self.at_timestamp_ms is None:
+            initial: InitialPosition = "LATEST" if self.at == "LATEST" else "TRIM_HORIZON"
+            return await reader.shard_iterator(stream, shard_id, after, initial), None
+        iterator, _ = await reader.iterator_since(stream, shard_id, self.at_timestamp_ms)
+        return iterator, self.at_timestamp_ms
+
     def describe(self) -> str:
         if self.after is not None:
             return f"after {self.after.sequence_number}/{self.after.sub_sequence_number}"
         if self.at_timestamp_ms is not None:
             return f"at {self.initial}"
         return f"at {self.at}"
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def epoch_ms(when: datetime) -> int:
+    """An aware ``when`` as epoch milliseconds, by integer arithmetic (a float's ``timestamp()``
+    can land a millisecond early), rounded up: a record stamped in the same millisecond but
+    before a sub-millisecond instant did not arrive at or after it."""
+    return -((EPOCH - when) // timedelta(milliseconds=1))
+
+
+def ms_datetime(ms: int) -> datetime:
+    """Epoch milliseconds as an aware UTC datetime (exact: no float on the way)."""
+    return EPOCH + timedelta(milliseconds=ms)
 
 
 def shard_name(stream: str, shard_id: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...config import Config, check_streams
 from ...errors import ConfigError
-from .aliases import CONSUMER_TYPES, canonical_options, hint
+from .aliases import CONSUMER_TYPES, STARTING_TIMESTAMP, canonical_options, hint
 from .logs import apply_log_level, parse_log_level
 
 #: The source's own options and their defaults (documented in docs/spark/source.md).
@@ -58,8 +58,9 @@ SOURCE_DEFAULTS: dict[str, Any] = {
 
 _REQUIRED = ("app", "dynamodb_table", "streams")
 
-#: Options that are neither Config fields nor in SOURCE_DEFAULTS.
-_OWN = ("streams", "consumer_type")
+#: Options that are neither Config fields nor in SOURCE_DEFAULTS (``starting_timestamp`` is
+#: folded into ``initial_position`` by :func:`~.aliases.canonical_options`).
+_OWN = ("streams", "consumer_type", STARTING_TIMESTAMP)
 
 #: Why enhanced fan-out is refused rather than ignored (the executors always poll).
 EFO_UNSUPPORTED = (

@@ -6,7 +6,7 @@ first line of what ``load()`` raises through Spark."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -131,16 +131,154 @@ def test_their_initial_positions_translate(value: str, position: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("value", "says"),
     [
-        "at_timestamp",
-        "sometime",
-        '{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy HH:mm:ss ZZZ"}',
+        ("at_timestamp", "starting_timestamp"),
+        ("sometime", "ISO"),
+        ("AT_TIMESTAMP yesterday", "ISO 8601"),
+        ('{"at_timestamp": "06/25/2020"}', "ISO 8601"),
+        ('{"at": "2026-01-02T03:04:05Z"}', "at_timestamp"),
+        # a zone name: ambiguous (IST, CST) and seasonal; the offset is asked for
+        (
+            '{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy HH:mm:ss ZZZ"}',
+            "write the offset",
+        ),
+        ('{"at_timestamp": "06/25/2020 10:23:45", "format": "MM/dd/yyyy HH:mm:ss"}', "no zone"),
+        ('{"at_timestamp": "2020-06-25", "format": "MM/dd/yyyy XXX"}', "does not match"),
+        ('{"at_timestamp": "06/25/20 +00:00", "format": "MM/dd/yy XXX"}', "yyyy"),
+        ('{"at_timestamp": "13/45/2020 +00:00", "format": "MM/dd/yyyy XXX"}', "not a valid"),
+        ('{"at_timestamp": "x 2020 +00:00", "format": "QQQ yyyy XXX"}', "'QQQ'"),
     ],
 )
-def test_a_position_we_cannot_read_is_a_named_error(value: str) -> None:
+def test_a_position_we_cannot_read_is_a_named_error(value: str, says: str) -> None:
     error = refused({**BASE, "initialPosition": value})
-    assert error.field == "initialposition" and "ISO" in str(error)
+    assert error.field == "initialposition" and says in str(error)
+
+
+# -- starting_timestamp and the other connectors' ways of giving a starting time --------------
+
+INSTANT = datetime(2026, 1, 2, 3, 4, 5, 250_000, tzinfo=timezone.utc)
+INSTANT_MS = 1767323045250
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"starting_timestamp": "2026-01-02T03:04:05.250Z"},
+        {"starting_timestamp": "2026-01-02T04:04:05.25+01:00"},
+        {"starting_timestamp": str(INSTANT_MS)},
+        {"STARTING_TIMESTAMP": " 2026-01-02T03:04:05.250z "},
+        {"initial_position": "AT_TIMESTAMP", "starting_timestamp": str(INSTANT_MS)},
+        {"initial_position": "2026-01-02T03:04:05.250+00:00"},
+        {"initial_position": "AT_TIMESTAMP 2026-01-02T03:04:05.250Z"},
+        # AWS Labs: the time inside kinesis.startingPosition (it has no option of its own)
+        {"kinesis.startingPosition": "AT_TIMESTAMP 2026-01-02T03:04:05.250Z"},
+        {"kinesis.startingPosition": f"at_timestamp {INSTANT_MS}"},
+        {"kinesis.startingPosition": "AT_TIMESTAMP", "starting_timestamp": str(INSTANT_MS)},
+        # Databricks: the JSON, ISO 8601 or a Java date pattern in "format"
+        {"initialPosition": '{"at_timestamp": "2026-01-02T03:04:05.250Z"}'},
+        {
+            "initialPosition": '{"at_timestamp": "01/02/2026 03:04:05.250 +00:00", '
+            '"format": "MM/dd/yyyy HH:mm:ss.SSS XXX"}'
+        },
+        {
+            "initialPosition": '{"at_timestamp": "02-Jan-2026 04:04:05.25 AM +0100", '
+            '"format": "dd-MMM-yyyy hh:mm:ss.SS a Z"}'
+        },
+        {
+            "initialPosition": '{"at_timestamp": "2026-01-02 \'at\' 03:04:05.250 UTC", '
+            "\"format\": \"yyyy-MM-dd '''at''' HH:mm:ss.SSS z\"}"
+        },
+        # the same instant by two names is one instant
+        {
+            "starting_timestamp": str(INSTANT_MS),
+            "initialPosition": '{"at_timestamp": "2026-01-02T03:04:05.250Z"}',
+        },
+    ],
+)
+def test_every_name_of_a_starting_time_means_the_same_initial_position(
+    given: dict[str, str],
+) -> None:
+    options = parse_options({**BASE, **given})
+    assert options.config.initial_position == INSTANT
+    assert options == parse_options({**BASE, "starting_timestamp": "2026-01-02T03:04:05.250Z"})
+
+
+def test_a_sub_millisecond_instant_rounds_up_to_the_next_millisecond() -> None:
+    # Arrival times are whole milliseconds: one in ...05.250 arrived before ...05.2501.
+    options = parse_options({**BASE, "starting_timestamp": "2026-01-02T03:04:05.2501Z"})
+    assert options.config.initial_position == INSTANT + timedelta(milliseconds=1)
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "says"),
+    [
+        (
+            {"initial_position": "TRIM_HORIZON", "starting_timestamp": str(INSTANT_MS)},
+            "initial_position",
+            "is TRIM_HORIZON but 'starting_timestamp' gives a starting time",
+        ),
+        (
+            {"initialPosition": "latest", "starting_timestamp": str(INSTANT_MS)},
+            "initialposition",
+            "is LATEST but 'starting_timestamp' gives a starting time",
+        ),
+        (
+            {"kinesis.startingPosition": "EARLIEST", "starting_timestamp": str(INSTANT_MS)},
+            "kinesis.startingposition",
+            "Remove 'kinesis.startingposition' (or set it to AT_TIMESTAMP)",
+        ),
+        (
+            {"initial_position": "AT_TIMESTAMP"},
+            "initial_position",
+            "no time is given: add the instant, as .option('starting_timestamp'",
+        ),
+        (
+            {"kinesis.startingPosition": "AT_TIMESTAMP"},
+            "kinesis.startingposition",
+            "no time is given",
+        ),
+        (
+            {"starting_timestamp": "2026-01-02T03:04:05"},
+            "starting_timestamp",
+            "has no offset: its instant would depend on the host's zone. Add Z",
+        ),
+        (
+            {"starting_timestamp": "1767323045"},
+            "starting_timestamp",
+            "epoch seconds? Give milliseconds (1767323045000)",
+        ),
+        ({"starting_timestamp": "yesterday"}, "starting_timestamp", "not an ISO 8601 time"),
+        ({"starting_timestamp": ""}, "starting_timestamp", "not an ISO 8601 time"),
+        (
+            {
+                "starting_timestamp": str(INSTANT_MS),
+                "kinesis.startingPosition": "AT_TIMESTAMP 2026-01-02T03:04:06Z",
+            },
+            "starting_timestamp",
+            "is given twice with different values",
+        ),
+    ],
+)
+def test_an_inconsistent_or_unreadable_starting_time_is_a_named_error(
+    given: dict[str, str], field: str, says: str
+) -> None:
+    error = refused({**BASE, **given})
+    assert error.field == field
+    assert says in str(error)
+
+
+@pytest.mark.parametrize("typed", ["startingTimestamp", "starting-timestamp", "kinesis.timestamp"])
+def test_a_misspelt_starting_timestamp_hints_at_it(typed: str) -> None:
+    assert "(did you mean 'starting_timestamp'?)" in str(refused({**BASE, typed: "1"}))
+
+
+def test_a_starting_time_round_trips_through_option_strings() -> None:
+    from kinesumer.spark.source import option_strings
+
+    options = parse_options({**BASE, "starting_timestamp": str(INSTANT_MS)})
+    again = parse_options(option_strings(options.config, list(options.streams)))
+    assert again.config.initial_position == INSTANT
 
 
 @pytest.mark.parametrize(

@@ -21,14 +21,19 @@ from typing import Any, TypeVar
 from ....aws import AwsClients, RequestStats
 from ....config import Config
 from ....kinesis import KinesisReader
+from ....kinesis.reader import arrived_since
 from ....models import ClientInfo
 from ....statestore.dynamodb import DynamoDBStateStore
 from ..ledger import Ledger, LedgerEntry
-from ..offsets import Start
+from ..offsets import Start, ms_datetime
 from ..outage import ride_out
 from .pins import LatestPins
 
 T = TypeVar("T")
+
+#: Answers a probe from an instant reads past records that arrived before it (a scan from the
+#: oldest record, where that costs no more than AT_TIMESTAMP) before it lets a batch look on.
+PROBE_SCAN_CALLS = 20
 
 
 class DriverIO:
@@ -134,19 +139,33 @@ class DriverIO:
     async def _probe(self, key: tuple[str, str], start: Start) -> bool:
         stream, shard_id = key
         reader = self._reader
-        iterator = await reader.shard_iterator(stream, shard_id, start.after, start.initial)  # type: ignore[arg-type]
+        iterator, since = await start.open(reader, stream, shard_id, start.after)
         # An iterator AT the start's sequence number returns that record first (skipped as
         # already read). A drained closed shard may need a further empty answer before it
         # says SHARD_END (kinesalite does), and it must be read to its end once more so that
-        # its children follow: up to three calls.
+        # its children follow: up to three calls. From an instant, records that arrived
+        # before it are passed over (a scan from the oldest, see Start.open) without counting
+        # against those three, up to PROBE_SCAN_CALLS answers.
         skip = start.after
-        for _ in range(3):
-            batch = await reader.get_records(stream, shard_id, iterator, 2, skip)
-            if batch.records or batch.millis_behind or batch.next_iterator is None:
+        empty = scans = 0
+        while empty < 3 and scans < PROBE_SCAN_CALLS:
+            limit = 2 if since is None else self._config.scan_limit
+            batch = await reader.get_records(stream, shard_id, iterator, limit, skip)
+            records = batch.records
+            if since is not None and records:
+                records, reached = arrived_since(records, ms_datetime(since))
+                since = None if reached else since
+            if records or batch.next_iterator is None:
                 return True
+            if batch.raw_count and since is not None:
+                scans += 1  # all before the instant: look further
+            elif batch.millis_behind:
+                return True
+            else:
+                empty += 1
             iterator, skip = batch.next_iterator, None
             await asyncio.sleep(self._config.scan_interval)
-        return False
+        return scans >= PROBE_SCAN_CALLS  # still scanning: let a batch read on
 
     def close(self) -> None:
         if self._closed:

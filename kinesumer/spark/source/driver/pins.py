@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from ....statestore.spark import SparkSourceStore
-from ..offsets import Start
+from ..offsets import Start, epoch_ms
 
 Key = tuple[str, str]
 
@@ -74,9 +75,19 @@ def pinned(start: Start, pin_ms: int, handed_over_ms: int | None = None) -> Star
     return Start(at_timestamp_ms=at, lease=start.lease)
 
 
-def initial_start(start: Any, lease: int) -> Start:
+def initial_start(start: Any, lease: int, initial_position: Any = None) -> Start:
     """A shard's start when it has no checkpoint: the member's start position for it
-    (``Config.initial_position``, or TRIM_HORIZON for a child of a reshard)."""
+    (``Config.initial_position``, or TRIM_HORIZON for a child of a reshard).
+
+    With a starting instant (``initial_position`` a datetime: options ``starting_timestamp``,
+    or a timestamp under ``initial_position`` or another connector's name), every shard starts
+    there, children too: a child born after the instant holds only records after it (the
+    instant is its beginning), and one born before it (its parents closed before the instant)
+    would otherwise give the records between its birth and the instant. A parent closed before
+    the instant is read past its end from there (nothing to read) and finished, so its
+    children follow as usual."""
+    if isinstance(initial_position, datetime):
+        start = initial_position
     if isinstance(start, str):
         return Start(at=start, lease=lease)
-    return Start(at_timestamp_ms=int(start.timestamp() * 1000), lease=lease)
+    return Start(at_timestamp_ms=epoch_ms(start), lease=lease)

@@ -294,7 +294,9 @@ class Planner:
             elif holder.position is not None:
                 starts[key] = Start(after=holder.position, lease=holder.lease)
             else:
-                initial = initial_start(holder.start, holder.lease)
+                initial = initial_start(
+                    holder.start, holder.lease, self.options.config.initial_position
+                )
                 recorded = holder.started_at_ms  # where the group's first LATEST read began
                 if recorded is None:
                     starts[key] = initial

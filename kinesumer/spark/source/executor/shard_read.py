@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -104,13 +105,10 @@ class ShardRangeReader:
         arrival = latest.value // 1000 if latest.is_valid else None  # microseconds -> ms
         return rows, self._entry_of(end, count, caught_up, shard_end, ahead.millis_behind, arrival)
 
-    async def _iterator(self, start: Start, after: Position | None) -> str:
-        return await self._reader.shard_iterator(
-            self._p.stream,
-            self._p.shard_id,
-            after,
-            start.initial,  # type: ignore[arg-type]
-        )
+    async def _iterator(self, start: Start, after: Position | None) -> tuple[str, int | None]:
+        """An iterator, and the instant before which leading records are skipped (see
+        :meth:`Start.open`)."""
+        return await start.open(self._reader, self._p.stream, self._p.shard_id, after)
 
     async def _records(
         self, deadline: float, wanted: Callable[[], int]
@@ -128,8 +126,9 @@ class ShardRangeReader:
         after = p.start.after
         iterator, self._start_iterator = self._start_iterator, None
         skip = last = after
+        since: int | None = None  # AT_TIMESTAMP: leading records before this are skipped
         if iterator is None:
-            iterator = await self._iterator(p.start, after)
+            iterator, since = await self._iterator(p.start, after)
         else:
             skip = None  # right after the start already: no resume record in the answer
         loop = asyncio.get_running_loop()
@@ -144,12 +143,18 @@ class ShardRangeReader:
                     p.stream, p.shard_id, iterator, self.asked, skip
                 )
             except IteratorExpired:
-                # Resume after the last record read (AT it, skipping through it).
-                iterator = await self._iterator(p.start, last)
+                # Resume after the last record read (AT it, skipping through it), or from the
+                # start again when none was (its instant skipped anew).
+                iterator, since = await self._iterator(p.start, last)
                 skip = last
                 continue
             if batch.raw_count:
                 skip = None  # the resume point has been passed
+            if since is not None and batch.raw_count:
+                kept, reached = batch.records.arrived_since(since)
+                if reached:
+                    since = None
+                batch = dataclasses.replace(batch, records=kept)
             if len(batch.records):
                 last = batch.records.position(-1)
             yield batch
