@@ -220,6 +220,12 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def check_endpoint(field: str, value: Any, allow_insecure: bool) -> None:
+    """:class:`Config`'s rule for an endpoint, for one outside it (the lag service's
+    CloudWatch endpoint): raises :class:`~kinesumer.errors.ConfigError` naming ``field``."""
+    _check_endpoint(field, value, allow_insecure)
+
+
 def _check_endpoint(field: str, value: Any, allow_insecure: bool) -> None:
     """An endpoint is an https:// URL, or an http:// URL on this machine (a local stand-in):
     plain HTTP anywhere else exposes every request to the network, and an STS endpoint's

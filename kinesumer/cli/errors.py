@@ -50,6 +50,8 @@ _OPTION_OF_FIELD = {
     "to_time": "--to-time",
     "by": "--by-duration",
     "to": "--to",
+    "namespace": "--cloudwatch-namespace",
+    "endpoint": "--cloudwatch-endpoint",
 }
 
 

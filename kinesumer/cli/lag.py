@@ -29,7 +29,12 @@ SERVE_DEFAULTS = {"host": DEFAULT_HOST, "port": DEFAULT_PORT, "interval": DEFAUL
 def lag_command(args: argparse.Namespace) -> int:
     """``kinesumer lag``: one probe, printed as text or one JSON document; with ``--serve``, a
     service (:mod:`.lag_serve`)."""
-    given = [f"--{name}" for name in SERVE_DEFAULTS if getattr(args, name, None) is not None]
+    serve_only = [*SERVE_DEFAULTS, "cloudwatch_namespace", "cloudwatch_endpoint"]
+    given = [
+        "--" + name.replace("_", "-")
+        for name in serve_only
+        if getattr(args, name, None) is not None
+    ]
     if args.serve:
         if args.json:
             raise CliError("--json prints one probe; --serve serves /lag.json", EXIT_USAGE)

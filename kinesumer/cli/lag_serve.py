@@ -58,8 +58,9 @@ from ..models import ClientInfo
 from ..signals import stop_on_signals
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..statestore.group_view import open_table
-from .errors import EXIT_OK
+from .errors import EXIT_OK, EXIT_USAGE, CliError
 from .lag_board import LagBoard, MemberRow, Snapshot
+from .lag_cloudwatch import CloudWatchPublisher
 from .lag_metrics import CONTENT_TYPE, lag_registry, render_metrics
 from .options import group_config
 
@@ -121,8 +122,19 @@ def serve_command(args: argparse.Namespace) -> int:
     config = group_config(args)
     board = LagBoard(config.app, config.dynamodb_table, interval=args.interval)
     registry = lag_registry(board)  # fails here, before binding, without prometheus_client
+    listeners: list[Callable[[Snapshot], None]] = []
+    namespace = getattr(args, "cloudwatch_namespace", None)
+    endpoint = getattr(args, "cloudwatch_endpoint", None)
+    if namespace is not None:
+        publisher = CloudWatchPublisher(namespace, config, endpoint=endpoint)
+        registry.register(publisher)
+        listeners.append(publisher)
+    elif endpoint is not None:
+        raise CliError("--cloudwatch-endpoint only with --cloudwatch-namespace", EXIT_USAGE)
     server = LagServer((args.host, args.port), board, registry)
-    loop = ProbeLoop(board, GroupProbe(config, args.stream or ()), args.interval)
+    loop = ProbeLoop(
+        board, GroupProbe(config, args.stream or ()), args.interval, listeners=listeners
+    )
     stop = threading.Event()
     host, port = str(server.server_address[0]), int(server.server_address[1])
     where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -236,7 +248,12 @@ class ProbeLoop:
     """Runs ``probe`` every ``interval`` seconds (start to start; at once again after a probe
     that took longer) in a thread of its own with its own event loop, and posts each result on
     ``board``. A failure (any exception, or a probe past :data:`PROBE_TIMEOUT`) is posted as
-    one line and the loop goes on. :meth:`stop` cancels the probe in flight."""
+    one line and the loop goes on. :meth:`stop` cancels the probe in flight.
+
+    ``listeners``: called with each good probe's :class:`~.lag_board.Snapshot` after the board
+    has it, in a worker thread, one after the other (the hook behind ``--cloudwatch-namespace``,
+    :class:`~.lag_cloudwatch.CloudWatchPublisher`). One that raises is logged, never stops the
+    loop; a slow one delays the next probe, so keep them bounded."""
 
     def __init__(
         self,
@@ -245,9 +262,11 @@ class ProbeLoop:
         interval: float,
         *,
         clock: Callable[[], float] = time.time,
+        listeners: Sequence[Callable[[Snapshot], None]] = (),
     ) -> None:
         self.board = board
         self.interval = interval
+        self.listeners = tuple(listeners)
         self.timeout = max(PROBE_TIMEOUT, 3 * interval)
         self._probe = probe
         self._clock = clock
@@ -310,6 +329,11 @@ class ProbeLoop:
             self._failed(f"{type(exc).__name__}: {exc}", at_ms)
         else:
             self.board.succeeded(snapshot)
+            for listener in self.listeners:
+                try:
+                    await asyncio.to_thread(listener, snapshot)
+                except Exception:  # a listener's failure is its own: the loop goes on
+                    log.exception("a lag listener failed on a probe")
 
     def _failed(self, error: str, at_ms: int) -> None:
         line = " ".join(error.split())[:500]

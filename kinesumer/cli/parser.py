@@ -238,6 +238,15 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser], share
         metavar="SECONDS",
         help="seconds between probes (default 10: about 6 GetRecords per shard a minute)",
     )
+    serve.add_argument(
+        "--cloudwatch-namespace",
+        metavar="NS",
+        help="also publish the group's and each stream's lag (MaxMillisBehind, Milliseconds; "
+        "dimensions App, Stream) to CloudWatch after each good probe (cloudwatch:PutMetricData)",
+    )
+    serve.add_argument(
+        "--cloudwatch-endpoint", metavar="URL", help="CloudWatch endpoint (local work)"
+    )
     lag.set_defaults(handler=deferred(".lag", "lag_command"))
 
 

@@ -9,11 +9,14 @@ documents, or a fresh browser's DOM until it shows what the server already holds
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from support.browser import Node, chromium, look_until
+from support.browser import Node, chromium, look_until, screenshot
 from support.cli import Running
 from support.group import create_stream, kinesis, make_config, put, setup_table
 from support.lag_service import LagService, checkpoint, heartbeat_ahead
@@ -23,6 +26,26 @@ from support.wait import wait_until
 Names = Callable[[str], str]
 
 HOSTILE = "<img src=x onerror=alert(1)>"
+
+#: The README's picture of the page, taken by the chart's test below when
+#: ``KINESUMER_UPDATE_SCREENSHOT=1``; otherwise the test takes it into its tmp_path, so a plain
+#: run never rewrites a tracked file.
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "lag-page.png"
+SCREENSHOT_SIZE = (1200, 800)
+
+
+def screenshot_path(tmp_path: Path) -> Path:
+    if os.environ.get("KINESUMER_UPDATE_SCREENSHOT") == "1":
+        return SCREENSHOT
+    return tmp_path / SCREENSHOT.name
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[12:16] == b"IHDR", head
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
 
 
 def rendered(dom: Node) -> bool:
@@ -113,11 +136,12 @@ def test_the_page_shows_names_from_the_table_as_text_and_runs_nothing(
 
 
 def test_the_chart_rises_while_nobody_reads_and_falls_when_a_member_drains(
-    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name: Names
+    kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name: Names, tmp_path: Path
 ) -> None:
     """A member reads the stream (lag 0) and stops; records arrive with nobody reading (each
     probe finds them older: the line rises); a second member drains them (it falls to 0). The
-    members table shows who is live at each look."""
+    members table shows who is live at each look. Then, with member-b running, a screenshot of
+    the page (the README's, with ``KINESUMER_UPDATE_SCREENSHOT=1``)."""
     chromium()
     app, table, stream = unique_name("app"), unique_name("state"), unique_name("chart")
     config = make_config(kinesalite.url, dynalite.url, app, table)
@@ -174,6 +198,7 @@ def test_the_chart_rises_while_nobody_reads_and_falls_when_a_member_drains(
             60,
             "the chart to rise and fall",
         )
+        picture = screenshot(service.url + "/", screenshot_path(tmp_path), SCREENSHOT_SIZE)
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0, second.errors
     finally:
@@ -191,3 +216,5 @@ def test_the_chart_rises_while_nobody_reads_and_falls_when_a_member_drains(
     assert [row[:3] for row in cells(dom, "members")] == [["member-b", "live", "leader"]]
     assert {row[2] for row in cells(dom, "shards")} == {"member-b"}
     assert [row[4] for row in cells(dom, "shards")] == ["0 ms", "0 ms"]
+    assert png_size(picture) == SCREENSHOT_SIZE
+    assert picture.stat().st_size > 10_000  # a page drawn, not a blank window

@@ -89,3 +89,130 @@ def test_the_scaled_object_reads_what_the_lag_service_serves(
     assert isinstance(value, (int, float)) and value == 42.0
     assert 0 < float(meta["activationTargetValue"]) <= float(meta["targetValue"])
     assert spec["maxReplicaCount"] >= 1
+
+
+# KEDA's own schema for a ScaledObject: the CRD file of kedacore/keda, vendored with its source
+# and commit in its header. Validated offline with jsonschema, as the API server would with
+# `kubectl apply --validate=strict` (unknown fields refused, not pruned).
+KEDA_CRD = Path(__file__).resolve().parent / "schemas" / "keda.sh_scaledobjects.yaml"
+
+# The metrics-api scaler's metadata keys: the `keda:"name=..."` tags of metricsAPIScalerMetadata
+# in pkg/scalers/metrics_api_scaler.go at the vendored CRD's commit, the keys KEDA's documentation
+# lists (https://keda.sh/docs/2.20/scalers/metrics-api/), and authMode (its authentication).
+METRICS_API_KEYS = {
+    "url",
+    "format",
+    "valueLocation",
+    "targetValue",
+    "activationTargetValue",
+    "unsafeSsl",
+    "aggregateFromKubeServiceEndpoints",
+    "aggregationType",
+    "timeout",
+    "authMode",
+}
+METRICS_API_REQUIRED = {"url", "valueLocation"}
+METRICS_API_FORMATS = {"json", "xml", "yaml", "prometheus"}
+
+# The CEL rules (x-kubernetes-validations) of the vendored schema, which jsonschema cannot run:
+# each is checked below in Python. A new rule in an updated CRD fails the test until it is.
+KNOWN_CEL_RULES = {
+    "!has(self.minReplicaCount) || self.minReplicaCount <= (has(self.maxReplicaCount)"
+    " ? self.maxReplicaCount : 100)",
+}
+
+
+def keda_schema() -> dict[str, Any]:
+    """The served version's openAPIV3Schema, as JSON Schema: Kubernetes' extensions translated."""
+    crd = yaml.safe_load(KEDA_CRD.read_text())
+    assert (
+        crd["kind"] == "CustomResourceDefinition" and crd["spec"]["names"]["kind"] == "ScaledObject"
+    )
+    (version,) = [v for v in crd["spec"]["versions"] if v["served"] and v["storage"]]
+    assert version["name"] == "v1alpha1"
+    return dict(structural(version["schema"]["openAPIV3Schema"]))
+
+
+def structural(node: Any) -> Any:
+    """Kubernetes' structural schema -> JSON Schema. x-kubernetes-int-or-string: an integer or a
+    string. x-kubernetes-preserve-unknown-fields: any field. Otherwise an object with properties
+    refuses others (strict validation). The other x-kubernetes-* keys (list types, CEL rules) are
+    dropped: the CEL rules are checked apart."""
+    if isinstance(node, list):
+        return [structural(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: structural(value) for key, value in node.items() if not key.startswith("x-kubernetes-")
+    }
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if (
+        "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def cel_rules(node: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, list):
+        for item in node:
+            found |= cel_rules(item)
+    elif isinstance(node, dict):
+        for rule in node.get("x-kubernetes-validations", []):
+            found.add(" ".join(rule["rule"].split()))
+        for value in node.values():
+            found |= cel_rules(value)
+    return found
+
+
+def keda_errors(document: dict[str, Any]) -> list[str]:
+    """What KEDA's schema (and its CEL rule) says against a ScaledObject, [] when it is valid."""
+    import jsonschema
+
+    schema = keda_schema()
+    jsonschema.Draft7Validator.check_schema(schema)
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
+    spec = document.get("spec", {})
+    if "minReplicaCount" in spec and spec["minReplicaCount"] > spec.get("maxReplicaCount", 100):
+        errors.append("spec: minReplicaCount must be less than or equal to maxReplicaCount")
+    return errors
+
+
+def test_the_scaled_object_is_valid_against_kedas_own_schema() -> None:
+    crd = yaml.safe_load(KEDA_CRD.read_text())
+    assert cel_rules(crd) == KNOWN_CEL_RULES
+    scaled = documents()[("ScaledObject", "orders-etl-members")]
+    assert keda_errors(scaled) == []
+
+    # The check has teeth: a misspelt field, a wrong type, a missing trigger type, a bad range.
+    broken = yaml.safe_load(yaml.safe_dump(scaled))
+    broken["spec"]["minReplicaCounts"] = 0
+    broken["spec"]["pollingInterval"] = "30"
+    del broken["spec"]["triggers"][0]["type"]
+    broken["spec"]["minReplicaCount"] = 5
+    errors = "\n".join(keda_errors(broken))
+    assert "'minReplicaCounts' was unexpected" in errors
+    assert "pollingInterval: '30' is not of type 'integer'" in errors
+    assert "'type' is a required property" in errors
+    assert "minReplicaCount must be less than or equal to maxReplicaCount" in errors
+
+
+def test_the_metrics_api_trigger_uses_the_scalers_documented_keys() -> None:
+    scaled = documents()[("ScaledObject", "orders-etl-members")]
+    (trigger,) = scaled["spec"]["triggers"]
+    meta = trigger["metadata"]
+    assert set(meta) <= METRICS_API_KEYS, set(meta) - METRICS_API_KEYS
+    assert set(meta) >= METRICS_API_REQUIRED
+    assert meta.get("format", "json") in METRICS_API_FORMATS
+    # Trigger metadata is map[string]string in the CRD: numbers are quoted, and parse as floats.
+    for key in ("targetValue", "activationTargetValue"):
+        assert isinstance(meta[key], str) and float(meta[key]) >= 0

@@ -22,6 +22,7 @@ CLIENT_NAMES = {
     "dynamodb": "dynamodb",  # statestore/dynamodb/table.py: StateTable.dynamodb
     "_sts": "sts",
     "sts": "sts",
+    "cloudwatch": "cloudwatch",  # cli/lag_cloudwatch.py: the lag service's PutMetricData
 }
 # Transport methods whose name is not the operation's.
 TRANSPORT_OPERATIONS = {"get_epoch_records": "get_records"}

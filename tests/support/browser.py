@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
-__all__ = ["Node", "chromium", "dump_dom", "look_until", "parse_dom"]
+__all__ = ["Node", "chromium", "dump_dom", "look_until", "parse_dom", "screenshot"]
 
 #: Virtual milliseconds the page runs before the dump: its first fetch and render, and a poll
 #: or two after it.
@@ -47,9 +48,9 @@ def chromium() -> str:
     return path
 
 
-def dump_dom(url: str, budget_ms: int = BUDGET_MS) -> str:
-    """The DOM of ``url`` as serialised after ``budget_ms`` of virtual time, by a new headless
-    browser with a profile of its own (``--no-sandbox``: the suite may run as root)."""
+def _run(url: str, budget_ms: int, *action: str) -> subprocess.CompletedProcess[bytes]:
+    """A new headless browser with a profile of its own (``--no-sandbox``: the suite may run as
+    root) loads ``url``, runs ``budget_ms`` of virtual time, then does ``action``."""
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
         done = subprocess.run(
             [
@@ -60,20 +61,46 @@ def dump_dom(url: str, budget_ms: int = BUDGET_MS) -> str:
                 "--disable-dev-shm-usage",
                 "--no-first-run",
                 "--disable-extensions",
+                "--hide-scrollbars",
                 f"--user-data-dir={profile}",
                 f"--virtual-time-budget={budget_ms}",
-                "--dump-dom",
+                *action,
                 url,
             ],
             capture_output=True,
             timeout=RUN_TIMEOUT,
             check=False,
         )
-    if done.returncode != 0 or not done.stdout:
+    if done.returncode != 0:
         raise AssertionError(
             f"chromium exited {done.returncode} for {url}: {done.stderr.decode()[-2000:]}"
         )
+    return done
+
+
+def dump_dom(url: str, budget_ms: int = BUDGET_MS) -> str:
+    """The DOM of ``url`` as serialised after ``budget_ms`` of virtual time."""
+    done = _run(url, budget_ms, "--dump-dom")
+    if not done.stdout:
+        raise AssertionError(f"chromium dumped nothing for {url}: {done.stderr.decode()[-2000:]}")
     return done.stdout.decode()
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def screenshot(
+    url: str, path: Path, size: tuple[int, int] = (1200, 800), budget_ms: int = BUDGET_MS
+) -> Path:
+    """A PNG of ``url`` at ``size`` (width, height) after ``budget_ms`` of virtual time, written
+    to ``path`` (replaced); fails unless the browser wrote a PNG there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    width, height = size
+    done = _run(url, budget_ms, f"--screenshot={path}", f"--window-size={width},{height}")
+    if not path.is_file() or not path.read_bytes().startswith(PNG_SIGNATURE):
+        raise AssertionError(f"chromium wrote no PNG at {path}: {done.stderr.decode()[-2000:]}")
+    return path
 
 
 @dataclass
