@@ -247,18 +247,25 @@ async def test_checkpoints_set_judges_an_owner_by_the_groups_client_timeout(
         await eventually(lambda: len(member.owned()) == 2, timeout=30, what="m-slow holds both")
         # Catch a heartbeat as it lands (its "beat" counter moves), then ask 3.1 s later: the
         # owner is then past the command's own 3 s and still ~0.9 s from its next heartbeat.
-        # (A fixed sleep of 3.5 s after joining left it under 3 s silent in most runs.)
+        # (A fixed sleep of 3.5 s after joining left it under 3 s silent in most runs.) On a
+        # busy machine a landing is seen late, and the next one can land within the 3.1 s: then
+        # the window is missed, and the next landing starts another try.
         beat = await beat_of(group, "m-slow")
-        for _ in range(1000):  # 20 s at most: it heartbeats every 4 s
-            landed = await beat_of(group, "m-slow")
-            if landed != beat:
+        for _attempt in range(8):
+            for _ in range(1000):  # 20 s at most: it heartbeats every 4 s
+                landed = await beat_of(group, "m-slow")
+                if landed != beat:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("m-slow did not heartbeat in 20 s")
+            seen = time.monotonic()
+            await asyncio.sleep(3.1)
+            beat = await beat_of(group, "m-slow")
+            if beat == landed:  # no heartbeat since: 3 s silent
                 break
-            await asyncio.sleep(0.02)
         else:
-            raise AssertionError("m-slow did not heartbeat in 20 s")
-        seen = time.monotonic()
-        await asyncio.sleep(3.1)
-        assert await beat_of(group, "m-slow") == landed  # no heartbeat since: 3 s silent
+            raise AssertionError("every try saw a heartbeat within 3.1 s of the one before")
         where = [
             "--app", config.app, "--table", config.dynamodb_table, "--region", "us-east-1",
             "--dynamodb-endpoint", config.dynamodb_endpoint,
