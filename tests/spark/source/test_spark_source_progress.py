@@ -49,4 +49,7 @@ def test_the_batch_read_last_is_reported_with_its_ends_and_lag(
     assert {name: s["end"] for name, s in read["shards"].items() if s["end"]} == ends
     assert all(s["millis_behind"] is not None for s in read["shards"].values())
     assert read["max_millis_behind"] == max(s["millis_behind"] for s in read["shards"].values())
+    lags = [s["millis_behind"] for s in read["shards"].values()]
+    assert read["maxMsBehindLatest"] == max(lags) and read["minMsBehindLatest"] == min(lags)
+    assert read["avgMsBehindLatest"] == round(sum(lags) / len(lags), 1)
     assert "batch 1 read: 30 records" in caplog.text

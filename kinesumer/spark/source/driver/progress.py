@@ -42,6 +42,11 @@ def read_report(batch: int, ends: dict[Key, LedgerEntry]) -> dict[str, Any]:
         "batch": batch,
         "records": sum(e.count for e in ends.values()),
         "max_millis_behind": max(behind) if behind else None,
+        # Databricks' Kinesis source's names for the same figures (its `metrics`; a Python
+        # source has none, so they are here), for dashboards and alerts written for it.
+        "avgMsBehindLatest": round(sum(behind) / len(behind), 1) if behind else None,
+        "maxMsBehindLatest": max(behind) if behind else None,
+        "minMsBehindLatest": min(behind) if behind else None,
         "shards": {
             shard_name(*key): {
                 "end": None if e.end is None else e.end.sequence_number,
