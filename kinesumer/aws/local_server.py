@@ -205,8 +205,11 @@ class LocalAWS:
             raise LocalAWSError(
                 "the local AWS needs moto's server: pip install 'kinesumer[testing]'"
             ) from exc
+        from .moto_dynamodb import serialize_dynamodb_requests
+
         # werkzeug logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        serialize_dynamodb_requests()  # conditional writes atomic, as DynamoDB's are
         app = SignedOnly(
             DomainDispatcherApplication(create_backend_app),
             self.access_key,

@@ -309,8 +309,10 @@ class ProbeLoop:
             await self._probe.aclose()
 
     async def probe_once(self) -> None:
-        """One probe, posted on the board; returns early, posting nothing, when stopped."""
-        assert self._wake is not None
+        """One probe, posted on the board; returns early, posting nothing, when stopped. Runs
+        on the probe thread's loop, or on a caller's own (a test's) outside :meth:`start`."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
         at_ms = int(self._clock() * 1000)
         task = asyncio.ensure_future(asyncio.wait_for(self._probe(), self.timeout))
         woken = asyncio.ensure_future(self._wake.wait())

@@ -47,6 +47,11 @@ class BroadcastCheckpointer(Checkpointer):
         self._positions = positions
         self._session = session
 
+    async def check_leases(self, leases: list[Lease[ReadProgress]]) -> None:
+        """Nothing to check: a broadcast member's shards have no group checkpoint items, no
+        lease another member or an operator's move could take (its positions are its own
+        session's items), so an idle shard is never moved under it."""
+
     async def write(
         self, lease: Lease[ReadProgress], *, finished: bool = False, release: bool = False
     ) -> bool:

@@ -113,7 +113,6 @@ def test_a_failing_publish_is_logged_and_counted_and_the_probes_go_on(
     loop = ProbeLoop(board, Probe(), 1, listeners=[publisher, broken])
 
     async def twice() -> None:
-        loop._wake = asyncio.Event()
         await loop.probe_once()
         await loop.probe_once()
 

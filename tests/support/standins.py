@@ -533,8 +533,13 @@ def start_moto(*, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT) -> MotoStand
     """
     from moto.server import ThreadedMotoServer
 
+    from kinesumer.aws.moto_dynamodb import serialize_dynamodb_requests
+
     # werkzeug logs every request at INFO and ignores verbose=False.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # One DynamoDB request at a time: moto's conditional writes are atomic only so, as
+    # DynamoDB's are (concurrent claims of one shard had several winners on a busy machine).
+    serialize_dynamodb_requests()
     server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
     starter = threading.Thread(target=server.start, name="moto-starter", daemon=True)
     starter.start()
