@@ -158,3 +158,41 @@ async def test_a_plain_write_meeting_a_sink_transaction_is_tried_again() -> None
 
     assert await call_with_retry("dynamodb.UpdateItem", write, RequestStats()) == "written"
     assert calls == 2
+
+
+async def test_a_transaction_whose_answer_was_lost_is_committed_once(
+    kinesalite: Any,
+    moto_url: str,
+    fault_proxy: Callable[[str], Any],
+    unique_name: Callable[[str], str],
+) -> None:
+    """TransactWriteItems lands but its answer is lost (moto behind the fault proxy, which
+    forwards the request and resets the connection): the library's retry sends it again with the
+    same ClientRequestToken, and the writes apply once, as DynamoDB's idempotency makes them
+    (moto ignored the token and applied the transaction twice: a record counted 2)."""
+    from support.faultproxy import Fault
+    from support.group import make_config, setup_table
+    from support.sinks import SHARDS, sink_table
+
+    proxy = fault_proxy(moto_url)
+    config = make_config(kinesalite.url, proxy.url, unique_name("app"), unique_name("state"))
+    setup_table(config)
+    stream, table = unique_name("s"), unique_name("sink")
+    create_stream(kinesalite.url, stream, SHARDS)
+    sink_table(moto_url, table)
+    put(kinesalite.url, stream, 0, 20)
+    rule = proxy.add_rule(
+        Fault.lost_response(), service="dynamodb", operation="TransactWriteItems", count=2
+    )
+    member = SinkMember(config, stream, DynamoDBTransactions(), recorder(table)).start()
+    try:
+        await eventually(
+            lambda: member.check() or len(counts(moto_url, table)) >= 20, 60, "20 records"
+        )
+        await eventually(lambda: member.check() or member.committed >= 20, 30, "every commit")
+        assert rule.fired == 2
+        found = counts(moto_url, table)
+        assert sorted(found, key=int) == [str(i) for i in range(20)]
+        assert {d: n for d, n in found.items() if n != 1} == {}, "records committed twice"
+    finally:
+        await member.close()
