@@ -264,6 +264,15 @@ class ReadElsewhereMember(GroupMember[BatchProgress]):
         if lease is not None:
             lease.progress.end_batch()
 
+    async def abandon_all(self) -> int:
+        ended = 0
+        for key in sorted(self._begun):
+            for lease in self._begun.pop(key):
+                ended += 1
+                if lease is not None:
+                    lease.progress.end_batch()
+        return ended
+
 
 class ExternalReadMember:
     """A member of ``config.app``'s group that reads nothing itself. Thread-safe, blocking."""
@@ -340,6 +349,16 @@ class ExternalReadMember:
             self._loop.run(self._member.abandon((key[0], key[1])))
         except ConsumerClosedError:
             return
+
+    def abandon_all(self) -> int:
+        """Ends every begin() not completed or abandoned yet, without writing (those batches
+        will be replayed elsewhere); how many. Before a close that must not wait for batches
+        that will never complete, including one whose begin() the caller never saw return (its
+        wait was cut short by a signal: the begin still ran)."""
+        try:
+            return self._loop.run(self._member.abandon_all())
+        except ConsumerClosedError:
+            return 0
 
     def stats(self) -> ConsumerStats:
         return self._member.snapshot()

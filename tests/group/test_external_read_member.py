@@ -318,3 +318,34 @@ def test_two_threads_closing_at_once_both_return_and_the_shard_is_released(
     assert checkpoints(config, stream)[shard.shard_id].owner is None
     assert not member.complete(shard.key, None)  # after close: refused, no hang
     assert member.stats().state == "closed"
+
+
+def test_abandon_all_ends_every_begin_so_close_hands_off_at_once(env: dict[str, Any]) -> None:
+    """Begins never completed (a caller cut short) would hold close() for handoff_timeout:
+    abandon_all() ends them all without writing, and the shards are released unmoved."""
+    config, stream, url = env["config"], env["stream"], env["url"]
+    config = make_config(
+        config.kinesis_endpoint,
+        config.dynamodb_endpoint,
+        config.app,
+        config.dynamodb_table,
+        handoff_timeout=300.0,
+    )
+    create_stream(url, stream, 2)
+    put(url, stream, 0, 10)
+    member = ExternalReadMember(config)
+    member.start([stream])
+    wait_until(lambda: len(member.owned()) == 2, what="both shards")
+    first, second = (shard.key for shard in member.owned())
+    assert member.begin(first) and member.begin(first) and member.begin(second)
+    assert not member.begin((stream, "shardId-000000000099"))  # refused, yet it counts
+    assert member.abandon_all() == 4
+    assert member.abandon_all() == 0
+    closing = threading.Thread(target=member.close)
+    closing.start()
+    closing.join(60)  # far under handoff_timeout: nothing is waited for
+    assert not closing.is_alive()
+    written = checkpoints(config, stream)
+    assert all(written[key[1]].owner is None for key in (first, second))
+    assert all(written[key[1]].sequence_number is None for key in (first, second))
+    assert member.abandon_all() == 0  # closed: nothing to end

@@ -123,6 +123,13 @@ class SoloMember:
         self.calls.append(("abandon", key))
         self.begun[key] -= 1
 
+    def abandon_all(self) -> int:
+        ended = sum(self.begun.values())
+        for key, count in sorted(self.begun.items()):
+            self.calls.extend([("abandon", key)] * count)
+        self.begun = {key: 0 for key in self.begun}
+        return ended
+
     def stats(self) -> FakeStats:
         self.ticks += 1
         return FakeStats(self.client_id, False, self.ticks)

@@ -145,15 +145,18 @@ class Planner:
         """Leave the group gracefully: the batches Spark committed were settled at their
         commit (checkpoints written); those planned but not committed are abandoned first, or
         the leave would wait ``handoff_timeout`` for them (Spark replays them at the next start,
-        from the ledger). Then every shard is released at once and the member deregisters."""
+        from the ledger). Then every shard is released at once and the member deregisters.
+
+        Every begin the member holds is abandoned, not only the batches recorded as planned: a
+        SIGTERM (``query.stop()`` ends the source worker so) can cut ``latestOffset`` short
+        after a shard's begin ran and before its batch was recorded, and that shard's handoff
+        would wait ``handoff_timeout`` for a batch nobody will complete."""
         member, io = self._member, self._io
         self._member = self._io = None
         self._query = None
         try:
             if member is not None:
-                for batch in sorted(self.settlement.begun):
-                    for key in sorted(self.settlement.begun[batch]):
-                        member.abandon(key)
+                member.abandon_all()
                 self.settlement.begun.clear()
                 member.close()
         finally:
