@@ -57,6 +57,10 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
 
+    # moto's DynamoDB made atomic and idempotent as DynamoDB is (conditional writes, tokens).
+    from kinesumer.aws.moto_dynamodb import serialize_dynamodb_requests
+
+    serialize_dynamodb_requests()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()

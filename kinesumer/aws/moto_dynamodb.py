@@ -16,8 +16,8 @@
 
 The local AWS kinesumer starts (:mod:`kinesumer.aws.local_server`: the demo,
 ``kinesumer local-aws``, the testing plugin) applies both, by patching moto's DynamoDB request
-handler class once per process; a process that imports moto to mock DynamoDB in-process gets the
-same behaviour, which only makes moto closer to DynamoDB.
+handler class once per process. Any process that calls :func:`serialize_dynamodb_requests`
+(an application's own tests serving moto, say) gets the same; moto elsewhere is left as it is.
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ import hashlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 _LOCK = threading.RLock()
 _MARK = "_kinesumer_serialized"
 #: How long DynamoDB remembers a transaction's ClientRequestToken after it succeeded.
 TOKEN_WINDOW_S = 600.0
-#: (account, region, token) -> (digest of the request's items, monotonic time it succeeded).
-_TOKENS: dict[tuple[str, str, str], tuple[str, float]] = {}
+#: (account, region, token) -> (digest of the request, monotonic time it succeeded), oldest
+#: first.
+_TOKENS: OrderedDict[tuple[str, str, str], tuple[str, float]] = OrderedDict()
 
 
 def serialize_dynamodb_requests() -> None:
@@ -58,12 +60,11 @@ def serialize_dynamodb_requests() -> None:
             if not token:
                 return transact(self)
             key = (str(self.current_account), str(self.region), str(token))
-            digest = hashlib.sha256(
-                json.dumps(self.body.get("TransactItems"), sort_keys=True).encode()
-            ).hexdigest()
+            request = {k: v for k, v in self.body.items() if k != "ClientRequestToken"}
+            digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
             now = time.monotonic()
-            for stale in [k for k, (_, at) in _TOKENS.items() if now - at > TOKEN_WINDOW_S]:
-                del _TOKENS[stale]
+            while _TOKENS and now - next(iter(_TOKENS.values()))[1] > TOKEN_WINDOW_S:
+                _TOKENS.popitem(last=False)
             seen = _TOKENS.get(key)
             if seen is not None:
                 if seen[0] != digest:

@@ -82,6 +82,7 @@ class Planner:
         self._member_group = ""  # the group ``_member`` joined
         self.last_read: dict[str, Any] | None = None  # the batch read last (:mod:`.progress`)
         self._handed_over: dict[Key, int] = {}  # LATEST reads begun by plain members (epoch ms)
+        self._confirmed: SourceOffset | None = None  # the last batch Spark said it committed
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _open(self, offset: SourceOffset) -> DriverIO:
@@ -147,19 +148,35 @@ class Planner:
         the leave would wait ``handoff_timeout`` for them (Spark replays them at the next start,
         from the ledger). Then every shard is released at once and the member deregisters.
 
-        Every begin the member holds is abandoned, not only the batches recorded as planned: a
-        SIGTERM (``query.stop()`` ends the source worker so) can cut ``latestOffset`` short
-        after a shard's begin ran and before its batch was recorded, and that shard's handoff
-        would wait ``handoff_timeout`` for a batch nobody will complete."""
-        member, io = self._member, self._io
-        self._member = self._io = None
-        self._query = None
+        A SIGTERM (``query.stop()`` ends the source worker so) can cut a call short: a settle
+        of a batch Spark committed is finished here (its remaining shards completed at their
+        ledger ends, as Spark committed them), and every other begin the member holds is
+        abandoned, not only the batches recorded as planned: one cut short after a shard's
+        begin ran and before its batch was recorded would hold that shard's handoff for
+        ``handoff_timeout``, for a batch nobody will complete."""
+        member, io, confirmed = self._member, self._io, self._confirmed
         try:
             if member is not None:
-                member.abandon_all()
-                self.settlement.begun.clear()
-                member.close()
+                try:
+                    if confirmed is not None and confirmed.batch in self.settlement.begun:
+                        try:
+                            self._settle(confirmed)
+                        except Exception as exc:  # the leave goes on; the ledger keeps the ends
+                            log.warning(
+                                "batch %d not settled at the leave (the next run adopts its "
+                                "ends from the ledger): %s", confirmed.batch, exc,
+                            )  # fmt: skip
+                finally:
+                    self._member = None
+                    self.settlement.begun.clear()
+                    try:
+                        member.abandon_all()
+                    finally:
+                        member.close()
         finally:
+            self._member = self._io = None
+            self._query = None
+            self._confirmed = None
             if io is not None:
                 io.close()
 
@@ -260,6 +277,7 @@ class Planner:
         if not offset.shards or offset.batch in self.settlement.settled:
             return
         assert self._member is not None
+        self._confirmed = offset
         self.settlement.settle(self._member, offset, self._ledger(offset))
 
     def _owned(self, member: Member, ends: dict[Key, LedgerEntry]) -> dict[Key, Owned]:

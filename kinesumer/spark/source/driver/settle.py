@@ -94,32 +94,43 @@ class Settlement:
         earlier run's ends to adopt, see the module docstring)."""
         if not offset.shards or offset.batch in self.settled:
             return
-        began = self.begun.pop(offset.batch, None)
+        began = self.begun.get(offset.batch)
         if began is None:
             for key in sorted(offset.shards):
                 entry = ends.get(key)
                 if entry is not None and (entry.end is not None or entry.shard_end):
                     self.keep(entry)
         else:
+            # Each shard leaves ``begun`` once its complete() returned: a settle cut short (a
+            # SIGTERM's SystemExit) leaves the rest for the leave to complete, not abandon.
             for key in sorted(began):
-                entry = ends.get(key)
-                if entry is None:
-                    member.abandon(key)
-                elif not member.complete(key, entry.end, finished=entry.shard_end):
-                    # Lost is all this side knows: the shard moved to another member, or this
-                    # query's heartbeats did not land in time (DynamoDB unreachable) and it let
-                    # the shard go before others could take it; the member's own "lost ..."
-                    # warning said which.
-                    log.warning(
-                        "%s/%s was no longer held when batch %d settled (see the 'lost' warning "
-                        "before this for why): its records are read again by the shard's next "
-                        "holder, from the last checkpoint",
-                        *key,
-                        offset.batch,
-                    )
-                    if entry.shard_end:
-                        self.keep(entry)  # finished when (if) it is held here again
+                self._settle_one(member, offset, key, ends)
+                began.discard(key)
+            del self.begun[offset.batch]
         self.settled.add(offset.batch)
+
+    def _settle_one(
+        self, member: Member, offset: SourceOffset, key: Key, ends: dict[Key, LedgerEntry]
+    ) -> None:
+        """Complete ``key``'s begin of the committed batch at its ledger end (abandon it
+        without one)."""
+        entry = ends.get(key)
+        if entry is None:
+            member.abandon(key)
+        elif not member.complete(key, entry.end, finished=entry.shard_end):
+            # Lost is all this side knows: the shard moved to another member, or this
+            # query's heartbeats did not land in time (DynamoDB unreachable) and it let
+            # the shard go before others could take it; the member's own "lost ..."
+            # warning said which.
+            log.warning(
+                "%s/%s was no longer held when batch %d settled (see the 'lost' warning "
+                "before this for why): its records are read again by the shard's next "
+                "holder, from the last checkpoint",
+                *key,
+                offset.batch,
+            )
+            if entry.shard_end:
+                self.keep(entry)  # finished when (if) it is held here again
 
     def keep(self, entry: LedgerEntry) -> None:
         """Keep ``entry`` to adopt (the latest batch's entry of a shard wins)."""
