@@ -14,19 +14,24 @@ from typing import Any, Literal, Union
 from urllib.parse import urlsplit
 
 from .errors import ConfigError, EnhancedFanOutNotInstalledError
+from .stream_refs import check_stream, is_dynamodb_stream
 
 InitialPosition = Union[Literal["LATEST", "TRIM_HORIZON"], datetime]  # noqa: UP007 (runtime alias, py3.10)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _TABLE = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
-_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _CONSUMER = re.compile(r"^[a-zA-Z0-9_.\-]{1,128}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 #: Every field naming a URL the library sends signed requests to.
-ENDPOINT_FIELDS = ("kinesis_endpoint", "dynamodb_endpoint", "sts_endpoint")
+ENDPOINT_FIELDS = (
+    "kinesis_endpoint",
+    "dynamodb_endpoint",
+    "sts_endpoint",
+    "dynamodb_streams_endpoint",
+)
 
 #: The service allows 5 GetRecords per second per shard: never poll faster.
 MIN_SCAN_INTERVAL = 0.2
@@ -87,6 +92,11 @@ class Config:
     tracer_provider: Any = field(default=None, repr=False, compare=False)
     #: The engine's metrics go to this OpenTelemetry MeterProvider instead of Prometheus.
     meter_provider: Any = field(default=None, repr=False, compare=False)
+    #: Where DynamoDB streams (stream ARNs given as streams) are read. None: at
+    #: ``dynamodb_endpoint`` when it is set (moto and DynamoDB Local serve both there), else at
+    #: AWS's DynamoDB Streams endpoint of the ARN's region. Last, so that every field before it
+    #: keeps its position.
+    dynamodb_streams_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -162,6 +172,12 @@ class Config:
     def effective_dynamodb_region(self) -> str | None:
         return self.dynamodb_region or self.region
 
+    @property
+    def effective_dynamodb_streams_endpoint(self) -> str | None:
+        """Where DynamoDB streams are read: ``dynamodb_streams_endpoint``, else
+        ``dynamodb_endpoint`` (a local stand-in serves both), else None (AWS's, by region)."""
+        return self.dynamodb_streams_endpoint or self.dynamodb_endpoint
+
     def replace(self, **changes: Any) -> Config:
         """A copy with some fields changed (validated again)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -197,9 +213,28 @@ def check_streams(streams: Any) -> tuple[str, ...]:
     if not names:
         raise ConfigError("streams", "must name at least one stream")
     for name in names:
-        if not isinstance(name, str) or not _STREAM.match(name):
-            raise ConfigError("streams", f"{name!r} is not a valid Kinesis stream name")
+        check_stream(name)
     return tuple(sorted(set(names)))
+
+
+def check_streams_for(config: Config, streams: tuple[str, ...]) -> None:
+    """What ``config`` cannot do with the streams :func:`check_streams` accepted: a DynamoDB
+    stream has no enhanced fan-out, and no AT_TIMESTAMP iterator."""
+    tables = [name for name in streams if is_dynamodb_stream(name)]
+    if not tables:
+        return
+    if config.enhanced_fan_out:
+        raise ConfigError(
+            "enhanced_fan_out",
+            f"DynamoDB Streams has no enhanced fan-out ({tables[0]!r}): read it with "
+            "enhanced_fan_out=False, or read it from another Config than the Kinesis streams",
+        )
+    if isinstance(config.initial_position, datetime):
+        raise ConfigError(
+            "initial_position",
+            f"DynamoDB Streams has no AT_TIMESTAMP iterator ({tables[0]!r}): use "
+            "'TRIM_HORIZON' (its 24 hours) or 'LATEST'",
+        )
 
 
 def _check_name(field: str, value: Any, pattern: re.Pattern[str], what: str) -> None:

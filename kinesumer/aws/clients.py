@@ -10,6 +10,7 @@ in the caller's account even when Kinesis is read in another.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -327,6 +328,19 @@ class ClientFactory:
                 )
             yield self._instrumented(client)
 
+    @contextlib.asynccontextmanager
+    async def dynamodb_streams(self, region: str) -> AsyncIterator[Any]:
+        """An aiobotocore DynamoDB Streams client of ``region`` (a stream ARN's), at
+        ``config.effective_dynamodb_streams_endpoint``. The member's own credentials, as its
+        DynamoDB client's: ``role_arn`` is for Kinesis."""
+        async with session_for(self.config).client(
+            "dynamodbstreams",
+            region_name=region,
+            endpoint_url=self.config.effective_dynamodb_streams_endpoint,
+            config=boto_config(),
+        ) as client:
+            yield self._instrumented(client)
+
     def sync_dynamodb(self, *, attempts: int | None = None, timeout: float | None = None) -> Any:
         """A blocking boto3 DynamoDB client, for threads without an event loop (the heartbeat)
         and one-off calls (table creation). ``attempts``/``timeout``: botocore's own retries
@@ -379,6 +393,8 @@ class AwsClients:
         self._stack = contextlib.AsyncExitStack()
         self.dynamodb: Any = None
         self.kinesis: Any = None
+        self._streams: dict[str, Any] = {}
+        self._streams_lock = asyncio.Lock()
 
     async def open(self, *, dynamodb: bool = True, kinesis: bool = True) -> None:
         """Open the clients asked for (a member given its state or its Kinesis opens neither)."""
@@ -392,5 +408,19 @@ class AwsClients:
         if kinesis:
             self.kinesis = await self._stack.enter_async_context(self._factory.kinesis())
 
+    async def dynamodb_streams(self, region: str) -> Any:
+        """The DynamoDB Streams client of ``region``, opened at its first use (a member reading
+        no table's stream opens none) and closed with the others."""
+        client = self._streams.get(region)
+        if client is not None:
+            return client
+        async with self._streams_lock:
+            if region not in self._streams:
+                self._streams[region] = await self._stack.enter_async_context(
+                    self._factory.dynamodb_streams(region)
+                )
+            return self._streams[region]
+
     async def close(self) -> None:
+        self._streams.clear()
         await self._stack.aclose()

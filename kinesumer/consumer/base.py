@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..config import Config, check_streams
+from ..config import Config, check_streams, check_streams_for
 from ..errors import ConfigError, ConsumerClosedError
 from ..group.hooks import Hook, RebalanceHooks
 from ..handlers.counters import HandlerCounters
@@ -267,6 +267,7 @@ class BaseKinesumer:
         """The checked names of the streams a call (``where``) reads: valid, and within
         ``topics=`` (``items``: the call's own names and topics, when it took topics)."""
         names = check_streams(streams)
+        check_streams_for(self._engine.config, names)
         if self._topics is not None:
             self._topics.refuse_others(names if items is None else items, where)
         return names

@@ -24,8 +24,10 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
+from ..kinesis.dynamodb_streams import DynamoDBStreamsTransport
 from ..kinesis.reader import KinesisReader
-from ..kinesis.transport import KinesisTransport
+from ..kinesis.routing import RoutingTransport
+from ..kinesis.transport import KinesisTransport, transport_of
 from ..kinesis.transport_clients import TransportClientFactory
 from ..observability.metrics import metrics_for
 from ..observability.telemetry import Tracing
@@ -273,8 +275,15 @@ class GroupMember(Generic[ProgressT]):
         )
 
     def kinesis_reader(self) -> KinesisReader:
-        """The reader over the Kinesis given, or over the join's aiobotocore client."""
-        kinesis = self.kinesis_transport if self.kinesis_transport is not None else self.aws.kinesis
+        """The reader over the Kinesis given, or over AWS's: the join's aiobotocore Kinesis
+        client, and DynamoDB Streams' for the streams given by a table's stream ARN
+        (:class:`~kinesumer.kinesis.routing.RoutingTransport`; its clients open at first use)."""
+        if self.kinesis_transport is not None:
+            kinesis: KinesisTransport = self.kinesis_transport
+        else:
+            kinesis = RoutingTransport(
+                transport_of(self.aws.kinesis), DynamoDBStreamsTransport(self.aws.dynamodb_streams)
+            )
         return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
 
     def client_factory(self) -> ClientFactory:
