@@ -136,6 +136,11 @@ def test_forwards_dynamodb_calls_and_relays_upstream_errors(
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    # dynalite makes a table ACTIVE a moment after CreateTable answers (longer on a busy
+    # machine), as DynamoDB does: writes before that are ResourceNotFoundException.
+    dynamodb.get_waiter("table_exists").wait(
+        TableName=table, WaiterConfig={"Delay": 0.1, "MaxAttempts": 600}
+    )
     item = {"pk": {"S": "lease"}}
     dynamodb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
     # dynalite's own error (and its x-amz-crc32 header) must come through untouched.
