@@ -24,10 +24,9 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from ..kinesis.dynamodb_streams import DynamoDBStreamsTransport
 from ..kinesis.reader import KinesisReader
-from ..kinesis.routing import RoutingTransport
-from ..kinesis.transport import KinesisTransport, transport_of
+from ..kinesis.routing import routing_over
+from ..kinesis.transport import KinesisTransport
 from ..kinesis.transport_clients import TransportClientFactory
 from ..observability.metrics import metrics_for
 from ..observability.telemetry import Tracing
@@ -281,9 +280,7 @@ class GroupMember(Generic[ProgressT]):
         if self.kinesis_transport is not None:
             kinesis: KinesisTransport = self.kinesis_transport
         else:
-            kinesis = RoutingTransport(
-                transport_of(self.aws.kinesis), DynamoDBStreamsTransport(self.aws.dynamodb_streams)
-            )
+            kinesis = routing_over(self.aws)
         return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
 
     def client_factory(self) -> ClientFactory:

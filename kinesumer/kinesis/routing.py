@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..stream_refs import is_dynamodb_stream, stream_of_token
+from .dynamodb_streams import DynamoDBStreamsTransport
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer
 from .transport import (
     ConsumerDescription,
@@ -27,9 +29,23 @@ from .transport import (
     StartingPosition,
     StreamSummary,
     SubscribeEvent,
+    transport_of,
 )
 
-__all__ = ["RoutingTransport"]
+if TYPE_CHECKING:
+    from ..aws.clients import AwsClients
+
+__all__ = ["RoutingTransport", "routing_over"]
+
+
+def routing_over(aws: AwsClients) -> RoutingTransport:
+    """The transport over opened :class:`~kinesumer.aws.AwsClients`: its Kinesis client, and
+    its DynamoDB Streams clients (one per stream ARN's region, opened at first use) for the
+    streams given by a table's stream ARN. Every reader over AWS builds its transport here (the
+    group member, the Spark source's driver and executors)."""
+    return RoutingTransport(
+        transport_of(aws.kinesis), DynamoDBStreamsTransport(aws.dynamodb_streams)
+    )
 
 
 class RoutingTransport:

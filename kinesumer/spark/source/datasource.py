@@ -33,6 +33,7 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...errors import ConfigError
 from ...kinesis import KinesisReader
+from ...kinesis.routing import routing_over
 from ...statestore import DynamoDBStateStore
 from ..arrow import SCHEMA_DDL
 from .compat import (
@@ -231,7 +232,8 @@ def check_resources(options: SourceOptions) -> None:
             await DynamoDBStateStore(
                 clients.dynamodb, config.dynamodb_table, config.app, stats
             ).check()
-            reader = KinesisReader(clients.kinesis, stats, config.effective_kinesis_region)
+            kinesis = routing_over(clients)
+            reader = KinesisReader(kinesis, stats, config.effective_kinesis_region)
             for stream in options.streams:
                 await reader.check_stream(stream)
         finally:

@@ -121,7 +121,8 @@ def shard_name(stream: str, shard_id: str) -> str:
 
 
 def shard_key(name: str) -> tuple[str, str]:
-    stream, _, shard_id = name.partition("/")
+    # The last "/": a DynamoDB stream's ARN has "/" in it, a shard id never has.
+    stream, _, shard_id = name.rpartition("/")
     return stream, shard_id
 
 

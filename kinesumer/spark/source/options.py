@@ -24,7 +24,8 @@ from typing import Any
 
 from ...config import Config, check_streams
 from ...errors import ConfigError
-from .aliases import CONSUMER_TYPES, STARTING_TIMESTAMP, canonical_options, hint
+from ...stream_refs import is_dynamodb_stream
+from .aliases import ALIASES, CONSUMER_TYPES, STARTING_TIMESTAMP, canonical_options, hint
 from .logs import apply_log_level, parse_log_level
 
 #: The source's own options and their defaults (documented in docs/spark/source.md).
@@ -169,6 +170,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "query reads every record already (a group of its own unless shared_group=true)",
         )
     streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
+    _refuse_for_table_streams(config, streams, options)
     source: dict[str, Any] = {}
     for name in SOURCE_DEFAULTS:
         if name in given:
@@ -203,7 +205,16 @@ def _hint(name: str) -> str:
 
 
 def _refuse_enhanced_fan_out(given: Mapping[str, str]) -> None:
-    """Enhanced fan-out asked for by any name: a named error, never accepted and ignored."""
+    """Enhanced fan-out asked for by any name: a named error, never accepted and ignored (for
+    a table's stream, saying that DynamoDB Streams has none)."""
+    reason = EFO_UNSUPPORTED
+    tables = [s.strip() for s in str(given.get("streams", "")).split(",")]
+    tables = [s for s in tables if is_dynamodb_stream(s)]
+    if tables:
+        reason = (
+            f"DynamoDB Streams has no enhanced fan-out ({tables[0]!r}): its shards are read "
+            "with GetRecords; remove the option, or set consumer_type to GetRecords"
+        )
     kind = given.get("consumer_type")
     if kind is not None:
         efo = CONSUMER_TYPES.get(str(kind).strip().lower())
@@ -213,9 +224,29 @@ def _refuse_enhanced_fan_out(given: Mapping[str, str]) -> None:
                 f"must be GetRecords (or polling); got {kind!r}",
             )
         if efo:
-            raise ConfigError("consumer_type", EFO_UNSUPPORTED)
+            raise ConfigError("consumer_type", reason)
     if "enhanced_fan_out" in given and _bool("enhanced_fan_out", str(given["enhanced_fan_out"])):
-        raise ConfigError("enhanced_fan_out", EFO_UNSUPPORTED)
+        raise ConfigError("enhanced_fan_out", reason)
+
+
+def _refuse_for_table_streams(
+    config: Config, streams: tuple[str, ...], options: Mapping[str, str]
+) -> None:
+    """What a DynamoDB table's stream cannot do, named by the option the user gave: it has no
+    AT_TIMESTAMP iterator, so no starting instant (``starting_timestamp``, or a time given as
+    ``initial_position`` or one of its aliases). Enhanced fan-out is refused for every stream
+    before (:func:`_refuse_enhanced_fan_out`)."""
+    tables = [name for name in streams if is_dynamodb_stream(name)]
+    if not tables or not isinstance(config.initial_position, datetime):
+        return
+    given = [str(k).lower() for k in options]
+    named = [n for n in given if ALIASES.get(n, (n, ""))[0] == STARTING_TIMESTAMP]
+    named += [n for n in given if ALIASES.get(n, (n, ""))[0] == "initial_position"]
+    raise ConfigError(
+        named[0] if named else "initial_position",
+        f"DynamoDB Streams has no AT_TIMESTAMP iterator ({tables[0]!r}): a query reading a "
+        "table's stream starts at TRIM_HORIZON (the stream's last 24 hours) or LATEST",
+    )
 
 
 def _config_value(name: str, kind: str, raw: str) -> Any:

@@ -22,6 +22,7 @@ from ....aws import AwsClients, RequestStats
 from ....config import Config
 from ....kinesis import KinesisReader
 from ....kinesis.reader import arrived_since
+from ....kinesis.routing import routing_over
 from ....models import ClientInfo
 from ....statestore.dynamodb import DynamoDBStateStore
 from ..ledger import Ledger, LedgerEntry
@@ -62,7 +63,7 @@ class DriverIO:
         #: The query's consumer group's items: its pins and client items.
         self._group_store = DynamoDBStateStore(self._clients.dynamodb, table, group, self._stats)
         self._pins = LatestPins(self._group_store)
-        self._reader = KinesisReader(self._clients.kinesis, self._stats, config.region)
+        self._reader = KinesisReader(routing_over(self._clients), self._stats, config.region)
         self._closed = False
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
