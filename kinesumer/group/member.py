@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Generic
 
+from ..accounts import Home, role_account, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -25,6 +27,7 @@ from ..errors import (
     TransientAWSError,
 )
 from ..kinesis.dynamodb_streams import DynamoDBStreamsTransport
+from ..kinesis.places import AccountPlaces
 from ..kinesis.reader import KinesisReader
 from ..kinesis.routing import RoutingTransport
 from ..kinesis.transport import KinesisTransport, transport_of
@@ -100,6 +103,14 @@ class GroupMember(Generic[ProgressT]):
         self.leases: dict[tuple[str, str], Lease[ProgressT]] = {}
         self.lifecycle = Lifecycle()
         self.aws = AwsClients(config, self.requests, self.client_id)
+        #: The config's own Kinesis account and region (:mod:`kinesumer.accounts`): a stream
+        #: ARN of these is kept in the state table under its plain name.
+        self.home = Home(
+            config.effective_kinesis_region,
+            role_account(config.role_arn) if config.role_arn else None,
+        )
+        #: Who reads each account and region's streams (None with a Kinesis given).
+        self.places: AccountPlaces | None = None
         # Built by the join:
         self.store: StateStore
         self.reader: KinesisReader
@@ -191,6 +202,7 @@ class GroupMember(Generic[ProgressT]):
             self._build_parts()
             self.on_parts_built()
             await self.store.check()
+            await self._know_home(streams)
             for stream in streams:
                 await self.reader.check_stream(stream)
             await check_written_streams(self.reader, writes_to)
@@ -281,8 +293,11 @@ class GroupMember(Generic[ProgressT]):
         if self.kinesis_transport is not None:
             kinesis: KinesisTransport = self.kinesis_transport
         else:
+            self.places = AccountPlaces(self.config, self.aws, self.home)
             kinesis = RoutingTransport(
-                transport_of(self.aws.kinesis), DynamoDBStreamsTransport(self.aws.dynamodb_streams)
+                transport_of(self.aws.kinesis),
+                DynamoDBStreamsTransport(self.aws.dynamodb_streams),
+                self.places,
             )
         return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
 
@@ -307,13 +322,26 @@ class GroupMember(Generic[ProgressT]):
         if self.state_table is not None:
             return self.state_table.for_app(config.app)
         return DynamoDBStateStore(
-            self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
+            self.aws.dynamodb,
+            config.dynamodb_table,
+            config.app,
+            self.requests,
+            keys=partial(state_key, home=self.home),
         )
+
+    async def _know_home(self, streams: tuple[str, ...]) -> None:
+        """Before the first Kinesis stream ARN is read, learn the home account (the state
+        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once."""
+        if self.places is not None and any(
+            s.startswith("arn:") and ":kinesis:" in s for s in streams
+        ):
+            await self.places.resolve_home()
 
     async def refresh(self, streams: tuple[str, ...]) -> None:
         """Read ``streams`` from now on; shards of dropped streams are handed off."""
         self.lifecycle.check()
         added = sorted(set(streams) - set(self.coordinator.streams))
+        await self._know_home(tuple(added))
         for stream in added:
             await self.reader.check_stream(stream)
         await self.on_streams_checked(tuple(added))
