@@ -16,8 +16,10 @@ first use; the home account and region's calls go through the member's plain Kin
 
 from __future__ import annotations
 
+import botocore.session
+
 from ..accounts import Home
-from ..aws.clients import AwsClients
+from ..aws.clients import AwsClients, region_of
 from ..config import Config
 from ..errors import AccountAccessError
 from .transport import KinesisTransport, transport_of
@@ -45,7 +47,9 @@ class AccountPlaces:
 
     async def resolve_home(self) -> None:
         """Know the home account: ``role_arn``'s (set when the Home was made), else the
-        caller's."""
+        caller's; and the home region when the config names none."""
+        if self.home.region is None:  # the region names are read in: botocore's chain
+            self.home.region = region_of(botocore.session.get_session())
         if self.home.account is None:
             self.home.account = await self.caller_account()
 
