@@ -237,7 +237,7 @@ class GroupMember(Generic[ProgressT]):
         self.checkpointer = Checkpointer(
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
         )
-        streams, lag = (lambda: self.coordinator.streams), self.owned_lag
+        streams, lag = self.announced_streams, self.owned_lag
         stalls = self.efo_stall_counts  # the client item's EFO stall report
         given = self.state_table
         write = given.for_app(config.app).write_client_blocking if given is not None else None
@@ -275,6 +275,7 @@ class GroupMember(Generic[ProgressT]):
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
         )
+        self.coordinator.stream_key = partial(state_key, home=self.home)
         if self.state_table is None:  # operator controls are items of the DynamoDB table
             self.coordinator.controls = GroupControls.for_member(
                 self.aws.dynamodb, config, client_id, self.requests, metrics
@@ -328,6 +329,15 @@ class GroupMember(Generic[ProgressT]):
             self.requests,
             keys=partial(state_key, home=self.home),
         )
+
+    def announced_streams(self) -> tuple[str, ...]:
+        """The streams the client item says this member reads: as the application named them,
+        plus the state-table name of each that is kept under another (a home ARN's plain
+        name), so that members naming the stream by name (older ones in a rolling upgrade
+        among them) count this one as reading it, and share its shards."""
+        streams = self.coordinator.streams
+        keys = {state_key(s, self.home) for s in streams if s.startswith("arn:")}
+        return tuple(sorted(keys | set(streams))) if keys - set(streams) else streams
 
     async def _know_home(self, streams: tuple[str, ...]) -> None:
         """Before the first Kinesis stream ARN is read, learn the home account (the state

@@ -216,3 +216,29 @@ def test_a_name_and_arns_of_other_regions_mix_with_a_regional_endpoint(
                 break
     assert {r.data for r in got} == expected
     assert {r.stream for r in got} == {name, arns["a-eu"]}
+
+
+async def test_a_member_naming_the_stream_and_one_giving_its_home_arn_share_its_shards(
+    env: dict[str, Any],
+) -> None:
+    """A rolling upgrade from the name to the home ARN: both members read the same items and
+    count each other as readers of the stream, so its two shards are split between them."""
+    config, name = env["config"], env["name"]
+    sink: list[tuple[str, Record]] = []
+    old = Member(config.replace(client_id="old"), [name], sink).start()
+    new = Member(config.replace(client_id="new"), [env["arns"]["a-us"]], sink).start()
+    try:
+        await eventually(
+            lambda: len(old.owned()) == 1 and len(new.owned()) == 1,
+            30,
+            "one shard each",
+            lambda: f"old {old.owned()}, new {new.owned()}",
+        )
+        expected = set(put(env["clients"]["a-us"], name, "a-us", 0, 30))
+        await eventually(lambda: {r.data for _, r in sink} == expected, 60, "every record")
+    finally:
+        await asyncio.gather(old.close(), new.close(), return_exceptions=True)
+    assert len(sink) == len(expected)  # none twice
+    assert {r.stream for c, r in sink if c == "old"} == {name}
+    assert {r.stream for c, r in sink if c == "new"} == {env["arns"]["a-us"]}
+    assert checkpoint_partitions(config) == {name}
