@@ -242,3 +242,56 @@ async def test_a_member_naming_the_stream_and_one_giving_its_home_arn_share_its_
     assert {r.stream for c, r in sink if c == "old"} == {name}
     assert {r.stream for c, r in sink if c == "new"} == {env["arns"]["a-us"]}
     assert checkpoint_partitions(config) == {name}
+
+
+async def test_run_and_an_added_handler_take_arns_of_other_accounts_and_regions(
+    env: dict[str, Any],
+) -> None:
+    from kinesumer import AsyncKinesumer
+
+    arns, clients, name = env["arns"], env["clients"], env["name"]
+    expected = set(put(clients["b-us"], name, "b-us", 0, 10)) | set(
+        put(clients["a-eu"], name, "a-eu", 0, 10)
+    )
+    seen: list[Record] = []
+    audited: list[Record] = []
+
+    def done() -> bool:
+        return {r.data for r in seen} == expected and len(audited) == 10
+
+    async def handle(record: Record) -> None:
+        seen.append(record)
+
+    async def audit(record: Record) -> None:
+        audited.append(record)
+
+    async with AsyncKinesumer(env["config"]) as consumer:
+        consumer.add_handler("audit", audit, streams=[arns["b-us"]])
+        running = asyncio.create_task(
+            consumer.run([arns["b-us"], arns["a-eu"]], handle, ordering="key")
+        )
+        await eventually(
+            done, 60, "every record handled, B's audited", lambda: f"{len(seen)}, {len(audited)}"
+        )
+        await consumer.aclose()
+        await running
+    assert {r.stream for r in audited} == {arns["b-us"]}
+    assert {r.data for r in audited} == {d for d in expected if d.startswith(b"b-us:")}
+
+
+def test_refresh_adds_a_stream_of_another_account_by_arn(env: dict[str, Any]) -> None:
+    arns, clients, name = env["arns"], env["clients"], env["name"]
+    put(clients["a-us"], name, "a-us", 0, 3)
+    put(clients["b-us"], name, "b-us", 0, 3)
+    got: list[Record] = []
+    with Kinesumer(env["config"]) as consumer:
+        for record in consumer.consume([name]):
+            got.append(record)
+            if len(got) == 3:
+                consumer.refresh([name, arns["b-us"]])
+            if len(got) == 6:
+                break
+    assert {r.stream for r in got} == {name, arns["b-us"]}
+    assert {r.data for r in got if r.stream == arns["b-us"]} == {
+        f"b-us:k{n}:{n}".encode() for n in range(3)
+    }
