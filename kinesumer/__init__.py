@@ -18,6 +18,7 @@ from . import lazy_imports as _lazy_imports
 from ._version import __version__
 from .errors import (
     AccessDeniedError,
+    AccountAccessError,
     BufferFullError,
     ConfigError,
     ConsumerClosedError,
@@ -46,6 +47,7 @@ from .errors import (
 )
 
 if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ below binds these
+    from .accounts import AccountAccess
     from .admin import create_state_table
     from .config import Config
     from .consumer.aio import AsyncKinesumer
@@ -57,6 +59,7 @@ if _typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time, __getattr__ be
 
 #: The lazily bound names, each with the module that defines it (relative to this package).
 _LAZY_NAMES = {
+    "AccountAccess": ".accounts",
     "AsyncKinesumer": ".consumer.aio",
     "AsyncProducer": ".producer",
     "Config": ".config",
@@ -79,6 +82,8 @@ __dir__ = _lazy_imports.module_dir(__name__, _LAZY_NAMES)
 
 __all__ = [
     "AccessDeniedError",
+    "AccountAccess",
+    "AccountAccessError",
     "AsyncKinesumer",
     "AsyncProducer",
     "BufferFullError",

@@ -8,13 +8,15 @@ import os
 import re
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Union
 from urllib.parse import urlsplit
 
+from .accounts import AccountAccess, check_accounts
 from .errors import ConfigError, EnhancedFanOutNotInstalledError
-from .stream_refs import check_stream, is_dynamodb_stream
+from .stream_refs import check_stream, is_dynamodb_stream, parse_stream
 
 InitialPosition = Union[Literal["LATEST", "TRIM_HORIZON"], datetime]  # noqa: UP007 (runtime alias, py3.10)
 
@@ -97,6 +99,13 @@ class Config:
     #: AWS's DynamoDB Streams endpoint of the ARN's region. Last, so that every field before it
     #: keeps its position.
     dynamodb_streams_endpoint: str | None = None
+    #: Kinesis streams of other accounts (given by ARN): account id -> the role read through.
+    #: A stream of the config's own account (``role_arn``'s, else the caller's) needs none.
+    #: Not hashed (a dict).
+    accounts: Mapping[str, AccountAccess] | None = field(default=None, hash=False)
+    #: Region -> the Kinesis endpoint of that region's streams (local stand-ins).
+    #: ``kinesis_endpoint`` serves every region not listed (moto serves them all); None: AWS's.
+    kinesis_endpoints: Mapping[str, str] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         _check_name("app", self.app, _NAME, "letters, digits, '_', '.', '-'")
@@ -112,6 +121,8 @@ class Config:
             )
         for name in ENDPOINT_FIELDS:
             _check_endpoint(name, getattr(self, name), self.allow_insecure_endpoints)
+        check_accounts(self.accounts)
+        _check_regional_endpoints(self.kinesis_endpoints, self.allow_insecure_endpoints)
         if self.client_id is not None:
             _check_name("client_id", self.client_id, _NAME, "letters, digits, '_', '.', '-'")
         if self.role_arn is not None:
@@ -168,6 +179,11 @@ class Config:
     def effective_kinesis_region(self) -> str | None:
         return self.kinesis_region or self.region
 
+    def kinesis_endpoint_of(self, region: str) -> str | None:
+        """Where the Kinesis streams of ``region`` are read: ``kinesis_endpoints[region]``,
+        else ``kinesis_endpoint`` (one stand-in for every region), else None (AWS's)."""
+        return (self.kinesis_endpoints or {}).get(region) or self.kinesis_endpoint
+
     @property
     def effective_dynamodb_region(self) -> str | None:
         return self.dynamodb_region or self.region
@@ -205,21 +221,34 @@ def _check_otel(tracer: Any, meter: Any, metrics: bool, port: int | None) -> Non
         )
 
 
-def check_streams(streams: Any) -> tuple[str, ...]:
-    """Validate the stream names given to ``consume()``/``refresh()``; sorted, without repeats."""
+def check_streams(streams: Any, *, kinesis_arns: bool = False) -> tuple[str, ...]:
+    """Validate the stream names given to ``consume()``/``refresh()``; sorted, without repeats.
+    ``kinesis_arns``: Kinesis streams may be given by ARN (the consume side reads them; the
+    Spark source and the command line do not yet: issue 36)."""
     if isinstance(streams, str) or not hasattr(streams, "__iter__"):
         raise ConfigError("streams", f"must be a list of stream names, got {streams!r}")
     names = list(streams)
     if not names:
         raise ConfigError("streams", "must name at least one stream")
     for name in names:
-        check_stream(name)
+        if kinesis_arns:
+            parse_stream(name)
+        else:
+            check_stream(name)
     return tuple(sorted(set(names)))
 
 
 def check_streams_for(config: Config, streams: tuple[str, ...]) -> None:
     """What ``config`` cannot do with the streams :func:`check_streams` accepted: a DynamoDB
-    stream has no enhanced fan-out, and no AT_TIMESTAMP iterator."""
+    stream has no enhanced fan-out, and no AT_TIMESTAMP iterator; a Kinesis stream given by
+    ARN is read by polling (fan-out across accounts is not there yet)."""
+    arns = [name for name in streams if name.startswith("arn:") and not is_dynamodb_stream(name)]
+    if arns and config.enhanced_fan_out:
+        raise ConfigError(
+            "enhanced_fan_out",
+            f"Kinesis streams given by ARN ({arns[0]!r}) are read by polling for now: read them "
+            "with enhanced_fan_out=False, or give the stream by name",
+        )
     tables = [name for name in streams if is_dynamodb_stream(name)]
     if not tables:
         return
@@ -235,6 +264,20 @@ def check_streams_for(config: Config, streams: tuple[str, ...]) -> None:
             f"DynamoDB Streams has no AT_TIMESTAMP iterator ({tables[0]!r}): use "
             "'TRIM_HORIZON' (its 24 hours) or 'LATEST'",
         )
+
+
+def _check_regional_endpoints(endpoints: Any, allow_insecure: bool) -> None:
+    if endpoints is None:
+        return
+    if not isinstance(endpoints, dict):
+        raise ConfigError(
+            "kinesis_endpoints", f"must be a dict of region -> URL, got {endpoints!r}"
+        )
+    for region, url in endpoints.items():
+        _check_name(
+            "kinesis_endpoints", region, _REGION, "keyed by AWS regions such as 'eu-west-1'"
+        )
+        _check_endpoint("kinesis_endpoints", url, allow_insecure)
 
 
 def _check_name(field: str, value: Any, pattern: re.Pattern[str], what: str) -> None:

@@ -16,6 +16,9 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── KinesisError                Kinesis stream problems
     │   └── StreamNotFoundError         a stream does not exist
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
+    │   └── AccountAccessError          a stream's account cannot be reached: no access
+    │                                   configured, or its role cannot be assumed (names the
+    │                                   account, the role and the action)
     ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
     ├── ProducerError               a record could not be (or was not) written (Producer)
     │   ├── InvalidRecordError          bad input at put(): key, payload type, hash key (also
@@ -132,6 +135,21 @@ class StreamNotFoundError(KinesisError):
 
 class AccessDeniedError(KinesumerError):
     """AWS denied a call: the message names the call and the resource."""
+
+
+class AccountAccessError(AccessDeniedError):
+    """A stream given by ARN lives in an account the member cannot reach: neither the config's
+    own nor the caller's, and not in ``Config.accounts``; or its role cannot be assumed.
+    ``account``, ``role_arn`` (None when none is configured) and ``action`` name what failed;
+    raised at subscribe (the join or refresh that adds the stream)."""
+
+    def __init__(
+        self, message: str, *, account: str, role_arn: str | None = None, action: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.account = account
+        self.role_arn = role_arn
+        self.action = action
 
 
 class TransientAWSError(KinesumerError):

@@ -1,15 +1,17 @@
 """What a stream given to ``consume()``, ``subscribe()`` or ``run()`` refers to: a Kinesis stream
 by name, a Kinesis stream by ARN, or a DynamoDB table's stream by its ARN. Pure: no I/O.
 
-The text as given stays the stream's name everywhere (the state table's items, records'
-``stream``, metrics): two different ARNs never share an item. This module only says what kind of
-stream it is, and where (region, account), so that the transport can send its calls to the right
-service.
+The text as given stays the stream's name everywhere (records' ``stream``, stats, metrics);
+in the state table too, but for a Kinesis ARN of the config's own account and region, kept under
+its plain name (:mod:`kinesumer.accounts`): two different streams never share an item. This
+module only says what kind of stream it is, and where (region, account), so that the transport
+can send its calls to the right service.
 
 - ``orders``: a Kinesis stream of the configured region and account.
-- ``arn:aws:kinesis:eu-west-1:123456789012:stream/orders``: a Kinesis stream by ARN. Parsed (the
-  parser is ready for issue 36, streams of other accounts) but not accepted yet
-  (:func:`check_stream`).
+- ``arn:aws:kinesis:eu-west-1:123456789012:stream/orders``: a Kinesis stream by ARN, of any
+  account and region (issue 36): read by the consume side (``check_streams(...,
+  kinesis_arns=True)``), still refused by :func:`check_stream` elsewhere (the Spark source, the
+  command line, the producer). Its state items are keyed by :func:`kinesumer.accounts.state_key`.
 - ``arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000``: a
   DynamoDB table's stream (its ``LatestStreamArn``).
 

@@ -30,11 +30,11 @@ from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
 from botocore.credentials import DeferredRefreshableCredentials
-from botocore.exceptions import BotoCoreError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import AccountAccessError, ConfigError, KinesumerError
 from .accounting import RequestStats, instrument
 from .retry import CALL_TIMEOUT, call_with_retry
 
@@ -198,23 +198,28 @@ def session_for(config: Config) -> aioboto3.Session:
 
 
 def assumed_role_session(
-    config: Config, stats: RequestStats, client_id: str | None = None
+    config: Config,
+    stats: RequestStats,
+    client_id: str | None = None,
+    role: tuple[str, str | None] | None = None,
 ) -> aioboto3.Session:
     """A session whose credentials come from ``sts:AssumeRole`` on ``config.role_arn`` and are
     renewed by botocore before they expire (it refreshes 15 minutes ahead, and insists at 10).
 
     The STS call itself uses the caller's own credentials (the default chain), the same ones
     DynamoDB uses: the state table stays in the caller's account. The session is named after
-    the member (:func:`role_session_name`).
+    the member (:func:`role_session_name`). ``role``: (role ARN, external id) to assume
+    instead of ``config``'s (an account of ``Config.accounts``).
     """
-    assert config.role_arn is not None
+    role_arn, external_id = role or (config.role_arn, config.external_id)
+    assert role_arn is not None
     base = session_for(config)
     session_name = role_session_name(config, client_id)
 
     async def fetch() -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
-        if config.external_id:
-            kwargs["ExternalId"] = config.external_id
+        kwargs: dict[str, Any] = {"RoleArn": role_arn, "RoleSessionName": session_name}
+        if external_id:
+            kwargs["ExternalId"] = external_id
         region = config.effective_kinesis_region
         async with base.client(
             "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
@@ -226,7 +231,7 @@ def assumed_role_session(
         expiry = creds["Expiration"]
         if isinstance(expiry, datetime):
             expiry = expiry.astimezone(timezone.utc).isoformat()
-        log.info("assumed role %s (credentials valid until %s)", config.role_arn, expiry)
+        log.info("assumed role %s (credentials valid until %s)", role_arn, expiry)
         return {
             "access_key": creds["AccessKeyId"],
             "secret_key": creds["SecretAccessKey"],
@@ -328,6 +333,43 @@ class ClientFactory:
                 )
             yield self._instrumented(client)
 
+    def account_session(self, role: tuple[str, str | None] | None) -> aioboto3.Session:
+        """A session for the Kinesis streams of one account: through ``role`` (role ARN,
+        external id; assumed with the caller's credentials, renewed before expiry), or with the
+        caller's own credentials (None)."""
+        if role is None:
+            return session_for(self.config)
+        stats = self.stats if self.stats is not None else RequestStats()
+        return assumed_role_session(self.config, stats, self.client_id, role)
+
+    @contextlib.asynccontextmanager
+    async def regional_kinesis(self, session: aioboto3.Session, region: str) -> AsyncIterator[Any]:
+        """An aiobotocore Kinesis client of ``session`` signed for ``region``, at that region's
+        endpoint (:meth:`~kinesumer.Config.kinesis_endpoint_of`)."""
+        async with session.client(
+            "kinesis",
+            region_name=region,
+            endpoint_url=self.config.kinesis_endpoint_of(region),
+            config=boto_config(),
+        ) as client:
+            yield self._instrumented(client)
+
+    async def caller_account(self) -> str:
+        """The account of the caller's own credentials (STS GetCallerIdentity, through
+        ``config.sts_endpoint`` when set)."""
+        config = self.config
+        stats = self.stats if self.stats is not None else RequestStats()
+        async with session_for(config).client(
+            "sts",
+            region_name=config.effective_kinesis_region or config.effective_dynamodb_region,
+            endpoint_url=config.sts_endpoint,
+            config=boto_config(),
+        ) as sts:
+            answer = await call_with_retry(
+                "sts.GetCallerIdentity", lambda: sts.get_caller_identity(), stats
+            )
+        return str(answer["Account"])
+
     @contextlib.asynccontextmanager
     async def dynamodb_streams(self, region: str) -> AsyncIterator[Any]:
         """An aiobotocore DynamoDB Streams client of ``region`` (a stream ARN's), at
@@ -384,6 +426,24 @@ class ClientFactory:
         return instrument(client, self.stats) if self.stats is not None else client
 
 
+async def assume_now(session: aioboto3.Session, account: str, role_arn: str) -> None:
+    """Fetch ``session``'s role credentials now: a role that cannot be assumed is an
+    :class:`~kinesumer.errors.AccountAccessError` naming the account, the role and the action
+    at subscribe, not a Kinesis call failing later under another name."""
+    try:
+        credentials = await session.get_credentials()
+        await credentials.get_frozen_credentials()
+    except (ClientError, BotoCoreError, KinesumerError) as exc:
+        raise AccountAccessError(
+            f"cannot read the Kinesis streams of account {account}: sts:AssumeRole on "
+            f"{role_arn} failed ({exc}); check Config.accounts[{account!r}] and the role's "
+            f"trust policy (it must trust this caller, with the external id if it asks one)",
+            account=account,
+            role_arn=role_arn,
+            action="sts:AssumeRole",
+        ) from exc
+
+
 class AwsClients:
     """The two low-level aiobotocore clients an engine uses, opened and closed together."""
 
@@ -395,6 +455,13 @@ class AwsClients:
         self.kinesis: Any = None
         self._streams: dict[str, Any] = {}
         self._streams_lock = asyncio.Lock()
+        self._sessions: dict[str, aioboto3.Session] = {}
+        self._regional: dict[tuple[str, str], Any] = {}
+        self._regional_lock = asyncio.Lock()
+
+    async def caller_account(self) -> str:
+        """The account of the caller's own credentials (STS GetCallerIdentity)."""
+        return await self._factory.caller_account()
 
     async def open(self, *, dynamodb: bool = True, kinesis: bool = True) -> None:
         """Open the clients asked for (a member given its state or its Kinesis opens neither)."""
@@ -421,6 +488,31 @@ class AwsClients:
                 )
             return self._streams[region]
 
+    async def regional_kinesis(
+        self, account: str, region: str, role: tuple[str, str | None] | None
+    ) -> Any:
+        """The Kinesis client of ``account``'s streams in ``region``, opened at its first use
+        (a member reading one account and region opens one) and closed with the others. One
+        session per account (``role``: assumed, else the caller's own credentials): its
+        credentials are fetched, and renewed, once for all the account's regions."""
+        client = self._regional.get((account, region))
+        if client is not None:
+            return client
+        async with self._regional_lock:
+            if (account, region) not in self._regional:
+                session = self._sessions.get(account)
+                if session is None:
+                    session = self._factory.account_session(role)
+                    if role is not None:
+                        await assume_now(session, account, role[0])
+                    self._sessions[account] = session
+                self._regional[(account, region)] = await self._stack.enter_async_context(
+                    self._factory.regional_kinesis(session, region)
+                )
+            return self._regional[(account, region)]
+
     async def close(self) -> None:
+        self._regional.clear()
+        self._sessions.clear()
         self._streams.clear()
         await self._stack.aclose()

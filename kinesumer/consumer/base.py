@@ -266,7 +266,7 @@ class BaseKinesumer:
     ) -> tuple[str, ...]:
         """The checked names of the streams a call (``where``) reads: valid, and within
         ``topics=`` (``items``: the call's own names and topics, when it took topics)."""
-        names = check_streams(streams)
+        names = check_streams(streams, kinesis_arns=True)
         check_streams_for(self._engine.config, names)
         if self._topics is not None:
             self._topics.refuse_others(names if items is None else items, where)
@@ -340,7 +340,7 @@ class BaseKinesumer:
             client_id=self.client_id,
         )
         if invocation.extra_streams:  # the policy's own (retry-later): not within topics=
-            names = check_streams([*names, *invocation.extra_streams])
+            names = check_streams([*names, *invocation.extra_streams], kinesis_arns=True)
         policies = [options.on_failure, *(a.invocation.policy for a in self._added.current)]
         written = {stream for policy in policies for stream in dead_letter_streams(policy)}
         writes_to = tuple(sorted(written - set(names)))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import Config
@@ -63,6 +63,10 @@ class Coordinator:
         self.leasing = leasing
         self._metrics = metrics
         self.streams: tuple[str, ...] = ()
+        #: A stream's name in the state table (:func:`kinesumer.accounts.state_key`): another
+        #: member reading one of our streams under another name (``orders`` here, its home ARN
+        #: there, in a rolling upgrade) is counted as reading ours.
+        self.stream_key: Callable[[str], str] = str
         self.ticks = 0
         #: The mode the group assigns with now (see :func:`kinesumer.core.group_mode`); starts
         #: as configured, so a sticky member that finds a range member at once says so.
@@ -101,7 +105,7 @@ class Coordinator:
             await self.leasing.rebalance({})
             self._report_membership()
             return
-        members = {c.client_id: c.streams for c in membership.live}
+        members = self._members_in_our_names()
         shards = {
             stream: active_shards(cache.shards, cache.finished)
             for stream, cache in self.shard_sync.caches.items()
@@ -121,6 +125,16 @@ class Coordinator:
             mine = shards_of(self.client_id, members, shards)
         await self.leasing.rebalance(merge(mine, pinned))
         self._report_membership()
+
+    def _members_in_our_names(self) -> dict[str, frozenset[str]]:
+        """Live member -> the streams it reads, each one of ours named as we name it."""
+        live = self.membership.live
+        if self.stream_key is str or not any(s.startswith("arn:") for c in live for s in c.streams):
+            return {c.client_id: c.streams for c in live}
+        ours = {self.stream_key(s): s for s in self.streams}
+        return {
+            c.client_id: frozenset(ours.get(self.stream_key(s), s) for s in c.streams) for c in live
+        }
 
     async def _apply_controls(self) -> bool:
         """Read the controls when due; step-downs decide the leader. True: a forced rebalance

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Generic
 
+from ..accounts import Home, role_account, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -24,6 +26,7 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
+from ..kinesis.places import AccountPlaces
 from ..kinesis.reader import KinesisReader
 from ..kinesis.routing import routing_over
 from ..kinesis.transport import KinesisTransport
@@ -99,6 +102,14 @@ class GroupMember(Generic[ProgressT]):
         self.leases: dict[tuple[str, str], Lease[ProgressT]] = {}
         self.lifecycle = Lifecycle()
         self.aws = AwsClients(config, self.requests, self.client_id)
+        #: The config's own Kinesis account and region (:mod:`kinesumer.accounts`): a stream
+        #: ARN of these is kept in the state table under its plain name.
+        self.home = Home(
+            config.effective_kinesis_region,
+            role_account(config.role_arn) if config.role_arn else None,
+        )
+        #: Who reads each account and region's streams (None with a Kinesis given).
+        self.places: AccountPlaces | None = None
         # Built by the join:
         self.store: StateStore
         self.reader: KinesisReader
@@ -190,6 +201,7 @@ class GroupMember(Generic[ProgressT]):
             self._build_parts()
             self.on_parts_built()
             await self.store.check()
+            await self._know_home(streams)
             for stream in streams:
                 await self.reader.check_stream(stream)
             await check_written_streams(self.reader, writes_to)
@@ -224,7 +236,7 @@ class GroupMember(Generic[ProgressT]):
         self.checkpointer = Checkpointer(
             self.store, client_id, self.hooks, self._on_lost, metrics, tracing
         )
-        streams, lag = (lambda: self.coordinator.streams), self.owned_lag
+        streams, lag = self.announced_streams, self.owned_lag
         stalls = self.efo_stall_counts  # the client item's EFO stall report
         given = self.state_table
         write = given.for_app(config.app).write_client_blocking if given is not None else None
@@ -262,6 +274,7 @@ class GroupMember(Generic[ProgressT]):
         self.coordinator = Coordinator(
             config, client_id, self.leases, membership, self.shard_sync, self.leasing, metrics
         )
+        self.coordinator.stream_key = partial(state_key, home=self.home)
         if self.state_table is None:  # operator controls are items of the DynamoDB table
             self.coordinator.controls = GroupControls.for_member(
                 self.aws.dynamodb, config, client_id, self.requests, metrics
@@ -280,7 +293,8 @@ class GroupMember(Generic[ProgressT]):
         if self.kinesis_transport is not None:
             kinesis: KinesisTransport = self.kinesis_transport
         else:
-            kinesis = routing_over(self.aws)
+            self.places = AccountPlaces(self.config, self.aws, self.home)
+            kinesis = routing_over(self.aws, self.places)
         return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
 
     def client_factory(self) -> ClientFactory:
@@ -304,13 +318,35 @@ class GroupMember(Generic[ProgressT]):
         if self.state_table is not None:
             return self.state_table.for_app(config.app)
         return DynamoDBStateStore(
-            self.aws.dynamodb, config.dynamodb_table, config.app, self.requests
+            self.aws.dynamodb,
+            config.dynamodb_table,
+            config.app,
+            self.requests,
+            keys=partial(state_key, home=self.home),
         )
+
+    def announced_streams(self) -> tuple[str, ...]:
+        """The streams the client item says this member reads: as the application named them,
+        plus the state-table name of each that is kept under another (a home ARN's plain
+        name), so that members naming the stream by name (older ones in a rolling upgrade
+        among them) count this one as reading it, and share its shards."""
+        streams = self.coordinator.streams
+        keys = {state_key(s, self.home) for s in streams if s.startswith("arn:")}
+        return tuple(sorted(keys | set(streams))) if keys - set(streams) else streams
+
+    async def _know_home(self, streams: tuple[str, ...]) -> None:
+        """Before the first Kinesis stream ARN is read, learn the home account (the state
+        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once."""
+        if self.places is not None and any(
+            s.startswith("arn:") and ":kinesis:" in s for s in streams
+        ):
+            await self.places.resolve_home()
 
     async def refresh(self, streams: tuple[str, ...]) -> None:
         """Read ``streams`` from now on; shards of dropped streams are handed off."""
         self.lifecycle.check()
         added = sorted(set(streams) - set(self.coordinator.streams))
+        await self._know_home(tuple(added))
         for stream in added:
             await self.reader.check_stream(stream)
         await self.on_streams_checked(tuple(added))

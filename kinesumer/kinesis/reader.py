@@ -115,9 +115,15 @@ class KinesisReader:
         except ClientError as exc:
             code = error_code(exc)
             if code == "ResourceNotFoundException":
+                where = "" if stream.startswith("arn:") else f" in {self._region}"
+                check = (
+                    "the ARN, and Config.accounts for its account"
+                    if stream.startswith("arn:")
+                    else "the stream name, kinesis_region and role_arn"
+                )
                 raise StreamNotFoundError(
-                    f"Kinesis stream {stream!r} does not exist in {self._region} (or was "
-                    f"deleted): check the stream name, kinesis_region and role_arn"
+                    f"Kinesis stream {stream!r} does not exist{where} (or was deleted): "
+                    f"check {check}"
                 ) from exc
             if code == "ExpiredIteratorException":
                 raise IteratorExpired(str(exc)) from exc

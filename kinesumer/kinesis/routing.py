@@ -1,5 +1,14 @@
-"""One :class:`~.transport.KinesisTransport` over two: each call goes to the DynamoDB Streams
-transport when its stream is a DynamoDB stream ARN, to the Kinesis transport otherwise.
+"""One :class:`~.transport.KinesisTransport` over several: each call goes to the DynamoDB
+Streams transport when its stream is a DynamoDB stream ARN; to the Kinesis transport of the
+stream's (account, region) when it is a Kinesis stream ARN (:class:`Places` says which, opening
+its client at first use; the home account and region's is the plain Kinesis transport, and the
+call then names the stream by its name); to the plain Kinesis transport otherwise.
+
+GetRecords iterators and ListShards paging tokens do not name their stream. Those issued by the
+transport of another (account, region) are given back prefixed with ``@<account>:<region>|``,
+and the prefix is stripped before the iterator goes back to that transport: stateless (no map
+of live iterators to bound or clean up), and a Kinesis iterator never holds ``@`` or ``|``
+(base64). The home transport's iterators pass unchanged (no cost for a group reading names).
 
 A call that names no stream is routed by what it carries: a GetRecords iterator, or a
 ListShards paging token, of DynamoDB Streams begins with its stream's ARN and ``|`` (AWS's and
@@ -10,11 +19,12 @@ does (they are base64). Enhanced fan-out's SubscribeToShard names a consumer: al
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from ..stream_refs import is_dynamodb_stream, stream_of_token
+from ..stream_refs import is_dynamodb_stream, parse_stream, stream_of_token
 from .dynamodb_streams import DynamoDBStreamsTransport
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer
 from .transport import (
@@ -35,26 +45,69 @@ from .transport import (
 if TYPE_CHECKING:
     from ..aws.clients import AwsClients
 
-__all__ = ["RoutingTransport", "routing_over"]
+__all__ = ["Places", "RoutingTransport", "routing_over"]
 
 
-def routing_over(aws: AwsClients) -> RoutingTransport:
+class Places(Protocol):
+    """Where the Kinesis streams of an (account, region) are read."""
+
+    async def transport(self, account: str, region: str) -> KinesisTransport | None:
+        """The transport of (``account``, ``region``); None: the home transport's (the
+        config's own account and region). Raises
+        :class:`~kinesumer.errors.AccountAccessError` for an account it cannot reach."""
+
+
+def routing_over(aws: AwsClients, places: Places | None = None) -> RoutingTransport:
     """The transport over opened :class:`~kinesumer.aws.AwsClients`: its Kinesis client, and
     its DynamoDB Streams clients (one per stream ARN's region, opened at first use) for the
-    streams given by a table's stream ARN. Every reader over AWS builds its transport here (the
-    group member, the Spark source's driver and executors)."""
+    streams given by a table's stream ARN; with ``places``, the Kinesis streams of other
+    accounts and regions too. Every reader over AWS builds its transport here (the group
+    member, the Spark source's driver and executors)."""
     return RoutingTransport(
-        transport_of(aws.kinesis), DynamoDBStreamsTransport(aws.dynamodb_streams)
+        transport_of(aws.kinesis), DynamoDBStreamsTransport(aws.dynamodb_streams), places
     )
 
 
 class RoutingTransport:
     """:class:`~.transport.KinesisTransport` sending DynamoDB streams' calls to
-    ``dynamodb_streams`` and every other to ``kinesis``."""
+    ``dynamodb_streams``, Kinesis stream ARNs' to their (account, region)'s transport
+    (``places``; without it, to ``kinesis`` as given), and every other to ``kinesis``."""
 
-    def __init__(self, kinesis: KinesisTransport, dynamodb_streams: KinesisTransport) -> None:
+    def __init__(
+        self,
+        kinesis: KinesisTransport,
+        dynamodb_streams: KinesisTransport,
+        places: Places | None = None,
+    ) -> None:
         self.kinesis = kinesis
         self.dynamodb_streams = dynamodb_streams
+        self.places = places
+        #: The transports that issued prefixed tokens, by their prefix.
+        self._tagged: dict[str, KinesisTransport] = {}
+
+    async def _route(self, stream: str) -> tuple[KinesisTransport, str, str]:
+        """(transport, the stream as that transport names it, its tokens' prefix)."""
+        if not stream.startswith("arn:") or self.places is None:
+            return self._for(stream), stream, ""
+        if is_dynamodb_stream(stream):
+            return self.dynamodb_streams, stream, ""
+        ref = parse_stream(stream)
+        assert ref.account is not None and ref.region is not None
+        transport = await self.places.transport(ref.account, ref.region)
+        if transport is None:
+            return self.kinesis, ref.name, ""
+        tag = f"@{ref.account}:{ref.region}|"
+        self._tagged[tag] = transport
+        return transport, ref.name, tag
+
+    def _untag(self, token: str) -> tuple[KinesisTransport, str, str]:
+        """(transport, the token as it issued it, the prefix to give its next tokens)."""
+        if token.startswith("@"):
+            tag, bar, rest = token.partition("|")
+            transport = self._tagged.get(tag + bar)
+            if transport is not None:
+                return transport, rest, tag + bar
+        return self._for_token(token), token, ""
 
     def _for(self, stream: str | None) -> KinesisTransport:
         if stream is not None and is_dynamodb_stream(stream):
@@ -65,7 +118,8 @@ class RoutingTransport:
         return self.dynamodb_streams if stream_of_token(token) is not None else self.kinesis
 
     async def describe_stream_summary(self, stream: str) -> StreamSummary:
-        return await self._for(stream).describe_stream_summary(stream)
+        transport, named, _ = await self._route(stream)
+        return await transport.describe_stream_summary(named)
 
     async def list_shards(
         self,
@@ -75,13 +129,22 @@ class RoutingTransport:
         exclusive_start_shard_id: str | None = None,
         max_results: int | None = None,
     ) -> ShardPage:
-        transport = self._for(stream) if next_token is None else self._for_token(next_token)
-        return await transport.list_shards(
-            stream,
+        if next_token is None:
+            transport, named, tag = (
+                await self._route(stream) if stream is not None else (self.kinesis, None, "")
+            )
+        else:
+            transport, next_token, tag = self._untag(next_token)
+            named = stream
+        page = await transport.list_shards(
+            named,
             next_token=next_token,
             exclusive_start_shard_id=exclusive_start_shard_id,
             max_results=max_results,
         )
+        if tag and page.get("NextToken"):
+            page = {**page, "NextToken": tag + page["NextToken"]}
+        return page
 
     async def get_shard_iterator(
         self,
@@ -92,18 +155,29 @@ class RoutingTransport:
         sequence_number: str | None = None,
         timestamp: datetime | None = None,
     ) -> IteratorAnswer:
-        return await self._for(stream).get_shard_iterator(
-            stream, shard_id, iterator_type, sequence_number=sequence_number, timestamp=timestamp
+        transport, named, tag = await self._route(stream)
+        answer = await transport.get_shard_iterator(
+            named, shard_id, iterator_type, sequence_number=sequence_number, timestamp=timestamp
         )
+        return dataclasses.replace(answer, iterator=tag + answer.iterator) if tag else answer
 
     async def get_records(self, iterator: str, limit: int) -> RecordsAnswer[RawRecord]:
-        return await self._for_token(iterator).get_records(iterator, limit)
+        transport, iterator, tag = self._untag(iterator)
+        answer = await transport.get_records(iterator, limit)
+        if tag and answer.NextShardIterator:
+            answer.NextShardIterator = tag + answer.NextShardIterator
+        return answer
 
     async def get_epoch_records(self, iterator: str, limit: int) -> RecordsAnswer[EpochRawRecord]:
-        return await self._for_token(iterator).get_epoch_records(iterator, limit)
+        transport, iterator, tag = self._untag(iterator)
+        answer = await transport.get_epoch_records(iterator, limit)
+        if tag and answer.NextShardIterator:
+            answer.NextShardIterator = tag + answer.NextShardIterator
+        return answer
 
     async def put_records(self, stream: str, entries: Sequence[PutEntry]) -> PutRecordsAnswer:
-        return await self._for(stream).put_records(stream, entries)
+        transport, named, _ = await self._route(stream)
+        return await transport.put_records(named, entries)
 
     async def put_record(
         self,
@@ -113,8 +187,9 @@ class RoutingTransport:
         *,
         explicit_hash_key: str | None = None,
     ) -> PutRecordAnswer:
-        return await self._for(stream).put_record(
-            stream, data, partition_key, explicit_hash_key=explicit_hash_key
+        transport, named, _ = await self._route(stream)
+        return await transport.put_record(
+            named, data, partition_key, explicit_hash_key=explicit_hash_key
         )
 
     def subscribe_to_shard(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -31,11 +31,25 @@ __all__ = ["CLIENT_ITEM_BUDGET", "DynamoDBStateStore", "client_item"]
 
 class DynamoDBStateStore:
     """:class:`~kinesumer.statestore.base.StateStore` on a DynamoDB table, through one
-    aiobotocore ``client`` (requests retried and counted in ``stats``)."""
+    aiobotocore ``client`` (requests retried and counted in ``stats``).
 
-    def __init__(self, client: Any, table: str, app: str, stats: RequestStats) -> None:
+    ``keys``: the name each stream's shard cache and checkpoint items are kept under, from the
+    stream as the application named it (:func:`kinesumer.accounts.state_key`: a Kinesis stream
+    ARN of the home account and region is kept under its plain name); the items read back
+    carry the name as given. None: the name as given."""
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        app: str,
+        stats: RequestStats,
+        *,
+        keys: Callable[[str], str] | None = None,
+    ) -> None:
         self._table = StateTable(client, table, stats)
         self._app = app
+        self._key: Callable[[str], str] = keys or str
         #: Items skipped because they cannot be read back (see :mod:`.unreadable`).
         self.unreadable = Unreadable(stats)
         self._shard_caches = ShardCacheItems(self._table, app)
@@ -135,7 +149,8 @@ class DynamoDBStateStore:
         followed, self._followed_digests = self._followed_digests, None
         if followed is not None and all(s in followed for s in streams):
             return {s: followed[s] for s in streams}
-        digests = await self._shard_caches.digests(streams)
+        named = {self._key(s): s for s in streams}
+        digests = {named[k]: d for k, d in (await self._shard_caches.digests(list(named))).items()}
         self._known_digests.update(digests)
         return digests
 
@@ -143,16 +158,22 @@ class DynamoDBStateStore:
         """The stream's cache; None also when it cannot be read (skipped, logged and counted:
         the caller keeps the cache it has rather than take garbage for the shard list)."""
         try:
-            return await self._shard_caches.load(stream)
+            key = self._key(stream)
+            cache = await self._shard_caches.load(key)
+            if cache is not None and key != stream:
+                cache = dataclasses.replace(cache, stream=stream)
+            return cache
         except CorruptStateError as exc:
             self.unreadable.skip("shard_cache", exc)
             return None
 
     def shard_cache_unreadable(self, stream: str) -> bool:
-        return self._shard_caches.refused(stream)
+        return self._shard_caches.refused(self._key(stream))
 
     async def save_shard_cache(self, cache: ShardCache, expected_digest: str | None) -> bool:
-        saved = await self._shard_caches.save(cache, expected_digest)
+        key = self._key(cache.stream)
+        stored = cache if key == cache.stream else dataclasses.replace(cache, stream=key)
+        saved = await self._shard_caches.save(stored, expected_digest)
         if saved:
             self._known_digests[cache.stream] = cache.digest
         return saved
@@ -166,9 +187,10 @@ class DynamoDBStateStore:
         self, stream: str, shard_ids: Iterable[str] | None = None
     ) -> dict[str, Checkpoint]:
         if shard_ids is None:
-            items = await self._table.query(checkpoint_pk(self._app, stream))
+            items = await self._table.query(checkpoint_pk(self._app, self._key(stream)))
         else:
-            keys = [codecs.checkpoint_key(self._app, stream, s) for s in sorted(set(shard_ids))]
+            key = self._key(stream)
+            keys = [codecs.checkpoint_key(self._app, key, s) for s in sorted(set(shard_ids))]
             items = await self._table.batch_get(keys)
         # An unreadable checkpoint is left out (as if there were none: a claim of it, being
         # conditional on the item's absence, is refused, so it is never overwritten) and noted.
@@ -197,7 +219,7 @@ class DynamoDBStateStore:
         self, stream: str, shard_id: str, client_id: str, seen: Checkpoint | None
     ) -> Checkpoint | None:
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, stream, shard_id),
+            codecs.checkpoint_key(self._app, self._key(stream), shard_id),
             codecs.claim_update(client_id, seen),
             return_new=True,
         )
@@ -222,13 +244,14 @@ class DynamoDBStateStore:
             checkpoint, position, finished=finished, release=release, done=done
         )
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, checkpoint.stream, checkpoint.shard_id), update
+            codecs.checkpoint_key(self._app, self._key(checkpoint.stream), checkpoint.shard_id),
+            update,
         )
         return written is not None
 
     async def record_start(self, checkpoint: Checkpoint, started_at_ms: int) -> bool:
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, checkpoint.stream, checkpoint.shard_id),
+            codecs.checkpoint_key(self._app, self._key(checkpoint.stream), checkpoint.shard_id),
             codecs.start_update(checkpoint, started_at_ms),
         )
         return written is not None
@@ -247,10 +270,11 @@ class DynamoDBStateStore:
         written.
         """
         if seen is None:
-            item = codecs.new_checkpoint_item(self._app, stream, shard_id, position)
+            item = codecs.new_checkpoint_item(self._app, self._key(stream), shard_id, position)
             return await self._table.put_if(item, codecs.ABSENT) is not None
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, stream, shard_id), codecs.move_update(seen, position)
+            codecs.checkpoint_key(self._app, self._key(stream), shard_id),
+            codecs.move_update(seen, position),
         )
         return written is not None
 
@@ -269,10 +293,11 @@ class DynamoDBStateStore:
         reads again and decides on what is there now. False: the item changed; nothing was
         written."""
         if seen is None:
-            item = codecs.rewind_item(self._app, stream, shard_id, target)
+            item = codecs.rewind_item(self._app, self._key(stream), shard_id, target)
             return await self._table.put_if(item, codecs.ABSENT) is not None
         written = await self._table.update_if(
-            codecs.checkpoint_key(self._app, stream, shard_id), codecs.rewind_update(seen, target)
+            codecs.checkpoint_key(self._app, self._key(stream), shard_id),
+            codecs.rewind_update(seen, target),
         )
         return written is not None
 

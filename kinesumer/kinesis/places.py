@@ -1,0 +1,85 @@
+"""Which credentials and client read the Kinesis streams of an (account, region): the
+:class:`~.routing.Places` of a member's :class:`~.routing.RoutingTransport`.
+
+An account's streams are read:
+
+- in ``Config.accounts``: through its :class:`~kinesumer.AccountAccess` role;
+- the home account (``role_arn``'s, else the caller's): as names are, through ``role_arn`` when
+  it is set, else with the caller's own credentials;
+- the caller's own account (when ``role_arn`` points elsewhere): with the caller's own
+  credentials, no entry needed;
+- any other: :class:`~kinesumer.errors.AccountAccessError`, at the subscribe that names it.
+
+Each (account, region) but the home's gets its own client, signed for the region, opened at
+first use; the home account and region's calls go through the member's plain Kinesis client.
+"""
+
+from __future__ import annotations
+
+import botocore.session
+
+from ..accounts import Home
+from ..aws.clients import AwsClients, region_of
+from ..config import Config
+from ..errors import AccountAccessError
+from .transport import KinesisTransport, transport_of
+
+__all__ = ["AccountPlaces"]
+
+
+class AccountPlaces:
+    """:class:`~.routing.Places` over a member's :class:`~kinesumer.aws.AwsClients`. ``home``
+    is shared with the member's state store (its state keys): :meth:`resolve_home` fills its
+    account before any stream ARN is read."""
+
+    def __init__(self, config: Config, aws: AwsClients, home: Home) -> None:
+        self._config = config
+        self._aws = aws
+        self.home = home
+        self._caller: str | None = None
+        self._transports: dict[tuple[str, str], KinesisTransport] = {}
+
+    async def caller_account(self) -> str:
+        """The caller's own account (STS GetCallerIdentity, asked once)."""
+        if self._caller is None:
+            self._caller = await self._aws.caller_account()
+        return self._caller
+
+    async def resolve_home(self) -> None:
+        """Know the home account: ``role_arn``'s (set when the Home was made), else the
+        caller's; and the home region when the config names none."""
+        if self.home.region is None:  # the region names are read in: botocore's chain
+            self.home.region = region_of(botocore.session.get_session())
+        if self.home.account is None:
+            self.home.account = await self.caller_account()
+
+    async def transport(self, account: str, region: str) -> KinesisTransport | None:
+        await self.resolve_home()
+        home = self.home
+        if account == home.account and region == home.region:
+            return None
+        found = self._transports.get((account, region))
+        if found is not None:
+            return found
+        role = await self._role_of(account)
+        client = await self._aws.regional_kinesis(account, region, role)
+        found = self._transports[(account, region)] = transport_of(client)
+        return found
+
+    async def _role_of(self, account: str) -> tuple[str, str | None] | None:
+        config = self._config
+        access = (config.accounts or {}).get(account)
+        if access is not None:
+            return access.role_arn, access.external_id
+        if account == self.home.account:
+            return (config.role_arn, config.external_id) if config.role_arn else None
+        if account == await self.caller_account():
+            return None
+        raise AccountAccessError(
+            f"cannot read the Kinesis streams of account {account}: it is neither this config's "
+            f"own account ({self.home.account}) nor the caller's, and Config.accounts has no "
+            f"entry for it: add accounts={{{account!r}: AccountAccess(role_arn="
+            f"'arn:aws:iam::{account}:role/<a role this caller may assume>')}}",
+            account=account,
+            action="sts:AssumeRole",
+        )
