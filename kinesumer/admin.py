@@ -66,6 +66,7 @@ from .statestore.group_view import (
     stream_shards,
 )
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+from .stream_refs import check_stream
 
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
@@ -173,7 +174,8 @@ def pin_shard(config: Config, stream: str, shard_id: str, client_id: str) -> Con
     """Pin ``stream``/``shard_id`` to member ``client_id``: it leaves the automatic assignment
     and that member reads it while it is live and consumes ``stream``; otherwise the pin falls
     back to the automatic assignment (the members log it) until the member is back."""
-    for name, value in (("stream", stream), ("shard_id", shard_id), ("client_id", client_id)):
+    check_stream(stream)  # a name, or a stream ARN (whose '/'s the pins' keys allow)
+    for name, value in (("shard_id", shard_id), ("client_id", client_id)):
         if not isinstance(value, str) or not value or "/" in value:
             raise ConfigError(name, f"must be a non-empty name without '/', got {value!r}")
     return update_controls(

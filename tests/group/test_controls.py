@@ -320,3 +320,18 @@ def test_library_calls_check_their_arguments() -> None:
             admin.step_down(config, "m", seconds)
     with pytest.raises(ConfigError):
         admin.pin_shard(config, "s/x", "shard", "m")
+    with pytest.raises(ConfigError):
+        admin.pin_shard(config, "s", "shard/x", "m")
+
+
+def test_a_shard_of_a_tables_stream_is_pinned_by_its_arn(
+    dynalite: NodeStandIn, unique_name
+) -> None:
+    """A DynamoDB stream's ARN has '/'s: the pin is kept under it, and read back whole."""
+    config = make_config("http://127.0.0.1:1", dynalite.url, unique_name("app"), unique_name("t"))
+    setup_table(config)
+    arn = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-12-07T19:17:42.834"
+    admin.pin_shard(config, arn, "shardId-00000001", "m")
+    assert admin.list_pins(config) == {(arn, "shardId-00000001"): "m"}
+    admin.unpin_shard(config, arn, "shardId-00000001")
+    assert admin.list_pins(config) == {}
