@@ -234,12 +234,27 @@ def _refuse_for_table_streams(
 ) -> None:
     """What a DynamoDB table's stream cannot do, named by the option the user gave: it has no
     AT_TIMESTAMP iterator, so no starting instant (``starting_timestamp``, or a time given as
-    ``initial_position`` or one of its aliases). Enhanced fan-out is refused for every stream
-    before (:func:`_refuse_enhanced_fan_out`)."""
+    ``initial_position`` or one of its aliases) and no LATEST start for a query. Enhanced
+    fan-out is refused for every stream before (:func:`_refuse_enhanced_fan_out`)."""
     tables = [name for name in streams if is_dynamodb_stream(name)]
-    if not tables or not isinstance(config.initial_position, datetime):
+    if not tables:
         return
     given = [str(k).lower() for k in options]
+    if config.initial_position == "LATEST":
+        # A query at LATEST pins each shard's start to an instant and reads from the shard's
+        # oldest change to it, skipping; without AT_TIMESTAMP each batch starts that scan over,
+        # so a shard holding more changes than one batch scans (max_read_seconds) would never
+        # get past it.
+        named = [n for n in given if ALIASES.get(n, (n, ""))[0] == "initial_position"]
+        raise ConfigError(
+            named[0] if named else "initial_position",
+            f"the Spark source reads a DynamoDB table's stream ({tables[0]!r}) from "
+            "TRIM_HORIZON (the stream's last 24 hours) only: DynamoDB Streams has no "
+            "AT_TIMESTAMP iterator to start a query at LATEST with; set "
+            "initial_position=TRIM_HORIZON",
+        )
+    if not isinstance(config.initial_position, datetime):
+        return
     named = [n for n in given if ALIASES.get(n, (n, ""))[0] == STARTING_TIMESTAMP]
     named += [n for n in given if ALIASES.get(n, (n, ""))[0] == "initial_position"]
     raise ConfigError(

@@ -140,6 +140,8 @@ BASE = {"app": "orders", "dynamodb_table": "state-table", "region": "eu-west-1"}
         ({"kinesis.consumerType": "SubscribeToShard"}, "consumer_type"),
         ({"starting_timestamp": "1767225600000"}, "starting_timestamp"),
         ({"initial_position": "2026-01-01T00:00:00Z"}, "initial_position"),
+        ({"initial_position": "LATEST"}, "initial_position"),
+        ({"kinesis.startingPosition": "LATEST"}, "kinesis.startingposition"),
         ({"initialPosition": "AT_TIMESTAMP 2026-01-01T00:00:00Z"}, "initialposition"),
         (
             {"kinesis.startingPosition": "AT_TIMESTAMP", "starting_timestamp": "1767225600000"},
@@ -157,7 +159,7 @@ def test_what_a_tables_stream_cannot_do_is_refused_by_the_option_given(
 
 
 def test_a_tables_stream_beside_kinesis_streams_takes_their_positions() -> None:
-    parsed = parse_options({**BASE, "streams": f"orders,{ARN}", "initial_position": "LATEST"})
+    parsed = parse_options({**BASE, "streams": f"orders,{ARN}", "initial_position": "TRIM_HORIZON"})
     assert parsed.streams == (ARN, "orders")
     # A starting time is fine for Kinesis streams alone.
     assert parse_options({**BASE, "streams": "orders", "starting_timestamp": "1767225600000"})
