@@ -57,10 +57,19 @@ from .transport import (
     served_at,
 )
 
-__all__ = ["MAX_GET_RECORDS", "DynamoDBStreamsTransport", "raw_record_of", "record_json"]
+__all__ = [
+    "CREATION_STAMP_MS",
+    "MAX_GET_RECORDS",
+    "DynamoDBStreamsTransport",
+    "raw_record_of",
+    "record_json",
+    "stamp_floor_ms",
+]
 
 #: GetRecords' largest Limit on DynamoDB Streams (Kinesis takes 10,000).
 MAX_GET_RECORDS = 1000
+#: The resolution of ``ApproximateCreationDateTime``: AWS rounds it down to the second.
+CREATION_STAMP_MS = 1000
 #: The whole hash key space, which a DynamoDB Streams shard (it has no hash keys) covers.
 _WHOLE_KEY_SPACE = {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)}
 
@@ -241,6 +250,14 @@ def raw_record_of(record: dict[str, Any]) -> RawRecord:
         Data=record_json(record),
         ApproximateArrivalTimestamp=created if isinstance(created, datetime) else None,
     )
+
+
+def stamp_floor_ms(instant_ms: int) -> int:
+    """``instant_ms`` rounded down to the second, as DynamoDB Streams stamps its records: a
+    read "from the first record created at or after" an instant starts at the instant's whole
+    second, or a change made later within that second (stamped with the second's start) would
+    be skipped. At-least-once: changes of that second made before the instant are read too."""
+    return instant_ms - instant_ms % CREATION_STAMP_MS
 
 
 def record_json(record: dict[str, Any]) -> bytes:
