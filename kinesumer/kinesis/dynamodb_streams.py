@@ -40,7 +40,7 @@ from typing import Any, NoReturn
 from botocore.exceptions import ClientError
 
 from ..errors import ConfigError
-from ..stream_refs import parse_stream, stream_of_token
+from ..stream_refs import TABLE_STREAM_WRITES, parse_stream, stream_of_token
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer, epoch_answer
 from .transport import (
     ConsumerDescription,
@@ -314,11 +314,7 @@ def _refuse_code(operation: str, code: str, message: str) -> NoReturn:
 
 
 def _no_writes(stream: str) -> NoReturn:
-    raise ConfigError(
-        "streams",
-        f"{stream!r} is a DynamoDB table's stream: it is written through its table "
-        "(PutItem, UpdateItem, DeleteItem), not with PutRecord(s)",
-    )
+    raise ConfigError("streams", f"{stream!r}: {TABLE_STREAM_WRITES}")
 
 
 def _no_fan_out(stream: str) -> NoReturn:
