@@ -11,6 +11,7 @@ takes the shard over once the killed member's heartbeat is older than ``client_t
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,20 +86,34 @@ def test_a_killed_member_of_a_table_stream_group_loses_no_change_and_keeps_item_
     members = [world.start_member(m, [arn]) for m in ("m1", "m2")]
 
     def reader() -> MemberProcess | None:
+        """The one member owning the shard once both see both live (before, the first to
+        join holds it until the assignment of two moves it)."""
+        seen = [m.last_event("owned") for m in members]
+        if any(e is None or sorted(e["live"]) != ["m1", "m2"] for e in seen):
+            return None
         owners = [m for m in members if m.owned()]
         return owners[0] if len(owners) == 1 else None
 
-    world.wait(lambda: reader() is not None, 90, "one member reading the table's stream")
+    world.wait(lambda: reader() is not None, 90, "one member of two reading the table's stream")
     go = threading.Event()
     writers = [Writer(changes, range(w, ITEMS, 2), ITEMS // 4, go) for w in (0, 1)]
     for writer in writers:
         writer.thread.start()
     try:
+        # Half the items written, some of them read and checkpointed: the rest is written
+        # during the kill.
+        def mid_way() -> bool:
+            r = reader()
+            if r is None or len(r.deliveries()) < 100:
+                return False
+            saved = world.checkpoints(arn).values()
+            return any(c["owner"] == r.client_id and c["sequence_number"] for c in saved)
+
+        world.wait(mid_way, 90, "the reader mid-way, a checkpoint written")
         killed = reader()
         assert killed is not None
-        # Half the items written and some of them read: the rest is written during the kill.
-        world.wait(lambda: len(killed.deliveries()) >= 100, 90, "the reader mid-way")
         go.set()
+        killed_at = time.monotonic()  # members on this machine share CLOCK_MONOTONIC
         killed.kill()
     finally:
         go.set()
@@ -118,10 +133,13 @@ def test_a_killed_member_of_a_table_stream_group_loses_no_change_and_keeps_item_
     assert item_changes(deliveries) == changes.expected  # none lost, none extra, item order
     assert len(by_record(deliveries)) == changes.count
     # Read again only what the killed member delivered last, after its last checkpoint: the
-    # survivor's first records are a tail of the killed member's, each once, then only new ones.
+    # survivor's first records after the kill are a tail of the killed member's, each once,
+    # then only new ones; before the kill (a graceful handoff at the join), none of them.
     mine = [d.record_id for d in killed.deliveries()]
-    theirs = [d.record_id for d in survivor.deliveries()]
+    before = {d.record_id for d in survivor.deliveries() if d.mono < killed_at}
+    theirs = [d.record_id for d in survivor.deliveries() if d.mono >= killed_at]
     assert len(set(mine)) == len(mine) and len(set(theirs)) == len(theirs)
+    assert not before & set(mine), "a graceful handoff delivered a change twice"
     again = [r for r in theirs if r in set(mine)]
     assert again == theirs[: len(again)], "the survivor read again a change it was not first to"
     assert again == mine[len(mine) - len(again) :], "read again more than the unsaved tail"
