@@ -136,6 +136,10 @@ def tables(r: dict[str, Any]) -> str:
         import bench_efo
 
         lines += ["", bench_efo.report(r["efo"])]
+    if r.get("dynamodb_streams"):
+        import bench_dynamodb_streams
+
+        lines += ["", "```", bench_dynamodb_streams.report(r["dynamodb_streams"]), "```"]
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)

@@ -142,6 +142,10 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["efo"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["dynamodb_streams"] = dynamodb_streams(quick)
+        timings["dynamodb_streams"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["spark"] = spark(kurl, durl, quick)
         timings["spark"] = time.monotonic() - started
 
@@ -223,6 +227,15 @@ def efo(quick: bool) -> dict[str, Any]:
 
     result = bench_efo.run_with_servers(quick)
     print(bench_efo.report(result), flush=True)
+    return result
+
+
+def dynamodb_streams(quick: bool) -> dict[str, Any]:
+    """A table's stream read by kinesumer vs a boto3 loop (bench_dynamodb_streams.py: moto)."""
+    import bench_dynamodb_streams
+
+    result = bench_dynamodb_streams.run(quick)
+    print(bench_dynamodb_streams.report(result), flush=True)
     return result
 
 

@@ -46,10 +46,12 @@ from .errors import (
     StreamNotFoundError,
 )
 from .group.shard_sync import ShardSync
+from .kinesis.dynamodb_streams import stamp_floor_ms
 from .kinesis.lag_probe import MAX_PAGES, probe_shard
 from .kinesis.reader import KinesisReader
 from .kinesis.rewind_probe import has_record_since, instant_of, kinesis_now_ms, last_record
-from .kinesis.transport import KinesisTransport, transport_of
+from .kinesis.tool_transport import open_tool_transport
+from .kinesis.transport import KinesisTransport
 from .models import ClientInfo, Position, Shard
 from .statestore.dynamodb.controls import (
     controls_condition,
@@ -66,7 +68,7 @@ from .statestore.group_view import (
     stream_shards,
 )
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-from .stream_refs import check_stream
+from .stream_refs import check_stream, is_dynamodb_stream
 
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
@@ -281,8 +283,7 @@ async def probe_group_lag(
         else:
             store = state
         if kinesis is None:
-            client = await stack.enter_async_context(ClientFactory(config).kinesis())
-            kinesis = transport_of(client)
+            kinesis = await open_tool_transport(stack, config)
         reader = KinesisReader(kinesis, RequestStats(), config.effective_kinesis_region)
         live = await _live_members(store, config.client_timeout)
         names = list(streams or ())
@@ -535,9 +536,10 @@ async def rewind_stream(
             _, store = await stack.enter_async_context(open_table(config))
         else:
             store = state
-        client = await stack.enter_async_context(ClientFactory(config).kinesis())
         reader = KinesisReader(
-            transport_of(client), RequestStats(), config.effective_kinesis_region
+            await open_tool_transport(stack, config),
+            RequestStats(),
+            config.effective_kinesis_region,
         )
         # The table first, then Kinesis: a shard the table knows and the later listing does
         # not is gone (aged out). Listed first, a child born of a reshard between the two reads
@@ -546,6 +548,10 @@ async def rewind_stream(
         known = await stream_shards(store, stream, {})
         listed = await reader.list_shards(stream)
         instant_ms = await _rewind_instant(reader, stream, listed, to_time, by)
+        if instant_ms is not None and is_dynamodb_stream(stream):
+            # No AT_TIMESTAMP there: members (and the probes here) read from the shard's
+            # oldest record and skip the earlier ones, by stamps of whole seconds.
+            instant_ms = stamp_floor_ms(instant_ms)
         where = to or iso_time(instant_ms)  # type: ignore[arg-type]
         views = await _stream_views(store, stream, {}, listed, known)
         plan = await _plan_rewind(reader, stream, views, listed, instant_ms, to)

@@ -24,15 +24,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from .errors import ConfigError
 
 __all__ = [
+    "DYNAMODB_STREAM_FORM",
+    "TABLE_STREAM_WRITES",
     "StreamKind",
     "StreamRef",
     "check_stream",
     "is_dynamodb_stream",
+    "is_kinesis_name",
+    "is_readable",
     "parse_stream",
     "stream_of_token",
 ]
@@ -48,7 +52,14 @@ _TABLE = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
 #: any run of these characters is taken, AWS's format may change.
 _LABEL = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 
-_DYNAMODB_FORM = "arn:aws:dynamodb:<region>:<12-digit account>:table/<table>/stream/<label>"
+#: What a DynamoDB stream ARN looks like, for messages.
+DYNAMODB_STREAM_FORM = "arn:aws:dynamodb:<region>:<12-digit account>:table/<table>/stream/<label>"
+_DYNAMODB_FORM = DYNAMODB_STREAM_FORM
+#: Why nothing is put to a table's stream, for every writer's refusal.
+TABLE_STREAM_WRITES = (
+    "a DynamoDB table's stream is written through its table (PutItem, UpdateItem, "
+    "DeleteItem), not with PutRecord(s)"
+)
 _KINESIS_FORM = "arn:aws:kinesis:<region>:<12-digit account>:stream/<name>"
 
 
@@ -134,6 +145,17 @@ def check_stream(text: object) -> StreamRef:
             f"another account)",
         )
     return ref
+
+
+def is_kinesis_name(text: object) -> TypeGuard[str]:
+    """Whether ``text`` is a Kinesis stream name (1-128 of ``[A-Za-z0-9_.-]``); never raises."""
+    return isinstance(text, str) and _NAME.match(text) is not None
+
+
+def is_readable(text: object) -> bool:
+    """Whether kinesumer reads ``text`` (what :func:`check_stream` accepts): a Kinesis stream
+    name or a DynamoDB table's stream ARN. Never raises."""
+    return is_kinesis_name(text) or (isinstance(text, str) and is_dynamodb_stream(text))
 
 
 @lru_cache(maxsize=4096)

@@ -12,15 +12,19 @@ with ``topics=[...]`` refuses any other stream; so does a consumer (:class:`Topi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from .codecs import make_encoder, make_parser
 from .errors import ConfigError, InvalidRecordError
+from .stream_refs import DYNAMODB_STREAM_FORM, is_readable
 
 T = TypeVar("T")
-_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+#: What a topic's stream must be, for messages.
+_READABLE = (
+    f"a Kinesis stream name (1-128 of [A-Za-z0-9_.-]) or a DynamoDB table's stream ARN "
+    f"({DYNAMODB_STREAM_FORM})"
+)
 
 
 class Topic(Generic[T]):
@@ -36,8 +40,8 @@ class Topic(Generic[T]):
     def __init__(self: Topic[Any], stream: str, type: Any = "json") -> None: ...
 
     def __init__(self, stream: str, type: type[T] | Any = "json") -> None:
-        if not isinstance(stream, str) or not _STREAM.match(stream):
-            raise ConfigError("stream", f"1-128 of [A-Za-z0-9_.-], got {stream!r}", "Topic")
+        if not is_readable(stream):
+            raise ConfigError("stream", f"{_READABLE}, got {stream!r}", "Topic")
         self.stream = stream
         self.type = type
         self._encode = make_encoder(type)
@@ -129,8 +133,8 @@ class TopicList:
         self.by_stream: dict[str, Topic[Any] | None] = {}
         for topic in topics:
             name = topic.stream if isinstance(topic, Topic) else topic
-            if not isinstance(name, str) or not _STREAM.match(name):
-                raise ConfigError("topics", f"{name!r} is not a valid Kinesis stream name", where)
+            if not is_readable(name):
+                raise ConfigError("topics", f"{name!r} is not {_READABLE}", where)
             listed = self.by_stream.get(name)
             if isinstance(topic, Topic) and listed is not None and listed != topic:
                 raise ConfigError(

@@ -116,7 +116,7 @@ def test_a_producers_topics_are_the_consumers_list(kinesalite: NodeStandIn) -> N
     reach = {"kinesis_endpoint": kinesalite.url, "region": "us-east-1"}
     with pytest.raises(ConfigError, match=r"^Producer\(topics\): must be a list"):
         Producer(**reach, topics="orders")
-    with pytest.raises(ConfigError, match=r"^Producer\(topics\): 'bad name!' is not a valid"):
+    with pytest.raises(ConfigError, match=r"^Producer\(topics\): 'bad name!' is not a Kinesis"):
         Producer(**reach, topics=["bad name!"])
     with pytest.raises(ConfigError, match="one stream, one payload type"):
         Producer(**reach, topics=[Topic("orders", Order), Topic("orders", OrderStruct)])

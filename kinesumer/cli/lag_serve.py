@@ -48,12 +48,12 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..admin import probe_group_lag, read_controls
-from ..aws import ClientFactory
 from ..config import Config
 from ..core import live_clients
 from ..core.controls import controlled_leader
 from ..core.lag import GroupLag
-from ..kinesis.transport import KinesisTransport, transport_of
+from ..kinesis.tool_transport import open_tool_transport
+from ..kinesis.transport import KinesisTransport
 from ..models import ClientInfo
 from ..signals import stop_on_signals
 from ..statestore.dynamodb.store import DynamoDBStateStore
@@ -185,11 +185,11 @@ class GroupProbe:
             stack = contextlib.AsyncExitStack()
             try:
                 _, store = await stack.enter_async_context(open_table(self._config))
-                client = await stack.enter_async_context(ClientFactory(self._config).kinesis())
+                kinesis = await open_tool_transport(stack, self._config)
             except BaseException:
                 await stack.aclose()
                 raise
-            self._stack, self._open = stack, (store, transport_of(client))
+            self._stack, self._open = stack, (store, kinesis)
         return self._open
 
     async def aclose(self) -> None:

@@ -40,7 +40,7 @@ from typing import Any, NoReturn
 from botocore.exceptions import ClientError
 
 from ..errors import ConfigError
-from ..stream_refs import parse_stream, stream_of_token
+from ..stream_refs import TABLE_STREAM_WRITES, parse_stream, stream_of_token
 from .lean import EpochRawRecord, PutEntry, RawRecord, RecordsAnswer, epoch_answer
 from .transport import (
     ConsumerDescription,
@@ -57,10 +57,19 @@ from .transport import (
     served_at,
 )
 
-__all__ = ["MAX_GET_RECORDS", "DynamoDBStreamsTransport", "raw_record_of", "record_json"]
+__all__ = [
+    "CREATION_STAMP_MS",
+    "MAX_GET_RECORDS",
+    "DynamoDBStreamsTransport",
+    "raw_record_of",
+    "record_json",
+    "stamp_floor_ms",
+]
 
 #: GetRecords' largest Limit on DynamoDB Streams (Kinesis takes 10,000).
 MAX_GET_RECORDS = 1000
+#: The resolution of ``ApproximateCreationDateTime``: AWS rounds it down to the second.
+CREATION_STAMP_MS = 1000
 #: The whole hash key space, which a DynamoDB Streams shard (it has no hash keys) covers.
 _WHOLE_KEY_SPACE = {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)}
 
@@ -243,6 +252,14 @@ def raw_record_of(record: dict[str, Any]) -> RawRecord:
     )
 
 
+def stamp_floor_ms(instant_ms: int) -> int:
+    """``instant_ms`` rounded down to the second, as DynamoDB Streams stamps its records: a
+    read "from the first record created at or after" an instant starts at the instant's whole
+    second, or a change made later within that second (stamped with the second's start) would
+    be skipped. At-least-once: changes of that second made before the instant are read too."""
+    return instant_ms - instant_ms % CREATION_STAMP_MS
+
+
 def record_json(record: dict[str, Any]) -> bytes:
     """The stream record as DynamoDB Streams sends it, as JSON bytes: binary attribute values
     in base64, ``ApproximateCreationDateTime`` in epoch seconds (the wire's forms, which botocore
@@ -297,11 +314,7 @@ def _refuse_code(operation: str, code: str, message: str) -> NoReturn:
 
 
 def _no_writes(stream: str) -> NoReturn:
-    raise ConfigError(
-        "streams",
-        f"{stream!r} is a DynamoDB table's stream: it is written through its table "
-        "(PutItem, UpdateItem, DeleteItem), not with PutRecord(s)",
-    )
+    raise ConfigError("streams", f"{stream!r}: {TABLE_STREAM_WRITES}")
 
 
 def _no_fan_out(stream: str) -> NoReturn:

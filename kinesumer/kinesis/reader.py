@@ -17,6 +17,7 @@ from ..aws.retry import MalformedAnswer
 from ..config import InitialPosition
 from ..errors import CorruptStateError, KinesisError, StreamNotFoundError
 from ..models import Position, Record, Shard
+from ..stream_refs import is_dynamodb_stream
 from . import lean
 from .columns import EpochColumns, epoch_columns_of
 from .kpl import records_of
@@ -28,6 +29,13 @@ from .transport import (
     ShardPage,
     transport_of,
 )
+
+#: The IAM actions of DynamoDB Streams behind the Kinesis operations a reader makes on a
+#: table's stream (:mod:`.dynamodb_streams`), for AccessDeniedError's message.
+_DYNAMODB_STREAMS_ACTIONS = {
+    "DescribeStreamSummary": "DescribeStream",
+    "ListShards": "DescribeStream",
+}
 
 log = logging.getLogger("kinesumer.kinesis")
 T = TypeVar("T")
@@ -114,22 +122,37 @@ class KinesisReader:
             )
         except ClientError as exc:
             code = error_code(exc)
+            table_stream = is_dynamodb_stream(stream)
             if code == "ResourceNotFoundException":
-                where = "" if stream.startswith("arn:") else f" in {self._region}"
-                check = (
-                    "the ARN, and Config.accounts for its account"
-                    if stream.startswith("arn:")
-                    else "the stream name, kinesis_region and role_arn"
-                )
-                raise StreamNotFoundError(
-                    f"Kinesis stream {stream!r} does not exist{where} (or was deleted): "
-                    f"check {check}"
-                ) from exc
+                raise StreamNotFoundError(self._not_found(stream, table_stream)) from exc
             if code == "ExpiredIteratorException":
                 raise IteratorExpired(str(exc)) from exc
             if is_denied(exc):
-                raise denied(exc, f"kinesis:{operation}", f"stream {stream!r}") from exc
+                action = (
+                    f"dynamodb:{_DYNAMODB_STREAMS_ACTIONS.get(operation, operation)}"
+                    if table_stream
+                    else f"kinesis:{operation}"
+                )
+                raise denied(exc, action, f"stream {stream!r}") from exc
             raise KinesisError(f"kinesis:{operation} on {stream!r} failed: {exc}") from exc
+
+    def _not_found(self, stream: str, table_stream: bool) -> str:
+        if table_stream:
+            return (
+                f"DynamoDB table stream {stream!r} does not exist (its table was deleted, or "
+                f"its stream disabled: enabling it again makes a new ARN): check the table's "
+                f"LatestStreamArn (DescribeTable), the ARN's region and account, and "
+                f"dynamodb_streams_endpoint (or dynamodb_endpoint) where set"
+            )
+        if stream.startswith("arn:"):
+            return (
+                f"Kinesis stream {stream!r} does not exist (or was deleted): check the ARN, and "
+                f"Config.accounts for its account"
+            )
+        return (
+            f"Kinesis stream {stream!r} does not exist in {self._region} (or was "
+            f"deleted): check the stream name, kinesis_region and role_arn"
+        )
 
     async def check_stream(self, stream: str) -> None:
         """Raise StreamNotFoundError / AccessDeniedError now rather than from a background task."""

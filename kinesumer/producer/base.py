@@ -6,21 +6,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from ..config import Config
-from ..errors import InvalidRecordError
+from ..errors import ConfigError, InvalidRecordError
 from ..kinesis.transport import KinesisTransport, given_transport
 from ..observability.metrics import metrics_for
+from ..stream_refs import TABLE_STREAM_WRITES, is_dynamodb_stream, is_kinesis_name
 from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
 from .options import ProducerOptions
 from .records import PendingRecord, check_record
 from .stats import ProducerStats
-
-_STREAM = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
 #: Stand-ins for the consumer-only Config fields: a producer never reads the state table.
 _APP = "kinesumer-producer"
@@ -105,6 +103,11 @@ class BaseProducer:
         self._topics: dict[str, Topic[Any] | None] | None = None
         if topics is not None:
             self._topics = TopicList(topics, type(self).__name__).by_stream
+            tables = sorted(name for name in self._topics if is_dynamodb_stream(name))
+            if tables:
+                raise ConfigError(
+                    "topics", f"{tables[0]!r}: {TABLE_STREAM_WRITES}", type(self).__name__
+                )
         kinesis = given_transport(kinesis, type(self).__name__)
         self._core = ProducerCore(
             self.options, config, metrics_for(config, "producer"), kinesis=kinesis
@@ -172,7 +175,9 @@ _CHECKED_NAMES_MAX = 1024
 
 
 def _stream_name(stream: object) -> str:
-    if not isinstance(stream, str) or not _STREAM.match(stream):
+    if isinstance(stream, str) and is_dynamodb_stream(stream):
+        raise InvalidRecordError(f"put(stream): {stream!r}: {TABLE_STREAM_WRITES}")
+    if not is_kinesis_name(stream):
         raise InvalidRecordError(
             f"put(stream): a stream name is 1-128 of [A-Za-z0-9_.-], got {stream!r}"
         )

@@ -11,11 +11,12 @@ import hashlib
 
 import pytest
 
-from kinesumer import AsyncProducer, Producer, PutResult
+from kinesumer import AsyncProducer, Producer, PutResult, Topic
 from kinesumer.aws.clients import ClientFactory
 from kinesumer.errors import (
     ConfigError,
     FlushError,
+    InvalidRecordError,
     ProducerClosedError,
     RecordTooLargeError,
     StreamNotFoundError,
@@ -231,3 +232,20 @@ def test_a_closed_async_producer_refuses_puts(memory: MemoryKinesis) -> None:
 def test_kinesis_must_be_a_kinesis_transport() -> None:
     with pytest.raises(ConfigError, match=r"Producer\(kinesis\): .* is not a Kinesis transport"):
         Producer(region="eu-west-1", kinesis=object())  # type: ignore[arg-type]
+
+
+TABLE_STREAM = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"
+
+
+def test_a_tables_stream_is_refused_by_name_at_put_and_in_topics(memory: MemoryKinesis) -> None:
+    """A DynamoDB table's stream is read like a Kinesis stream (a Topic may name it) but never
+    written: a put to it, or a producer listing it, says it is written through its table."""
+    topic = Topic(TABLE_STREAM)
+    with Producer(region="eu-west-1", kinesis=memory) as producer:
+        for stream in (TABLE_STREAM, topic):
+            with pytest.raises(InvalidRecordError, match="written through its table"):
+                producer.put(stream, b"{}", partition_key="k")
+    with pytest.raises(ConfigError, match=r"^Producer\(topics\): .*written through its table"):
+        Producer(region="eu-west-1", kinesis=memory, topics=[topic])
+    with pytest.raises(ConfigError, match=r"^Topic\(stream\): a Kinesis stream name .* or a "):
+        Topic("orders!")

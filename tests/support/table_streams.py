@@ -99,3 +99,22 @@ def numbered(n: int) -> dict[str, Any]:
         "blob": bytes([n % 256, 255, 0]),
         "nested": {"x": [Decimal(n), "y", b"\x01"]},
     }
+
+
+def stream_records(url: str, arn: str) -> list[dict[str, Any]]:
+    """Every record of the table's stream (all shards, oldest first per shard), as boto3's
+    ``dynamodbstreams`` gives them: what a consumer must deliver, with their stamps."""
+    client = boto3.client("dynamodbstreams", endpoint_url=url, region_name="us-east-1")
+    shards = client.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    found: list[dict[str, Any]] = []
+    for shard in shards:
+        iterator = client.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = client.get_records(ShardIterator=iterator, Limit=1000)
+            found += page["Records"]
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return found
