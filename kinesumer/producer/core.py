@@ -17,13 +17,12 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 
-from ..accounts import Home, role_account
 from ..aws.accounting import RequestStats
 from ..aws.clients import AwsClients
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
 from ..kinesis.dynamodb_streams import DynamoDBStreamsTransport
-from ..kinesis.places import AccountPlaces
+from ..kinesis.places import places_for
 from ..kinesis.routing import RoutingTransport
 from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from ..observability.metrics import Metrics
@@ -50,15 +49,11 @@ async def producer_transport(config: Config) -> AsyncIterator[KinesisTransport]:
     aws = AwsClients(config, RequestStats())
     try:
         await aws.open(dynamodb=False, kinesis=True)
-        home = Home(
-            config.effective_kinesis_region,
-            role_account(config.role_arn) if config.role_arn else None,
-        )
         # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
         yield RoutingTransport(
             AwsKinesisTransport(aws.kinesis, lean=True),
             DynamoDBStreamsTransport(aws.dynamodb_streams),  # never called: put() refuses them
-            AccountPlaces(config, aws, home),
+            places_for(config, aws),
         )
     finally:
         await aws.close()
