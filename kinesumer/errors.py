@@ -23,8 +23,10 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     ├── ProducerError               a record could not be (or was not) written (Producer)
     │   ├── InvalidRecordError          bad input at put(): key, payload type, hash key (also
     │   │   │                           ValueError)
-    │   │   └── RecordTooLargeError         data + key over the stream's maximum record
-    │   │                                   size (1 MiB unless raised; 10 MiB at most)
+    │   │   ├── RecordTooLargeError         data + key over the stream's maximum record
+    │   │   │                               size (1 MiB unless raised; 10 MiB at most)
+    │   │   └── ReadOnlyStreamError         put() named a DynamoDB table's stream (written
+    │   │                                   through its table only)
     │   ├── BufferFullError             put(block=False) met a full buffer
     │   ├── DeliveryTimeoutError        not written within delivery_timeout
     │   ├── RecordRejectedError         Kinesis refused the entry for good (names its code)
@@ -181,6 +183,19 @@ class InvalidRecordError(ProducerError, ValueError):
     """``put()`` was given something Kinesis cannot take: an empty or over-long partition key, a
     payload that is not bytes (without a topic to encode it), a bad explicit hash key, or a
     stream outside the producer's topics. The message says what to fix."""
+
+
+class ReadOnlyStreamError(InvalidRecordError):
+    """``put()`` named a DynamoDB table's stream ARN: such a stream is written through its table
+    (PutItem, UpdateItem, ...), never by a producer. ``stream``: the ARN as given."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(
+            f"put(stream): {stream!r} is a DynamoDB table's stream, which only its table "
+            f"writes: write the table's items, or put to a Kinesis stream (by name or by "
+            f"arn:aws:kinesis:<region>:<account>:stream/<name>)"
+        )
+        self.stream = stream
 
 
 class RecordTooLargeError(InvalidRecordError):

@@ -458,10 +458,14 @@ class AwsClients:
         self._sessions: dict[str, aioboto3.Session] = {}
         self._regional: dict[tuple[str, str], Any] = {}
         self._regional_lock = asyncio.Lock()
+        self._caller: str | None = None
 
     async def caller_account(self) -> str:
-        """The account of the caller's own credentials (STS GetCallerIdentity)."""
-        return await self._factory.caller_account()
+        """The account of the caller's own credentials (STS GetCallerIdentity, asked once for
+        these clients: a Spark executor's places, made per task, ask it of them)."""
+        if self._caller is None:
+            self._caller = await self._factory.caller_account()
+        return self._caller
 
     async def open(self, *, dynamodb: bool = True, kinesis: bool = True) -> None:
         """Open the clients asked for (a member given its state or its Kinesis opens neither)."""

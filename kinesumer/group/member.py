@@ -30,7 +30,7 @@ from ..kinesis.places import AccountPlaces
 from ..kinesis.reader import KinesisReader
 from ..kinesis.routing import routing_over
 from ..kinesis.transport import KinesisTransport
-from ..kinesis.transport_clients import TransportClientFactory
+from ..kinesis.transport_clients import RoutedClientFactory, TransportClientFactory
 from ..observability.metrics import metrics_for
 from ..observability.telemetry import Tracing
 from ..runtime.lifecycle import EngineState, Lifecycle, run_to_the_end
@@ -110,6 +110,8 @@ class GroupMember(Generic[ProgressT]):
         )
         #: Who reads each account and region's streams (None with a Kinesis given).
         self.places: AccountPlaces | None = None
+        #: The transport over AWS the join built (None before it, and with a Kinesis given).
+        self.routing: KinesisTransport | None = None
         # Built by the join:
         self.store: StateStore
         self.reader: KinesisReader
@@ -294,17 +296,29 @@ class GroupMember(Generic[ProgressT]):
             kinesis: KinesisTransport = self.kinesis_transport
         else:
             self.places = AccountPlaces(self.config, self.aws, self.home)
-            kinesis = routing_over(self.aws, self.places)
+            kinesis = self.routing = routing_over(self.aws, self.places)
         return KinesisReader(kinesis, self.requests, self.config.effective_kinesis_region)
 
     def client_factory(self) -> ClientFactory:
         """The clients handlers write through (dead letters, retries): over the Kinesis given,
         or AWS's for ``config``."""
         if self.kinesis_transport is None:
-            return ClientFactory(self.config, self.requests, self.client_id)
+            return RoutedClientFactory(
+                self.config,
+                self.routing_transport,
+                self.running_loop,
+                self.requests,
+                self.client_id,
+            )
         return TransportClientFactory(
             self.config, self.kinesis_transport, self.running_loop, self.requests, self.client_id
         )
+
+    def routing_transport(self) -> KinesisTransport:
+        """The transport over AWS the join built (ConsumerClosedError before the join)."""
+        if self.routing is None:
+            raise ConsumerClosedError("the consumer has not joined: nothing to write with")
+        return self.routing
 
     def running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop this member runs on (ConsumerClosedError before its join)."""

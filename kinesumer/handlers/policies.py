@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError, DecodeError, KinesumerError
 from ..models import Record
+from ..stream_refs import parse_stream
 from .age import RecordTooOldError
 
 #: Kinesis stream names: 1-128 of letters, digits, ``_``, ``.`` and ``-``.
@@ -254,8 +255,17 @@ def _check_retry(name: str, retry: object) -> None:
 
 
 def _check_stream(name: str, stream: object) -> None:
+    """A Kinesis stream's name, or its ARN (of any account and region the member reaches:
+    the write goes through the member's routing transport)."""
+    if isinstance(stream, str) and stream.startswith("arn:"):
+        try:
+            ref = parse_stream(stream)
+        except ConfigError as exc:
+            raise ConfigError(name, f"{stream!r} is not a Kinesis stream ARN: {exc}") from None
+        if ref.kind == "kinesis-arn":
+            return
     if not isinstance(stream, str) or not STREAM_NAME.match(stream):
-        raise ConfigError(name, f"must be a Kinesis stream name, not {stream!r}")
+        raise ConfigError(name, f"must be a Kinesis stream name or ARN, not {stream!r}")
 
 
 def _non_negative(name: str, value: object) -> None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import botocore.session
 
-from ..accounts import Home
+from ..accounts import Home, role_account
 from ..aws.clients import AwsClients, region_of
 from ..config import Config
 from ..errors import AccountAccessError
 from .transport import KinesisTransport, transport_of
 
-__all__ = ["AccountPlaces"]
+__all__ = ["AccountPlaces", "places_for"]
 
 
 class AccountPlaces:
@@ -83,3 +83,15 @@ class AccountPlaces:
             account=account,
             action="sts:AssumeRole",
         )
+
+
+def places_for(config: Config, aws: AwsClients) -> AccountPlaces:
+    """The places of a reader or writer with no state table of its own to share a
+    :class:`~kinesumer.accounts.Home` with (the producer, the Spark source's driver and
+    executors): the home is ``config``'s Kinesis region, and ``role_arn``'s account when it is
+    set (else the caller's, asked of STS at the first stream ARN)."""
+    home = Home(
+        config.effective_kinesis_region,
+        role_account(config.role_arn) if config.role_arn else None,
+    )
+    return AccountPlaces(config, aws, home)

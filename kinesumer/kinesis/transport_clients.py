@@ -6,6 +6,12 @@ member given its Kinesis (``Kinesumer(config, kinesis=...)``) hands them this fa
 so every record the group writes lands on the same transport it reads. A blocking call runs
 the transport's coroutine on the member's event loop (the transport's clients, and an in-memory
 stream's waiters, belong to that loop) and waits for it from the handler's thread.
+
+A member reading AWS hands them a :class:`RoutedClientFactory`: a write to a stream named by
+name goes through the factory's own boto3/aiobotocore client, as before; a write to a stream
+given by ARN goes through the member's routing transport, to the client of the ARN's account
+and region (the role of ``Config.accounts``, the region's endpoint): a dead-letter stream of
+another account lands there, not in the home account under the same name.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from ..aws.accounting import RequestStats
 from ..aws.clients import ClientFactory
@@ -22,10 +28,18 @@ from ..config import Config
 from .transport import KinesisTransport, PutRecordAnswer
 
 
+class PutsRecord(Protocol):
+    """What the writers here call: a transport's PutRecord."""
+
+    def put_record(
+        self, stream: str, data: bytes, partition_key: str, *, explicit_hash_key: str | None = None
+    ) -> Coroutine[Any, Any, PutRecordAnswer]: ...
+
+
 class AsyncPutRecord:
     """The botocore-shaped PutRecord an async writer awaits."""
 
-    def __init__(self, kinesis: KinesisTransport) -> None:
+    def __init__(self, kinesis: PutsRecord) -> None:
         self._kinesis = kinesis
 
     async def put_record(
@@ -51,7 +65,7 @@ class _BlockingPutRecord:
     LOOK_INTERVAL = 0.25
 
     def __init__(
-        self, kinesis: KinesisTransport, loop_of: Callable[[], asyncio.AbstractEventLoop]
+        self, kinesis: PutsRecord, loop_of: Callable[[], asyncio.AbstractEventLoop]
     ) -> None:
         self._kinesis = kinesis
         self._loop_of = loop_of
@@ -111,3 +125,57 @@ class TransportClientFactory(ClientFactory):
     @contextlib.asynccontextmanager
     async def kinesis(self) -> AsyncIterator[Any]:
         yield AsyncPutRecord(self.transport)
+
+
+class _RoutedPutRecord:
+    """PutRecord by ARN through ``by_arn``, by name through ``by_name`` (a botocore client)."""
+
+    def __init__(self, by_name: Any, by_arn: Any) -> None:
+        self._by_name = by_name
+        self._by_arn = by_arn
+
+    def put_record(self, *, StreamName: str, **request: Any) -> Any:
+        target = self._by_arn if StreamName.startswith("arn:") else self._by_name
+        return target.put_record(StreamName=StreamName, **request)
+
+
+class RoutedClientFactory(ClientFactory):
+    """A :class:`~kinesumer.aws.ClientFactory` whose Kinesis clients put to a stream ARN through
+    ``routing_of()`` (the member's routing transport, asked at each put: it exists from the
+    join on) on the member's loop (``loop_of``), and to a stream name as the plain factory's
+    clients do."""
+
+    def __init__(
+        self,
+        config: Config,
+        routing_of: Callable[[], KinesisTransport],
+        loop_of: Callable[[], asyncio.AbstractEventLoop],
+        stats: RequestStats | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(config, stats, client_id)
+        self._routing_of = routing_of
+        self._loop_of = loop_of
+
+    def sync_kinesis(self, *, attempts: int | None = None) -> Any:
+        by_arn = _BlockingPutRecord(_Deferred(self._routing_of), self._loop_of)
+        return _RoutedPutRecord(super().sync_kinesis(attempts=attempts), by_arn)
+
+    @contextlib.asynccontextmanager
+    async def kinesis(self) -> AsyncIterator[Any]:
+        async with super().kinesis() as client:
+            yield _RoutedPutRecord(client, AsyncPutRecord(_Deferred(self._routing_of)))
+
+
+class _Deferred:
+    """The put_record of the transport ``transport_of()`` gives when called (not before)."""
+
+    def __init__(self, transport_of: Callable[[], KinesisTransport]) -> None:
+        self._transport_of = transport_of
+
+    def put_record(
+        self, stream: str, data: bytes, partition_key: str, *, explicit_hash_key: str | None = None
+    ) -> Coroutine[Any, Any, PutRecordAnswer]:
+        return self._transport_of().put_record(
+            stream, data, partition_key, explicit_hash_key=explicit_hash_key
+        )

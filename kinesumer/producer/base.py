@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from ..accounts import AccountAccess
 from ..config import Config
 from ..errors import ConfigError, InvalidRecordError
 from ..kinesis.transport import KinesisTransport, given_transport
@@ -17,7 +18,7 @@ from ..stream_refs import TABLE_STREAM_WRITES, is_dynamodb_stream, is_kinesis_na
 from ..topics import Topic, TopicList, outside_topics
 from .core import ProducerCore
 from .options import ProducerOptions
-from .records import PendingRecord, check_record
+from .records import PendingRecord, check_record, check_stream_arn
 from .stats import ProducerStats
 
 #: Stand-ins for the consumer-only Config fields: a producer never reads the state table.
@@ -29,8 +30,11 @@ class BaseProducer:
     """Puts records to Kinesis streams in batches, per shard, in the background.
 
     Reaching AWS: ``region``, ``kinesis_region``, ``kinesis_endpoint``, ``sts_endpoint``,
-    ``role_arn``, ``external_id`` mean what they mean in :class:`~kinesumer.Config` (or pass a
-    ``Config`` to :meth:`from_config`). Batching, bounds, pacing and retries: see
+    ``role_arn``, ``external_id``, ``accounts``, ``kinesis_endpoints`` mean what they mean in
+    :class:`~kinesumer.Config` (or pass a ``Config`` to :meth:`from_config`). A stream is a
+    name (the config's own account and region) or a Kinesis stream's ARN (its account and
+    region: through ``accounts[<account>]``'s role when listed; a DynamoDB table's stream ARN
+    is :class:`~kinesumer.errors.ReadOnlyStreamError`). Batching, bounds, pacing and retries: see
     :class:`~kinesumer.producer.options.ProducerOptions` (``linger``, ``max_buffered_records``,
     ``max_buffered_bytes``, ``block``, ``delivery_timeout``, ``ordering``, ``aggregate``,
     ``max_in_flight``, ``shard_records_per_second``, ``shard_bytes_per_second``,
@@ -58,6 +62,8 @@ class BaseProducer:
         sts_endpoint: str | None = None,
         role_arn: str | None = None,
         external_id: str | None = None,
+        accounts: Mapping[str, AccountAccess] | None = None,
+        kinesis_endpoints: Mapping[str, str] | None = None,
         topics: Iterable[str | Topic[Any]] | None = None,
         config: Config | None = None,
         linger: float = 0.05,
@@ -84,6 +90,8 @@ class BaseProducer:
                 sts_endpoint=sts_endpoint,
                 role_arn=role_arn,
                 external_id=external_id,
+                accounts=accounts,
+                kinesis_endpoints=kinesis_endpoints,
             )
         self.options = ProducerOptions(
             linger=linger,
@@ -175,8 +183,8 @@ _CHECKED_NAMES_MAX = 1024
 
 
 def _stream_name(stream: object) -> str:
-    if isinstance(stream, str) and is_dynamodb_stream(stream):
-        raise InvalidRecordError(f"put(stream): {stream!r}: {TABLE_STREAM_WRITES}")
+    if isinstance(stream, str) and stream.startswith("arn:"):
+        return check_stream_arn(stream)  # a table's stream: ReadOnlyStreamError, by name
     if not is_kinesis_name(stream):
         raise InvalidRecordError(
             f"put(stream): a stream name is 1-128 of [A-Za-z0-9_.-], got {stream!r}"

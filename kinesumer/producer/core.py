@@ -15,10 +15,15 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import AsyncIterator
 
-from ..aws.clients import ClientFactory
+from ..aws.accounting import RequestStats
+from ..aws.clients import AwsClients
 from ..config import Config
 from ..errors import BufferFullError, FlushError, ProducerClosedError, RecordRejectedError
+from ..kinesis.dynamodb_streams import DynamoDBStreamsTransport
+from ..kinesis.places import places_for
+from ..kinesis.routing import RoutingTransport
 from ..kinesis.transport import AwsKinesisTransport, KinesisTransport
 from ..observability.metrics import Metrics
 from .futures import settle
@@ -31,6 +36,27 @@ from .stream import StreamWriter
 #: Seconds between reports of the buffer to the metrics while it changes: a bounded rate, not a
 #: report per put or per answer (flush and close report at once).
 BUFFER_REPORT_INTERVAL = 0.5
+
+
+@contextlib.asynccontextmanager
+async def producer_transport(config: Config) -> AsyncIterator[KinesisTransport]:
+    """The transport a producer over AWS writes through: a stream named by name goes to the
+    config's Kinesis client; one given by ARN to the client of its (account, region), opened at
+    its first put (:class:`~kinesumer.kinesis.places.AccountPlaces`, as the consume side's:
+    ``config.accounts``' role for a listed account, the caller's own credentials for its own
+    account, :class:`~kinesumer.errors.AccountAccessError` for any other). A producer putting
+    to names only opens one client and never asks STS who it is."""
+    aws = AwsClients(config, RequestStats())
+    try:
+        await aws.open(dynamodb=False, kinesis=True)
+        # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
+        yield RoutingTransport(
+            AwsKinesisTransport(aws.kinesis, lean=True),
+            DynamoDBStreamsTransport(aws.dynamodb_streams),  # never called: put() refuses them
+            places_for(config, aws),
+        )
+    finally:
+        await aws.close()
 
 
 class ProducerCore:
@@ -88,9 +114,7 @@ class ProducerCore:
         if self._given_kinesis is not None:
             self._kinesis = self._given_kinesis
             return
-        client = await self._stack.enter_async_context(ClientFactory(self._config).kinesis())
-        # PutRecords always goes leanly (the GetRecords kill switch is the readers' only).
-        self._kinesis = AwsKinesisTransport(client, lean=True)
+        self._kinesis = await self._stack.enter_async_context(producer_transport(self._config))
 
     # -- any thread --
 

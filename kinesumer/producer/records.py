@@ -19,7 +19,8 @@ import re
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from ..errors import InvalidRecordError, RecordTooLargeError
+from ..errors import ConfigError, InvalidRecordError, ReadOnlyStreamError, RecordTooLargeError
+from ..stream_refs import parse_stream
 
 #: What every stream takes (its default maximum record size), and the bound of a KPL aggregate:
 #: a record over it is "large" and goes alone in its PutRecords call, never into an aggregate.
@@ -145,3 +146,16 @@ def check_record(data: object, partition_key: object, explicit_hash_key: object)
             limit=LARGEST_RECORD_BYTES,
         )
     return data
+
+
+def check_stream_arn(stream: str) -> str:
+    """``stream``, a Kinesis stream's ARN a producer may put to (any account and region: the
+    producer's routing transport reaches it); :class:`ReadOnlyStreamError` for a DynamoDB
+    table's stream, :class:`InvalidRecordError` for a malformed ARN."""
+    try:
+        ref = parse_stream(stream)
+    except ConfigError as exc:
+        raise InvalidRecordError(f"put(stream): {exc}") from None
+    if ref.is_dynamodb_stream:
+        raise ReadOnlyStreamError(stream)
+    return stream

@@ -128,7 +128,7 @@ class StreamWriter:
             self._apply_map(await self._list_shards())
             while not (self.closing and self.pending == 0 and not self._in_flight):
                 await self._step()
-        except (StreamNotFoundError, AccessDeniedError) as exc:
+        except (StreamNotFoundError, AccessDeniedError) as exc:  # AccountAccessError too
             self.failure = exc
         except Exception as exc:  # a bug or AWS past retries: every record learns of it
             log.exception("writer of %s failed", self.stream)

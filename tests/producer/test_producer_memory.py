@@ -16,8 +16,8 @@ from kinesumer.aws.clients import ClientFactory
 from kinesumer.errors import (
     ConfigError,
     FlushError,
-    InvalidRecordError,
     ProducerClosedError,
+    ReadOnlyStreamError,
     RecordTooLargeError,
     StreamNotFoundError,
 )
@@ -243,7 +243,7 @@ def test_a_tables_stream_is_refused_by_name_at_put_and_in_topics(memory: MemoryK
     topic = Topic(TABLE_STREAM)
     with Producer(region="eu-west-1", kinesis=memory) as producer:
         for stream in (TABLE_STREAM, topic):
-            with pytest.raises(InvalidRecordError, match="written through its table"):
+            with pytest.raises(ReadOnlyStreamError, match="which only its table writes"):
                 producer.put(stream, b"{}", partition_key="k")
     with pytest.raises(ConfigError, match=r"^Producer\(topics\): .*written through its table"):
         Producer(region="eu-west-1", kinesis=memory, topics=[topic])

@@ -28,13 +28,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...aws import ClientFactory, RequestStats
+from ...aws import RequestStats
 from ...errors import ConfigError
 from ...kinesis.reader import KinesisReader
 from ...producer import Producer
 from ...producer.base import BaseProducer
+from ...producer.core import producer_transport
 from ..source.aliases import suggest
 from ..source.errors import named_error_first
+from ..source.options import accounts_from_json, endpoints_from_json
 
 _STRINGS = (
     "region",
@@ -47,7 +49,9 @@ _STRINGS = (
 _NUMBERS = ("delivery_timeout", "linger")
 #: Spark's own options, which it passes to the sink too.
 _SPARKS = frozenset({"path", "checkpointlocation", "queryname"})
-_KNOWN = frozenset({"stream", "aggregate", "ordering", *_SPARKS, *_STRINGS, *_NUMBERS})
+#: JSON objects, as the source's: each account's role, each region's endpoint.
+_JSONS = {"accounts": accounts_from_json, "kinesis_endpoints": endpoints_from_json}
+_KNOWN = frozenset({"stream", "aggregate", "ordering", *_SPARKS, *_STRINGS, *_NUMBERS, *_JSONS})
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class SinkOptions:
 SINK_ALIASES: dict[str, str] = {
     "kinesis.streamname": "stream",
     "streamname": "stream",
+    "streamarn": "stream",
     "kinesis.region": "region",
     "kinesis.kinesisregion": "kinesis_region",
     "kinesis.endpointurl": "kinesis_endpoint",
@@ -130,6 +135,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         producer["aggregate"] = values["aggregate"].lower() == "true"
     if "ordering" in values:
         producer["ordering"] = values["ordering"]
+    for key, parse in _JSONS.items():
+        if values.get(key):
+            producer[key] = parse(values[key])
     Producer.check_options(**producer)  # the producer's own checks, on the driver
     return SinkOptions(values.get("stream") or None, producer)
 
@@ -164,8 +172,8 @@ def check_stream(options: SinkOptions) -> None:
     config = BaseProducer(**options.producer).config  # the producer's region, endpoint, role
 
     async def check(stream: str) -> None:
-        async with ClientFactory(config).kinesis() as client:
-            reader = KinesisReader(client, RequestStats(), config.effective_kinesis_region)
+        async with producer_transport(config) as kinesis:  # a stream ARN: its account's
+            reader = KinesisReader(kinesis, RequestStats(), config.effective_kinesis_region)
             await reader.check_stream(stream)
 
     asyncio.run(check(options.stream))

@@ -43,6 +43,7 @@ ALIASES: dict[str, tuple[str, str]] = {
     "kinesis.getrecords.numberofrecordsperfetch": ("scan_limit", AWSLABS),
     "kinesis.dynamodb.tablename": ("dynamodb_table", AWSLABS),
     "streamname": ("streams", DATABRICKS),
+    "streamarn": ("streams", DATABRICKS),
     "endpoint": ("kinesis_endpoint", DATABRICKS),
     "initialposition": ("initial_position", DATABRICKS),
     "consumermode": ("consumer_type", DATABRICKS),

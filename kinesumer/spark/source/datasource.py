@@ -33,6 +33,7 @@ from ...aws import AwsClients, RequestStats
 from ...config import Config
 from ...errors import ConfigError
 from ...kinesis import KinesisReader
+from ...kinesis.places import places_for
 from ...kinesis.routing import routing_over
 from ...statestore import DynamoDBStateStore
 from ..arrow import SCHEMA_DDL
@@ -232,7 +233,7 @@ def check_resources(options: SourceOptions) -> None:
             await DynamoDBStateStore(
                 clients.dynamodb, config.dynamodb_table, config.app, stats
             ).check()
-            kinesis = routing_over(clients)
+            kinesis = routing_over(clients, places_for(config, clients))
             reader = KinesisReader(kinesis, stats, config.effective_kinesis_region)
             for stream in options.streams:
                 await reader.check_stream(stream)

@@ -2,10 +2,13 @@
 
 Spark hands a data source its options as a case-insensitive mapping of strings. Every
 :class:`~kinesumer.Config` field is an option under its own name (``app``, ``dynamodb_table``,
-``region``, ``scan_interval``, ``initial_position`` ...); ``streams`` is a comma-separated list;
-the source adds the options of :data:`SOURCE_DEFAULTS`. A missing, unknown or malformed option
-raises :class:`~kinesumer.ConfigError` naming it, from ``load()`` / ``start()``, before any
-worker connects anywhere.
+``region``, ``scan_interval``, ``initial_position`` ...); ``streams`` is a comma-separated list
+of names and ARNs (Kinesis streams of any account and region, DynamoDB tables' streams);
+``accounts`` and ``kinesis_endpoints`` are JSON objects
+(``{"111122223333": {"role_arn": "arn:aws:iam::111122223333:role/r", "external_id": "x"}}``,
+``{"eu-west-1": "http://..."}``); the source adds the options of :data:`SOURCE_DEFAULTS`.
+A missing, unknown or malformed option raises :class:`~kinesumer.ConfigError` naming it, from
+``load()`` / ``start()``, before any worker connects anywhere.
 
 Spark prints a source's options in its plans (``explain()``, the UI's SQL tab, event logs),
 hiding only those whose name matches ``spark.sql.redaction.options.regex`` (default
@@ -16,12 +19,14 @@ hiding only those whose name matches ``spark.sql.redaction.options.regex`` (defa
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ...accounts import AccountAccess
 from ...config import Config, check_streams
 from ...errors import ConfigError
 from ...stream_refs import is_dynamodb_stream
@@ -72,7 +77,7 @@ EFO_UNSUPPORTED = (
 
 #: Options whose values stay out of Spark's plans and UI: the role the source assumes and the
 #: external id that guards it (which, with the role, is what a confused deputy needs).
-SENSITIVE_OPTIONS = ("role_arn", "external_id")
+SENSITIVE_OPTIONS = ("role_arn", "external_id", "accounts")
 
 #: Spark's setting: option names (a Java regular expression) whose values plans print redacted.
 REDACTION_CONF = "spark.sql.redaction.options.regex"
@@ -169,7 +174,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "is not supported by the Spark source (its reads follow the group's claims); every "
             "query reads every record already (a group of its own unless shared_group=true)",
         )
-    streams = check_streams([s.strip() for s in str(given["streams"]).split(",") if s.strip()])
+    streams = check_streams(
+        [s.strip() for s in str(given["streams"]).split(",") if s.strip()], kinesis_arns=True
+    )
     _refuse_for_table_streams(config, streams, options)
     source: dict[str, Any] = {}
     for name in SOURCE_DEFAULTS:
@@ -189,8 +196,11 @@ def to_options(
         value = getattr(config, field.name)
         if value == field.default or value is None or not field.compare:
             continue  # not compared: process-local objects (OpenTelemetry providers)
+        if field.name in _JSON_FIELDS:
+            out[field.name] = _JSON_FIELDS[field.name][1](value)
+            continue
         out[field.name] = value.isoformat() if isinstance(value, datetime) else str(value)
-    out["streams"] = ",".join(check_streams(streams))
+    out["streams"] = ",".join(check_streams(streams, kinesis_arns=True))
     for name, value in source.items():
         if name not in SOURCE_DEFAULTS:
             raise ConfigError(name, f"is not an option of the kinesumer source{_hint(name)}")
@@ -269,6 +279,8 @@ def _config_value(name: str, kind: str, raw: str) -> Any:
     text = str(raw).strip()
     if "None" in kind and text.lower() in ("", "none", "null"):
         return None
+    if name in _JSON_FIELDS:
+        return _JSON_FIELDS[name][0](text)
     if kind.startswith("int"):
         return _int(name, text)
     if kind.startswith("float"):
@@ -278,6 +290,62 @@ def _config_value(name: str, kind: str, raw: str) -> Any:
     if kind == "InitialPosition":
         return _initial_position(text)
     return text
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(name, f"must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(name, f"must be a JSON object, got {text!r}")
+    return value
+
+
+def accounts_from_json(text: str) -> dict[str, AccountAccess]:
+    """``accounts``: ``{"111122223333": {"role_arn": "...", "external_id": "..."}}`` (each
+    account's role; ``roleArn`` / ``externalId`` spellings too)."""
+    out: dict[str, AccountAccess] = {}
+    for account, access in _json_object("accounts", text).items():
+        if not isinstance(access, dict):
+            raise ConfigError(
+                "accounts", f'account {account}: must be {{"role_arn": ...}}, got {access!r}'
+            )
+        fields = {_compact_key(k): v for k, v in access.items()}
+        unknown = set(fields) - {"rolearn", "externalid"}
+        if unknown or "rolearn" not in fields:
+            raise ConfigError(
+                "accounts",
+                f"account {account}: give role_arn (and external_id if the role asks one), got "
+                f"{sorted(access)}",
+            )
+        out[str(account)] = AccountAccess(fields["rolearn"], fields.get("externalid"))
+    return out
+
+
+def _accounts_json(value: Any) -> str:
+    return json.dumps(
+        {
+            account: {"role_arn": a.role_arn}
+            | ({"external_id": a.external_id} if a.external_id else {})
+            for account, a in value.items()
+        }
+    )
+
+
+def endpoints_from_json(text: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _json_object("kinesis_endpoints", text).items()}
+
+
+def _compact_key(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+#: Config fields given as JSON objects: field -> (parse, write).
+_JSON_FIELDS: dict[str, tuple[Callable[[str], Any], Callable[[Any], str]]] = {
+    "accounts": (accounts_from_json, _accounts_json),
+    "kinesis_endpoints": (endpoints_from_json, lambda value: json.dumps(dict(value))),
+}
 
 
 def _source_value(name: str, raw: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from ....aws import AwsClients, RequestStats
 from ....config import Config
 from ....kinesis import KinesisReader
+from ....kinesis.places import places_for
 from ....kinesis.reader import arrived_since
 from ....kinesis.routing import routing_over
 from ....models import ClientInfo
@@ -63,7 +64,8 @@ class DriverIO:
         #: The query's consumer group's items: its pins and client items.
         self._group_store = DynamoDBStateStore(self._clients.dynamodb, table, group, self._stats)
         self._pins = LatestPins(self._group_store)
-        self._reader = KinesisReader(routing_over(self._clients), self._stats, config.region)
+        routing = routing_over(self._clients, places_for(config, self._clients))
+        self._reader = KinesisReader(routing, self._stats, config.region)
         self._closed = False
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ....aws import AwsClients, RequestStats
 from ....config import Config
 from ....kinesis import KinesisReader
+from ....kinesis.places import places_for
 from ....kinesis.routing import routing_over
 from ....models import Position, Record
 from ....runtime.loop_thread import LoopThread
@@ -143,7 +144,9 @@ async def read_with(
     store = DynamoDBStateStore(clients.dynamodb, p.config.dynamodb_table, p.config.app, stats)
     ledger = Ledger(store, p.query, p.ledger_ttl)
     # A table's stream ARN goes to DynamoDB Streams, in the ARN's region.
-    reader = KinesisReader(routing_over(clients), stats, p.config.region)
+    reader = KinesisReader(
+        routing_over(clients, places_for(p.config, clients)), stats, p.config.region
+    )
     shard = ShardRangeReader(reader, p)
     entry = None if first_attempt(p) else await ledger.get(p.batch, p.stream, p.shard_id)
     if entry is not None:
