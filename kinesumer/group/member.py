@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import Home, role_account, state_key
+from ..accounts import Home, check_one_name_each, role_account, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -202,6 +202,7 @@ class GroupMember(Generic[ProgressT]):
             self.on_parts_built()
             await self.store.check()
             await self._know_home(streams)
+            check_one_name_each(streams, self.home, "join")
             for stream in streams:
                 await self.reader.check_stream(stream)
             await check_written_streams(self.reader, writes_to)
@@ -347,6 +348,7 @@ class GroupMember(Generic[ProgressT]):
         self.lifecycle.check()
         added = sorted(set(streams) - set(self.coordinator.streams))
         await self._know_home(tuple(added))
+        check_one_name_each(streams, self.home, "refresh")
         for stream in added:
             await self.reader.check_stream(stream)
         await self.on_streams_checked(tuple(added))

@@ -19,7 +19,7 @@ import pytest
 from support.group import Member, kinesis_in_account_of, make_config, setup_table
 from support.wait import eventually
 
-from kinesumer import AccountAccess, AccountAccessError, Config, Kinesumer, Record
+from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
 
 Names = Callable[[str], str]
 
@@ -295,3 +295,19 @@ def test_refresh_adds_a_stream_of_another_account_by_arn(env: dict[str, Any]) ->
     assert {r.data for r in got if r.stream == arns["b-us"]} == {
         f"b-us:k{n}:{n}".encode() for n in range(3)
     }
+
+
+def test_a_stream_given_by_name_and_by_its_home_arn_at_once_is_refused_by_name(
+    env: dict[str, Any],
+) -> None:
+    """Two leases of one shard under two names would fence each other on its one checkpoint
+    item every tick: the join, and a refresh, refuse them, naming both."""
+    name, home_arn = env["name"], env["arns"]["a-us"]
+    with Kinesumer(env["config"]) as consumer, pytest.raises(ConfigError) as err:
+        consumer.subscribe([name, home_arn])
+    assert repr(name) in str(err.value) and repr(home_arn) in str(err.value)
+    with Kinesumer(env["config"]) as consumer:
+        consumer.subscribe([name, env["arns"]["b-us"]])  # one name in two accounts: two streams
+        with pytest.raises(ConfigError, match="refresh") as err:
+            consumer.refresh([name, home_arn])
+        assert repr(home_arn) in str(err.value)
