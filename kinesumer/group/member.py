@@ -201,7 +201,7 @@ class GroupMember(Generic[ProgressT]):
             self._build_parts()
             self.on_parts_built()
             await self.store.check()
-            await self._know_home(streams)
+            await self.know_home(streams)
             check_one_name_each(streams, self.home, "join")
             for stream in streams:
                 await self.reader.check_stream(stream)
@@ -335,9 +335,10 @@ class GroupMember(Generic[ProgressT]):
         keys = {state_key(s, self.home) for s in streams if s.startswith("arn:")}
         return tuple(sorted(keys | set(streams))) if keys - set(streams) else streams
 
-    async def _know_home(self, streams: tuple[str, ...]) -> None:
+    async def know_home(self, streams: tuple[str, ...]) -> None:
         """Before the first Kinesis stream ARN is read, learn the home account (the state
-        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once."""
+        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once. For
+        subclasses' joins too (broadcast)."""
         if self.places is not None and any(
             s.startswith("arn:") and ":kinesis:" in s for s in streams
         ):
@@ -347,7 +348,7 @@ class GroupMember(Generic[ProgressT]):
         """Read ``streams`` from now on; shards of dropped streams are handed off."""
         self.lifecycle.check()
         added = sorted(set(streams) - set(self.coordinator.streams))
-        await self._know_home(tuple(added))
+        await self.know_home(tuple(added))
         check_one_name_each(streams, self.home, "refresh")
         for stream in added:
             await self.reader.check_stream(stream)

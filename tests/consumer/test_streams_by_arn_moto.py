@@ -311,3 +311,42 @@ def test_a_stream_given_by_name_and_by_its_home_arn_at_once_is_refused_by_name(
         with pytest.raises(ConfigError, match="refresh") as err:
             consumer.refresh([name, home_arn])
         assert repr(home_arn) in str(err.value)
+
+
+async def test_a_broadcast_member_switching_from_the_name_to_its_home_arn_resumes(
+    env: dict[str, Any],
+) -> None:
+    """Broadcast positions are kept under the state key too: a ``broadcast_resume`` member
+    that read ``orders`` and now names its home ARN resumes after what it committed, not at
+    ``initial_position`` (TRIM_HORIZON here: it would deliver the first records again)."""
+    from kinesumer import AsyncKinesumer
+
+    name, home_arn, client = env["name"], env["arns"]["a-us"], env["clients"]["a-us"]
+    config = env["config"].replace(
+        broadcast=True, broadcast_resume=True, client_id="cache-1", auto_commit=False
+    )
+    first_batch = set(put(client, name, "a-us", 0, 6))
+    first = AsyncKinesumer(config)
+    await first.subscribe([name])
+    delivered: list[Record] = []
+    while len(delivered) < 6:
+        delivered += await first.poll(6 - len(delivered), 1.0)
+    await first.commit()
+    await first.aclose()
+    assert {r.data for r in delivered} == first_batch
+    later = set(put(client, name, "a-us", 6, 4))
+    second = AsyncKinesumer(config.replace(auto_commit=True))
+    await second.subscribe([home_arn])
+    again: list[Record] = []
+
+    async def read_the_later_ones() -> None:
+        while not {r.data for r in again} >= later:
+            again.extend(await second.poll(10, 1.0))
+            assert not {r.data for r in again} & first_batch, "resumed at initial_position"
+
+    try:
+        await asyncio.wait_for(read_the_later_ones(), 60)
+    finally:
+        await second.aclose()
+    assert {r.stream for r in again} == {home_arn}
+    assert {r.data for r in again} == later
