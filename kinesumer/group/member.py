@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import Home, check_one_name_each, role_account, state_key
+from ..accounts import check_one_name_each, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -26,7 +26,7 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from ..kinesis.places import AccountPlaces
+from ..kinesis.places import AccountPlaces, home_of
 from ..kinesis.reader import KinesisReader
 from ..kinesis.routing import routing_over
 from ..kinesis.transport import KinesisTransport
@@ -104,10 +104,7 @@ class GroupMember(Generic[ProgressT]):
         self.aws = AwsClients(config, self.requests, self.client_id)
         #: The config's own Kinesis account and region (:mod:`kinesumer.accounts`): a stream
         #: ARN of these is kept in the state table under its plain name.
-        self.home = Home(
-            config.effective_kinesis_region,
-            role_account(config.role_arn) if config.role_arn else None,
-        )
+        self.home = home_of(config)
         #: Who reads each account and region's streams (None with a Kinesis given).
         self.places: AccountPlaces | None = None
         # Built by the join:

@@ -350,3 +350,26 @@ async def test_a_broadcast_member_switching_from_the_name_to_its_home_arn_resume
         await second.aclose()
     assert {r.stream for r in again} == {home_arn}
     assert {r.data for r in again} == later
+
+
+async def test_group_lag_probes_the_streams_members_give_by_arn_under_their_state_keys(
+    env: dict[str, Any],
+) -> None:
+    """A live member reading the home ARN and B's ARN: the lag covers the home stream once,
+    under its plain name (no row for its ARN), and B's stream through B's role (a plain
+    Kinesis client sent the ARNs as names: left out on moto, refused on AWS)."""
+    from kinesumer import AsyncKinesumer
+    from kinesumer.admin import probe_group_lag
+
+    arns, clients, name = env["arns"], env["clients"], env["name"]
+    put(clients["b-us"], name, "b-us", 0, 3)
+    consumer = AsyncKinesumer(env["config"])
+    try:
+        await consumer.subscribe([arns["a-us"], arns["b-us"]])
+        lag = await probe_group_lag(env["config"])
+    finally:
+        await consumer.aclose()
+    assert set(lag.streams) == {name, arns["b-us"]}
+    assert {(row.stream, row.shard_id) for row in lag.shards} == {
+        (stream, f"shardId-00000000000{n}") for stream in (name, arns["b-us"]) for n in (0, 1)
+    }
