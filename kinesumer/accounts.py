@@ -19,6 +19,7 @@ and which state items a stream's checkpoints live under.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,3 +113,20 @@ def state_key(text: str, home: Home) -> str:
     if ref.kind != "kinesis-arn" or home.account is None:
         return text
     return ref.name if (ref.account, ref.region) == (home.account, home.region) else text
+
+
+def check_one_name_each(streams: Iterable[str], home: Home, where: str) -> None:
+    """Each stream given once: ``orders`` and its home ARN together (or two ARNs of one
+    stream) are refused (:class:`ConfigError` naming both), their two leases would fence each
+    other on the one checkpoint item of each shard. Checked once the home account is known."""
+    seen: dict[str, str] = {}
+    for text in sorted(streams):
+        key = state_key(text, home)
+        if key in seen:
+            raise ConfigError(
+                "streams",
+                f"{seen[key]!r} and {text!r} are one stream (its checkpoints are kept under "
+                f"{key!r}): give it once",
+                where,
+            )
+        seen[key] = text

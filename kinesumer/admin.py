@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from botocore.exceptions import ClientError
 
 from .aws import ClientFactory, RequestStats, error_code
-from .aws.clients import default_region
+from .aws.clients import AwsClients, default_region
 from .config import Config
 from .core import live_clients
 from .core.controls import Controls, StepDown
@@ -48,8 +48,10 @@ from .errors import (
 from .group.shard_sync import ShardSync
 from .kinesis.dynamodb_streams import stamp_floor_ms
 from .kinesis.lag_probe import MAX_PAGES, probe_shard
+from .kinesis.places import AccountPlaces, home_of
 from .kinesis.reader import KinesisReader
 from .kinesis.rewind_probe import has_record_since, instant_of, kinesis_now_ms, last_record
+from .kinesis.routing import routing_over
 from .kinesis.tool_transport import open_tool_transport
 from .kinesis.transport import KinesisTransport
 from .models import ClientInfo, Position, Shard
@@ -282,8 +284,13 @@ async def probe_group_lag(
             _, store = await stack.enter_async_context(open_table(config))
         else:
             store = state
-        if kinesis is None:
-            kinesis = await open_tool_transport(stack, config)
+        places = None
+        if kinesis is None:  # stream ARNs of other accounts and regions too (issue 36)
+            aws = AwsClients(config, RequestStats())
+            stack.push_async_callback(aws.close)
+            await aws.open(dynamodb=False)
+            places = AccountPlaces(config, aws, home_of(config))
+            kinesis = routing_over(aws, places)
         reader = KinesisReader(kinesis, RequestStats(), config.effective_kinesis_region)
         live = await _live_members(store, config.client_timeout)
         names = list(streams or ())
@@ -292,6 +299,8 @@ async def probe_group_lag(
             for member in live.values():
                 found |= member.streams
             names = sorted(found)
+        if places is not None:  # as the table keeps them: a home ARN is its plain name
+            names = await places.state_keys(names)
         limit = asyncio.Semaphore(PROBE_CONCURRENCY)
         rows: list[ShardLag] = []
         probed: list[str] = []

@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..aws import RequestStats
@@ -302,10 +304,19 @@ class GroupControls:
         return controlled_is_leader(self.client_id, live_ids, controls, local_now_ms())
 
     def split(
-        self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
+        self,
+        members: dict[str, frozenset[str]],
+        shards: dict[str, list[str]],
+        key: Callable[[str], str] = str,
     ) -> SplitInputs:
-        """Pins and drains applied to the assignment's inputs; fallen-back pins logged once."""
+        """Pins and drains applied to the assignment's inputs; fallen-back pins logged once.
+        ``key``: the state key of a stream (:func:`kinesumer.accounts.state_key`): the inputs
+        are keyed so, and so are the pins here (an operator may pin ``orders`` or its home
+        ARN: one stream)."""
         controls = self.effective(sorted(members))
+        if key is not str and controls.pins:
+            pins = {(key(stream), shard): to for (stream, shard), to in controls.pins.items()}
+            controls = replace(controls, pins=pins)
         split = split_pins(members, shards, controls, local_now_ms())
         for stream, shard_id, target in sorted(set(split.fallen_back) - self._fallen):
             log.warning(

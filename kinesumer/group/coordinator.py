@@ -28,7 +28,7 @@ from typing import Any
 from ..config import Config
 from ..core import active_shards, group_mode, shards_of, sticky_shards_of
 from ..core.controls import merge
-from ..core.weighted import weighted_shards_of
+from ..core.weighted import Weights, weighted_shards_of
 from ..errors import CorruptStateError, TransientAWSError
 from ..observability.metrics import Metrics
 from ..runtime.supervisor import wait_done
@@ -42,6 +42,14 @@ log = logging.getLogger("kinesumer.coordinator")
 
 #: Seconds between retries of refused claims, between ticks.
 CLAIM_RETRY = 0.2
+
+
+def keyed_weights(weights: Weights, key: Callable[[str], str]) -> dict[str, dict[str, float]]:
+    """The load weights by state key (the load reports name streams as their members do)."""
+    keyed: dict[str, dict[str, float]] = {}
+    for stream, by_shard in weights.items():
+        keyed.setdefault(key(stream), {}).update(by_shard)
+    return keyed
 
 
 class Coordinator:
@@ -63,9 +71,9 @@ class Coordinator:
         self.leasing = leasing
         self._metrics = metrics
         self.streams: tuple[str, ...] = ()
-        #: A stream's name in the state table (:func:`kinesumer.accounts.state_key`): another
-        #: member reading one of our streams under another name (``orders`` here, its home ARN
-        #: there, in a rolling upgrade) is counted as reading ours.
+        #: A stream's name in the state table (:func:`kinesumer.accounts.state_key`): the tick
+        #: assigns over these, so that a member naming a stream ``orders`` and one naming it by
+        #: its home ARN (in a rolling upgrade) compute the same assignment.
         self.stream_key: Callable[[str], str] = str
         self.ticks = 0
         #: The mode the group assigns with now (see :func:`kinesumer.core.group_mode`); starts
@@ -105,36 +113,34 @@ class Coordinator:
             await self.leasing.rebalance({})
             self._report_membership()
             return
-        members = self._members_in_our_names()
+        # The assignment is computed over state keys (kinesumer.accounts.state_key), by every
+        # member alike: the functions depend on the streams' text (range: their order; sticky:
+        # a hash of the stream; pins: the stream), so a member naming ``orders`` and one naming
+        # its home ARN must compute over one text, or each leaves a shard to the other.
+        key = self.stream_key
+        ours = {key(s): s for s in self.streams}
+        members = {c.client_id: frozenset(map(key, c.streams)) for c in membership.live}
         shards = {
-            stream: active_shards(cache.shards, cache.finished)
+            key(stream): active_shards(cache.shards, cache.finished)
             for stream, cache in self.shard_sync.caches.items()
             if stream in self.streams
         }
         self._choose_mode()
         pinned: dict[str, tuple[str, ...]] = {}
         if self.controls is not None:  # pins and drains leave the automatic assignment
-            split = self.controls.split(members, shards)
+            split = self.controls.split(members, shards, key)
             members, shards = split.members, split.shards
             pinned = split.pinned.get(self.client_id, {})
         if self.mode == "sticky":
-            mine = await self._sticky_shards(members, shards)
+            mine = await self._sticky_shards(members, shards, ours)
         elif self.mode == "weighted" and self.controls is not None:
-            mine = weighted_shards_of(self.client_id, members, shards, self.controls.weights)
+            weights = keyed_weights(self.controls.weights, key)
+            mine = weighted_shards_of(self.client_id, members, shards, weights)
         else:
             mine = shards_of(self.client_id, members, shards)
-        await self.leasing.rebalance(merge(mine, pinned))
+        keyed = merge(mine, pinned)
+        await self.leasing.rebalance({ours.get(k, k): ids for k, ids in keyed.items()})
         self._report_membership()
-
-    def _members_in_our_names(self) -> dict[str, frozenset[str]]:
-        """Live member -> the streams it reads, each one of ours named as we name it."""
-        live = self.membership.live
-        if self.stream_key is str or not any(s.startswith("arn:") for c in live for s in c.streams):
-            return {c.client_id: c.streams for c in live}
-        ours = {self.stream_key(s): s for s in self.streams}
-        return {
-            c.client_id: frozenset(ours.get(self.stream_key(s), s) for s in c.streams) for c in live
-        }
 
     async def _apply_controls(self) -> bool:
         """Read the controls when due; step-downs decide the leader. True: a forced rebalance
@@ -178,15 +184,22 @@ class Coordinator:
         self.mode = mode
 
     async def _sticky_shards(
-        self, members: dict[str, frozenset[str]], shards: dict[str, list[str]]
+        self,
+        members: dict[str, frozenset[str]],
+        shards: dict[str, list[str]],
+        ours: dict[str, str],
     ) -> dict[str, tuple[str, ...]]:
-        """Sticky mode: our shards, from fresh owners when anything could have changed."""
+        """Sticky mode: our shards (by state key), from fresh owners when anything could have
+        changed. ``ours``: state key -> our name of the stream (the owners are read by it)."""
         inputs = (members, shards)
         fresh = self.controls is not None and self.controls.fresh_layout
         if fresh and self._sticky_inputs is not None and inputs != self._sticky_inputs:
             fresh = self.controls.fresh_layout = False  # type: ignore[union-attr]
         if inputs != self._sticky_inputs or self.leasing.has_pending:
-            owners = {} if fresh else await self.leasing.read_owners(shards)
+            owners: dict[str, dict[str, str]] = {}
+            if not fresh:
+                read = await self.leasing.read_owners(ours[k] for k in shards)
+                owners = {k: read[ours[k]] for k in shards}
             self._sticky_mine = sticky_shards_of(self.client_id, members, shards, owners)
             self._sticky_inputs = inputs
         return self._sticky_mine

@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import Home, role_account, state_key
+from ..accounts import check_one_name_each, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -26,7 +26,7 @@ from ..errors import (
     StreamNotFoundError,
     TransientAWSError,
 )
-from ..kinesis.places import AccountPlaces
+from ..kinesis.places import AccountPlaces, home_of
 from ..kinesis.reader import KinesisReader
 from ..kinesis.routing import routing_over
 from ..kinesis.transport import KinesisTransport
@@ -104,10 +104,7 @@ class GroupMember(Generic[ProgressT]):
         self.aws = AwsClients(config, self.requests, self.client_id)
         #: The config's own Kinesis account and region (:mod:`kinesumer.accounts`): a stream
         #: ARN of these is kept in the state table under its plain name.
-        self.home = Home(
-            config.effective_kinesis_region,
-            role_account(config.role_arn) if config.role_arn else None,
-        )
+        self.home = home_of(config)
         #: Who reads each account and region's streams (None with a Kinesis given).
         self.places: AccountPlaces | None = None
         #: The transport over AWS the join built (None before it, and with a Kinesis given).
@@ -203,7 +200,8 @@ class GroupMember(Generic[ProgressT]):
             self._build_parts()
             self.on_parts_built()
             await self.store.check()
-            await self._know_home(streams)
+            await self.know_home(streams)
+            check_one_name_each(streams, self.home, "join")
             for stream in streams:
                 await self.reader.check_stream(stream)
             await check_written_streams(self.reader, writes_to)
@@ -348,9 +346,10 @@ class GroupMember(Generic[ProgressT]):
         keys = {state_key(s, self.home) for s in streams if s.startswith("arn:")}
         return tuple(sorted(keys | set(streams))) if keys - set(streams) else streams
 
-    async def _know_home(self, streams: tuple[str, ...]) -> None:
+    async def know_home(self, streams: tuple[str, ...]) -> None:
         """Before the first Kinesis stream ARN is read, learn the home account (the state
-        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once."""
+        keys of ARNs depend on it): ``role_arn``'s, else STS GetCallerIdentity's, once. For
+        subclasses' joins too (broadcast)."""
         if self.places is not None and any(
             s.startswith("arn:") and ":kinesis:" in s for s in streams
         ):
@@ -360,7 +359,8 @@ class GroupMember(Generic[ProgressT]):
         """Read ``streams`` from now on; shards of dropped streams are handed off."""
         self.lifecycle.check()
         added = sorted(set(streams) - set(self.coordinator.streams))
-        await self._know_home(tuple(added))
+        await self.know_home(tuple(added))
+        check_one_name_each(streams, self.home, "refresh")
         for stream in added:
             await self.reader.check_stream(stream)
         await self.on_streams_checked(tuple(added))

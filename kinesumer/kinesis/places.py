@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import botocore.session
 
-from ..accounts import Home, role_account
+from ..accounts import Home, role_account, state_key
 from ..aws.clients import AwsClients, region_of
 from ..config import Config
 from ..errors import AccountAccessError
 from .transport import KinesisTransport, transport_of
 
-__all__ = ["AccountPlaces", "places_for"]
+__all__ = ["AccountPlaces", "home_of", "places_for"]
+
+
+def home_of(config: Config) -> Home:
+    """``config``'s home (:class:`~kinesumer.accounts.Home`): its Kinesis region, and
+    ``role_arn``'s account when set (else unknown until :meth:`AccountPlaces.resolve_home`)."""
+    return Home(
+        config.effective_kinesis_region,
+        role_account(config.role_arn) if config.role_arn else None,
+    )
 
 
 class AccountPlaces:
@@ -52,6 +61,14 @@ class AccountPlaces:
             self.home.region = region_of(botocore.session.get_session())
         if self.home.account is None:
             self.home.account = await self.caller_account()
+
+    async def state_keys(self, streams: list[str]) -> list[str]:
+        """The state keys of ``streams`` (:func:`~kinesumer.accounts.state_key`), sorted, one
+        each (``orders`` and its home ARN: one); the home account is learnt first when one is
+        a Kinesis ARN."""
+        if any(s.startswith("arn:") and ":kinesis:" in s for s in streams):
+            await self.resolve_home()
+        return sorted({state_key(s, self.home) for s in streams})
 
     async def transport(self, account: str, region: str) -> KinesisTransport | None:
         await self.resolve_home()
@@ -90,8 +107,4 @@ def places_for(config: Config, aws: AwsClients) -> AccountPlaces:
     :class:`~kinesumer.accounts.Home` with (the producer, the Spark source's driver and
     executors): the home is ``config``'s Kinesis region, and ``role_arn``'s account when it is
     set (else the caller's, asked of STS at the first stream ARN)."""
-    home = Home(
-        config.effective_kinesis_region,
-        role_account(config.role_arn) if config.role_arn else None,
-    )
-    return AccountPlaces(config, aws, home)
+    return AccountPlaces(config, aws, home_of(config))

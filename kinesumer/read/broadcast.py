@@ -26,7 +26,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
+from functools import partial
 
+from ..accounts import check_one_name_each, state_key
 from ..config import Config
 from ..errors import KinesumerError, TransientAWSError
 from ..group.hooks import RebalanceHooks
@@ -36,7 +39,7 @@ from ..kinesis.transport import KinesisTransport
 from ..models import Checkpoint
 from ..runtime.lifecycle import run_to_the_end
 from ..runtime.supervisor import Supervisor, wait_done
-from ..statestore.base import BroadcastPositions, GroupState
+from ..statestore.base import BroadcastPositions, GroupState, SavedPosition
 from .broadcast_checkpointer import BroadcastCheckpointer
 from .broadcast_plan import ShardPlan, ShardStart
 from .engine import Engine
@@ -92,11 +95,13 @@ class BroadcastEngine(Engine):
         try:
             self.store = store = self.state_store()
             self.reader = self.kinesis_reader()
+            await self.know_home(streams)  # the positions' keys of ARNs depend on it
+            check_one_name_each(streams, self.home, "join")
             session, saved = None, {}
             if config.broadcast_resume:  # without it, DynamoDB is never called
                 await store.check()
                 session = await store.open_broadcast_session(self.client_id)
-                saved = await store.broadcast_positions(self.client_id)
+                saved = self._in_our_names(await store.broadcast_positions(self.client_id), streams)
             self.positions = store
             self.checkpointer = BroadcastCheckpointer(
                 store, store, self.client_id, session, self.hooks, self.metrics
@@ -130,11 +135,14 @@ class BroadcastEngine(Engine):
         lifecycle.check()
         added = tuple(s for s in streams if s not in self._streams)
         try:
+            await self.know_home(added)
+            check_one_name_each(streams, self.home, "refresh")
             for stream in added:
                 await self.reader.check_stream(stream)
             saved = {}
             if added and self.config.broadcast_resume:
-                saved = await self.positions.broadcast_positions(self.client_id)
+                found = await self.positions.broadcast_positions(self.client_id)
+                saved = self._in_our_names(found, streams)
         except Exception:
             lifecycle.check()  # closed meanwhile (its clients with it): say that instead
             raise
@@ -156,6 +164,21 @@ class BroadcastEngine(Engine):
             lifecycle.check()
             raise
         lifecycle.check()
+
+    def _in_our_names(
+        self, saved: dict[tuple[str, str], SavedPosition], streams: tuple[str, ...]
+    ) -> dict[tuple[str, str], SavedPosition]:
+        """Saved positions (kept under each stream's state key: ``orders`` for its home ARN
+        too) by this member's names of ``streams``: a member that named ``orders`` and now
+        names its home ARN resumes where it stood."""
+        key = partial(state_key, home=self.home)
+        ours = {key(s): s for s in streams}
+        found: dict[tuple[str, str], SavedPosition] = {}
+        for (stream, shard_id), position in sorted(saved.items()):
+            name = ours.get(key(stream), stream)
+            if (name, shard_id) not in found or stream == key(stream):  # the state key's first
+                found[(name, shard_id)] = replace(position, stream=name)
+        return found
 
     # -- reading ------------------------------------------------------------------------------
     async def _keep_listing(self) -> None:

@@ -19,7 +19,7 @@ import pytest
 from support.group import Member, kinesis_in_account_of, make_config, setup_table
 from support.wait import eventually
 
-from kinesumer import AccountAccess, AccountAccessError, Config, Kinesumer, Record
+from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
 
 Names = Callable[[str], str]
 
@@ -294,4 +294,82 @@ def test_refresh_adds_a_stream_of_another_account_by_arn(env: dict[str, Any]) ->
     assert {r.stream for r in got} == {name, arns["b-us"]}
     assert {r.data for r in got if r.stream == arns["b-us"]} == {
         f"b-us:k{n}:{n}".encode() for n in range(3)
+    }
+
+
+def test_a_stream_given_by_name_and_by_its_home_arn_at_once_is_refused_by_name(
+    env: dict[str, Any],
+) -> None:
+    """Two leases of one shard under two names would fence each other on its one checkpoint
+    item every tick: the join, and a refresh, refuse them, naming both."""
+    name, home_arn = env["name"], env["arns"]["a-us"]
+    with Kinesumer(env["config"]) as consumer, pytest.raises(ConfigError) as err:
+        consumer.subscribe([name, home_arn])
+    assert repr(name) in str(err.value) and repr(home_arn) in str(err.value)
+    with Kinesumer(env["config"]) as consumer:
+        consumer.subscribe([name, env["arns"]["b-us"]])  # one name in two accounts: two streams
+        with pytest.raises(ConfigError, match="refresh") as err:
+            consumer.refresh([name, home_arn])
+        assert repr(home_arn) in str(err.value)
+
+
+async def test_a_broadcast_member_switching_from_the_name_to_its_home_arn_resumes(
+    env: dict[str, Any],
+) -> None:
+    """Broadcast positions are kept under the state key too: a ``broadcast_resume`` member
+    that read ``orders`` and now names its home ARN resumes after what it committed, not at
+    ``initial_position`` (TRIM_HORIZON here: it would deliver the first records again)."""
+    from kinesumer import AsyncKinesumer
+
+    name, home_arn, client = env["name"], env["arns"]["a-us"], env["clients"]["a-us"]
+    config = env["config"].replace(
+        broadcast=True, broadcast_resume=True, client_id="cache-1", auto_commit=False
+    )
+    first_batch = set(put(client, name, "a-us", 0, 6))
+    first = AsyncKinesumer(config)
+    await first.subscribe([name])
+    delivered: list[Record] = []
+    while len(delivered) < 6:
+        delivered += await first.poll(6 - len(delivered), 1.0)
+    await first.commit()
+    await first.aclose()
+    assert {r.data for r in delivered} == first_batch
+    later = set(put(client, name, "a-us", 6, 4))
+    second = AsyncKinesumer(config.replace(auto_commit=True))
+    await second.subscribe([home_arn])
+    again: list[Record] = []
+
+    async def read_the_later_ones() -> None:
+        while not {r.data for r in again} >= later:
+            again.extend(await second.poll(10, 1.0))
+            assert not {r.data for r in again} & first_batch, "resumed at initial_position"
+
+    try:
+        await asyncio.wait_for(read_the_later_ones(), 60)
+    finally:
+        await second.aclose()
+    assert {r.stream for r in again} == {home_arn}
+    assert {r.data for r in again} == later
+
+
+async def test_group_lag_probes_the_streams_members_give_by_arn_under_their_state_keys(
+    env: dict[str, Any],
+) -> None:
+    """A live member reading the home ARN and B's ARN: the lag covers the home stream once,
+    under its plain name (no row for its ARN), and B's stream through B's role (a plain
+    Kinesis client sent the ARNs as names: left out on moto, refused on AWS)."""
+    from kinesumer import AsyncKinesumer
+    from kinesumer.admin import probe_group_lag
+
+    arns, clients, name = env["arns"], env["clients"], env["name"]
+    put(clients["b-us"], name, "b-us", 0, 3)
+    consumer = AsyncKinesumer(env["config"])
+    try:
+        await consumer.subscribe([arns["a-us"], arns["b-us"]])
+        lag = await probe_group_lag(env["config"])
+    finally:
+        await consumer.aclose()
+    assert set(lag.streams) == {name, arns["b-us"]}
+    assert {(row.stream, row.shard_id) for row in lag.shards} == {
+        (stream, f"shardId-00000000000{n}") for stream in (name, arns["b-us"]) for n in (0, 1)
     }

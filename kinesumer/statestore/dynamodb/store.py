@@ -358,7 +358,8 @@ class DynamoDBStateStore:
         return positions.decode_session(written)
 
     async def broadcast_positions(self, client_id: str) -> dict[tuple[str, str], SavedPosition]:
-        """Every position broadcast member ``client_id`` saved, by (stream, shard id)."""
+        """Every position broadcast member ``client_id`` saved, by (stream, shard id); a
+        stream by its state key (the caller maps it to its own name)."""
         items = await self._table.query(positions.broadcast_pk(self._app, client_id))
         found = (positions.decode_position(item, self._table.name) for item in items)
         return {(s.stream, s.shard_id): s for s in found if s is not None}
@@ -369,7 +370,7 @@ class DynamoDBStateStore:
         """Save a broadcast member's position in one shard, as ``session``. False: a newer
         session of the same client id wrote it (another process took the id over)."""
         written = await self._table.update_if(
-            positions.position_key(self._app, client_id, saved.stream, saved.shard_id),
+            positions.position_key(self._app, client_id, self._key(saved.stream), saved.shard_id),
             positions.position_update(session, saved),
         )
         return written is not None
