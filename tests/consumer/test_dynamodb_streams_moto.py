@@ -123,3 +123,22 @@ def test_a_tables_arn_instead_of_its_streams_is_named(env: dict[str, Any]) -> No
     table_arn = env["arn"].split("/stream/")[0]
     with Kinesumer(env["config"]) as consumer, pytest.raises(ConfigError, match="LatestStreamArn"):
         consumer.subscribe([table_arn])
+
+
+def test_broadcast_members_each_read_every_change_and_one_resumes_after_its_position(
+    env: dict[str, Any],
+) -> None:
+    """Broadcast mode over a table's stream: each member reads every change (no leases), and a
+    member saving its own positions (``broadcast_resume``) restarts after what it committed."""
+    changes = TableChanges(env["url"], env["table"])
+    write_changes(changes, range(12))
+    config = env["config"].replace(broadcast=True)
+    first, second = (consume(config, env["arn"], changes.count) for _ in range(2))
+    assert by_item(first) == by_item(second) == changes.expected
+
+    resuming = config.replace(client_id="cache-1", broadcast_resume=True)
+    before = changes.count
+    assert by_item(consume(resuming, env["arn"], before)) == changes.expected
+    write_changes(changes, range(12, 20))
+    after = consume(resuming, env["arn"], changes.count - before)
+    assert by_item(first + after) == changes.expected  # the restart read only the new changes
