@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError
+from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, TransientAWSError
 from kinesumer.accounts import Home, state_key
 from kinesumer.aws import clients
 from kinesumer.kinesis.lean import RecordsAnswer
@@ -133,20 +133,30 @@ async def test_an_arns_iterators_and_tokens_go_back_to_the_transport_that_issued
 
 
 async def test_a_role_that_cannot_be_assumed_names_the_account_the_role_and_the_action() -> None:
-    class Refused:
-        """A session's role credentials as botocore defers them: the refusal comes at the
-        first fetch."""
-
-        async def get_frozen_credentials(self) -> Any:
-            raise ClientError(
-                {"Error": {"Code": "AccessDenied", "Message": "not trusted"}}, "AssumeRole"
-            )
-
-    class Session:
-        async def get_credentials(self) -> Refused:
-            return Refused()
-
     with pytest.raises(AccountAccessError, match="111111111111") as err:
-        await clients.assume_now(Session(), "111111111111", ROLE_B)  # type: ignore[arg-type]
+        await clients.assume_now(sts_answering("AccessDenied", 403), "111111111111", ROLE_B)
     assert err.value.role_arn == ROLE_B and err.value.action == "sts:AssumeRole"
     assert ROLE_B in str(err.value)
+
+
+async def test_sts_throttled_or_failing_at_the_assume_is_transient_not_a_refused_role() -> None:
+    for code, status in (("Throttling", 400), ("InternalFailure", 500)):
+        with pytest.raises(TransientAWSError, match="the role itself was not refused"):
+            await clients.assume_now(sts_answering(code, status), "111111111111", ROLE_B)
+
+
+def sts_answering(code: str, status: int) -> Any:
+    """A session whose role credentials, deferred as botocore defers them, fail at the first
+    fetch with STS's ``code``."""
+
+    class Credentials:
+        async def get_frozen_credentials(self) -> Any:
+            error = {"Code": code, "Message": code}
+            meta = {"HTTPStatusCode": status}
+            raise ClientError({"Error": error, "ResponseMetadata": meta}, "AssumeRole")
+
+    class Session:
+        async def get_credentials(self) -> Credentials:
+            return Credentials()
+
+    return Session()

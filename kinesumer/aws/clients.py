@@ -34,9 +34,9 @@ from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..config import Config
-from ..errors import AccountAccessError, ConfigError, KinesumerError
+from ..errors import AccountAccessError, ConfigError, KinesumerError, TransientAWSError
 from .accounting import RequestStats, instrument
-from .retry import CALL_TIMEOUT, call_with_retry
+from .retry import CALL_TIMEOUT, call_with_retry, is_transient
 
 log = logging.getLogger("kinesumer.aws")
 
@@ -434,6 +434,12 @@ async def assume_now(session: aioboto3.Session, account: str, role_arn: str) -> 
         credentials = await session.get_credentials()
         await credentials.get_frozen_credentials()
     except (ClientError, BotoCoreError, KinesumerError) as exc:
+        if isinstance(exc, TransientAWSError) or is_transient(exc):
+            # STS throttled or unreachable: not a verdict on the role (try again later).
+            raise TransientAWSError(
+                f"could not assume {role_arn} for account {account} yet: STS kept failing "
+                f"({exc}); the role itself was not refused"
+            ) from exc
         raise AccountAccessError(
             f"cannot read the Kinesis streams of account {account}: sts:AssumeRole on "
             f"{role_arn} failed ({exc}); check Config.accounts[{account!r}] and the role's "
