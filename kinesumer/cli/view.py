@@ -21,12 +21,14 @@ from typing import Any
 
 from ..core import leader_of, live_clients
 from ..core.controls import Controls, controlled_leader
+from ..errors import ConfigError
 from ..models import ClientInfo
 from ..statestore.dynamodb.store import DynamoDBStateStore
 
 # The shard view and the table's opening live below the command line, in the state store
 # (the admin functions the commands call read them too); the commands reach them through here.
 from ..statestore.group_view import ShardView, iso_time, open_table, stream_shards
+from ..stream_refs import parse_stream
 
 __all__ = [
     "GroupStatus",
@@ -150,6 +152,9 @@ async def collect(
     owned: dict[str, list[str]] = {}
     for stream in names:
         views[stream] = await stream_shards(store, stream, live)
+    for stream in [s for s in names if not views[s] and _home_arn_alias(s, names)]:
+        del views[stream]  # kept under its plain name, which its member announces beside it
+    for stream in views:
         for view in views[stream]:
             if view.owner is not None and not view.finished:
                 owned.setdefault(view.owner, []).append(f"{stream}/{view.shard_id}")
@@ -163,3 +168,14 @@ async def collect(
         for c in sorted(clients, key=lambda c: (c.client_id not in live, c.client_id))
     )
     return GroupStatus(app, table, now_ms, client_timeout, members, views)
+
+
+def _home_arn_alias(stream: str, names: Sequence[str]) -> bool:
+    """Whether ``stream`` is a Kinesis stream ARN whose stream is also listed by its plain name:
+    a member giving its home stream by ARN announces both, and the items are kept under the
+    name (the ARN's own rows would be empty)."""
+    try:
+        ref = parse_stream(stream)
+    except ConfigError:
+        return False
+    return ref.kind == "kinesis-arn" and ref.name in names

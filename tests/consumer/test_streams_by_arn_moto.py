@@ -373,3 +373,33 @@ async def test_group_lag_probes_the_streams_members_give_by_arn_under_their_stat
     assert {(row.stream, row.shard_id) for row in lag.shards} == {
         (stream, f"shardId-00000000000{n}") for stream in (name, arns["b-us"]) for n in (0, 1)
     }
+
+
+def test_status_shows_a_home_stream_given_by_arn_once_under_its_name(
+    env: dict[str, Any],
+) -> None:
+    """A member giving its home stream by ARN announces the ARN and the name its items are kept
+    under: ``status`` shows the stream once, under the name (no empty row for the ARN)."""
+    from kinesumer.cli.view import collect
+    from kinesumer.statestore.group_view import open_table
+
+    config, name = env["config"], env["name"]
+    put(env["clients"]["a-us"], name, "a-us", 0, 4)
+
+    async def status() -> Any:
+        async with open_table(config) as (_, store):
+            return await collect(
+                store,
+                app=config.app,
+                table=config.dynamodb_table,
+                client_timeout=config.client_timeout,
+            )
+
+    with Kinesumer(config) as consumer:
+        consumer.subscribe([env["arns"]["a-us"]])
+        got = 0
+        while got < 4:
+            got += len(consumer.poll(10, 1.0))
+        seen = asyncio.run(status())
+    assert list(seen.streams) == [name]
+    assert {view.owner for view in seen.streams[name]} == {consumer.client_id}
