@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from support.group import make_config, setup_table
-from support.table_streams import TableChanges, create_streamed_table, numbered
+from support.table_streams import TableChanges, by_item, create_streamed_table, write_changes
 
 from kinesumer import AsyncKinesumer, ConfigError, Kinesumer, Record
 from kinesumer.dynamodb_streams import Change, change
@@ -28,25 +27,6 @@ def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     config = make_config(moto_url, moto_url, unique_name("app"), unique_name("state"))
     setup_table(config)
     return {"url": moto_url, "config": config, "arn": arn, "table": table}
-
-
-def write_changes(changes: TableChanges, items: range) -> None:
-    for n in items:
-        changes.put(f"k{n}", **numbered(n))
-    for n in items:
-        if n % 2 == 0:
-            changes.update(f"k{n}", name=f"renamed {n}", n=n * 10)
-    for n in items:
-        if n % 3 == 0:
-            changes.delete(f"k{n}")
-
-
-def by_item(got: list[Record]) -> dict[str, list[tuple[str, Any, Any]]]:
-    seen: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
-    for record in got:
-        c = change(record)
-        seen[c.keys["pk"]].append((c.event_name, c.new_image, c.old_image))
-    return dict(seen)
 
 
 def consume(config: Any, arn: str, count: int) -> list[Record]:

@@ -16,35 +16,15 @@ from typing import Any
 
 import boto3
 import pytest
-from support.group import Member, kinesis_in_account_of, make_config, setup_table
+from support.accounts import A, B, arn, client_of, create, role_in_b
+from support.group import Member, make_config, setup_table
 from support.wait import eventually
 
 from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
 
 Names = Callable[[str], str]
 
-A = "123456789012"  # moto's account for plain keys: the caller's
-B = "111111111111"
-ROLE_B = f"arn:aws:iam::{B}:role/orders-reader"
-
-
-def arn(region: str, account: str, name: str) -> str:
-    return f"arn:aws:kinesis:{region}:{account}:stream/{name}"
-
-
-def client_of(url: str, region: str, role: str | None = None) -> Any:
-    if role is None:
-        return boto3.client("kinesis", endpoint_url=url, region_name=region)
-    client = kinesis_in_account_of(url, role)
-    assert client.meta.region_name == region
-    return client
-
-
-def create(client: Any, name: str, shards: int) -> None:
-    client.create_stream(StreamName=name, ShardCount=shards)
-    client.get_waiter("stream_exists").wait(
-        StreamName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
+ROLE_B = role_in_b("orders-reader")
 
 
 def put(client: Any, name: str, tag: str, start: int, count: int) -> list[bytes]:

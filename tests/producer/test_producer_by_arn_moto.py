@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from support.accounts import A, B, arn, create, datas, role_in_b
 from support.group import kinesis_in_account_of, make_config, setup_table
 from support.wait import eventually
 
@@ -28,31 +29,7 @@ from kinesumer.handlers.policies import DeadLetter, Retry
 
 Names = Callable[[str], str]
 
-A = "123456789012"  # moto's account for plain keys: the caller's
-B = "111111111111"
-ROLE_B = f"arn:aws:iam::{B}:role/orders-writer"
-
-
-def arn(region: str, account: str, name: str) -> str:
-    return f"arn:aws:kinesis:{region}:{account}:stream/{name}"
-
-
-def create(client: Any, name: str, shards: int = 1) -> None:
-    client.create_stream(StreamName=name, ShardCount=shards)
-    client.get_waiter("stream_exists").wait(
-        StreamName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
-
-
-def datas(client: Any, name: str) -> list[bytes]:
-    """Every record of ``name`` (as ``client``'s account and region see it), shard by shard."""
-    found: list[bytes] = []
-    for shard in client.list_shards(StreamName=name)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        found.extend(r["Data"] for r in client.get_records(ShardIterator=iterator)["Records"])
-    return found
+ROLE_B = role_in_b("orders-writer")
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ change's sequence number), so a change committed twice shows as 2 (DynamoDB) or 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,11 +21,10 @@ from support.group import make_config, setup_table
 from support.postgres import PostgresServer, postgres_server
 from support.sink_driver import SinkMember
 from support.sinks import dynamodb, sink_table
-from support.table_streams import TableChanges, create_streamed_table, numbered
+from support.table_streams import TableChanges, by_item, create_streamed_table, write_changes
 from support.wait import eventually
 
 from kinesumer import Record
-from kinesumer.dynamodb_streams import change
 from kinesumer.sinks import DynamoDBTransaction, DynamoDBTransactions, PostgresPositions
 
 Names = Callable[[str], str]
@@ -50,26 +48,10 @@ def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     return {"url": moto_url, "config": config, "arn": arn, "sink": sink, "changes": changes}
 
 
-def write_changes(changes: TableChanges, items: range) -> None:
-    for n in items:
-        changes.put(f"k{n}", **numbered(n))
-    for n in items:
-        if n % 2 == 0:
-            changes.update(f"k{n}", name=f"renamed {n}", n=n * 10)
-    for n in items:
-        if n % 3 == 0:
-            changes.delete(f"k{n}")
-
-
-def by_item(datas: list[str]) -> dict[str, list[tuple[str, Any, Any]]]:
+def in_shard_order(datas: list[str]) -> dict[str, list[tuple[str, Any, Any]]]:
     """Each item's changes (event, new image, old image), in the order of their sequence
     numbers (the shard's order)."""
-    ordered = sorted(datas, key=lambda d: int(json.loads(d)["dynamodb"]["SequenceNumber"]))
-    seen: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
-    for data in ordered:
-        c = change(data)
-        seen[c.keys["pk"]].append((c.event_name, c.new_image, c.old_image))
-    return dict(seen)
+    return by_item(sorted(datas, key=lambda d: int(json.loads(d)["dynamodb"]["SequenceNumber"])))
 
 
 async def crash_midstream(
@@ -142,7 +124,7 @@ async def test_dynamodb_transactions_commit_every_change_once_through_a_crash(
     assert {
         i["pk"]["S"]: int(i["deliveries"]["N"]) for i in items if i["deliveries"]["N"] != "1"
     } == {}
-    assert by_item([i["data"]["S"] for i in items]) == env["changes"].expected
+    assert in_shard_order([i["data"]["S"] for i in items]) == env["changes"].expected
 
 
 async def test_postgres_positions_commit_every_change_once_through_a_crash(
@@ -170,4 +152,4 @@ async def test_postgres_positions_commit_every_change_once_through_a_crash(
     await crash_midstream(env, make, lambda: len(rows()))
     got = rows()
     assert len(got) == len({seq for seq, _ in got}), "a change committed twice"
-    assert by_item([data for _, data in got]) == env["changes"].expected
+    assert in_shard_order([data for _, data in got]) == env["changes"].expected

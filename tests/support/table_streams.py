@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -118,3 +119,28 @@ def stream_records(url: str, arn: str) -> list[dict[str, Any]]:
                 break
             iterator = page.get("NextShardIterator")
     return found
+
+
+def write_changes(changes: TableChanges, items: range) -> None:
+    """Items ``k<n>`` put, every second one updated, every third deleted (in three passes, so
+    each item's changes interleave with the others')."""
+    for n in items:
+        changes.put(f"k{n}", **numbered(n))
+    for n in items:
+        if n % 2 == 0:
+            changes.update(f"k{n}", name=f"renamed {n}", n=n * 10)
+    for n in items:
+        if n % 3 == 0:
+            changes.delete(f"k{n}")
+
+
+def by_item(read: Iterable[Any]) -> dict[str, list[tuple[str, Any, Any]]]:
+    """Each item's changes (event, new image, old image) in the order given; ``read``: records,
+    or their data as bytes or text."""
+    from kinesumer.dynamodb_streams import change
+
+    seen: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
+    for item in read:
+        c = change(item)
+        seen[c.keys["pk"]].append((c.event_name, c.new_image, c.old_image))
+    return dict(seen)

@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from support.accounts import A, B, arn, create, datas, role_in_b
 from support.group import kinesis_in_account_of, make_config, setup_table
 from support.spark_source import Collector, local_spark, run_to_end, start_query
 
@@ -24,30 +25,7 @@ from kinesumer.spark.source.options import parse_options, to_options
 pytest.importorskip("pyspark.sql.streaming.datasource", reason="needs pyspark 4.2+")
 
 Names = Callable[[str], str]
-A = "123456789012"  # moto's account for plain keys: the caller's
-B = "111111111111"
-ROLE_B = f"arn:aws:iam::{B}:role/orders-reader"
-
-
-def arn(region: str, account: str, name: str) -> str:
-    return f"arn:aws:kinesis:{region}:{account}:stream/{name}"
-
-
-def create(client: Any, name: str) -> None:
-    client.create_stream(StreamName=name, ShardCount=2)
-    client.get_waiter("stream_exists").wait(
-        StreamName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
-
-
-def datas(client: Any, name: str) -> list[bytes]:
-    found: list[bytes] = []
-    for shard in client.list_shards(StreamName=name)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        found.extend(r["Data"] for r in client.get_records(ShardIterator=iterator)["Records"])
-    return found
+ROLE_B = role_in_b("orders-reader")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +44,7 @@ def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
         "b-us": kinesis_in_account_of(moto_url, ROLE_B),
     }
     for client in clients.values():
-        create(client, name)
+        create(client, name, 2)
     arns = {
         "a-us": arn("us-east-1", A, name),
         "a-eu": arn("eu-west-1", A, name),

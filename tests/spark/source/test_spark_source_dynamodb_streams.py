@@ -7,18 +7,16 @@ restart from the checkpoint folder reads nothing twice; what a table's stream ca
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from support.group import make_config, setup_table
 from support.spark_source import Collector, local_spark, run_to_end, start_query
-from support.table_streams import TableChanges, create_streamed_table, numbered
+from support.table_streams import TableChanges, by_item, create_streamed_table, write_changes
 from support.wait import wait_until
 
 from kinesumer import ConfigError
-from kinesumer.dynamodb_streams import change
 from kinesumer.spark.source import option_strings
 from kinesumer.spark.source.options import parse_options
 
@@ -52,26 +50,6 @@ def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     )
     setup_table(config)
     return {"config": config, "arn": arn, "changes": TableChanges(moto_url, table)}
-
-
-def write_changes(changes: TableChanges, items: range) -> None:
-    for n in items:
-        changes.put(f"k{n}", **numbered(n))
-    for n in items:
-        if n % 2 == 0:
-            changes.update(f"k{n}", name=f"renamed {n}", n=n * 10)
-    for n in items:
-        if n % 3 == 0:
-            changes.delete(f"k{n}")
-
-
-def by_item(datas: list[bytes]) -> dict[str, list[tuple[str, Any, Any]]]:
-    """Each item's changes (event, new image, old image), in the order they were read."""
-    seen: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
-    for data in datas:
-        c = change(data)
-        seen[c.keys["pk"]].append((c.event_name, c.new_image, c.old_image))
-    return dict(seen)
 
 
 def test_a_query_reads_every_change_of_a_table_once_in_item_order_and_a_restart_none_twice(
