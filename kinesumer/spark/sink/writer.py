@@ -34,6 +34,7 @@ from ...kinesis.reader import KinesisReader
 from ...producer import Producer
 from ...producer.base import BaseProducer
 from ...producer.core import producer_transport
+from ...stream_refs import TABLE_STREAM_WRITES, is_dynamodb_stream
 from ..source.aliases import suggest
 from ..source.errors import named_error_first
 from ..source.options import accounts_from_json, endpoints_from_json
@@ -139,7 +140,12 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         if values.get(key):
             producer[key] = parse(values[key])
     Producer.check_options(**producer)  # the producer's own checks, on the driver
-    return SinkOptions(values.get("stream") or None, producer)
+    stream = values.get("stream") or None
+    if stream is not None and is_dynamodb_stream(stream):
+        # The load check would find it (DynamoDB Streams describes it); every task's put would
+        # then fail.
+        raise ConfigError("stream", f"{stream!r}: {TABLE_STREAM_WRITES}", "sink")
+    return SinkOptions(stream, producer)
 
 
 def check_columns(schema: Any, options: SinkOptions) -> None:

@@ -69,3 +69,13 @@ def test_the_sources_own_initial_position_takes_the_position_words(
         "initial_position": value,
     }
     assert parse_options(options).config.initial_position == position
+
+
+@pytest.mark.parametrize("name", ["stream", "streamARN"])
+def test_a_tables_stream_is_refused_at_the_options_not_by_every_task(name: str) -> None:
+    """A DynamoDB table's stream is read, never written: the load check would find it, and
+    every task's put would then fail."""
+    table_stream = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-01-01T00:00"
+    with pytest.raises(ConfigError, match="written through its table") as caught:
+        parse_sink_options({name: table_stream, "region": "eu-west-1"})
+    assert caught.value.field == "stream"
