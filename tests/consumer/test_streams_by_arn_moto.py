@@ -16,7 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
-from support.accounts import A, B, arn, client_of, create, role_in_b
+from support.accounts import A, B, arn, role_in_b, three_places
 from support.group import Member, make_config, setup_table
 from support.wait import eventually
 
@@ -56,13 +56,7 @@ def checkpoint_partitions(config: Config) -> set[str]:
 @pytest.fixture
 def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     name = unique_name("orders")
-    clients = {
-        "a-us": client_of(moto_url, "us-east-1"),
-        "a-eu": client_of(moto_url, "eu-west-1"),
-        "b-us": client_of(moto_url, "us-east-1", ROLE_B),
-    }
-    for client in clients.values():
-        create(client, name, 2)
+    clients = three_places(moto_url, name, ROLE_B, shards=2)
     config = make_config(
         moto_url,
         moto_url,

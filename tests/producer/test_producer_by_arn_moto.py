@@ -9,10 +9,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 import pytest
-from support.accounts import A, B, arn, create, datas, role_in_b
-from support.group import kinesis_in_account_of, make_config, setup_table
+from support.accounts import A, B, arn, create, datas, role_in_b, three_places
+from support.group import make_config, setup_table
 from support.wait import eventually
 
 from kinesumer import (
@@ -35,13 +34,7 @@ ROLE_B = role_in_b("orders-writer")
 @pytest.fixture
 def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     name = unique_name("orders")
-    clients = {
-        "a-us": boto3.client("kinesis", endpoint_url=moto_url, region_name="us-east-1"),
-        "a-eu": boto3.client("kinesis", endpoint_url=moto_url, region_name="eu-west-1"),
-        "b-us": kinesis_in_account_of(moto_url, ROLE_B),
-    }
-    for client in clients.values():
-        create(client, name)
+    clients = three_places(moto_url, name, ROLE_B)
     return {"url": moto_url, "name": name, "clients": clients}
 
 

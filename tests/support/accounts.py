@@ -47,3 +47,16 @@ def datas(client: Any, name: str) -> list[bytes]:
         )["ShardIterator"]
         found.extend(r["Data"] for r in client.get_records(ShardIterator=iterator)["Records"])
     return found
+
+
+def three_places(url: str, name: str, role: str, shards: int = 1) -> dict[str, Any]:
+    """Stream ``name`` created in A's us-east-1 (``a-us``), A's eu-west-1 (``a-eu``) and, through
+    ``role``, B's us-east-1 (``b-us``); a Kinesis client of each, by place."""
+    clients = {
+        "a-us": client_of(url, "us-east-1"),
+        "a-eu": client_of(url, "eu-west-1"),
+        "b-us": client_of(url, "us-east-1", role),
+    }
+    for client in clients.values():
+        create(client, name, shards)
+    return clients

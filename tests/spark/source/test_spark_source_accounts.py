@@ -11,10 +11,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import boto3
 import pytest
-from support.accounts import A, B, arn, create, datas, role_in_b
-from support.group import kinesis_in_account_of, make_config, setup_table
+from support.accounts import A, B, arn, datas, role_in_b, three_places
+from support.group import make_config, setup_table
 from support.spark_source import Collector, local_spark, run_to_end, start_query
 
 from kinesumer import AccountAccess, ConfigError
@@ -38,13 +37,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture
 def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     name = unique_name("orders")
-    clients = {
-        "a-us": boto3.client("kinesis", endpoint_url=moto_url, region_name="us-east-1"),
-        "a-eu": boto3.client("kinesis", endpoint_url=moto_url, region_name="eu-west-1"),
-        "b-us": kinesis_in_account_of(moto_url, ROLE_B),
-    }
-    for client in clients.values():
-        create(client, name, 2)
+    clients = three_places(moto_url, name, ROLE_B, shards=2)
     arns = {
         "a-us": arn("us-east-1", A, name),
         "a-eu": arn("eu-west-1", A, name),
