@@ -241,7 +241,7 @@ def test_an_account_without_access_is_a_named_error(
         "rewind": ["checkpoints", "rewind", "--stream", stream, "--to", "latest"],
     }[command]
     # No --account: B is neither the caller's account nor given a role.
-    code, out, err = run(capsys, *argv, *env["where"], "--sts-endpoint", env["url"])
+    code, _, err = run(capsys, *argv, *env["where"], "--sts-endpoint", env["url"])
     assert code == 1
     assert "Traceback" not in err
     assert f"cannot read the Kinesis streams of account {B}" in err
