@@ -309,3 +309,29 @@ def test_accounts_file_and_external_id_reach_the_config(tmp_path: Any) -> None:
         A: (f"arn:aws:iam::{A}:role/r", "xyz"),
     }
     assert config.kinesis_endpoints == {"eu-west-1": "http://127.0.0.1:4568"}
+
+
+def test_lag_serve_probe_names_each_stream_as_given(
+    env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lag --serve``'s probe (what /lag.json and /metrics show) on the three ARNs."""
+    import asyncio
+
+    from kinesumer.cli.lag_serve import GroupProbe
+    from kinesumer.cli.options import group_config
+
+    consume_all(env, capsys)
+    given = sorted(env["arns"].values())
+    streams = [flag for stream in given for flag in ("--stream", stream)]
+    args = cli.build_parser().parse_args(["lag", *streams, *env["where"], *env["access"]])
+    probe = GroupProbe(group_config(args), args.stream)
+
+    async def once() -> Any:
+        try:
+            return await probe()
+        finally:
+            await probe.aclose()
+
+    snapshot = asyncio.run(once())
+    assert sorted(snapshot.figure.streams) == given
+    assert snapshot.figure.max_millis_behind == 0
