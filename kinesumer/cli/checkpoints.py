@@ -31,6 +31,7 @@ from .errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError
 from .liveness import live_owners
 from .options import group_config
 from .render import printable, printable_lines, shard_table
+from .streams import Names, state_names
 
 
 def checkpoints_command(args: argparse.Namespace) -> int:
@@ -39,21 +40,33 @@ def checkpoints_command(args: argparse.Namespace) -> int:
 
 
 async def _checkpoints(args: argparse.Namespace) -> int:
-    async with view.open_table(group_config(args)) as (_, store):
+    config = group_config(args)
+    # Looked up by state key (a home stream given by ARN: under its name), shown as given.
+    names = await state_names(config, [args.stream] if args.stream else [])
+    async with view.open_table(config) as (_, store):
         now_ms = int(time.time() * 1000)
         if args.action == "list":  # a display: the heartbeat ages by this host's clock
             clients = await store.list_clients()
             timeout_ms = int(args.client_timeout * 1000)
             live = {c.client_id: c for c in live_clients(clients, now_ms, timeout_ms)}
-            return await _list(args, store, live, now_ms)
-        return await _move_checkpoints(args, store)
+            return await _list(args, store, live, now_ms, names)
+        return await _move_checkpoints(args, store, names[args.stream])
 
 
 async def _list(
-    args: argparse.Namespace, store: DynamoDBStateStore, live: dict[str, Any], now_ms: int
+    args: argparse.Namespace,
+    store: DynamoDBStateStore,
+    live: dict[str, Any],
+    now_ms: int,
+    names: Names,
 ) -> int:
-    streams = [args.stream] if args.stream else await store.cached_streams()
-    shards = [s for stream in streams for s in await view.stream_shards(store, stream, live)]
+    keys = names.keys_list() if args.stream else await store.cached_streams()
+    streams = [names.given(key) for key in keys]
+    shards = [
+        dataclasses.replace(s, stream=names.given(key))
+        for key in keys
+        for s in await view.stream_shards(store, key, live)
+    ]
     shards = [s for s in shards if args.shard in (None, s.shard_id)]
     if args.json:
         print(json.dumps([view.shard_json(s) for s in shards], indent=2))
@@ -71,11 +84,12 @@ async def _list(
     return EXIT_OK
 
 
-async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore) -> int:
-    stream = args.stream
+async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore, key: str) -> int:
+    """Move the shards of ``args.stream``, kept under ``key`` in the table."""
+    stream = args.stream  # in messages, as the user named it
     if args.action == "reset" and not args.shard and not args.all_shards:
         raise CliError("reset needs --shard ID or --all-shards", EXIT_USAGE)
-    known = {s.shard_id: s for s in await view.stream_shards(store, stream, {})}
+    known = {s.shard_id: s for s in await view.stream_shards(store, key, {})}
     targets = [args.shard] if args.shard else sorted(known)
     owners = {known[t].owner for t in targets if t in known and not known[t].finished}
     # Judged as the members judge each other, with the group's timeout (--force: no waiting).
@@ -116,7 +130,7 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
         # The pin first, then the checkpoint: a query claiming the shard between the two
         # would otherwise record the pin's instant into the freshly reset item (the move is
         # conditional on the claim it read, so a claim between them makes it fail instead).
-        if pin is not None and not await store.forget_latest_pin(stream, shard_id, pin):
+        if pin is not None and not await store.forget_latest_pin(key, shard_id, pin):
             conflicts += 1
             print(
                 f"kinesumer: the Spark LATEST pin of {stream}/{shard_id} changed while it was "
@@ -125,7 +139,7 @@ async def _move_checkpoints(args: argparse.Namespace, store: DynamoDBStateStore)
             )
             continue
         moves = position is not None or forgets
-        if moves and not await store.move_checkpoint(stream, shard_id, seen, position):
+        if moves and not await store.move_checkpoint(key, shard_id, seen, position):
             conflicts += 1
             print(
                 f"kinesumer: {stream}/{shard_id} changed while it was being written (a member "

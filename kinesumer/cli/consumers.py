@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+from typing import TYPE_CHECKING
 
 from ..config import Config
 from .errors import EXIT_OK
 from .options import group_config
+
+if TYPE_CHECKING:
+    from ..kinesis.transport import KinesisTransport
 
 
 def add_deregister_consumer(
@@ -28,7 +33,12 @@ def add_deregister_consumer(
         "running lose their subscriptions and register it again.",
         parents=parents,
     )
-    command.add_argument("--stream", required=True, help="the stream whose consumer goes")
+    command.add_argument(
+        "--stream",
+        required=True,
+        help="the stream whose consumer goes: a name or a stream ARN (deregistered in the "
+        "stream's own account and region)",
+    )
     command.add_argument(
         "--consumer-name", help="the consumer's name (default: the app's name, as members use)"
     )
@@ -46,11 +56,25 @@ def deregister_consumer_command(args: argparse.Namespace) -> int:
 
 
 async def _deregister(config: Config, stream: str) -> bool:
+    """Deregister the consumer of ``stream``; a stream ARN's in its own account and region
+    (through ``--account``'s role for another account, as members register it)."""
     # aioboto3: only when the command runs, not at every start of the command line.
-    from ..aws import ClientFactory, RequestStats
+    from ..aws import RequestStats
     from ..kinesis.efo.consumers import deregister_consumer, stream_arn
+    from ..kinesis.tool_transport import open_tool_places
+    from ..stream_refs import parse_stream
 
     stats = RequestStats()
-    async with ClientFactory(config, stats).kinesis() as client:
-        arn = await stream_arn(client, stream, stats=stats)
-        return await deregister_consumer(client, arn, config.effective_consumer_name, stats=stats)
+    ref = parse_stream(stream)
+    async with contextlib.AsyncExitStack() as stack:
+        routed, places = await open_tool_places(stack, config)
+        transport: KinesisTransport = routed.kinesis
+        name = stream
+        if ref.kind == "kinesis-arn":
+            assert ref.account is not None and ref.region is not None
+            transport = await places.transport(ref.account, ref.region) or routed.kinesis
+            name = ref.name
+        arn = await stream_arn(transport, name, stats=stats)
+        return await deregister_consumer(
+            transport, arn, config.effective_consumer_name, stats=stats
+        )

@@ -5,12 +5,23 @@ the library's own calls (:mod:`kinesumer.admin`: conditional read-modify-writes 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from typing import Any
 
-from ..admin import force_rebalance, list_pins, pin_shard, read_controls, step_down, unpin_shard
+from ..admin import (
+    force_rebalance,
+    list_pins,
+    pin_shard,
+    read_controls,
+    step_down,
+    unpin_shard,
+    update_controls,
+)
 from ..core.controls import Controls
+from ..errors import ConfigError
+from ..stream_refs import is_dynamodb_stream, parse_stream
 from .errors import EXIT_OK
 from .options import group_config
 from .render import printable
@@ -21,10 +32,29 @@ DELAY_NOTE = "members apply it within about 10 s (or one heartbeat_interval, if 
 
 
 def pin_command(args: argparse.Namespace) -> int:
-    controls = pin_shard(group_config(args), args.stream, args.shard, args.client_id)
+    config = group_config(args)
+    stream = args.stream
+    if stream.startswith("arn:") and not is_dynamodb_stream(stream):
+        controls = _pin_by_arn(args, stream)
+    else:
+        controls = pin_shard(config, stream, args.shard, args.client_id)
     print(f"pinned {args.stream}/{args.shard} to {args.client_id} (controls v{controls.version})")
     print(DELAY_NOTE)
     return EXIT_OK
+
+
+def _pin_by_arn(args: argparse.Namespace, stream: str) -> Controls:
+    """A pin of a Kinesis stream given by ARN: kept as given, members match it by its state key
+    (:func:`kinesumer.accounts.state_key`), as they match ``orders`` and its home ARN alike."""
+    parse_stream(stream)
+    for name, value in (("shard_id", args.shard), ("client_id", args.client_id)):
+        if not value or "/" in value:
+            raise ConfigError(name, f"must be a non-empty name without '/', got {value!r}")
+    pin = (stream, args.shard)
+    return update_controls(
+        group_config(args),
+        lambda c: dataclasses.replace(c, pins={**c.pins, pin: args.client_id}),
+    )
 
 
 def unpin_command(args: argparse.Namespace) -> int:

@@ -14,7 +14,13 @@ from botocore.exceptions import (
 )
 
 from ..aws import error_code
-from ..errors import ConfigError, KinesumerError, RewindConflictError, StateTableNotFoundError
+from ..errors import (
+    AccountAccessError,
+    ConfigError,
+    KinesumerError,
+    RewindConflictError,
+    StateTableNotFoundError,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -41,6 +47,9 @@ _OPTION_OF_FIELD = {
     "kinesis_endpoint": "--kinesis-endpoint",
     "dynamodb_endpoint": "--dynamodb-endpoint",
     "allow_insecure_endpoints": "--allow-insecure-endpoints",
+    "accounts": "--account",
+    "kinesis_endpoints": "--kinesis-endpoint-for",
+    "sts_endpoint": "--sts-endpoint",
     "client_id": "--client-id",
     "initial_position": "--initial-position",
     "broadcast": "--broadcast",
@@ -77,6 +86,14 @@ def describe_error(exc: BaseException, args: argparse.Namespace) -> tuple[str | 
         return _missing_table(args), EXIT_ERROR
     if isinstance(exc, RewindConflictError):
         return str(exc), EXIT_REFUSED
+    if isinstance(exc, AccountAccessError) and exc.role_arn is None:
+        account = exc.account
+        return (
+            f"cannot read the Kinesis streams of account {account}: it is neither your own "
+            f"account nor given a role: pass --account {account}=arn:aws:iam::{account}:role/"
+            f"<a role you may assume> (or list it in --accounts-file)",
+            EXIT_ERROR,
+        )
     if isinstance(exc, KinesumerError):
         return str(exc), EXIT_ERROR
     if isinstance(exc, NoCredentialsError):

@@ -20,6 +20,7 @@ from .errors import EXIT_OK, EXIT_USAGE, CliError
 from .lag_serve import DEFAULT_HOST, DEFAULT_INTERVAL, DEFAULT_PORT, serve_command
 from .options import group_config
 from .render import printable_lines, table
+from .streams import lag_as_given, state_names_now
 
 #: ``--serve``'s defaults: loopback only (the server has no authentication), a probe every
 #: 10 s (:mod:`.lag_serve` says why).
@@ -44,7 +45,10 @@ def lag_command(args: argparse.Namespace) -> int:
         return serve_command(args)
     if given:
         raise CliError(f"{', '.join(given)} only with --serve", EXIT_USAGE)
-    figure = asyncio.run(probe_group_lag(group_config(args), args.stream or None))
+    config = group_config(args)
+    names = state_names_now(config, args.stream)
+    figure = asyncio.run(probe_group_lag(config, names.keys_list() or None))
+    figure = lag_as_given(figure, names)
     if args.json:
         print(json.dumps(figure.to_json(), indent=2))
     else:

@@ -63,6 +63,7 @@ from .lag_board import LagBoard, MemberRow, Snapshot
 from .lag_cloudwatch import CloudWatchPublisher
 from .lag_metrics import CONTENT_TYPE, lag_registry, render_metrics
 from .options import group_config
+from .streams import Names, lag_as_given, state_names
 
 __all__ = [
     "DEFAULT_HOST",
@@ -166,14 +167,18 @@ class GroupProbe:
         self._streams = tuple(streams)
         self._stack: contextlib.AsyncExitStack | None = None
         self._open: tuple[DynamoDBStateStore, KinesisTransport] | None = None
+        self._names: Names | None = None
 
     async def __call__(self) -> Snapshot:
         began = time.time()
         try:
             store, kinesis = await self._clients()
+            if self._names is None:  # the state keys, shown as given (see .streams)
+                self._names = await state_names(self._config, self._streams)
             figure = await probe_group_lag(
-                self._config, self._streams, kinesis=kinesis, state=store
+                self._config, self._names.keys_list(), kinesis=kinesis, state=store
             )
+            figure = lag_as_given(figure, self._names)
             members = await group_members(self._config, store, figure)
         except BaseException:
             await self.aclose()

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ..accounts import AccountAccess, check_accounts
 from ..config import Config, InitialPosition
+from ..errors import ConfigError
 from ..statestore.dynamodb.codecs import MAX_SEQUENCE_DIGITS
 
 DEFAULT_CLIENT_TIMEOUT: float = next(
@@ -111,6 +114,129 @@ def duration(text: str) -> timedelta:
     return timedelta(seconds=min(seconds, _LONGEST_DURATION_S))
 
 
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_EXTERNAL_ID_SEPARATOR = ",external-id="
+
+
+def account_access(text: str) -> tuple[str, AccountAccess]:
+    """``--account ACCOUNT_ID=ROLE_ARN[,external-id=ID]``: the role the streams of that
+    account are read through (checked as ``Config.accounts`` checks it)."""
+    account, equals, rest = text.strip().partition("=")
+    role, _, external_id = rest.partition(_EXTERNAL_ID_SEPARATOR)
+    if not equals or not role:
+        raise argparse.ArgumentTypeError(
+            "expected ACCOUNT_ID=ROLE_ARN[,external-id=ID] (e.g. 111122223333=arn:aws:iam::"
+            f"111122223333:role/orders-reader), got {text!r}"
+        )
+    return _access(account, role, external_id or None)
+
+
+def _access(account: str, role: Any, external_id: Any) -> tuple[str, AccountAccess]:
+    if not re.fullmatch(r"\d{12}", account):
+        raise argparse.ArgumentTypeError(f"{account!r} is not a 12-digit account id")
+    try:
+        access = AccountAccess(role_arn=role, external_id=external_id)
+        check_accounts({account: access})
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    return account, access
+
+
+def accounts_file(path: str) -> dict[str, AccountAccess]:
+    """``--accounts-file``: a JSON object of account id -> ``{"role_arn": ..., "external_id":
+    ...}`` (the Spark source's ``accounts`` option, in a file)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            doc = json.load(file)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path!r} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError(
+            f'{path!r}: expected {{"<account id>": {{"role_arn": "...", "external_id": "..."}}}}'
+        )
+    accounts: dict[str, AccountAccess] = {}
+    for account, entry in doc.items():
+        if not isinstance(entry, dict) or not {"role_arn"} <= set(entry) <= {
+            "role_arn",
+            "external_id",
+        }:
+            raise argparse.ArgumentTypeError(
+                f'{path!r}: account {account}: expected {{"role_arn": "...", "external_id": '
+                f'"..." (optional)}}, got {entry!r}'
+            )
+        accounts[account] = _access(account, entry["role_arn"], entry.get("external_id"))[1]
+    return accounts
+
+
+def regional_endpoint(text: str) -> tuple[str, str]:
+    """``--kinesis-endpoint-for REGION=URL``: where the Kinesis streams of that region are
+    read (local stand-ins; the URL is checked with the other endpoints, by Config)."""
+    region, equals, url = text.strip().partition("=")
+    if not equals or not _REGION.match(region) or not url:
+        raise argparse.ArgumentTypeError(
+            f"expected REGION=URL (e.g. eu-west-1=http://127.0.0.1:4568), got {text!r}"
+        )
+    return region, url
+
+
+def add_account_options(parser: argparse.ArgumentParser) -> None:
+    """The options that reach Kinesis streams given by ARN in other accounts and regions."""
+    parser.add_argument(
+        "--account",
+        dest="accounts",
+        action="append",
+        type=account_access,
+        default=[],
+        metavar="ACCOUNT_ID=ROLE_ARN[,external-id=ID]",
+        help="read the streams of ACCOUNT_ID (given by ARN) through this role, assumed with "
+        "your credentials (repeat per account; your own account needs none)",
+    )
+    default_file = os.environ.get("KINESUMER_ACCOUNTS_FILE") or None
+    parser.add_argument(
+        "--accounts-file",
+        type=accounts_file,
+        default=default_file,  # a string default goes through the type too: checked alike
+        metavar="FILE",
+        help='the accounts as JSON: {"111122223333": {"role_arn": "...", "external_id": '
+        '"..."}} (default: $KINESUMER_ACCOUNTS_FILE; an --account of the same id wins)',
+    )
+    parser.add_argument(
+        "--kinesis-endpoint-for",
+        dest="kinesis_endpoints",
+        action="append",
+        type=regional_endpoint,
+        default=[],
+        metavar="REGION=URL",
+        help="the Kinesis endpoint of one region's streams (local work; repeat per region; "
+        "others: --kinesis-endpoint, else AWS's)",
+    )
+    parser.add_argument(
+        "--sts-endpoint", metavar="URL", help="STS endpoint for the --account roles (local work)"
+    )
+
+
+def account_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The Config fields of :func:`add_account_options`' options (none when not given)."""
+    given: dict[str, AccountAccess] = {}
+    for account, access in getattr(args, "accounts", None) or []:
+        if given.get(account, access) != access:
+            raise ConfigError("accounts", f"account {account} is given two different roles")
+        given[account] = access
+    accounts = {**(getattr(args, "accounts_file", None) or {}), **given}
+    endpoints: dict[str, str] = {}
+    for region, url in getattr(args, "kinesis_endpoints", None) or []:
+        if endpoints.get(region, url) != url:
+            raise ConfigError("kinesis_endpoints", f"region {region} is given two endpoints")
+        endpoints[region] = url
+    return {
+        "accounts": accounts or None,
+        "kinesis_endpoints": endpoints or None,
+        "sts_endpoint": getattr(args, "sts_endpoint", None),
+    }
+
+
 def group_config(args: argparse.Namespace, **extra: Any) -> Config:
     return Config(
         app=args.app,
@@ -119,5 +245,6 @@ def group_config(args: argparse.Namespace, **extra: Any) -> Config:
         dynamodb_endpoint=args.dynamodb_endpoint,
         kinesis_endpoint=getattr(args, "kinesis_endpoint", None),
         allow_insecure_endpoints=getattr(args, "allow_insecure_endpoints", False),
+        **account_fields(args),
         **extra,
     )

@@ -13,6 +13,7 @@ from .errors import EXIT_CODES
 from .local_aws import add_local_aws
 from .options import (
     DEFAULT_CLIENT_TIMEOUT,
+    add_account_options,
     duration,
     env_option,
     initial_position,
@@ -65,6 +66,11 @@ class Shared:
         self.kinesis.add_argument(
             "--kinesis-endpoint", metavar="URL", help="Kinesis endpoint (local work)"
         )
+        #: Streams given by ARN in other accounts and regions: every command taking streams
+        #: (with ``kinesis``: else argparse would take --kinesis-endpoint for an abbreviation
+        #: of --kinesis-endpoint-for).
+        self.accounts = argparse.ArgumentParser(add_help=False)
+        add_account_options(self.accounts)
         self.group = argparse.ArgumentParser(add_help=False)
         env_option(self.group, "--app", "KINESUMER_APP", "the consumer group's name")
         env_option(self.group, "--table", "KINESUMER_TABLE", "the DynamoDB state table")
@@ -84,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     shared = Shared()
     for add in (add_consume, add_status, add_lag, add_checkpoints, add_create_table, add_demo):
         add(commands, shared)
-    add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis])
-    add_produce(commands)
+    add_deregister_consumer(commands, [shared.group, shared.aws, shared.kinesis, shared.accounts])
+    add_produce(commands, [shared.accounts])
     add_local_aws(commands)
     add_outbox(commands)
     add_controls(commands, shared)
@@ -126,14 +132,20 @@ def add_consume(
         commands,
         "consume",
         "join the group and print each record as a JSON line",
-        [shared.group, shared.aws, shared.kinesis],
+        [shared.group, shared.aws, shared.kinesis, shared.accounts],
         "Join the group as a member and print every record of this member's shards as one JSON "
         "line (stream, shard_id, sequence_number, sub_sequence_number, partition_key, "
         'approximate_arrival_timestamp, and data: UTF-8 text in "data", otherwise base64 in '
         '"data_b64"). Ctrl-C or SIGTERM closes the member gracefully: checkpoints written, '
         "shards handed to the other members.",
     )
-    consume.add_argument("streams", nargs="+", metavar="STREAM", help="stream(s) to consume")
+    consume.add_argument(
+        "streams",
+        nargs="+",
+        metavar="STREAM",
+        help="stream(s) to consume: names (the --region's streams of your account) and stream "
+        "ARNs of any account and region (--account for other accounts)",
+    )
     consume.add_argument(
         "--initial-position",
         type=initial_position,
@@ -177,12 +189,14 @@ def add_status(
         commands,
         "status",
         "show members, leader, shard owners, checkpoints and lag",
-        [shared.group, shared.aws],
+        [shared.group, shared.aws, shared.kinesis, shared.accounts],
         "Show the group from its state table: live members (* marks the leader: the lowest live "
         "id not stepped down), which shards each owns, and per shard its owner, checkpoint and lag "
         "(MillisBehindLatest as its owner reports it).",
     )
-    status.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
+    status.add_argument(
+        "--stream", action="append", default=[], help="only this stream, a name or ARN (repeat)"
+    )
     _client_timeout(
         status,
         f"a member is live if it heartbeated within this (default {DEFAULT_CLIENT_TIMEOUT:g}, "
@@ -205,7 +219,7 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser], share
         commands,
         "lag",
         "show how far behind the group is, per shard, read from the streams",
-        [shared.group, shared.aws, shared.kinesis],
+        [shared.group, shared.aws, shared.kinesis, shared.accounts],
         "Show how far behind the group is on each shard: the age of its oldest record not yet "
         "checkpointed, by Kinesis's clock (0 when all are; a finished parent has none), with "
         "the shard's live owner and checkpoint, and per stream and for the group the maximum. "
@@ -213,7 +227,9 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser], share
         "Read-only; each run reads per shard 1 GetShardIterator and usually 1 GetRecords, out "
         "of the 5 a second per shard that every reader of the stream shares.",
     )
-    lag.add_argument("--stream", action="append", default=[], help="only this stream (repeat)")
+    lag.add_argument(
+        "--stream", action="append", default=[], help="only this stream, a name or ARN (repeat)"
+    )
     lag.add_argument("--json", action="store_true", help="one JSON document")
     serve = lag.add_argument_group(
         "serving (--serve)",
@@ -277,11 +293,13 @@ def add_checkpoints(
             name,
             help=help_text,
             description=help_text,
-            parents=[shared.group, shared.aws],
+            parents=[shared.group, shared.aws, shared.kinesis, shared.accounts],
             epilog=EXIT_CODES,
             formatter_class=_FORMATTER,
         )
-        action.add_argument("--stream", required=name != "list", help="the stream")
+        action.add_argument(
+            "--stream", required=name != "list", help="the stream: a name or a stream ARN"
+        )
         action.add_argument("--shard", required=name == "set", metavar="ID", help="the shard id")
         _client_timeout(
             action,
@@ -312,11 +330,11 @@ def _add_rewind(
         "it read the item again and retry, then stop (exit 3), never overwrite. A running "
         "member drops what it buffered of a moved shard and reads it from the new place "
         "within commit_interval.",
-        parents=[shared.group, shared.aws, shared.kinesis],
+        parents=[shared.group, shared.aws, shared.kinesis, shared.accounts],
         epilog=EXIT_CODES,
         formatter_class=_FORMATTER,
     )
-    rewind.add_argument("--stream", required=True, help="the stream")
+    rewind.add_argument("--stream", required=True, help="the stream: a name or a stream ARN")
     where = rewind.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--to-time",
@@ -418,14 +436,20 @@ def add_controls(
         commands,
         "pin",
         "pin a shard to a member",
-        parents,
+        [*parents, shared.kinesis, shared.accounts],
         "Pin a shard to a member: it leaves the automatic assignment and that member reads it "
         "while it is live and consumes the stream; otherwise the pin falls back to the "
         "automatic assignment (the members log it) until the member is back.",
     )
-    unpin = _command(commands, "unpin", "remove a shard's pin", parents, "Remove a shard's pin.")
+    unpin = _command(
+        commands,
+        "unpin",
+        "remove a shard's pin",
+        [*parents, shared.kinesis, shared.accounts],
+        "Remove a shard's pin.",
+    )
     for parser in (pin, unpin):
-        parser.add_argument("--stream", required=True, help="the stream")
+        parser.add_argument("--stream", required=True, help="the stream: a name or a stream ARN")
         parser.add_argument("--shard", required=True, metavar="ID", help="the shard id")
     pin.add_argument("client_id", metavar="CLIENT_ID", help="the member to pin it to")
     pin.set_defaults(handler=deferred(".controls", "pin_command"))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import FlushError, KinesumerError
 from .errors import EXIT_CODES, EXIT_ERROR, EXIT_OK
-from .options import positive_float
+from .options import account_fields, positive_float
 
 if TYPE_CHECKING:
     from ..producer import Producer, PutResult
@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 SHOWN_FAILURES = 5
 
 
-def add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_produce(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
     produce = commands.add_parser(
         "produce",
         help="put each line of stdin as a record",
@@ -38,8 +41,11 @@ def add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "Prints a summary to stderr; exits 1 if any line was not written.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=parents,
     )
-    produce.add_argument("stream", metavar="STREAM", help="the stream to put to")
+    produce.add_argument(
+        "stream", metavar="STREAM", help="the stream to put to: a name or a stream ARN"
+    )
     produce.add_argument("--region", help="AWS region (default: boto3's chain, e.g. $AWS_REGION)")
     produce.add_argument("--kinesis-endpoint", metavar="URL", help="Kinesis endpoint (local)")
     produce.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -79,6 +85,7 @@ def produce_command(args: argparse.Namespace) -> int:
         aggregate=args.aggregate,
         ordering=args.ordering,
         delivery_timeout=args.delivery_timeout,
+        **account_fields(args),
     )
     try:
         put_lines(producer, args, sys.stdin.buffer, tally)

@@ -5,6 +5,7 @@ as a table of each shard's old and new place, or as one JSON document."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -15,18 +16,21 @@ from ..statestore.group_view import iso_time
 from .errors import EXIT_OK
 from .options import group_config
 from .render import printable_lines, table
+from .streams import state_names_now
 
 
 def rewind_command(args: argparse.Namespace) -> int:
     """``kinesumer checkpoints rewind``."""
+    config = group_config(args)
     result = rewind_group(
-        group_config(args),
-        args.stream,
+        config,
+        state_names_now(config, [args.stream])[args.stream],  # as the table keeps it
         to_time=args.to_time,
         by=args.by_duration,
         to=args.to,
         dry_run=args.dry_run,
     )
+    result = dataclasses.replace(result, stream=args.stream)
     if args.json:
         print(json.dumps(result_json(result), indent=2))
     else:

@@ -12,6 +12,7 @@ from .controls import controls_json, controls_lines, status_controls
 from .errors import EXIT_OK
 from .options import group_config
 from .render import printable_lines, render
+from .streams import state_names
 from .view import collect, open_table
 
 __all__ = ["open_table", "status_command"]
@@ -29,7 +30,9 @@ def status_command(args: argparse.Namespace) -> int:
 
 async def _status(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
-    async with open_table(group_config(args)) as (_, store):
+    config = group_config(args)
+    names = await state_names(config, args.stream)
+    async with open_table(config) as (_, store):
         while True:
             controls = status_controls(args)
             status = await collect(
@@ -37,8 +40,9 @@ async def _status(args: argparse.Namespace) -> int:
                 app=args.app,
                 table=args.table,
                 client_timeout=args.client_timeout,
-                streams=args.stream,
+                streams=names.keys_list(),
                 controls=controls,
+                shown_as={key: names.given(key) for key in names.keys_list()},
             )
             if args.json:
                 document = {**status.to_json(), "controls": controls_json(controls)}

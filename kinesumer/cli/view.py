@@ -15,8 +15,8 @@ command line parses client, shard-cache and checkpoint items exactly as the cons
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import leader_of, live_clients
@@ -133,9 +133,11 @@ async def collect(
     client_timeout: float,
     streams: Sequence[str] = (),
     controls: Controls | None = None,
+    shown_as: Mapping[str, str] | None = None,
 ) -> GroupStatus:
-    """Read the group's state. ``streams``: only these (default: every stream the app has a
-    shard cache for or a live member consumes)."""
+    """Read the group's state. ``streams``: only these, by their state keys (default: every
+    stream the app has a shard cache for or a live member consumes); ``shown_as``: a key ->
+    the stream as the user named it (a home stream given by ARN is kept under its name)."""
     clients = await store.list_clients()
     now_ms = int(time.time() * 1000)
     live = {c.client_id: c for c in live_clients(clients, now_ms, int(client_timeout * 1000))}
@@ -154,6 +156,11 @@ async def collect(
         views[stream] = await stream_shards(store, stream, live)
     for stream in [s for s in names if not views[s] and _home_arn_alias(s, names)]:
         del views[stream]  # kept under its plain name, which its member announces beside it
+    if shown_as:
+        views = {
+            shown_as.get(key, key): tuple(replace(v, stream=shown_as.get(key, key)) for v in rows)
+            for key, rows in views.items()
+        }
     for stream in views:
         for view in views[stream]:
             if view.owner is not None and not view.finished:
