@@ -22,7 +22,7 @@ from support.faultproxy import Fault, FaultProxy, OpKey
 from support.group import Member, make_config, setup_table
 from support.wait import eventually
 
-from kinesumer import AccountAccess, AccountAccessError, Record
+from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
 
 ROLE_B = role_in_b("orders-reader")
 
@@ -163,3 +163,74 @@ async def test_a_throttled_sts_at_a_renewal_is_retried_and_reading_goes_on(
         await asyncio.gather(member.close(), return_exceptions=True)
     assert member.error is None
     assert stats.retries.get("sts.AssumeRole:Throttling", 0) >= 1, stats.retries
+
+
+def read(config: Config, streams: list[str], count: int) -> list[Record]:
+    got: list[Record] = []
+    with Kinesumer(config) as consumer:
+        for record in consumer.consume(streams):
+            got.append(record)
+            if len(got) == count:
+                break
+    return got
+
+
+def test_moving_from_role_arn_and_names_to_accounts_and_arns_keeps_or_names_the_checkpoints(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """The caller is in A; the stream in B. The old configuration read it by name through
+    ``role_arn`` (B is then home: kept under the plain name); the new one gives its ARN with
+    B in ``accounts`` (A is home: kept under the ARN). The new one is refused, naming both keys
+    and the way to keep the checkpoints, which works: ``role_arn`` again, with the ARN."""
+    name = unique_name("orders")
+    b = client_of(moto_url, "us-east-1", ROLE_B)
+    create(b, name)
+    b_arn = arn("us-east-1", B, name)
+    first = put(b, name, "b", 0, 5)
+    old = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        role_arn=ROLE_B,
+    )
+    setup_table(old)
+    assert {r.data for r in read(old, [name], 5)} == first
+
+    new = old.replace(role_arn=None, accounts={B: AccountAccess(role_arn=ROLE_B)})
+    with Kinesumer(new) as consumer, pytest.raises(ConfigError) as err:
+        consumer.subscribe([b_arn])
+    message = str(err.value)
+    assert repr(b_arn) in message and repr(name) in message
+    assert f"arn:aws:iam::{B}:role/" in message and "kinesumer checkpoints reset" in message
+
+    # The way kept: role_arn's account is home again, its ARN kept under the plain name.
+    later = put(b, name, "b", 5, 3)
+    kept = new.replace(role_arn=ROLE_B)
+    got = read(kept, [b_arn], 3)
+    assert {r.data for r in got} == later and {r.stream for r in got} == {b_arn}
+
+
+def test_an_arn_of_another_account_beside_a_home_stream_of_the_same_name_is_not_refused(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """Two streams named alike, the home one by name: the ARN's fresh key is no migration."""
+    name = unique_name("orders")
+    home, b = client_of(moto_url, "us-east-1"), client_of(moto_url, "us-east-1", ROLE_B)
+    create(home, name)
+    create(b, name)
+    config = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        accounts={B: AccountAccess(role_arn=ROLE_B)},
+    )
+    setup_table(config)
+    at_home = put(home, name, "a", 0, 3)
+    assert {r.data for r in read(config, [name], 3)} == at_home
+    in_b = put(b, name, "b", 0, 3)
+    got = read(config, [name, arn("us-east-1", B, name)], 3)
+    assert {r.data for r in got} == in_b
