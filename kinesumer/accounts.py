@@ -21,10 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .stream_refs import parse_stream
+
+if TYPE_CHECKING:
+    from .models import Checkpoint
+    from .statestore.base import StateStore
 
 __all__ = ["AccountAccess", "Home", "role_account", "state_key"]
 
@@ -130,3 +134,54 @@ def check_one_name_each(streams: Iterable[str], home: Home, where: str) -> None:
                 where,
             )
         seen[key] = text
+
+
+def holds_a_position(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint item says where its shard's reading is: a record processed, the
+    shard finished, or where a LATEST read of it began."""
+    return (
+        checkpoint.sequence_number is not None
+        or checkpoint.finished
+        or checkpoint.started_at_ms is not None
+    )
+
+
+async def check_checkpoints_kept(
+    store: StateStore, added: Iterable[str], streams: Iterable[str], home: Home, where: str
+) -> None:
+    """Refuse (:class:`ConfigError` naming the stream, both keys and the ways on) a Kinesis
+    stream ARN kept under its ARN, with no position there yet, while its plain name (which no
+    stream of ``streams`` is kept under) holds positions: the checkpoints of an application
+    that read it by name through ``role_arn`` (whose account was then home) and now names it
+    by ARN without ``role_arn``. Starting would read it afresh at the initial position
+    (records skipped at LATEST, read twice at TRIM_HORIZON) and, in a rolling upgrade, beside
+    the old members reading the same shards under the other items. The keys themselves never
+    change: members of the old and the new configuration share the table. Two strongly
+    consistent queries per such stream, at the join or refresh that adds it; none for names
+    and home ARNs."""
+    keys = {state_key(text, home) for text in streams}
+    for text in added:
+        if not text.startswith("arn:") or ":kinesis:" not in text:
+            continue
+        ref = parse_stream(text)
+        if ref.kind != "kinesis-arn" or state_key(text, home) != text or ref.name in keys:
+            continue
+        if any(holds_a_position(c) for c in (await store.get_checkpoints(text)).values()):
+            continue
+        kept = await store.get_checkpoints(ref.name)
+        if not any(holds_a_position(c) for c in kept.values()):
+            continue
+        raise ConfigError(
+            "streams",
+            f"{text!r} has no checkpoint under its ARN, the key it is kept under (not the "
+            f"home account and region), but {len(kept)} shard(s) have checkpoints under the "
+            f"plain name {ref.name!r}; starting would read it afresh at initial_position. If "
+            f"they are this stream's (read by name through a role of account {ref.account}), "
+            f"keep them: make that account home again, Config(role_arn='arn:aws:iam::"
+            f"{ref.account}:role/<its role>', kinesis_region={ref.region!r}), and an ARN of "
+            f"it is kept under its plain name (other accounts go in Config.accounts). If "
+            f"{ref.name!r} is another stream, read it in this member too, or reset its "
+            f"checkpoints (kinesumer checkpoints reset --stream {ref.name} --all-shards) to "
+            f"read {text!r} afresh",
+            where,
+        )

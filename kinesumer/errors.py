@@ -17,8 +17,9 @@ Everything the library raises on purpose derives from :class:`KinesumerError`::
     │   └── StreamNotFoundError         a stream does not exist
     ├── AccessDeniedError           AWS refused a call (names the call and resource)
     │   └── AccountAccessError          a stream's account cannot be reached: no access
-    │                                   configured, or its role cannot be assumed (names the
-    │                                   account, the role and the action)
+    │                                   configured, or its role cannot be assumed, at subscribe
+    │                                   or at a renewal of its credentials (names the account,
+    │                                   the role and the action)
     ├── TransientAWSError           AWS kept failing (throttling, 5xx, network) past retries
     ├── ProducerError               a record could not be (or was not) written (Producer)
     │   ├── InvalidRecordError          bad input at put(): key, payload type, hash key (also
@@ -143,7 +144,10 @@ class AccountAccessError(AccessDeniedError):
     """A stream given by ARN lives in an account the member cannot reach: neither the config's
     own nor the caller's, and not in ``Config.accounts``; or its role cannot be assumed.
     ``account``, ``role_arn`` (None when none is configured) and ``action`` name what failed;
-    raised at subscribe (the join or refresh that adds the stream)."""
+    raised at subscribe (the join or refresh that adds the stream), and by a running member
+    whose renewal of an account's role credentials (``Config.accounts`` or ``role_arn``) STS
+    refuses: the member fails as a whole, as on any access error (STS throttled or failing
+    is not a refusal: reading pauses and tries again)."""
 
     def __init__(
         self, message: str, *, account: str, role_arn: str | None = None, action: str = ""

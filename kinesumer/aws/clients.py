@@ -33,6 +33,7 @@ from botocore.credentials import DeferredRefreshableCredentials
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
+from ..accounts import role_account
 from ..config import Config
 from ..errors import AccountAccessError, ConfigError, KinesumerError, TransientAWSError
 from .accounting import RequestStats, instrument
@@ -221,12 +222,18 @@ def assumed_role_session(
         if external_id:
             kwargs["ExternalId"] = external_id
         region = config.effective_kinesis_region
-        async with base.client(
-            "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
-        ) as sts:
-            response = await call_with_retry(
-                "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
-            )
+        try:
+            async with base.client(
+                "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
+            ) as sts:
+                response = await call_with_retry(
+                    "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
+                )
+        except (ClientError, BotoCoreError, TransientAWSError) as exc:
+            # botocore calls this at the first signing and before expiry (a mandatory refresh
+            # raises what it raises into the Kinesis call being signed): name the role here,
+            # or a role refused mid-run reads as a Kinesis permission missing.
+            raise role_not_assumed(config, role_arn, exc) from exc
         creds = response["Credentials"]
         expiry = creds["Expiration"]
         if isinstance(expiry, datetime):
@@ -250,17 +257,23 @@ def blocking_role_session(config: Config, client_id: str | None = None) -> boto3
     """The blocking twin of :func:`assumed_role_session`: a boto3 session whose credentials come
     from ``sts:AssumeRole`` on ``config.role_arn``, fetched when first needed and renewed by
     botocore before they expire. The STS call uses the caller's own credentials."""
-    assert config.role_arn is not None
+    role_arn = config.role_arn
+    assert role_arn is not None
     session_name = role_session_name(config, client_id)
     sts = blocking_client(
         "sts", region_name=config.effective_kinesis_region, endpoint_url=config.sts_endpoint
     )
 
     def fetch() -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"RoleArn": config.role_arn, "RoleSessionName": session_name}
+        kwargs: dict[str, Any] = {"RoleArn": role_arn, "RoleSessionName": session_name}
         if config.external_id:
             kwargs["ExternalId"] = config.external_id
-        creds = sts.assume_role(**kwargs)["Credentials"]
+        try:
+            creds = sts.assume_role(**kwargs)["Credentials"]
+        except (ClientError, BotoCoreError) as exc:
+            if is_transient(exc):
+                raise  # its caller's retries handle STS trouble as they handle Kinesis's
+            raise role_not_assumed(config, role_arn, exc) from exc
         expiry = creds["Expiration"]
         if isinstance(expiry, datetime):
             expiry = expiry.astimezone(timezone.utc).isoformat()
@@ -426,6 +439,38 @@ class ClientFactory:
         return instrument(client, self.stats) if self.stats is not None else client
 
 
+def role_not_assumed(
+    config: Config, role_arn: str, exc: BaseException
+) -> AccountAccessError | TransientAWSError:
+    """What a failed ``sts:AssumeRole`` of ``role_arn`` (at the first fetch or at a renewal of
+    its credentials) is to the member: STS throttled, failing or unreachable past the retries
+    is :class:`~kinesumer.errors.TransientAWSError` (not a verdict on the role: readers pause
+    and try again); anything else (denied: the trust policy changed, the role was deleted, the
+    external id rotated; or the caller's own credentials are gone) is
+    :class:`~kinesumer.errors.AccountAccessError` naming the account, the role and the
+    action."""
+    account = role_account(role_arn)
+    if isinstance(exc, TransientAWSError) or is_transient(exc):
+        return TransientAWSError(
+            f"could not assume {role_arn} for account {account}: STS kept failing ({exc}); "
+            f"the role itself was not refused"
+        )
+    access = (config.accounts or {}).get(account)
+    where = (
+        f"Config.accounts[{account!r}]"
+        if access is not None and access.role_arn == role_arn
+        else "Config.role_arn"
+    )
+    return AccountAccessError(
+        f"cannot read the Kinesis streams of account {account}: sts:AssumeRole on {role_arn} "
+        f"failed ({exc}); check {where} and the role's trust policy (it must trust this "
+        f"caller, with the external id if it asks one)",
+        account=account,
+        role_arn=role_arn,
+        action="sts:AssumeRole",
+    )
+
+
 async def assume_now(session: aioboto3.Session, account: str, role_arn: str) -> None:
     """Fetch ``session``'s role credentials now: a role that cannot be assumed is an
     :class:`~kinesumer.errors.AccountAccessError` naming the account, the role and the action
@@ -433,6 +478,8 @@ async def assume_now(session: aioboto3.Session, account: str, role_arn: str) -> 
     try:
         credentials = await session.get_credentials()
         await credentials.get_frozen_credentials()
+    except AccountAccessError:
+        raise  # named by the session's own fetch (role_not_assumed)
     except (ClientError, BotoCoreError, KinesumerError) as exc:
         if isinstance(exc, TransientAWSError) or is_transient(exc):
             # STS throttled or unreachable: not a verdict on the role (try again later).

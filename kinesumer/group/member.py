@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import check_one_name_each, state_key
+from ..accounts import check_checkpoints_kept, check_one_name_each, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -202,6 +202,7 @@ class GroupMember(Generic[ProgressT]):
             await self.store.check()
             await self.know_home(streams)
             check_one_name_each(streams, self.home, "join")
+            await check_checkpoints_kept(self.store, streams, streams, self.home, "join")
             for stream in streams:
                 await self.reader.check_stream(stream)
             await check_written_streams(self.reader, writes_to)
@@ -361,6 +362,7 @@ class GroupMember(Generic[ProgressT]):
         added = sorted(set(streams) - set(self.coordinator.streams))
         await self.know_home(tuple(added))
         check_one_name_each(streams, self.home, "refresh")
+        await check_checkpoints_kept(self.store, added, streams, self.home, "refresh")
         for stream in added:
             await self.reader.check_stream(stream)
         await self.on_streams_checked(tuple(added))

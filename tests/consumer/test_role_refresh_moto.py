@@ -1,0 +1,236 @@
+"""An account's role refused, or STS throttled, when a running member renews the role's
+credentials, on moto in server mode.
+
+moto's STS lets anyone assume any role (deleting the role or changing its trust policy does
+not make it refuse), so a fault proxy stands in front of it as ``sts_endpoint``: it answers
+AssumeRole with credentials moto issued for account B's role but an expiry 9 minutes away,
+inside botocore's mandatory refresh window (10 minutes), so every Kinesis call of B renews
+them first (no real hours waited); then it refuses AssumeRole, or throttles it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import boto3
+import pytest
+from support.accounts import A, B, arn, client_of, create, role_in_b
+from support.faultproxy import Fault, FaultProxy, OpKey
+from support.group import Member, make_config, setup_table
+from support.wait import eventually
+
+from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
+
+ROLE_B = role_in_b("orders-reader")
+
+
+def renewing_answer(moto_url: str) -> bytes:
+    """An AssumeRole answer holding moto's credentials for B's role, expiring in 9 minutes."""
+    sts = boto3.client("sts", endpoint_url=moto_url, region_name="us-east-1")
+    creds = sts.assume_role(RoleArn=ROLE_B, RoleSessionName="renewing")["Credentials"]
+    expiry = datetime.now(timezone.utc) + timedelta(minutes=9)
+    return (
+        '<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult>'
+        f"<Credentials><AccessKeyId>{creds['AccessKeyId']}</AccessKeyId>"
+        f"<SecretAccessKey>{creds['SecretAccessKey']}</SecretAccessKey>"
+        f"<SessionToken>{creds['SessionToken']}</SessionToken>"
+        f"<Expiration>{expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}</Expiration></Credentials>"
+        f"<AssumedRoleUser><AssumedRoleId>AROA:renewing</AssumedRoleId>"
+        f"<Arn>arn:aws:sts::{B}:assumed-role/orders-reader/renewing</Arn></AssumedRoleUser>"
+        "</AssumeRoleResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata>"
+        "</AssumeRoleResponse>"
+    ).encode()
+
+
+class Sts:
+    """The proxy in front of moto's STS: AssumeRole answered with short-lived credentials until
+    :attr:`refused` is set (then AccessDenied), throttled first while :attr:`throttling`."""
+
+    def __init__(self, proxy: FaultProxy, moto_url: str) -> None:
+        self.proxy = proxy
+        self.refused = threading.Event()
+        self.throttling = threading.Event()
+        # Rules match in the order added: the throttle, then the refusal, then the answer.
+        self.throttle = proxy.add_rule(
+            Fault.throttle(),
+            service="sts",
+            operation="AssumeRole",
+            count=8,  # more than one renewal's tries: the readers' own pauses carry on
+            when=lambda _: self.throttling.is_set(),
+        )
+        proxy.add_rule(
+            Fault.landed_then_refused(),
+            service="sts",
+            operation="AssumeRole",
+            when=lambda _: self.refused.is_set(),
+        )
+        proxy.add_rule(
+            Fault.answer(renewing_answer(moto_url), "text/xml"),
+            service="sts",
+            operation="AssumeRole",
+        )
+
+    def assumed(self) -> int:
+        found = self.proxy.stats().get(OpKey("sts", "AssumeRole"))
+        return 0 if found is None else found.requests
+
+
+@pytest.fixture
+def env(
+    moto_url: str, unique_name: Callable[[str], str], fault_proxy: Callable[[str], FaultProxy]
+) -> dict[str, Any]:
+    name = unique_name("orders")
+    home, b = client_of(moto_url, "us-east-1"), client_of(moto_url, "us-east-1", ROLE_B)
+    create(home, name)
+    create(b, name, 2)
+    proxy = fault_proxy(moto_url)
+    sts = Sts(proxy, moto_url)
+    config = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=proxy.url,
+        accounts={B: AccountAccess(role_arn=ROLE_B)},
+    )
+    setup_table(config)
+    return {"config": config, "name": name, "home": home, "b": b, "sts": sts}
+
+
+def put(client: Any, name: str, tag: str, start: int, count: int) -> set[bytes]:
+    datas = [f"{tag}:{n}".encode() for n in range(start, start + count)]
+    for data in datas:
+        client.put_record(StreamName=name, Data=data, PartitionKey=str(data))
+    return set(datas)
+
+
+def datas(sink: list[tuple[str, Record]]) -> set[bytes]:
+    return {record.data for _, record in sink}
+
+
+async def test_a_role_refused_at_a_renewal_fails_the_member_naming_the_account_and_the_role(
+    env: dict[str, Any],
+) -> None:
+    config, name, sts = env["config"], env["name"], env["sts"]
+    b_arn = arn("us-east-1", B, name)
+    expected = put(env["home"], name, "a", 0, 5) | put(env["b"], name, "b", 0, 5)
+    sink: list[tuple[str, Record]] = []
+    member = Member(config.replace(client_id="m1"), [name, b_arn], sink).start()
+    members = [member]
+    try:
+        await eventually(lambda: datas(sink) == expected, 60, "A's and B's first records")
+        renewals = sts.assumed()
+        await eventually(lambda: sts.assumed() > renewals, 30, "B's credentials renewed again")
+        sts.refused.set()  # the trust policy changed: the next renewal is refused
+        await eventually(lambda: member.error is not None, 60, "the member failing")
+        # It failed as a whole (A's shard too), looking dead to the others: once the role is
+        # trusted again, another member takes every shard over from the checkpoints.
+        sts.refused.clear()
+        later = put(env["home"], name, "a", 5, 5) | put(env["b"], name, "b", 5, 5)
+        after = Member(config.replace(client_id="m2"), [name, b_arn], sink).start()
+        members.append(after)
+        await eventually(lambda: datas(sink) >= later, 60, "A's and B's later records")
+        assert {c for c, r in sink if r.data in later} == {"m2"}
+        assert after.error is None
+    finally:
+        await asyncio.gather(*(m.close() for m in members), return_exceptions=True)
+    error = member.error
+    assert isinstance(error, AccountAccessError), repr(error)
+    assert (error.account, error.role_arn, error.action) == (B, ROLE_B, "sts:AssumeRole")
+    assert B in str(error) and ROLE_B in str(error) and f"Config.accounts['{B}']" in str(error)
+    assert A not in str(error)
+
+
+async def test_a_throttled_sts_at_a_renewal_is_retried_and_reading_goes_on(
+    env: dict[str, Any],
+) -> None:
+    config, name, sts = env["config"], env["name"], env["sts"]
+    b_arn = arn("us-east-1", B, name)
+    expected = put(env["b"], name, "b", 0, 5)
+    sink: list[tuple[str, Record]] = []
+    member = Member(config.replace(client_id="m1"), [b_arn], sink).start()
+    try:
+        await eventually(lambda: datas(sink) == expected, 60, "B's first records")
+        sts.throttling.set()
+        await eventually(lambda: sts.throttle.exhausted, 60, "eight renewals throttled")
+        expected |= put(env["b"], name, "b", 5, 5)
+        await eventually(lambda: datas(sink) == expected, 60, "B's records after the throttling")
+        stats = member.consumer.stats()
+    finally:
+        await asyncio.gather(member.close(), return_exceptions=True)
+    assert member.error is None
+    assert stats.retries.get("sts.AssumeRole:Throttling", 0) >= 1, stats.retries
+
+
+def read(config: Config, streams: list[str], count: int) -> list[Record]:
+    got: list[Record] = []
+    with Kinesumer(config) as consumer:
+        for record in consumer.consume(streams):
+            got.append(record)
+            if len(got) == count:
+                break
+    return got
+
+
+def test_moving_from_role_arn_and_names_to_accounts_and_arns_keeps_or_names_the_checkpoints(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """The caller is in A; the stream in B. The old configuration read it by name through
+    ``role_arn`` (B is then home: kept under the plain name); the new one gives its ARN with
+    B in ``accounts`` (A is home: kept under the ARN). The new one is refused, naming both keys
+    and the way to keep the checkpoints, which works: ``role_arn`` again, with the ARN."""
+    name = unique_name("orders")
+    b = client_of(moto_url, "us-east-1", ROLE_B)
+    create(b, name)
+    b_arn = arn("us-east-1", B, name)
+    first = put(b, name, "b", 0, 5)
+    old = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        role_arn=ROLE_B,
+    )
+    setup_table(old)
+    assert {r.data for r in read(old, [name], 5)} == first
+
+    new = old.replace(role_arn=None, accounts={B: AccountAccess(role_arn=ROLE_B)})
+    with Kinesumer(new) as consumer, pytest.raises(ConfigError) as err:
+        consumer.subscribe([b_arn])
+    message = str(err.value)
+    assert repr(b_arn) in message and repr(name) in message
+    assert f"arn:aws:iam::{B}:role/" in message and "kinesumer checkpoints reset" in message
+
+    # The way kept: role_arn's account is home again, its ARN kept under the plain name.
+    later = put(b, name, "b", 5, 3)
+    kept = new.replace(role_arn=ROLE_B)
+    got = read(kept, [b_arn], 3)
+    assert {r.data for r in got} == later and {r.stream for r in got} == {b_arn}
+
+
+def test_an_arn_of_another_account_beside_a_home_stream_of_the_same_name_is_not_refused(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """Two streams named alike, the home one by name: the ARN's fresh key is no migration."""
+    name = unique_name("orders")
+    home, b = client_of(moto_url, "us-east-1"), client_of(moto_url, "us-east-1", ROLE_B)
+    create(home, name)
+    create(b, name)
+    config = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        accounts={B: AccountAccess(role_arn=ROLE_B)},
+    )
+    setup_table(config)
+    at_home = put(home, name, "a", 0, 3)
+    assert {r.data for r in read(config, [name], 3)} == at_home
+    in_b = put(b, name, "b", 0, 3)
+    got = read(config, [name, arn("us-east-1", B, name)], 3)
+    assert {r.data for r in got} == in_b
