@@ -140,6 +140,10 @@ def tables(r: dict[str, Any]) -> str:
         import bench_dynamodb_streams
 
         lines += ["", "```", bench_dynamodb_streams.report(r["dynamodb_streams"]), "```"]
+    if r.get("streams_by_arn"):
+        import bench_streams_by_arn
+
+        lines += ["", "```", bench_streams_by_arn.report(r["streams_by_arn"]), "```"]
     total = sum(r["seconds"].values())
     lines += ["", f"Suite wall time {total / 60:.1f} min.", ""]
     return "\n".join(lines)

@@ -146,6 +146,10 @@ def run_all(quick: bool) -> dict[str, Any]:
         timings["dynamodb_streams"] = time.monotonic() - started
 
         started = time.monotonic()
+        out["streams_by_arn"] = streams_by_arn(quick)
+        timings["streams_by_arn"] = time.monotonic() - started
+
+        started = time.monotonic()
         out["spark"] = spark(kurl, durl, quick)
         timings["spark"] = time.monotonic() - started
 
@@ -236,6 +240,17 @@ def dynamodb_streams(quick: bool) -> dict[str, Any]:
 
     result = bench_dynamodb_streams.run(quick)
     print(bench_dynamodb_streams.report(result), flush=True)
+    return result
+
+
+def streams_by_arn(quick: bool) -> dict[str, Any]:
+    """Three streams of two accounts and two regions vs one stream, one member
+    (bench_streams_by_arn.py: its own moto server process)."""
+    import bench_streams_by_arn
+
+    records, rounds = (12_000, 2) if quick else (30_000, 3)
+    result = bench_streams_by_arn.run(records, rounds)
+    print(bench_streams_by_arn.report(result), flush=True)
     return result
 
 

@@ -18,6 +18,7 @@ import boto3
 import pytest
 from support.accounts import A, B, arn, role_in_b, three_places
 from support.group import Member, make_config, setup_table
+from support.moto_reshard import aws_like_splits
 from support.wait import eventually
 
 from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
@@ -54,7 +55,8 @@ def checkpoint_partitions(config: Config) -> set[str]:
 
 
 @pytest.fixture
-def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
+def env(moto_url: str, unique_name: Names, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    aws_like_splits(monkeypatch)  # moto's own split moves records and never ends the parent
     name = unique_name("orders")
     clients = three_places(moto_url, name, ROLE_B, shards=2)
     config = make_config(

@@ -1,7 +1,8 @@
 """One consumer group member as an OS process: a real :class:`kinesumer.Kinesumer`, nothing mocked.
 
     python tests/support/member.py --app A --table T --kinesis URL --dynamodb URL --client-id ID \\
-        --out FILE [--events FILE] [--api poll|generator] [--commit-interval 1 ...] STREAM...
+        --out FILE [--events FILE] [--api poll|generator] [--commit-interval 1 ...] \\
+        [--sts-endpoint URL] [--account ACCOUNT=ROLE_ARN ...] STREAM...
 
 Why a process of its own: the fault-tolerance scenarios (``tests/scenarios/test_scenarios.py``) and
 the failover benchmark (``benchmarks/bench_failover.py``) must kill members with SIGKILL, stop them
@@ -85,7 +86,14 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # run as a script from anywhere, installed or not
     sys.path.insert(0, str(_ROOT))
 
-from kinesumer import Config, ConsumerStats, Kinesumer, KinesumerError, Record  # noqa: E402
+from kinesumer import (  # noqa: E402
+    AccountAccess,
+    Config,
+    ConsumerStats,
+    Kinesumer,
+    KinesumerError,
+    Record,
+)
 
 EXIT_OK = 0
 EXIT_LIBRARY_ERROR = 3
@@ -129,6 +137,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stats-interval", type=float, default=0.1, help="stats() sampling (s)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--efo", action="store_true", help="read through enhanced fan-out")
+    parser.add_argument("--sts-endpoint", help="STS endpoint URL (moto's, for assumed roles)")
+    parser.add_argument(
+        "--account",
+        action="append",
+        default=[],
+        metavar="ACCOUNT=ROLE_ARN",
+        help="read the streams of ACCOUNT through ROLE_ARN (Config.accounts); repeatable",
+    )
     for name, kind in numeric_config_fields().items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
     parser.add_argument("streams", nargs="+")
@@ -153,8 +169,21 @@ def build_config(args: argparse.Namespace) -> Config:
         client_id=args.client_id,
         initial_position=args.initial_position,
         enhanced_fan_out=args.efo,
+        sts_endpoint=args.sts_endpoint,
+        accounts=accounts_of(args.account) or None,
         **overrides,
     )
+
+
+def accounts_of(pairs: list[str]) -> dict[str, AccountAccess]:
+    """``--account ACCOUNT=ROLE_ARN`` options as ``Config.accounts``."""
+    found: dict[str, AccountAccess] = {}
+    for pair in pairs:
+        account, sep, role = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--account wants ACCOUNT=ROLE_ARN, got {pair!r}")
+        found[account] = AccountAccess(role_arn=role)
+    return found
 
 
 class EventLog:
