@@ -242,9 +242,7 @@ async def test_a_deregistered_consumer_of_another_account_is_registered_again_an
     try:
         first = env.put("b-us", 0, 20)
         await eventually(lambda: {r.data for r in sink} >= first, WAIT, "B's first records")
-        assert await deregister_stream_consumer(
-            env.config, STREAMS["b-us"], kinesis=env.kinesis
-        )
+        assert await deregister_stream_consumer(env.config, STREAMS["b-us"], kinesis=env.kinesis)
         later = env.put("b-us", 20, 20)
         await eventually(lambda: {r.data for r in sink} >= first | later, WAIT, "B's later ones")
     finally:
