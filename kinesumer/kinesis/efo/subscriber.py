@@ -319,7 +319,10 @@ class PlacedSubscriber:
 
     async def _subscriber(self, consumer_arn: str) -> ShardSubscriber:
         place = kinesis_place(consumer_arn)
-        if place is None:
+        # Home account unknown: the member was given no stream by ARN (its join learns the
+        # account before reading one), so every consumer is the home's; a group reading names
+        # never asks STS who it is.
+        if place is None or self._places.home.account is None:
             return self._home
         found = self._placed.get(place)
         if found is not None:
