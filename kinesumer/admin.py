@@ -47,7 +47,7 @@ from .errors import (
 )
 from .group.shard_sync import ShardSync
 from .kinesis.dynamodb_streams import stamp_floor_ms
-from .kinesis.efo import consumers
+from .kinesis.efo.consumers import deregister_stream_consumer
 from .kinesis.lag_probe import MAX_PAGES, probe_shard
 from .kinesis.places import AccountPlaces, home_of
 from .kinesis.reader import KinesisReader
@@ -71,7 +71,7 @@ from .statestore.group_view import (
     stream_shards,
 )
 from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-from .stream_refs import check_stream, is_dynamodb_stream, parse_stream
+from .stream_refs import check_stream, is_dynamodb_stream
 
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
@@ -766,47 +766,10 @@ async def _sync_finished(
 
 
 def deregister_consumer(config: Config, stream: str) -> bool:
-    """Deregister the app's enhanced fan-out stream consumer (``config.effective_consumer_name``:
-    ``consumer_name``, else the app's name, as members register it) of ``stream``: a name (the
-    config's own account and region) or a Kinesis stream ARN, whose consumer is deregistered in
-    the stream's own account and region, through ``Config.accounts``' role for that account.
-    True when one was deregistered (AWS deletes it in the background), False when the stream
-    has none of that name. Members never deregister it on close; members still reading through
-    it lose their subscriptions and register it again.
-
-    Blocking (it runs its own event loop): from a coroutine, await
-    :func:`deregister_stream_consumer`. Raises :class:`~kinesumer.errors.ConfigError` for a
-    DynamoDB table's stream (it has no stream consumers),
-    :class:`~kinesumer.errors.StreamNotFoundError`,
-    :class:`~kinesumer.errors.AccountAccessError` for an account it cannot reach, and
-    :class:`~kinesumer.errors.AccessDeniedError` naming the action the role lacks.
-    """
+    """Deregister the app's enhanced fan-out consumer of ``stream`` (a name, or a Kinesis stream
+    ARN: in its own account and region); blocking. From a coroutine:
+    :func:`deregister_stream_consumer` (which says what it raises)."""
     return asyncio.run(deregister_stream_consumer(config, stream))
-
-
-async def deregister_stream_consumer(
-    config: Config, stream: str, *, kinesis: KinesisTransport | None = None
-) -> bool:
-    """:func:`deregister_consumer` for a coroutine. ``kinesis``: a Kinesis transport to call
-    through (``kinesumer.testing.MemoryKinesis``, or a routing transport over several, in a
-    test; default: AWS as ``config`` says, each stream ARN in its account and region)."""
-    ref = parse_stream(stream)
-    if ref.is_dynamodb_stream:
-        raise ConfigError(
-            "stream",
-            f"DynamoDB Streams has no stream consumers ({stream!r}): nothing to deregister",
-            "deregister_consumer",
-        )
-    stats = RequestStats()
-    async with contextlib.AsyncExitStack() as stack:
-        if kinesis is None:
-            aws = AwsClients(config, stats)
-            stack.push_async_callback(aws.close)
-            await aws.open(dynamodb=False)
-            kinesis = routing_over(aws, AccountPlaces(config, aws, home_of(config)))
-        arn = await consumers.stream_arn(kinesis, stream, stats=stats)
-        name = config.effective_consumer_name
-        return await consumers.deregister_consumer(kinesis, arn, name, stats=stats)
 
 
 def _call(config: Config, operation: str, fn: Callable[[], Any]) -> Any:

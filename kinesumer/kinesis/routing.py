@@ -86,6 +86,10 @@ class RoutingTransport:
         self.places = places
         #: The transports that issued prefixed tokens, by their prefix.
         self._tagged: dict[str, KinesisTransport] = {}
+        #: The ARNs the home transport gave its streams (DescribeStreamSummary): their consumer
+        #: calls go there without asking the places, which would ask STS who the caller is
+        #: (a group reading names only never does).
+        self._home_arns: set[str] = set()
 
     async def _route(self, stream: str) -> tuple[KinesisTransport, str, str]:
         """(transport, the stream as that transport names it, its tokens' prefix)."""
@@ -121,7 +125,12 @@ class RoutingTransport:
 
     async def describe_stream_summary(self, stream: str) -> StreamSummary:
         transport, named, _ = await self._route(stream)
-        return await transport.describe_stream_summary(named)
+        summary = await transport.describe_stream_summary(named)
+        if transport is self.kinesis and self.places is not None:
+            arn = summary.get("StreamDescriptionSummary", {}).get("StreamARN")
+            if arn:
+                self._home_arns.add(arn)
+        return summary
 
     async def list_shards(
         self,
@@ -201,6 +210,8 @@ class RoutingTransport:
             return self._for(arn)
         if is_dynamodb_stream(arn):
             return self.dynamodb_streams
+        if arn.split("/consumer/", 1)[0] in self._home_arns:
+            return self.kinesis
         place = kinesis_place(arn)
         if place is None:
             return self.kinesis
