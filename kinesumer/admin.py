@@ -47,6 +47,7 @@ from .errors import (
 )
 from .group.shard_sync import ShardSync
 from .kinesis.dynamodb_streams import stamp_floor_ms
+from .kinesis.efo.consumers import deregister_stream_consumer
 from .kinesis.lag_probe import MAX_PAGES, probe_shard
 from .kinesis.places import AccountPlaces, home_of
 from .kinesis.reader import KinesisReader
@@ -762,6 +763,13 @@ async def _sync_finished(
         stream,
     )
     return False
+
+
+def deregister_consumer(config: Config, stream: str) -> bool:
+    """Deregister the app's enhanced fan-out consumer of ``stream`` (a name, or a Kinesis stream
+    ARN: in its own account and region); blocking. From a coroutine:
+    :func:`deregister_stream_consumer` (which says what it raises)."""
+    return asyncio.run(deregister_stream_consumer(config, stream))
 
 
 def _call(config: Config, operation: str, fn: Callable[[], Any]) -> Any:

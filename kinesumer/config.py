@@ -240,15 +240,8 @@ def check_streams(streams: Any, *, kinesis_arns: bool = False) -> tuple[str, ...
 
 def check_streams_for(config: Config, streams: tuple[str, ...]) -> None:
     """What ``config`` cannot do with the streams :func:`check_streams` accepted: a DynamoDB
-    stream has no enhanced fan-out, and no AT_TIMESTAMP iterator; a Kinesis stream given by
-    ARN is read by polling (fan-out across accounts is not there yet)."""
-    arns = [name for name in streams if name.startswith("arn:") and not is_dynamodb_stream(name)]
-    if arns and config.enhanced_fan_out:
-        raise ConfigError(
-            "enhanced_fan_out",
-            f"Kinesis streams given by ARN ({arns[0]!r}) are read by polling for now: read them "
-            "with enhanced_fan_out=False, or give the stream by name",
-        )
+    stream has no enhanced fan-out, and no AT_TIMESTAMP iterator. (A Kinesis stream given by
+    ARN is read with enhanced fan-out in its own account and region.)"""
     tables = [name for name in streams if is_dynamodb_stream(name)]
     if not tables:
         return

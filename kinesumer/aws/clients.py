@@ -557,16 +557,30 @@ class AwsClients:
             return client
         async with self._regional_lock:
             if (account, region) not in self._regional:
-                session = self._sessions.get(account)
-                if session is None:
-                    session = self._factory.account_session(role)
-                    if role is not None:
-                        await assume_now(session, account, role[0])
-                    self._sessions[account] = session
+                session = await self._account_session(account, role)
                 self._regional[(account, region)] = await self._stack.enter_async_context(
                     self._factory.regional_kinesis(session, region)
                 )
             return self._regional[(account, region)]
+
+    async def account_session(
+        self, account: str, role: tuple[str, str | None] | None
+    ) -> aioboto3.Session:
+        """The session of ``account``'s streams (the one its regional clients use: enhanced
+        fan-out signs its subscriptions with the same credentials), made at first use."""
+        async with self._regional_lock:
+            return await self._account_session(account, role)
+
+    async def _account_session(
+        self, account: str, role: tuple[str, str | None] | None
+    ) -> aioboto3.Session:
+        session = self._sessions.get(account)
+        if session is None:
+            session = self._factory.account_session(role)
+            if role is not None:
+                await assume_now(session, account, role[0])
+            self._sessions[account] = session
+        return session
 
     async def close(self) -> None:
         self._regional.clear()

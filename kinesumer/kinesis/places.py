@@ -16,6 +16,8 @@ first use; the home account and region's calls go through the member's plain Kin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import botocore.session
 
 from ..accounts import Home, role_account, state_key
@@ -23,6 +25,9 @@ from ..aws.clients import AwsClients, region_of
 from ..config import Config
 from ..errors import AccountAccessError
 from .transport import KinesisTransport, transport_of
+
+if TYPE_CHECKING:
+    import aioboto3
 
 __all__ = ["AccountPlaces", "home_of", "places_for"]
 
@@ -82,6 +87,16 @@ class AccountPlaces:
         client = await self._aws.regional_kinesis(account, region, role)
         found = self._transports[(account, region)] = transport_of(client)
         return found
+
+    async def session(self, account: str, region: str) -> aioboto3.Session | None:
+        """The session whose credentials sign (``account``, ``region``)'s calls: its role's
+        (the one its Kinesis client uses), or the caller's own; None for the home account and
+        region (signed as the member's plain Kinesis client is). Raises
+        :class:`~kinesumer.errors.AccountAccessError` as :meth:`transport` does."""
+        await self.resolve_home()
+        if account == self.home.account and region == self.home.region:
+            return None
+        return await self._aws.account_session(account, await self._role_of(account))
 
     async def _role_of(self, account: str) -> tuple[str, str | None] | None:
         config = self._config

@@ -13,8 +13,10 @@ of live iterators to bound or clean up), and a Kinesis iterator never holds ``@`
 A call that names no stream is routed by what it carries: a GetRecords iterator, or a
 ListShards paging token, of DynamoDB Streams begins with its stream's ARN and ``|`` (AWS's and
 moto's iterators; the DynamoDB Streams transport's tokens), which no Kinesis iterator or token
-does (they are base64). Enhanced fan-out's SubscribeToShard names a consumer: always Kinesis's
-(a DynamoDB stream has no consumers; ``Config`` refuses fan-out for one first).
+does (they are base64). Enhanced fan-out's calls name a stream ARN or a stream consumer's ARN
+(``arn:aws:kinesis:<region>:<account>:stream/<name>/consumer/<consumer>:<epoch>``): they go to
+the transport of the ARN's (account, region), the ARN unchanged (a DynamoDB stream has no
+consumers; ``Config`` refuses fan-out for one first).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .transport import (
 if TYPE_CHECKING:
     from ..aws.clients import AwsClients
 
-__all__ = ["Places", "RoutingTransport", "routing_over"]
+__all__ = ["Places", "RoutingTransport", "kinesis_place", "routing_over"]
 
 
 class Places(Protocol):
@@ -84,6 +86,10 @@ class RoutingTransport:
         self.places = places
         #: The transports that issued prefixed tokens, by their prefix.
         self._tagged: dict[str, KinesisTransport] = {}
+        #: The ARNs the home transport gave its streams (DescribeStreamSummary): their consumer
+        #: calls go there without asking the places, which would ask STS who the caller is
+        #: (a group reading names only never does).
+        self._home_arns: set[str] = set()
 
     async def _route(self, stream: str) -> tuple[KinesisTransport, str, str]:
         """(transport, the stream as that transport names it, its tokens' prefix)."""
@@ -119,7 +125,12 @@ class RoutingTransport:
 
     async def describe_stream_summary(self, stream: str) -> StreamSummary:
         transport, named, _ = await self._route(stream)
-        return await transport.describe_stream_summary(named)
+        summary = await transport.describe_stream_summary(named)
+        if transport is self.kinesis and self.places is not None:
+            arn = summary.get("StreamDescriptionSummary", {}).get("StreamARN")
+            if arn:
+                self._home_arns.add(arn)
+        return summary
 
     async def list_shards(
         self,
@@ -192,21 +203,68 @@ class RoutingTransport:
             named, data, partition_key, explicit_hash_key=explicit_hash_key
         )
 
+    async def _route_arn(self, arn: str) -> KinesisTransport:
+        """The transport of the stream (or stream consumer) ``arn`` names: the consumer calls
+        take the ARN itself, which the transport of its (account, region) is given as is."""
+        if self.places is None or not arn.startswith("arn:"):
+            return self._for(arn)
+        if is_dynamodb_stream(arn):
+            return self.dynamodb_streams
+        if arn.split("/consumer/", 1)[0] in self._home_arns:
+            return self.kinesis
+        place = kinesis_place(arn)
+        if place is None:
+            return self.kinesis
+        transport = await self.places.transport(*place)
+        return self.kinesis if transport is None else transport
+
     def subscribe_to_shard(
         self, consumer_arn: str, shard_id: str, position: StartingPosition
     ) -> AsyncIterator[SubscribeEvent]:
-        return self.kinesis.subscribe_to_shard(consumer_arn, shard_id, position)
+        if self.places is None or not consumer_arn.startswith("arn:"):
+            return self.kinesis.subscribe_to_shard(consumer_arn, shard_id, position)
+        return self._subscribe(consumer_arn, shard_id, position)
+
+    async def _subscribe(
+        self, consumer_arn: str, shard_id: str, position: StartingPosition
+    ) -> AsyncIterator[SubscribeEvent]:
+        transport = await self._route_arn(consumer_arn)
+        events = transport.subscribe_to_shard(consumer_arn, shard_id, position)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            # Closing this iterator (a handoff) must close the subscription under it: on
+            # HTTP/2 that is what ends the server's stream.
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                await closer()
 
     async def register_stream_consumer(self, stream_arn: str, name: str) -> ConsumerDescription:
-        return await self._for(stream_arn).register_stream_consumer(stream_arn, name)
+        transport = await self._route_arn(stream_arn)
+        return await transport.register_stream_consumer(stream_arn, name)
 
     async def describe_stream_consumer(self, stream_arn: str, name: str) -> ConsumerDescription:
-        return await self._for(stream_arn).describe_stream_consumer(stream_arn, name)
+        transport = await self._route_arn(stream_arn)
+        return await transport.describe_stream_consumer(stream_arn, name)
 
     async def list_stream_consumers(
         self, stream_arn: str, *, next_token: str | None = None
     ) -> ConsumerPage:
-        return await self._for(stream_arn).list_stream_consumers(stream_arn, next_token=next_token)
+        transport = await self._route_arn(stream_arn)
+        return await transport.list_stream_consumers(stream_arn, next_token=next_token)
 
     async def deregister_stream_consumer(self, stream_arn: str, name: str) -> None:
-        await self._for(stream_arn).deregister_stream_consumer(stream_arn, name)
+        transport = await self._route_arn(stream_arn)
+        await transport.deregister_stream_consumer(stream_arn, name)
+
+
+def kinesis_place(arn: str) -> tuple[str, str] | None:
+    """(account, region) of a Kinesis ARN: a stream's (``...:stream/<name>``) or a stream
+    consumer's (``...:stream/<name>/consumer/<consumer>:<epoch>``, whose resource holds a
+    ``:``); None for anything else."""
+    parts = arn.split(":", 5)
+    if len(parts) != 6 or parts[2] != "kinesis" or not parts[5].startswith("stream/"):
+        return None
+    region, account = parts[3], parts[4]
+    return (account, region) if region and account else None

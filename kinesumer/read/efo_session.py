@@ -7,7 +7,8 @@ deregistered on close: ``kinesumer deregister-consumer`` does that. A consumer d
 members read through it is forgotten (:meth:`EfoSession.forget`) when a subscription finds it
 gone, and the next look-up registers it again (or finds the stream gone). The subscriber
 (signed with credentials from the same session helpers as the engine's Kinesis client,
-cross-account role included) is opened here and closed with the member.
+cross-account role included; for a stream given by ARN, those of its account's client, for its
+region) is opened here and closed with the member.
 
 The transport is :mod:`kinesumer.kinesis.efo` (the ``efo`` extra), imported when enhanced
 fan-out is enabled; tests may hand a stand-in transport to :class:`EfoSession` instead.
@@ -19,12 +20,15 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..aws import RequestStats
 from ..config import Config
 from ..kinesis.transport import KinesisTransport, StartingPosition
 from .efo_fetcher import ShardEvent, Subscriber
+
+if TYPE_CHECKING:
+    from ..kinesis.places import AccountPlaces
 
 log = logging.getLogger("kinesumer.efo")
 
@@ -39,10 +43,18 @@ class EfoTransport:
     subscriber: Callable[[], Subscriber]
 
 
-def aws_transport(config: Config, kinesis_client: Any, stats: RequestStats) -> EfoTransport:
-    """The real transport (kinesumer.kinesis.efo), over the engine's own Kinesis client."""
+def aws_transport(
+    config: Config,
+    kinesis_client: Any,
+    stats: RequestStats,
+    places: AccountPlaces | None = None,
+) -> EfoTransport:
+    """The real transport (kinesumer.kinesis.efo), over the engine's own Kinesis client, or
+    its routing transport (``kinesis_client``) with ``places``: each stream's consumer is then
+    registered in the stream's own account and region, and each subscription made there
+    (:class:`~kinesumer.kinesis.efo.subscriber.PlacedSubscriber`)."""
     from ..kinesis.efo.consumers import register_consumer, stream_arn
-    from ..kinesis.efo.subscriber import ShardSubscriber
+    from ..kinesis.efo.subscriber import PlacedSubscriber, ShardSubscriber
 
     async def arn_of(client: Any, stream: str) -> str:
         return await stream_arn(client, stream, stats=stats)
@@ -50,7 +62,12 @@ def aws_transport(config: Config, kinesis_client: Any, stats: RequestStats) -> E
     async def register(client: Any, stream_arn: str, name: str) -> str:
         return await register_consumer(client, stream_arn, name, stats=stats)
 
-    return EfoTransport(arn_of, register, lambda: ShardSubscriber(config, None, stats))
+    def subscriber() -> Subscriber:
+        if places is None:
+            return ShardSubscriber(config, None, stats)
+        return PlacedSubscriber(config, places, stats)
+
+    return EfoTransport(arn_of, register, subscriber)
 
 
 class _TransportSubscriber:

@@ -101,12 +101,15 @@ class Engine(GroupMember[ShardProgress]):
             return
         if self.efo is None:
             kinesis = self.kinesis_transport
+            # Over AWS, the consumer calls go through the routing transport: a stream given by
+            # ARN has its consumer registered (and subscribed to) in its own account and region.
+            client = kinesis or self.routing or self.aws.kinesis
             transport = self.efo_transport or (
-                aws_transport(self.config, self.aws.kinesis, self.requests)
+                aws_transport(self.config, client, self.requests, self.places)
                 if kinesis is None
                 else given_transport(kinesis, self.requests)
             )
-            self.efo = EfoSession(self.config, kinesis or self.aws.kinesis, transport)
+            self.efo = EfoSession(self.config, client, transport)
             await self.efo.open()
         await self.efo.register(streams)
 

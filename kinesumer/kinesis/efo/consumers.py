@@ -1,5 +1,7 @@
 """Registered stream consumers for enhanced fan-out: find a stream's ARN, register a consumer
-(idempotently, racing members included) and wait until it is ACTIVE, deregister one.
+(idempotently, racing members included) and wait until it is ACTIVE, deregister one; and an
+app's consumer of a stream given by name or ARN deregistered in the stream's own account and
+region (:func:`deregister_stream_consumer`, behind ``kinesumer.admin.deregister_consumer``).
 
 These calls go through a Kinesis transport (:mod:`..transport`; the engine's aiobotocore client
 is wrapped in one: they work over HTTP/1.1) and the library's one retry policy
@@ -9,6 +11,7 @@ is wrapped in one: they work over HTTP/1.1) and the library's one retry policy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -18,7 +21,12 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from ...aws import RequestStats, call_with_retry, denied, error_code, is_denied
-from ...errors import KinesisError, StreamNotFoundError, TransientAWSError
+from ...aws.clients import AwsClients
+from ...config import Config
+from ...errors import ConfigError, KinesisError, StreamNotFoundError, TransientAWSError
+from ...stream_refs import parse_stream
+from ..places import AccountPlaces, home_of
+from ..routing import routing_over
 from ..transport import ConsumerDescription, KinesisTransport, transport_of
 
 log = logging.getLogger("kinesumer.kinesis")
@@ -147,3 +155,38 @@ async def deregister_consumer(
         raise KinesisError(f"kinesis:DeregisterStreamConsumer {name!r} failed: {exc}") from exc
     log.info("deregistered stream consumer %s of %s", name, stream_arn)
     return True
+
+
+async def deregister_stream_consumer(
+    config: Config, stream: str, *, kinesis: KinesisTransport | None = None
+) -> bool:
+    """Deregister the app's enhanced fan-out stream consumer (``config.effective_consumer_name``:
+    ``consumer_name``, else the app's name, as members register it) of ``stream``: a name (the
+    config's own account and region) or a Kinesis stream ARN, whose consumer is deregistered in
+    the stream's own account and region, through ``Config.accounts``' role for that account.
+    True when one was deregistered (AWS deletes it in the background), False when the stream
+    has none of that name. Members never deregister it on close; members still reading through
+    it lose their subscriptions and register it again. ``kinesis``: a Kinesis transport to call
+    through (``kinesumer.testing.MemoryKinesis``, or a routing transport over several, in a
+    test; default: AWS as ``config`` says). Blocking twin: ``kinesumer.admin.deregister_consumer``.
+
+    Raises :class:`~kinesumer.errors.ConfigError` for a DynamoDB table's stream (it has no stream
+    consumers), :class:`~kinesumer.errors.StreamNotFoundError`,
+    :class:`~kinesumer.errors.AccountAccessError` for an account it cannot reach, and
+    :class:`~kinesumer.errors.AccessDeniedError` naming the action the role lacks.
+    """
+    if parse_stream(stream).is_dynamodb_stream:
+        raise ConfigError(
+            "stream",
+            f"DynamoDB Streams has no stream consumers ({stream!r}): nothing to deregister",
+            "deregister_consumer",
+        )
+    stats = RequestStats()
+    async with contextlib.AsyncExitStack() as stack:
+        if kinesis is None:
+            aws = AwsClients(config, stats)
+            stack.push_async_callback(aws.close)
+            await aws.open(dynamodb=False)
+            kinesis = routing_over(aws, AccountPlaces(config, aws, home_of(config)))
+        arn = await stream_arn(kinesis, stream, stats=stats)
+        return await deregister_consumer(kinesis, arn, config.effective_consumer_name, stats=stats)

@@ -56,6 +56,8 @@ from botocore.serialize import create_serializer
 from ...aws import RequestStats, error_code
 from ...aws.clients import assumed_role_session, moto_loaded, parse_timestamp, session_for
 from ...config import Config
+from ..places import AccountPlaces
+from ..routing import kinesis_place
 from ..transport import SubscribeEvent, SubscriptionEnded
 from .errors import error_for, reset_error
 from .transport import Http2Transport
@@ -93,12 +95,14 @@ async def kinesis_credentials(config: Config, stats: RequestStats) -> Credential
     return credentials
 
 
-def endpoint_for(config: Config) -> str:
+def endpoint_for(config: Config, region: str | None = None) -> str:
     """``config.kinesis_endpoint`` (``http://``: HTTP/2 with prior knowledge; ``https://``:
-    HTTP/2 by ALPN), or the region's public Kinesis endpoint."""
-    if config.kinesis_endpoint:
-        return config.kinesis_endpoint.rstrip("/")
-    region = config.effective_kinesis_region
+    HTTP/2 by ALPN), or the region's public Kinesis endpoint. ``region``: the streams of that
+    region (a stream ARN's), at its endpoint (:meth:`~kinesumer.Config.kinesis_endpoint_of`)."""
+    local = config.kinesis_endpoint if region is None else config.kinesis_endpoint_of(region)
+    if local:
+        return local.rstrip("/")
+    region = region or config.effective_kinesis_region
     if not region:
         raise ClientError(
             {"Error": {"Code": "NoRegion", "Message": "set Config.region or kinesis_region"}},
@@ -114,14 +118,21 @@ class ShardSubscriber:
     iterators: close those first, ``contextlib.aclosing``)."""
 
     def __init__(
-        self, config: Config, credentials_source: CredentialsSource | None, stats: RequestStats
+        self,
+        config: Config,
+        credentials_source: CredentialsSource | None,
+        stats: RequestStats,
+        *,
+        region: str | None = None,
     ) -> None:
-        """``credentials_source`` None: :func:`kinesis_credentials` at :meth:`open`."""
+        """``credentials_source`` None: :func:`kinesis_credentials` at :meth:`open`.
+        ``region``: subscribe to the streams of that region (at its endpoint, signed for it);
+        None: ``config``'s Kinesis region."""
         self._config = config
         self._credentials = credentials_source
         self._stats = stats
-        self._endpoint = endpoint_for(config)
-        self._region = config.effective_kinesis_region or "us-east-1"
+        self._endpoint = endpoint_for(config, region)
+        self._region = region or config.effective_kinesis_region or "us-east-1"
         self._ssl: ssl.SSLContext | None = None
         self._model: Any = None
         self._open: set[httpx.AsyncClient] = set()
@@ -278,6 +289,76 @@ class ShardSubscriber:
                 # (or the caller's exit) is the one that matters.
                 with contextlib.suppress(httpx.HTTPError):
                     await response_cm.__aexit__(None, None, None)
+
+
+class PlacedSubscriber:
+    """A member's subscriptions to the streams of every account and region it reads: each
+    through a :class:`ShardSubscriber` of the consumer ARN's (account, region), signed with
+    that account's credentials (its role's, as its Kinesis client's) for that region, at that
+    region's endpoint; the home account and region's through ``config``'s own. One is made
+    and opened at the first subscription of its place; all close with this one."""
+
+    def __init__(self, config: Config, places: AccountPlaces, stats: RequestStats) -> None:
+        self._config = config
+        self._places = places
+        self._stats = stats
+        self._home = ShardSubscriber(config, None, stats)
+        self._placed: dict[tuple[str, str], ShardSubscriber] = {}
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def open(self) -> None:
+        await self._home.open()
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._lock:
+            subscribers, self._placed = list(self._placed.values()), {}
+        for subscriber in [self._home, *subscribers]:
+            await subscriber.close()
+
+    async def _subscriber(self, consumer_arn: str) -> ShardSubscriber:
+        place = kinesis_place(consumer_arn)
+        # Home account unknown: the member was given no stream by ARN (its join learns the
+        # account before reading one), so every consumer is the home's; a group reading names
+        # never asks STS who it is.
+        if place is None or self._places.home.account is None:
+            return self._home
+        found = self._placed.get(place)
+        if found is not None:
+            return found
+        async with self._lock:
+            found = self._placed.get(place)
+            if found is not None:
+                return found
+            account, region = place
+            session = await self._places.session(account, region)
+            if session is None:
+                return self._home
+            credentials = await session.get_credentials()
+            if credentials is None:
+                raise ClientError(
+                    {"Error": {"Code": "NoCredentials", "Message": "no AWS credentials found"}},
+                    "SubscribeToShard",
+                )
+            if self._closed:
+                raise RuntimeError("PlacedSubscriber.subscribe() after close()")
+            subscriber = ShardSubscriber(self._config, credentials, self._stats, region=region)
+            await subscriber.open()
+            self._placed[place] = subscriber
+            return subscriber
+
+    async def subscribe(
+        self, consumer_arn: str, shard_id: str, position: dict[str, Any]
+    ) -> AsyncGenerator[SubscribeEvent, None]:
+        """:meth:`ShardSubscriber.subscribe` through the subscriber of ``consumer_arn``'s
+        place."""
+        subscriber = await self._subscriber(consumer_arn)
+        async with contextlib.aclosing(
+            subscriber.subscribe(consumer_arn, shard_id, position)
+        ) as events:
+            async for event in events:
+                yield event
 
 
 def _messages(frames: EventFrames, where: str) -> list[EventStreamMessage]:
