@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-from typing import TYPE_CHECKING
 
-from ..config import Config
 from .errors import EXIT_OK
 from .options import group_config
-
-if TYPE_CHECKING:
-    from ..kinesis.transport import KinesisTransport
 
 
 def add_deregister_consumer(
@@ -46,35 +40,14 @@ def add_deregister_consumer(
 
 
 def deregister_consumer_command(args: argparse.Namespace) -> int:
+    # aioboto3: only when the command runs, not at every start of the command line.
+    from ..kinesis.efo.consumers import deregister_stream_consumer
+
     config = group_config(args, enhanced_fan_out=True, consumer_name=args.consumer_name)
     name = config.effective_consumer_name
-    if asyncio.run(_deregister(config, args.stream)):
+    # A stream ARN's consumer goes in its own account and region, through --account's role.
+    if asyncio.run(deregister_stream_consumer(config, args.stream)):
         print(f"deregistered consumer {name!r} of stream {args.stream!r}")
     else:
         print(f"stream {args.stream!r} has no consumer named {name!r}: nothing to do")
     return EXIT_OK
-
-
-async def _deregister(config: Config, stream: str) -> bool:
-    """Deregister the consumer of ``stream``; a stream ARN's in its own account and region
-    (through ``--account``'s role for another account, as members register it)."""
-    # aioboto3: only when the command runs, not at every start of the command line.
-    from ..aws import RequestStats
-    from ..kinesis.efo.consumers import deregister_consumer, stream_arn
-    from ..kinesis.tool_transport import open_tool_places
-    from ..stream_refs import parse_stream
-
-    stats = RequestStats()
-    ref = parse_stream(stream)
-    async with contextlib.AsyncExitStack() as stack:
-        routed, places = await open_tool_places(stack, config)
-        transport: KinesisTransport = routed.kinesis
-        name = stream
-        if ref.kind == "kinesis-arn":
-            assert ref.account is not None and ref.region is not None
-            transport = await places.transport(ref.account, ref.region) or routed.kinesis
-            name = ref.name
-        arn = await stream_arn(transport, name, stats=stats)
-        return await deregister_consumer(
-            transport, arn, config.effective_consumer_name, stats=stats
-        )

@@ -399,7 +399,11 @@ class AwsKinesisTransport:
         return page
 
     async def deregister_stream_consumer(self, stream_arn: str, name: str) -> None:
-        await self.client.deregister_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+        # By its ConsumerARN, which AWS takes as it takes the stream and the name: moto deletes
+        # nothing by name, and kinesis-mock (LocalStack's) deletes the first consumer of that
+        # name on any stream. One DescribeStreamConsumer more, for an operator's rare command.
+        described = await self.describe_stream_consumer(stream_arn, name)
+        await self.client.deregister_stream_consumer(ConsumerARN=described["ConsumerARN"])
 
 
 def given_transport(kinesis: object, where: str) -> KinesisTransport | None:

@@ -15,7 +15,6 @@ from support.accounts import A, B, arn, role_in_b, three_places
 from support.group import make_config, setup_table
 
 from kinesumer import cli
-from kinesumer.kinesis.transport import AwsKinesisTransport
 
 Names = Callable[[str], str]
 
@@ -193,24 +192,9 @@ def test_rewind_and_set_by_arn_move_that_streams_shards_only(
     assert checkpoints(env, capsys, env["name"])[shard]["sequence_number"] == "1"
 
 
-def by_consumer_arn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto's DeregisterStreamConsumer by StreamARN and ConsumerName deletes nothing (it keeps
-    the consumers of that name: tests/contract/test_kinesis_transport.py); by ConsumerARN it
-    deletes. Through the very client the command chose (its account's credentials, its region's
-    signature), the call is made by ConsumerARN, as AWS would take the name."""
-
-    async def deregister(self: AwsKinesisTransport, stream_arn: str, name: str) -> None:
-        described = await self.describe_stream_consumer(stream_arn, name)
-        consumer_arn = described["ConsumerARN"]
-        await self.client.deregister_stream_consumer(ConsumerARN=consumer_arn)
-
-    monkeypatch.setattr(AwsKinesisTransport, "deregister_stream_consumer", deregister)
-
-
 def test_deregister_consumer_by_arn_removes_only_that_streams_consumer(
-    env: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    env: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    by_consumer_arn(monkeypatch)
     arns, clients, app = env["arns"], env["clients"], env["app"]
     for place in ("a-us", "b-us"):  # one name, two streams: only B's must go
         clients[place].register_stream_consumer(StreamARN=arns[place], ConsumerName=app)

@@ -80,16 +80,23 @@ def test_the_consumer_is_registered_on_each_stream_in_its_own_account_and_region
 def test_deregister_consumer_calls_each_streams_own_account_and_region(
     env: dict[str, Any],
 ) -> None:
-    """moto's DeregisterStreamConsumer by stream ARN and name answers 200 and deletes nothing
-    (tests/contract/test_kinesis_transport.py): that it answers at all shows the call found
-    the stream, in its account and region; the deletion itself is checked on MemoryKinesis
-    (tests/read/test_efo_across_places.py)."""
-    config, arns = env["config"], env["arns"]
+    """Each deregistration removes the consumer of that stream only, in its own account and
+    region; a second one finds none."""
+    config, arns, clients = env["config"], env["arns"], env["clients"]
+
+    def consumers(place: str) -> list[str]:
+        listed = clients[place].list_stream_consumers(StreamARN=arns[place])["Consumers"]
+        return [c["ConsumerName"] for c in listed if c["ConsumerStatus"] != "DELETING"]
+
     for place in arns:
-        env["clients"][place].register_stream_consumer(StreamARN=arns[place], ConsumerName=CONSUMER)
+        clients[place].register_stream_consumer(StreamARN=arns[place], ConsumerName=CONSUMER)
     for place in ("b-us", "a-eu"):
         assert deregister_consumer(config, arns[place]), place
+        assert consumers(place) == [], place
+    assert consumers("a-us") == [CONSUMER]
+    assert not deregister_consumer(config, arns["b-us"])
     assert deregister_consumer(config, env["name"])
+    assert consumers("a-us") == []
 
 
 def test_an_account_with_no_access_is_a_named_error_at_subscribe(env: dict[str, Any]) -> None:
