@@ -9,6 +9,7 @@ when a Kinesis stream ARN is given: a command given names asks nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -21,6 +22,7 @@ from ..stream_refs import is_dynamodb_stream, parse_stream
 __all__ = [
     "Names",
     "StateKeys",
+    "check_reachable",
     "lag_as_given",
     "resolve_home",
     "state_names",
@@ -119,3 +121,24 @@ def lag_as_given(figure: GroupLag, names: Names) -> GroupLag:
     rows = [dataclasses.replace(row, stream=names.given(row.stream)) for row in figure.shards]
     streams = [names.given(stream) for stream in figure.stream_names]
     return GroupLag.of(figure.app, figure.table, rows, streams)
+
+
+async def check_reachable(config: Config, streams: Sequence[str]) -> Names:
+    """:func:`state_names`, and each Kinesis stream ARN's account reached as a probe reaches
+    it (its role assumed): for a command that would otherwise fail the same way at every
+    probe (``lag --serve``). STS failing for now is no verdict: the probes retry."""
+    names = await state_names(config, streams)
+    arns = [parse_stream(s) for s in streams if _kinesis_arn(s)]
+    if not arns:
+        return names
+    # boto3 only when a stream ARN is given.
+    from ..errors import TransientAWSError
+    from ..kinesis.tool_transport import open_tool_places
+
+    async with contextlib.AsyncExitStack() as stack:
+        _, places = await open_tool_places(stack, config)
+        for ref in arns:
+            assert ref.account is not None and ref.region is not None
+            with contextlib.suppress(TransientAWSError):
+                await places.transport(ref.account, ref.region)
+    return names

@@ -368,3 +368,30 @@ def test_pin_and_unpin_take_a_home_arn_and_its_name_for_one_stream(
     assert run(capsys, "pin", "--stream", b_arn, "--shard", shard, "m3", *common)[0] == 0
     assert run(capsys, "unpin", "--stream", name, "--shard", shard, *common)[0] == 0
     assert pins(env, capsys) == [(b_arn, shard, "m3")]
+
+
+@pytest.mark.parametrize("fault", ["given-twice", "no-access"])
+def test_lag_serve_refuses_at_once_what_every_probe_would_fail_on(
+    env: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+) -> None:
+    """A stream given twice (its name and its home ARN) or of an account with no access fails
+    every probe alike: ``lag --serve`` says so and exits, as ``lag`` does, instead of serving
+    a failed probe every interval."""
+    from kinesumer.cli import lag_serve
+
+    def started(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the server was started")
+
+    monkeypatch.setattr(lag_serve, "LagServer", started)
+    if fault == "given-twice":
+        streams = ["--stream", env["name"], "--stream", env["arns"]["a-us"]]
+        access, code, says = env["access"], 2, "are one stream"
+    else:
+        streams = ["--stream", env["arns"]["b-us"]]
+        access, code, says = ["--sts-endpoint", env["url"]], 1, f"account {B}"
+    got, _, err = run(capsys, "lag", "--serve", *streams, *env["where"], *access)
+    assert (got, "Traceback" in err) == (code, False), err
+    assert says in err
