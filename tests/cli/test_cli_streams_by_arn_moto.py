@@ -353,7 +353,7 @@ def test_pin_and_unpin_take_a_home_arn_and_its_name_for_one_stream(
     shard = "shardId-000000000000"
     common = [*env["where"], *env["access"]]
     assert run(capsys, "pin", "--stream", name, "--shard", shard, "m1", *common)[0] == 0
-    code, out, err = run(capsys, "unpin", "--stream", home_arn, "--shard", shard, *common)
+    code, _, err = run(capsys, "unpin", "--stream", home_arn, "--shard", shard, *common)
     assert code == 0, err
     assert pins(env, capsys) == []
 
