@@ -63,7 +63,7 @@ from .lag_board import LagBoard, MemberRow, Snapshot
 from .lag_cloudwatch import CloudWatchPublisher
 from .lag_metrics import CONTENT_TYPE, lag_registry, render_metrics
 from .options import group_config
-from .streams import Names, lag_as_given, state_names
+from .streams import Names, check_reachable, lag_as_given, state_names
 
 __all__ = [
     "DEFAULT_HOST",
@@ -121,6 +121,10 @@ def serve_command(args: argparse.Namespace) -> int:
     """``kinesumer lag --serve``: probe every ``--interval`` seconds and serve until SIGTERM or
     Ctrl-C."""
     config = group_config(args)
+    # What would fail every probe alike (a stream given twice, an account with no access or a
+    # role refused) ends the command now with its message, as `lag` does, not a server
+    # posting one failed probe after another.
+    asyncio.run(check_reachable(config, args.stream or ()))
     board = LagBoard(config.app, config.dynamodb_table, interval=args.interval)
     registry = lag_registry(board)  # fails here, before binding, without prometheus_client
     listeners: list[Callable[[Snapshot], None]] = []

@@ -9,16 +9,25 @@ when a Kinesis stream ARN is given: a command given names asks nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
-from ..accounts import state_key
+from ..accounts import Home, state_key
 from ..config import Config
 from ..core.lag import GroupLag
 from ..errors import ConfigError
 from ..stream_refs import is_dynamodb_stream, parse_stream
 
-__all__ = ["Names", "lag_as_given", "state_names", "state_names_now"]
+__all__ = [
+    "Names",
+    "StateKeys",
+    "check_reachable",
+    "lag_as_given",
+    "resolve_home",
+    "state_names",
+    "state_names_now",
+]
 
 
 class Names(Mapping[str, str]):
@@ -52,19 +61,8 @@ async def state_names(config: Config, streams: Sequence[str]) -> Names:
         parse_stream(stream)
     keys = {s: s for s in streams}
     if any(_kinesis_arn(s) for s in streams):
-        # The places know the home account (config's role's, else the caller's); imported
-        # here: boto3 only when a stream ARN is given.
-        from ..aws.accounting import RequestStats
-        from ..aws.clients import AwsClients
-        from ..kinesis.places import places_for
-
-        aws = AwsClients(config, RequestStats())
-        try:
-            places = places_for(config, aws)
-            await places.resolve_home()
-            keys = {s: state_key(s, places.home) for s in streams}
-        finally:
-            await aws.close()
+        home = await resolve_home(config)
+        keys = {s: state_key(s, home) for s in streams}
     seen: dict[str, str] = {}
     for given, key in keys.items():
         if key in seen:
@@ -74,6 +72,39 @@ async def state_names(config: Config, streams: Sequence[str]) -> Names:
             )
         seen[key] = given
     return Names(keys)
+
+
+async def resolve_home(config: Config) -> Home:
+    """``config``'s home account and region, as its members know them."""
+    # The places know the home account (config's role's, else the caller's); imported here:
+    # boto3 only when a stream ARN is met.
+    from ..aws.accounting import RequestStats
+    from ..aws.clients import AwsClients
+    from ..kinesis.places import places_for
+
+    aws = AwsClients(config, RequestStats())
+    try:
+        places = places_for(config, aws)
+        await places.resolve_home()
+        return places.home
+    finally:
+        await aws.close()
+
+
+class StateKeys:
+    """The state key of a stream's text, for a command not running an event loop: the home is
+    asked of STS at the first Kinesis stream ARN met, once (names alone ask nothing)."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._home: Home | None = None
+
+    def __call__(self, text: str) -> str:
+        if not _kinesis_arn(text):
+            return text
+        if self._home is None:
+            self._home = asyncio.run(resolve_home(self._config))
+        return state_key(text, self._home)
 
 
 def state_names_now(config: Config, streams: Sequence[str]) -> Names:
@@ -90,3 +121,24 @@ def lag_as_given(figure: GroupLag, names: Names) -> GroupLag:
     rows = [dataclasses.replace(row, stream=names.given(row.stream)) for row in figure.shards]
     streams = [names.given(stream) for stream in figure.stream_names]
     return GroupLag.of(figure.app, figure.table, rows, streams)
+
+
+async def check_reachable(config: Config, streams: Sequence[str]) -> Names:
+    """:func:`state_names`, and each Kinesis stream ARN's account reached as a probe reaches
+    it (its role assumed): for a command that would otherwise fail the same way at every
+    probe (``lag --serve``). STS failing for now is no verdict: the probes retry."""
+    names = await state_names(config, streams)
+    arns = [parse_stream(s) for s in streams if _kinesis_arn(s)]
+    if not arns:
+        return names
+    # boto3 only when a stream ARN is given.
+    from ..errors import TransientAWSError
+    from ..kinesis.tool_transport import open_tool_places
+
+    async with contextlib.AsyncExitStack() as stack:
+        _, places = await open_tool_places(stack, config)
+        for ref in arns:
+            assert ref.account is not None and ref.region is not None
+            with contextlib.suppress(TransientAWSError):
+                await places.transport(ref.account, ref.region)
+    return names

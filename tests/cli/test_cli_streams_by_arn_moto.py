@@ -319,3 +319,63 @@ def test_lag_serve_probe_names_each_stream_as_given(
     snapshot = asyncio.run(once())
     assert sorted(snapshot.figure.streams) == given
     assert snapshot.figure.max_millis_behind == 0
+
+
+def pins(env: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> list[tuple[str, str, str]]:
+    code, out, err = run(capsys, "pins", "--json", *env["where"][:8])
+    assert code == 0, err
+    return sorted((p["stream"], p["shard_id"], p["client_id"]) for p in json.loads(out))
+
+
+def test_pin_and_unpin_take_a_home_arn_and_its_name_for_one_stream(
+    env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``orders`` and its home ARN are one stream (one state key): an unpin by either removes
+    the pin made by the other, and a pin by one replaces the other's, never two pins of one
+    shard to two members (which one the members obeyed would be an accident of order)."""
+    name, home_arn = env["name"], env["arns"]["a-us"]
+    shard = "shardId-000000000000"
+    common = [*env["where"], *env["access"]]
+    assert run(capsys, "pin", "--stream", name, "--shard", shard, "m1", *common)[0] == 0
+    code, _, err = run(capsys, "unpin", "--stream", home_arn, "--shard", shard, *common)
+    assert code == 0, err
+    assert pins(env, capsys) == []
+
+    assert run(capsys, "pin", "--stream", home_arn, "--shard", shard, "m1", *common)[0] == 0
+    assert run(capsys, "pin", "--stream", name, "--shard", shard, "m2", *common)[0] == 0
+    assert [(s, c) for _, s, c in pins(env, capsys)] == [(shard, "m2")]
+    assert run(capsys, "unpin", "--stream", name, "--shard", shard, *common)[0] == 0
+    assert pins(env, capsys) == []
+
+    # Another account's stream of the same name is another stream: its pin stays.
+    b_arn = env["arns"]["b-us"]
+    assert run(capsys, "pin", "--stream", b_arn, "--shard", shard, "m3", *common)[0] == 0
+    assert run(capsys, "unpin", "--stream", name, "--shard", shard, *common)[0] == 0
+    assert pins(env, capsys) == [(b_arn, shard, "m3")]
+
+
+@pytest.mark.parametrize("fault", ["given-twice", "no-access"])
+def test_lag_serve_refuses_at_once_what_every_probe_would_fail_on(
+    env: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+) -> None:
+    """A stream given twice (its name and its home ARN) or of an account with no access fails
+    every probe alike: ``lag --serve`` says so and exits, as ``lag`` does, instead of serving
+    a failed probe every interval."""
+    from kinesumer.cli import lag_serve
+
+    def started(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the server was started")
+
+    monkeypatch.setattr(lag_serve, "LagServer", started)
+    if fault == "given-twice":
+        streams = ["--stream", env["name"], "--stream", env["arns"]["a-us"]]
+        access, code, says = env["access"], 2, "are one stream"
+    else:
+        streams = ["--stream", env["arns"]["b-us"]]
+        access, code, says = ["--sts-endpoint", env["url"]], 1, f"account {B}"
+    got, _, err = run(capsys, "lag", "--serve", *streams, *env["where"], *access)
+    assert (got, "Traceback" in err) == (code, False), err
+    assert says in err
