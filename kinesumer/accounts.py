@@ -156,10 +156,13 @@ async def check_checkpoints_kept(
     by ARN without ``role_arn``. Starting would read it afresh at the initial position
     (records skipped at LATEST, read twice at TRIM_HORIZON) and, in a rolling upgrade, beside
     the old members reading the same shards under the other items. The keys themselves never
-    change: members of the old and the new configuration share the table. Two strongly
-    consistent queries per such stream, at the join or refresh that adds it; none for names
-    and home ARNs."""
+    change: members of the old and the new configuration share the table. Not refused while
+    a member (as its client item says) reads the plain name's stream: then the two are
+    streams of one name read side by side. Two strongly consistent queries per such stream
+    (and a read of the client items before a refusal), at the join or refresh that adds it;
+    none for names and home ARNs."""
     keys = {state_key(text, home) for text in streams}
+    readers: set[str] | None = None  # the members' streams, read only when a refusal nears
     for text in added:
         if not text.startswith("arn:") or ":kinesis:" not in text:
             continue
@@ -171,6 +174,12 @@ async def check_checkpoints_kept(
         kept = await store.get_checkpoints(ref.name)
         if not any(holds_a_position(c) for c in kept.values()):
             continue
+        if readers is None:
+            readers = {state_key(s, home) for c in await store.list_clients() for s in c.streams}
+        if ref.name in readers:
+            # A member reads the plain name's stream now: two streams of one name, read side
+            # by side in one group, not a stream that changed keys.
+            continue
         raise ConfigError(
             "streams",
             f"{text!r} has no checkpoint under its ARN, the key it is kept under (not the "
@@ -180,8 +189,8 @@ async def check_checkpoints_kept(
             f"keep them: make that account home again, Config(role_arn='arn:aws:iam::"
             f"{ref.account}:role/<its role>', kinesis_region={ref.region!r}), and an ARN of "
             f"it is kept under its plain name (other accounts go in Config.accounts). If "
-            f"{ref.name!r} is another stream, read it in this member too, or reset its "
-            f"checkpoints (kinesumer checkpoints reset --stream {ref.name} --all-shards) to "
-            f"read {text!r} afresh",
+            f"{ref.name!r} is another stream, start {text!r} under its own key and keep "
+            f"{ref.name!r}'s: kinesumer checkpoints rewind --stream {text} --to trim-horizon "
+            f"(or --to latest, or --to-time), with --account for its account",
             where,
         )

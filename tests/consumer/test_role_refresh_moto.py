@@ -23,6 +23,7 @@ from support.group import Member, make_config, setup_table
 from support.wait import eventually
 
 from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
+from kinesumer.admin import rewind_group
 
 ROLE_B = role_in_b("orders-reader")
 
@@ -203,7 +204,8 @@ def test_moving_from_role_arn_and_names_to_accounts_and_arns_keeps_or_names_the_
         consumer.subscribe([b_arn])
     message = str(err.value)
     assert repr(b_arn) in message and repr(name) in message
-    assert f"arn:aws:iam::{B}:role/" in message and "kinesumer checkpoints reset" in message
+    assert f"arn:aws:iam::{B}:role/" in message
+    assert f"kinesumer checkpoints rewind --stream {b_arn} --to trim-horizon" in message
 
     # The way kept: role_arn's account is home again, its ARN kept under the plain name.
     later = put(b, name, "b", 5, 3)
@@ -234,3 +236,80 @@ def test_an_arn_of_another_account_beside_a_home_stream_of_the_same_name_is_not_
     in_b = put(b, name, "b", 0, 3)
     got = read(config, [name, arn("us-east-1", B, name)], 3)
     assert {r.data for r in got} == in_b
+
+
+def two_streams_named_alike(moto_url: str, unique_name: Callable[[str], str]) -> dict[str, Any]:
+    """The home ``orders`` (A) and B's, and a group that has read the home one by name."""
+    name = unique_name("orders")
+    home, b = client_of(moto_url, "us-east-1"), client_of(moto_url, "us-east-1", ROLE_B)
+    create(home, name)
+    create(b, name)
+    config = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        accounts={B: AccountAccess(role_arn=ROLE_B)},
+    )
+    setup_table(config)
+    at_home = put(home, name, "a", 0, 3)
+    assert {r.data for r in read(config, [name], 3)} == at_home
+    return {"config": config, "name": name, "home": home, "b": b}
+
+
+async def test_a_member_reading_only_the_other_accounts_stream_beside_one_reading_the_home_one(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """Members of one group may read different streams: one reads the home ``orders``, a new
+    one only B's ``orders`` by ARN. The home one's checkpoints are its reader's, not a
+    migration: the new member is not refused."""
+    env = two_streams_named_alike(moto_url, unique_name)
+    config, name = env["config"], env["name"]
+    b_arn = arn("us-east-1", B, name)
+    home_sink: list[tuple[str, Record]] = []
+    b_sink: list[tuple[str, Record]] = []
+    at_home = Member(config.replace(client_id="home-reader"), [name], home_sink).start()
+    in_b: Member | None = None
+    try:
+        expected_home = put(env["home"], name, "a", 3, 3)
+        await eventually(lambda: datas(home_sink) == expected_home, 60, "the home reader")
+        in_b = Member(config.replace(client_id="b-reader"), [b_arn], b_sink).start()
+        expected_b = put(env["b"], name, "b", 0, 3)
+        await eventually(lambda: datas(b_sink) == expected_b, 60, "B's records by ARN")
+    finally:
+        await asyncio.gather(
+            at_home.close(), *([in_b.close()] if in_b else []), return_exceptions=True
+        )
+    assert at_home.error is None and in_b is not None and in_b.error is None
+
+
+def test_a_stream_read_after_a_same_named_home_one_starts_afresh_through_a_rewind(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """The group read the home ``orders``, stopped, and now reads only B's: refused as a
+    possible migration; the way the message gives (a rewind of B's ARN) starts it under its
+    own key and leaves the home stream's checkpoints as they were."""
+    env = two_streams_named_alike(moto_url, unique_name)
+    config, name = env["config"], env["name"]
+    b_arn = arn("us-east-1", B, name)
+    home_before = checkpoints_of(config, name)
+    in_b = put(env["b"], name, "b", 0, 4)
+    with Kinesumer(config) as consumer, pytest.raises(ConfigError, match="checkpoints rewind"):
+        consumer.subscribe([b_arn])
+    rewind_group(config, b_arn, to="trim-horizon")
+    assert {r.data for r in read(config, [b_arn], 4)} == in_b
+    assert checkpoints_of(config, name) == home_before
+
+
+def checkpoints_of(config: Config, stream: str) -> dict[str, Any]:
+    """The stream's checkpoint items as the table holds them."""
+    table = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
+    found = table.query(
+        TableName=config.dynamodb_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"check_point#{config.app}#{stream}"}},
+        ConsistentRead=True,
+    )["Items"]
+    assert found, stream
+    return {item["sk"]["S"]: item for item in found}
