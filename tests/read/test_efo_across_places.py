@@ -279,3 +279,15 @@ def test_fan_out_takes_kinesis_arns_and_still_refuses_a_table_stream() -> None:
     table = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"
     with pytest.raises(ConfigError, match="DynamoDB Streams has no enhanced fan-out"):
         check_streams_for(config, (arn("eu-west-1", B), table))
+
+
+async def test_a_subscription_denied_in_another_account_is_raised_not_retried(env: Env) -> None:
+    """consume() raises the refusal (a given transport's error as it raised it): the fetcher of
+    B's shard does not subscribe again and again while the other places read on."""
+    env.put("b-us", 0, 4)
+    env.memories["b-us"].fail_next("SubscribeToShard", code="AccessDeniedException", times=1000)
+    consumer = env.member("m1")
+    with pytest.raises(Exception, match="AccessDeniedException"):
+        async with consumer:
+            async for _ in consumer.consume(list(STREAMS.values())):
+                pass
