@@ -210,7 +210,8 @@ class RoutingTransport:
             return self._for(arn)
         if is_dynamodb_stream(arn):
             return self.dynamodb_streams
-        if arn.split("/consumer/", 1)[0] in self._home_arns:
+        # The last "/consumer/": a stream may be named "consumer", a consumer name has no "/".
+        if arn.rsplit("/consumer/", 1)[0] in self._home_arns:
             return self.kinesis
         place = kinesis_place(arn)
         if place is None:

@@ -21,7 +21,7 @@ from support.group import Member, create_stream, make_config, setup_table
 from support.standins import start_kinesis_local
 from support.wait import eventually
 
-from kinesumer import Record
+from kinesumer import AccountAccess, Record
 
 Names = Callable[[str], str]
 
@@ -106,3 +106,40 @@ async def test_a_stream_of_another_region_is_read_through_a_subscription_signed_
     # The consumer lives on each stream in its own region.
     assert consumers(url, "us-east-1", home) == [config.consumer_name]
     assert consumers(eu_url, "eu-west-1", far) == [config.consumer_name]
+
+
+async def test_a_group_reading_names_only_never_asks_sts(
+    kinesis_local: Any, dynalite: Any, unique_name: Names
+) -> None:
+    """Consumers registered and subscribed to through the routing transport and the subscriber
+    of every place, yet a group given names only (no role_arn, other accounts configured)
+    never needs its account: its STS endpoint answers nothing, and reading goes on."""
+    url = kinesis_local.url
+    config = make_config(
+        url,
+        dynalite.url,
+        unique_name("app"),
+        unique_name("state"),
+        enhanced_fan_out=True,
+        consumer_name=unique_name("efo"),
+        sts_endpoint="http://127.0.0.1:9",  # discard: nothing listens there
+        accounts={"111111111111": AccountAccess(role_arn="arn:aws:iam::111111111111:role/r")},
+    )
+    setup_table(config)
+    home = unique_name("home")
+    create_stream(url, home, 1)
+    expected = put(url, "us-east-1", home, "home", 10)
+    sink: list[tuple[str, Record]] = []
+    member = Member(config.replace(client_id="m1"), [home], sink).start()
+    try:
+        await eventually(
+            lambda: {r.data for _, r in sink} >= expected,
+            120,
+            "every record",
+            lambda: f"{len(sink)} of {len(expected)}; error: {member.error!r}",
+        )
+        assert not any(s.efo_polling for s in member.consumer.stats().shards)
+    finally:
+        await member.close()
+    assert member.error is None
+    assert consumers(url, "us-east-1", home) == [config.consumer_name]

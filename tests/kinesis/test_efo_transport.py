@@ -393,3 +393,39 @@ async def test_register_after_a_lost_race_waits_for_active_or_times_out() -> Non
     never = FakeConsumers(active_after=10**6)
     with pytest.raises(TransientAWSError, match="not ACTIVE"):
         await register_consumer(never, "arn:stream", "app", stats=stats, timeout=0.3)
+
+
+class FakeDeregistration:
+    """A Kinesis client's consumer calls for a deregistration: DescribeStreamConsumer answers
+    ``status``, or fails with ``denied``; DeregisterStreamConsumer is recorded."""
+
+    def __init__(self, status: str = "ACTIVE", denied: str | None = None) -> None:
+        self.status, self.denied = status, denied
+        self.deregistered: list[str] = []
+
+    async def describe_stream_consumer(self, **_: Any) -> dict[str, Any]:
+        if self.denied is not None:
+            raise ClientError({"Error": {"Code": self.denied}}, "DescribeStreamConsumer")
+        return {"ConsumerDescription": {"ConsumerARN": CONSUMER, "ConsumerStatus": self.status}}
+
+    async def deregister_stream_consumer(self, **kwargs: Any) -> dict[str, Any]:
+        self.deregistered.append(kwargs["ConsumerARN"])
+        return {}
+
+
+async def test_deregistering_names_the_describe_it_needs_and_skips_a_consumer_being_deleted() -> (
+    None
+):
+    stats = RequestStats()
+    active = FakeDeregistration()
+    assert await deregister_consumer(active, "arn:stream", "app", stats=stats)
+    assert active.deregistered == [CONSUMER]
+    # Deregistered already, AWS still deleting it: nothing to do, nothing sent.
+    deleting = FakeDeregistration(status="DELETING")
+    assert not await deregister_consumer(deleting, "arn:stream", "app", stats=stats)
+    assert deleting.deregistered == []
+    # A role without DescribeStreamConsumer is told that action, not the deregistration.
+    denied = FakeDeregistration(denied="AccessDeniedException")
+    with pytest.raises(AccessDeniedError, match="kinesis:DescribeStreamConsumer"):
+        await deregister_consumer(denied, "arn:stream", "app", stats=stats)
+    assert denied.deregistered == []

@@ -279,3 +279,35 @@ def test_fan_out_takes_kinesis_arns_and_still_refuses_a_table_stream() -> None:
     table = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"
     with pytest.raises(ConfigError, match="DynamoDB Streams has no enhanced fan-out"):
         check_streams_for(config, (arn("eu-west-1", B), table))
+
+
+async def test_a_subscription_denied_in_another_account_is_raised_not_retried(env: Env) -> None:
+    """consume() raises the refusal (a given transport's error as it raised it): the fetcher of
+    B's shard does not subscribe again and again while the other places read on."""
+    env.put("b-us", 0, 4)
+    env.memories["b-us"].fail_next("SubscribeToShard", code="AccessDeniedException", times=1000)
+    consumer = env.member("m1")
+    with pytest.raises(Exception, match="AccessDeniedException"):
+        async with consumer:
+            async for _ in consumer.consume(list(STREAMS.values())):
+                pass
+
+
+async def test_a_home_stream_named_consumer_keeps_its_subscriptions_home_without_asking() -> None:
+    """A consumer ARN holds ``/consumer/`` once more when its stream is named ``consumer``:
+    the stream's ARN is what comes before the last one (consumer names hold no ``/``)."""
+    home = MemoryKinesis(account=A, region="us-east-1")
+    home.create_stream("consumer")
+    home.put("consumer", b"x", "k")
+    places = MemoryPlaces({"a-us": home})
+    kinesis = RoutingTransport(home, MemoryKinesis(), places)
+    summary = await kinesis.describe_stream_summary("consumer")
+    stream = summary["StreamDescriptionSummary"]["StreamARN"]
+    registered = await kinesis.register_stream_consumer(stream, "consumer")
+    events = kinesis.subscribe_to_shard(
+        registered["ConsumerARN"], "shardId-000000000000", {"Type": "TRIM_HORIZON"}
+    )
+    first = await anext(aiter(events))
+    await events.aclose()  # type: ignore[attr-defined]
+    assert [r["Data"] for r in first.records] == [b"x"]
+    assert places.asked == set()  # a group reading names never asks where its account is

@@ -141,7 +141,13 @@ async def deregister_consumer(
     kinesis_client: KinesisTransport | Any, stream_arn: str, name: str, *, stats: RequestStats
 ) -> bool:
     """Deregister the stream consumer ``name``: True when a consumer was deregistered (AWS
-    deletes it in the background), False when none of that name existed."""
+    deletes it in the background), False when none of that name existed, or it was being
+    deleted already."""
+    # Described first: a role without DescribeStreamConsumer (AWS's transport deregisters by
+    # the ConsumerARN it describes) is told that action, not DeregisterStreamConsumer.
+    description = await _describe(kinesis_client, stream_arn, name, stats)
+    if description is None or description.get("ConsumerStatus") == "DELETING":
+        return False
     try:
         await _call(
             "DeregisterStreamConsumer",
