@@ -213,10 +213,12 @@ variable "stream_kms_keys" {
   }
 
   validation {
-    # A stream's key is in the stream's region (KMS keys are regional).
+    # A stream's key is in the stream's region (KMS keys are regional). try():
+    # Terraform's && evaluates both sides, and a key that is no ARN has no
+    # region to split out.
     condition = alltrue([
       for stream, key in var.stream_kms_keys :
-      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", key)) && split(":", key)[3] == split(":", stream)[3]
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", key)) && try(split(":", key)[3] == split(":", stream)[3], false)
     ])
     error_message = "Each stream_kms_keys value must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>) in its stream's region."
   }

@@ -42,7 +42,7 @@ locals {
   stream_arns = sort(distinct(concat(var.stream_arns, flatten([
     for region, names in var.stream_names : [
       for name in names :
-      "arn:${data.aws_partition.current.partition}:kinesis:${region}:${one(data.aws_caller_identity.current[*].account_id)}:stream/${name}"
+      "arn:${data.aws_partition.current.partition}:kinesis:${region}:${data.aws_caller_identity.current[0].account_id}:stream/${name}"
     ]
   ]))))
 
