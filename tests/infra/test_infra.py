@@ -55,6 +55,7 @@ TERRAFORM_DIRS = [
     "modules/cross-account-role",
     "modules/producer-policy",
     "examples/basic",
+    "examples/multi-account",
 ]
 
 # The calls kinesumer makes, and nothing else (infra/README.md explains each grant).
@@ -75,6 +76,13 @@ DYNAMODB_ITEM_ACTIONS = {
     "dynamodb:BatchWriteItem",
 }
 DYNAMODB_ACTIONS = DYNAMODB_ITEM_ACTIONS | {"dynamodb:DescribeTable"}
+#: What kinesumer calls on a DynamoDB table's stream (kinesis/dynamodb_streams.py), on the stream
+#: ARNs given (table_stream_arns) only; ListStreams (resource "*") is never called.
+TABLE_STREAM_READ_ACTIONS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetShardIterator",
+    "dynamodb:GetRecords",
+}
 # Stream administration must never be granted, enhanced fan-out only with enhanced_fan_out =
 # true (EFO_REGISTER on the streams, EFO_SUBSCRIBE on the consumer ARNs); writes only on the
 # dead-letter streams (DEAD_LETTER_WRITE).
@@ -82,9 +90,40 @@ EFO_REGISTER = {"kinesis:RegisterStreamConsumer"}
 EFO_SUBSCRIBE = {"kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"}
 EFO_SIDS = {"KinesisEnhancedFanOutRegister", "KinesisEnhancedFanOutSubscribe"}
 #: The parsed resources of the subscribe statement: each stream's consumer, any creation time.
-EFO_CONSUMER_RESOURCES = (
-    '${sort([for arn in distinct(var.stream_arns) : "${arn}/consumer/${var.consumer_name}:*"])}'
+EFO_CONSUMER_RESOURCES = {
+    "consumer-policy": (
+        '${sort([for arn in distinct(var.stream_arns) : "${arn}/consumer/${var.consumer_name}:*"])}'
+    ),
+    "cross-account-role": (
+        '${sort([for arn in local.stream_arns : "${arn}/consumer/${var.consumer_name}:*"])}'
+    ),
+}
+#: The parsed streams the cross-account role reads: the ARNs given, and the names given per region
+#: made into ARNs of the role's own account (data.aws_caller_identity, read only for names).
+ROLE_STREAM_ARNS = (
+    "${sort(distinct(concat(var.stream_arns, flatten([for region, names in var.stream_names : "
+    '[for name in names : "arn:${data.aws_partition.current.partition}:kinesis:${region}:'
+    '${data.aws_caller_identity.current[0].account_id}:stream/${name}"]]))))}'
 )
+#: The per-key statements of stream_kms_keys: one key, its region's Kinesis, its streams.
+STREAM_KEY_STATEMENT = {
+    "sid": "${statement.value.sid}",
+    "effect": "Allow",
+    "actions": ["kms:Decrypt"],
+    "resources": ["${statement.key}"],
+    "condition": [
+        {
+            "test": "StringEquals",
+            "variable": "kms:ViaService",
+            "values": ["kinesis.${statement.value.region}.amazonaws.com"],
+        },
+        {
+            "test": "StringEquals",
+            "variable": "kms:EncryptionContext:aws:kinesis:arn",
+            "values": "${statement.value.streams}",
+        },
+    ],
+}
 #: Called by `kinesumer deregister-consumer` (an operator's command), never granted to members.
 OPERATOR_ONLY = {"kinesis:DeregisterStreamConsumer"}
 #: Called by the lag service (`kinesumer lag --serve --cloudwatch-namespace`), never by a member:
@@ -130,6 +169,39 @@ REMOTE_STREAM_KEY_ARN = (
     f"arn:aws:kms:{REGION}:{STREAM_ACCOUNT}:key/aaaaabcd-12ab-34cd-56ef-1234567890ab"
 )
 APP = "orders-etl"
+
+# Several accounts and regions: the app's account (CONSUMER_ACCOUNT) reads `orders` in two of its
+# regions directly, and the stream account's through its role, trusted by two consumer accounts.
+OTHER_REGION = "us-east-1"
+THIRD_ACCOUNT = "333333333333"
+REGION_STREAM_ARNS = [
+    f"arn:aws:kinesis:{REGION}:{CONSUMER_ACCOUNT}:stream/orders",
+    f"arn:aws:kinesis:{OTHER_REGION}:{CONSUMER_ACCOUNT}:stream/orders",
+]
+REGION_KEY_ARNS = [
+    f"arn:aws:kms:{REGION}:{CONSUMER_ACCOUNT}:key/1111abcd-12ab-34cd-56ef-1234567890ab",
+    f"arn:aws:kms:{OTHER_REGION}:{CONSUMER_ACCOUNT}:key/2222abcd-12ab-34cd-56ef-1234567890ab",
+]
+REMOTE_REGION_STREAM_ARNS = [
+    f"arn:aws:kinesis:{REGION}:{STREAM_ACCOUNT}:stream/orders",
+    f"arn:aws:kinesis:{OTHER_REGION}:{STREAM_ACCOUNT}:stream/orders",
+]
+REMOTE_REGION_KEY_ARNS = [
+    f"arn:aws:kms:{REGION}:{STREAM_ACCOUNT}:key/3333abcd-12ab-34cd-56ef-1234567890ab",
+    f"arn:aws:kms:{OTHER_REGION}:{STREAM_ACCOUNT}:key/4444abcd-12ab-34cd-56ef-1234567890ab",
+]
+REGION_STREAM_KEYS = dict(zip(REGION_STREAM_ARNS, REGION_KEY_ARNS, strict=True))
+REMOTE_REGION_STREAM_KEYS = dict(
+    zip(REMOTE_REGION_STREAM_ARNS, REMOTE_REGION_KEY_ARNS, strict=True)
+)
+TABLE_STREAM_ARN = (
+    f"arn:aws:dynamodb:{REGION}:{CONSUMER_ACCOUNT}:table/orders/stream/2026-01-01T00:00:00.000"
+)
+REMOTE_TABLE_STREAM_ARN = (
+    f"arn:aws:dynamodb:{OTHER_REGION}:{STREAM_ACCOUNT}:table/orders/stream/2026-01-01T00:00:00.000"
+)
+THIRD_ROLE_PATTERN = f"arn:aws:iam::{THIRD_ACCOUNT}:role/billing-*"
+THIRD_EXTERNAL_ID = "billing-2b9e"
 
 
 def as_list(value: Any) -> list[Any]:
@@ -331,7 +403,11 @@ def _check_static_statement(statement: dict[str, Any], where: str) -> None:
     assert resources is not None, f"{where}: no resources"
     if statement.get("sid") == "KinesisEnhancedFanOutSubscribe":
         # The one wildcard: a consumer ARN's trailing creation timestamp.
-        assert resources == EFO_CONSUMER_RESOURCES, f"{where}: resources {resources!r}"
+        assert resources in EFO_CONSUMER_RESOURCES.values(), f"{where}: resources {resources!r}"
+        return
+    if statement.get("sid") == STREAM_KEY_STATEMENT["sid"]:
+        # One statement per key of stream_kms_keys (a validated map of stream ARN to key ARN).
+        assert statement == STREAM_KEY_STATEMENT, where
         return
     for resource in as_list(resources):
         # Either a variable (validated to be a full ARN) or a literal, and no wildcard in either
@@ -361,15 +437,20 @@ def test_enhanced_fan_out_statements(module_dir: str, document: str) -> None:
     """Registration on the streams, describe and subscribe on each stream's named consumer;
     both only when enabled (``for_each`` on var.enhanced_fan_out, checked rendered below)."""
     directory = CONSUMER_POLICY_DIR if module_dir == "consumer-policy" else CROSS_ACCOUNT_ROLE_DIR
+    streams = "var.stream_arns" if module_dir == "consumer-policy" else "local.stream_arns"
     by_sid = {s.get("sid"): s for s in policy_statements(directory, document)}
     register = by_sid["KinesisEnhancedFanOutRegister"]
     assert set(register["actions"]) == EFO_REGISTER
-    assert as_list(register["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    assert as_list(register["resources"]) == (
+        ["${sort(distinct(var.stream_arns))}"]
+        if module_dir == "consumer-policy"
+        else [ROLE_STREAM_ARNS]
+    )
     subscribe = by_sid["KinesisEnhancedFanOutSubscribe"]
     assert set(subscribe["actions"]) == EFO_SUBSCRIBE
-    assert subscribe["resources"] == EFO_CONSUMER_RESOURCES
+    assert subscribe["resources"] == EFO_CONSUMER_RESOURCES[module_dir]
     text = (directory / "main.tf").read_text(encoding="utf-8")
-    assert text.count("for_each = var.enhanced_fan_out && length(var.stream_arns) > 0") == 2
+    assert text.count(f"for_each = var.enhanced_fan_out && length({streams}) > 0") == 2
 
 
 def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> None:
@@ -388,8 +469,15 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
     assert dead_letters["actions"] == sorted(DEAD_LETTER_WRITE)
     assert as_list(dead_letters["resources"]) == ["${sort(distinct(var.dead_letter_stream_arns))}"]
 
-    items, describe = sorted(by_service["dynamodb"], key=lambda st: st["sid"])
-    assert (items["sid"], describe["sid"]) == ("StateTable", "StateTableDescribe")
+    table_streams, items, describe = sorted(by_service["dynamodb"], key=lambda st: st["sid"])
+    assert (table_streams["sid"], items["sid"], describe["sid"]) == (
+        "DynamoDBStreamsRead",
+        "StateTable",
+        "StateTableDescribe",
+    )
+    assert set(table_streams["actions"]) == TABLE_STREAM_READ_ACTIONS
+    assert as_list(table_streams["resources"]) == ["${sort(distinct(var.table_stream_arns))}"]
+    assert not table_streams.get("condition")
     assert set(items["actions"]) == DYNAMODB_ITEM_ACTIONS
     assert describe["actions"] == ["dynamodb:DescribeTable"] and not describe.get("condition")
     for dynamodb in (items, describe):
@@ -407,9 +495,10 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
 
     assert set(by_service) <= {"kinesis", "dynamodb", "sts", "kms"}
     kms_resources = {r for s in by_service.get("kms", []) for r in as_list(s["resources"])}
-    assert kms_resources <= {
+    assert kms_resources == {
         "${var.table_kms_key_arn}",
         "${sort(distinct(var.stream_kms_key_arns))}",
+        "${statement.key}",  # stream_kms_keys, one statement per key (STREAM_KEY_STATEMENT)
         "${sort(distinct(var.dead_letter_stream_kms_key_arns))}",
     }
     for statement in by_service["kms"]:  # every key only through its service
@@ -419,14 +508,24 @@ def test_consumer_policy_grants_only_the_library_calls_on_named_resources() -> N
 
 def test_cross_account_role_policies() -> None:
     trust = {s["sid"]: s for s in policy_statements(CROSS_ACCOUNT_ROLE_DIR, "trust")}
-    assert set(trust) == {"KinesumerConsumers", "KinesumerConsumersByArn"}
+    assert set(trust) == {
+        "KinesumerConsumers",
+        "KinesumerConsumersByArn",
+        "KinesumerConsumers${statement.key}",
+        "KinesumerConsumersByArn${statement.key}",
+    }
     for statement in trust.values():
         assert statement["actions"] == ["sts:AssumeRole"]
         assert statement.get("effect", "Allow") == "Allow"
         (principals,) = statement["principals"]
         assert principals["type"] == "AWS"
         conditions = [(c["test"], c["variable"], c["values"]) for c in statement["condition"]]
-        assert ("StringEquals", "sts:ExternalId", ["${var.external_id}"]) in conditions
+        external_id = (
+            "${local.account_external_ids[statement.key]}"
+            if "statement.key" in statement["sid"]
+            else "${var.external_id}"
+        )
+        assert ("StringEquals", "sts:ExternalId", [external_id]) in conditions
     # Named roles as given (validated: role/user ARNs, never an account or :root) ...
     assert trust["KinesumerConsumers"]["principals"][0]["identifiers"] == (
         "${sort(distinct(var.consumer_principals))}"
@@ -438,6 +537,18 @@ def test_cross_account_role_policies() -> None:
         "aws:PrincipalArn",
         "${sort(distinct(var.consumer_principal_arn_patterns))}",
     ) in [(c["test"], c["variable"], c["values"]) for c in by_arn["condition"]]
+    # Per consumer account (consumer_accounts, keyed by validated account ids): its named roles,
+    # or its root narrowed by aws:PrincipalArn to its patterns, with that account's external id.
+    account = trust["KinesumerConsumers${statement.key}"]
+    assert account["principals"] == [{"type": "AWS", "identifiers": "${statement.value}"}]
+    assert len(account["condition"]) == 1
+    account_by_arn = trust["KinesumerConsumersByArn${statement.key}"]
+    assert account_by_arn["principals"][0]["identifiers"] == [
+        "arn:${data.aws_partition.current.partition}:iam::${statement.key}:root"
+    ]
+    assert ("ArnLike", "aws:PrincipalArn", "${statement.value}") in [
+        (c["test"], c["variable"], c["values"]) for c in account_by_arn["condition"]
+    ]
 
     read = list(policy_statements(CROSS_ACCOUNT_ROLE_DIR, "kinesis_read"))
     for s in read:
@@ -446,10 +557,16 @@ def test_cross_account_role_policies() -> None:
         [s for s in read if _service_of(s) == {"kinesis"}]
     )
     assert set(kinesis["actions"]) == KINESIS_READ_ACTIONS
-    assert as_list(kinesis["resources"]) == ["${sort(distinct(var.stream_arns))}"]
+    assert as_list(kinesis["resources"]) == [ROLE_STREAM_ARNS]
     assert dead_letters["actions"] == sorted(DEAD_LETTER_WRITE)
     assert as_list(dead_letters["resources"]) == ["${sort(distinct(var.dead_letter_stream_arns))}"]
-    assert all(_service_of(s) <= {"kinesis", "kms"} for s in read), "role grants more than Kinesis"
+    (table_streams,) = [s for s in read if _service_of(s) == {"dynamodb"}]
+    assert table_streams["sid"] == "DynamoDBStreamsRead"
+    assert set(table_streams["actions"]) == TABLE_STREAM_READ_ACTIONS
+    assert as_list(table_streams["resources"]) == ["${sort(distinct(var.table_stream_arns))}"]
+    assert all(_service_of(s) <= {"kinesis", "kms", "dynamodb"} for s in read), (
+        "role grants more than reading streams"
+    )
 
 
 # `kinesumer create-table` and the demo: local work, not granted. The producer's calls are the
@@ -468,6 +585,7 @@ def test_policies_cover_every_call_the_library_makes() -> None:
     # The scan must keep finding the core calls, or it has stopped seeing anything.
     assert {"kinesis:GetRecords", "dynamodb:UpdateItem", "kinesis:PutRecord"} <= set(calls), calls
     granted = KINESIS_READ_ACTIONS | DYNAMODB_ACTIONS | DEAD_LETTER_WRITE | {"sts:AssumeRole"}
+    granted |= TABLE_STREAM_READ_ACTIONS
     granted |= EFO_REGISTER | EFO_SUBSCRIBE | OPERATOR_ONLY | LAG_SERVICE_ONLY
     granted |= NEEDS_NO_PERMISSION
     assert set(calls) >= LAG_SERVICE_ONLY, "the scan no longer sees the lag service's publish"
@@ -486,13 +604,35 @@ def test_policies_cover_every_call_the_library_makes() -> None:
     assert not LAG_SERVICE_ONLY & parsed, "members never publish to CloudWatch"
 
 
+def _table_stream_calls() -> set[str]:
+    """IAM actions of the calls kinesumer makes on DynamoDB Streams: those of its aiobotocore
+    ``dynamodbstreams`` client, named ``client`` in kinesis/dynamodb_streams.py."""
+    calls = library_calls(["kinesis"], receivers={"client": "dynamodb"})
+    return {a for a, files in calls.items() if "kinesumer/kinesis/dynamodb_streams.py" in files}
+
+
+def test_table_stream_grants_are_the_library_calls() -> None:
+    """Both modules grant on table streams exactly what kinesumer calls on them."""
+    assert _table_stream_calls() == TABLE_STREAM_READ_ACTIONS
+    for module_dir, document in [
+        (CONSUMER_POLICY_DIR, "this"),
+        (CROSS_ACCOUNT_ROLE_DIR, "kinesis_read"),
+    ]:
+        by_sid = {s.get("sid"): s for s in policy_statements(module_dir, document)}
+        assert set(by_sid["DynamoDBStreamsRead"]["actions"]) == _table_stream_calls(), module_dir
+
+
 def test_external_id_is_required_and_sensitive() -> None:
+    """external_id may be left out only where every consumer_accounts entry has its own (the
+    validation that says so is planned in BAD_INPUTS: missing_external_id...)."""
     module = load_module(CROSS_ACCOUNT_ROLE_DIR)
-    spec = module_variables(module)["external_id"]
-    assert "default" not in spec, "external_id must have no default"
-    assert spec.get("nullable") is False
-    assert spec.get("validation"), "external_id must be validated"
+    variables = module_variables(module)
+    spec = variables["external_id"]
+    assert spec.get("default", "missing") is None
+    assert len(spec.get("validation", [])) == 2, "external_id must be validated, and required"
     assert spec.get("sensitive") is True, "external_id must be sensitive (kept out of plans)"
+    # consumer_accounts holds per-account external ids: sensitive as a whole.
+    assert variables["consumer_accounts"].get("sensitive") is True
     # The trust policy holds it: its output must be sensitive too (Terraform insists).
     outputs = {name: o for block in module.get("output", []) for name, o in block.items()}
     assert outputs["trust_policy_json"].get("sensitive") is True
@@ -709,7 +849,40 @@ module "role_efo" {{
   consumer_name       = "orders-etl"
 }}
 
+module "policy_regions" {{
+  source            = "../modules/consumer-policy"
+  apps              = ["{APP}"]
+  stream_arns       = {json.dumps(REGION_STREAM_ARNS)}
+  stream_kms_keys   = {json.dumps(REGION_STREAM_KEYS)}
+  table_stream_arns = ["{TABLE_STREAM_ARN}"]
+  table_arn         = "{TABLE_ARN}"
+  assume_role_arns  = ["{READER_ROLE_ARN}"]
+  create_policy     = false
+}}
+
+module "role_accounts" {{
+  source      = "../modules/cross-account-role"
+  name        = "kinesumer-reader-accounts"
+  external_id = "{EXTERNAL_ID}"
+  consumer_accounts = {{
+    "{CONSUMER_ACCOUNT}" = {{ principals = ["{CONSUMER_ROLE_ARN}"] }}
+    "{THIRD_ACCOUNT}" = {{
+      principal_arn_patterns = ["{THIRD_ROLE_PATTERN}"]
+      external_id            = "{THIRD_EXTERNAL_ID}"
+    }}
+  }}
+  stream_arns       = {json.dumps(REMOTE_REGION_STREAM_ARNS)}
+  stream_kms_keys   = {json.dumps(REMOTE_REGION_STREAM_KEYS)}
+  table_stream_arns = ["{REMOTE_TABLE_STREAM_ARN}"]
+}}
+
 output "policy" {{ value = module.policy.policy_json }}
+output "policy_regions" {{ value = module.policy_regions.policy_json }}
+output "role_accounts_policy" {{ value = module.role_accounts.kinesis_policy_json }}
+output "trust_accounts" {{
+  value     = module.role_accounts.trust_policy_json
+  sensitive = true
+}}
 output "policy_efo" {{ value = module.policy_efo.policy_json }}
 output "role_policy_efo" {{ value = module.role_efo.kinesis_policy_json }}
 output "policy_with_keys" {{ value = module.policy_with_keys.policy_json }}
@@ -942,6 +1115,139 @@ def test_rendered_cross_account_role(rendered: dict[str, Any]) -> None:
     )
 
 
+def _key_statements(statements: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The stream_kms_keys statements ({key ARN: statement}), taken out of ``statements``."""
+    keys = {}
+    for sid in [sid for sid in statements if sid.startswith("StreamKey")]:
+        statement = statements.pop(sid)
+        (key,) = as_list(statement["Resource"])
+        region, key_id = key.split(":")[3], key.split("/")[1]
+        assert sid == "StreamKey" + region.replace("-", "") + key_id.replace("-", "")
+        keys[key] = statement
+    return keys
+
+
+def _assert_each_key_for_its_stream(
+    keys: dict[str, dict[str, Any]], streams: list[str], key_arns: list[str]
+) -> None:
+    """Each key: kms:Decrypt through Kinesis in its own region, for its own stream only."""
+    assert sorted(keys) == sorted(key_arns)
+    for stream, key in zip(streams, key_arns, strict=True):
+        assert as_list(keys[key]["Action"]) == ["kms:Decrypt"]
+        assert _conditions(keys[key]) == {
+            "StringEquals": {
+                "kms:ViaService": [f"kinesis.{stream.split(':')[3]}.amazonaws.com"],
+                "kms:EncryptionContext:aws:kinesis:arn": [stream],
+            }
+        }
+
+
+def test_rendered_consumer_policy_across_regions(rendered: dict[str, Any]) -> None:
+    """Streams of two regions, each with its own key, a table's stream, and another account's
+    streams through its role: exactly the calls kinesumer makes, on those resources."""
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, "policy_regions"))}
+    _assert_least_privilege(list(statements.values()))
+    keys = _key_statements(statements)
+    _assert_each_key_for_its_stream(keys, REGION_STREAM_ARNS, REGION_KEY_ARNS)
+    assert set(statements) == {
+        "KinesisRead",
+        "DynamoDBStreamsRead",
+        "StateTable",
+        "StateTableDescribe",
+        "AssumeStreamRoles",
+    }
+    assert set(as_list(statements["KinesisRead"]["Action"])) == KINESIS_READ_ACTIONS
+    assert sorted(as_list(statements["KinesisRead"]["Resource"])) == sorted(REGION_STREAM_ARNS)
+    table_streams = statements["DynamoDBStreamsRead"]
+    assert set(as_list(table_streams["Action"])) == _table_stream_calls()
+    assert as_list(table_streams["Resource"]) == [TABLE_STREAM_ARN]
+    assert "Condition" not in table_streams
+    assert as_list(statements["AssumeStreamRoles"]["Resource"]) == [READER_ROLE_ARN]
+    # The other account's streams are the role's: nothing on them here.
+    assert REMOTE_STREAM_ARN not in json.dumps(list(statements.values()))
+
+
+def test_rendered_cross_account_role_for_several_accounts(rendered: dict[str, Any]) -> None:
+    """Two consumer accounts trusted, each for its named roles (or role patterns) and its own
+    external id; the stream account's streams of two regions, their keys and a table's stream."""
+    trust = {s["Sid"]: s for s in _statements(_output(rendered, "trust_accounts"))}
+    assert set(trust) == {
+        f"KinesumerConsumers{CONSUMER_ACCOUNT}",
+        f"KinesumerConsumersByArn{THIRD_ACCOUNT}",
+    }
+    named = trust[f"KinesumerConsumers{CONSUMER_ACCOUNT}"]
+    assert as_list(named["Action"]) == ["sts:AssumeRole"]
+    assert as_list(named["Principal"]["AWS"]) == [CONSUMER_ROLE_ARN]
+    # No external id of its own: the module's.
+    assert named["Condition"] == {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}}
+    by_arn = trust[f"KinesumerConsumersByArn{THIRD_ACCOUNT}"]
+    assert as_list(by_arn["Principal"]["AWS"]) == [f"arn:aws:iam::{THIRD_ACCOUNT}:root"]
+    assert by_arn["Condition"] == {
+        "ArnLike": {"aws:PrincipalArn": THIRD_ROLE_PATTERN},
+        "StringEquals": {"sts:ExternalId": THIRD_EXTERNAL_ID},
+    }
+
+    statements = {s["Sid"]: s for s in _statements(_output(rendered, "role_accounts_policy"))}
+    _assert_least_privilege(list(statements.values()))
+    keys = _key_statements(statements)
+    _assert_each_key_for_its_stream(keys, REMOTE_REGION_STREAM_ARNS, REMOTE_REGION_KEY_ARNS)
+    assert set(statements) == {"KinesisRead", "DynamoDBStreamsRead"}
+    assert set(as_list(statements["KinesisRead"]["Action"])) == KINESIS_READ_ACTIONS
+    assert sorted(as_list(statements["KinesisRead"]["Resource"])) == sorted(
+        REMOTE_REGION_STREAM_ARNS
+    )
+    assert set(as_list(statements["DynamoDBStreamsRead"]["Action"])) == _table_stream_calls()
+    assert as_list(statements["DynamoDBStreamsRead"]["Resource"]) == [REMOTE_TABLE_STREAM_ARN]
+
+    role = _resources(rendered, "role_accounts")["aws_iam_role.this"]
+    assert json.loads(role["assume_role_policy"]) == json.loads(_output(rendered, "trust_accounts"))
+
+
+def test_cross_account_role_streams_by_name(tmp_path: Path, moto_url: str) -> None:
+    """stream_names per region become ARNs of the account the provider runs in (asked of STS:
+    here moto's, on 127.0.0.1, whose caller is account 123456789012)."""
+    terraform, plugin_dir = _require_terraform()
+    assert plugin_dir is not None
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    root = copy / "_names"
+    root.mkdir()
+    provider = FAKE_PROVIDER.replace(
+        "  skip_region_validation      = true\n",
+        f'  skip_region_validation      = true\n  endpoints {{\n    sts = "{moto_url}"\n  }}\n',
+    )
+    (root / "main.tf").write_text(
+        provider
+        + f"""
+module "role" {{
+  source              = "../modules/cross-account-role"
+  name                = "kinesumer-reader-names"
+  external_id         = "{EXTERNAL_ID}"
+  consumer_principals = ["{CONSUMER_ROLE_ARN}"]
+  stream_names        = {{ "{REGION}" = ["orders", "payments"], "{OTHER_REGION}" = ["orders"] }}
+  stream_arns         = ["{REMOTE_STREAM_ARN}"]
+}}
+
+output "role_policy" {{ value = module.role.kinesis_policy_json }}
+"""
+    )
+    _init(terraform, plugin_dir, root)
+    _run([terraform, "plan", "-input=false", "-no-color", "-refresh=false", "-out=plan.bin"], root)
+    plan = json.loads(_run([terraform, "show", "-json", "plan.bin"], root).stdout)
+    statements = {s["Sid"]: s for s in _statements(_output(plan, "role_policy"))}
+    _assert_least_privilege(list(statements.values()))
+    assert set(statements) == {"KinesisRead"}
+    account = "123456789012"  # moto's default account
+    assert sorted(as_list(statements["KinesisRead"]["Resource"])) == sorted(
+        [
+            f"arn:aws:kinesis:{REGION}:{account}:stream/orders",
+            f"arn:aws:kinesis:{REGION}:{account}:stream/payments",
+            f"arn:aws:kinesis:{OTHER_REGION}:{account}:stream/orders",
+            REMOTE_STREAM_ARN,
+        ]
+    )
+
+
 def test_planned_state_table(rendered: dict[str, Any]) -> None:
     table = _resources(rendered, "table")["aws_dynamodb_table.this"]
     assert (table["hash_key"], table["range_key"]) == (PARTITION_KEY, SORT_KEY)
@@ -1026,6 +1332,62 @@ def test_example_plans(tmp_path: Path) -> None:
             "arn:aws:kinesis:eu-west-1:111111111111:stream/payments",
         ]
     )
+
+
+def test_multi_account_example_plans(tmp_path: Path) -> None:
+    """examples/multi-account plans with its example.tfvars: one app reading `orders` in two
+    regions of its account directly and in another account through that account's role."""
+    terraform, plugin_dir = _require_terraform()
+    assert plugin_dir is not None
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    example = copy / "examples" / "multi-account"
+    fake = FAKE_PROVIDER.replace(f'  region                      = "{REGION}"\n', "")
+    account_b = fake.replace(
+        'provider "aws" {', 'provider "aws" {\n  alias   = "account_b"\n  profile = null'
+    )
+    (example / "zz_test_override.tf").write_text(fake + account_b)
+    _init(terraform, plugin_dir, example)
+    _run(
+        [
+            terraform,
+            "plan",
+            "-input=false",
+            "-no-color",
+            "-refresh=false",
+            "-out=plan.bin",
+            "-var-file=example.tfvars",
+        ],
+        example,
+    )
+    plan = json.loads(_run([terraform, "show", "-json", "plan.bin"], example).stdout)
+    changes = {
+        c["address"]: c["change"]["after"]
+        for c in plan["resource_changes"]
+        if c["mode"] == "managed" and c["change"]["actions"] == ["create"]
+    }
+    assert set(changes) == {
+        "module.state_table.aws_dynamodb_table.this",
+        "module.consumer_policy.aws_iam_policy.this[0]",
+        "aws_iam_role_policy_attachment.consumer[0]",
+        "module.reader_role_b.aws_iam_role.this",
+        "module.reader_role_b.aws_iam_role_policy.kinesis_read",
+    }
+    home, account_b_ = "123456789012", "111111111111"  # as in example.tfvars
+    assert changes["aws_iam_role_policy_attachment.consumer[0]"]["role"] == "orders-etl-task"
+    # The consumer policy names the table and B's role, both known only after apply: its
+    # statements for streams of two regions and a role are checked in the rendered layer
+    # (test_rendered_consumer_policy_across_regions).
+    assert changes["module.reader_role_b.aws_iam_role.this"]["name"] == "kinesumer-reader"
+    (trust,) = _statements(changes["module.reader_role_b.aws_iam_role.this"]["assume_role_policy"])
+    assert trust["Sid"] == f"KinesumerConsumers{home}"
+    assert as_list(trust["Principal"]["AWS"]) == [f"arn:aws:iam::{home}:role/orders-etl-task"]
+    assert trust["Condition"] == {"StringEquals": {"sts:ExternalId": "orders-etl-7c1f"}}
+    (read,) = _statements(
+        changes["module.reader_role_b.aws_iam_role_policy.kinesis_read"]["policy"]
+    )
+    assert as_list(read["Resource"]) == [f"arn:aws:kinesis:us-east-1:{account_b_}:stream/orders"]
+    assert set(as_list(read["Action"])) == KINESIS_READ_ACTIONS
 
 
 # Inputs the variables' validations must refuse:
@@ -1230,6 +1592,205 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, str]] = [
         {"name": "r8", "external_id": EXTERNAL_ID, "stream_arns": [REMOTE_STREAM_ARN]},
         "consumer_principal_arn_patterns",
         "Give at least one of consumer_principals",
+    ),
+    (
+        "consumer_account_id",
+        "cross-account-role",
+        {
+            "name": "r9",
+            "external_id": EXTERNAL_ID,
+            # (its principal is of that "account": only the key is at fault)
+            "consumer_accounts": {"1111": {"principals": ["arn:aws:iam::1111:role/orders-etl"]}},
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts key must be a 12-digit AWS account id",
+    ),
+    (
+        "consumer_account_whole",
+        "cross-account-role",
+        {
+            "name": "r10",
+            "external_id": EXTERNAL_ID,
+            "consumer_accounts": {CONSUMER_ACCOUNT: {}},
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts entry must name principals or principal_arn_patterns",
+    ),
+    (
+        "consumer_account_other_principal",
+        "cross-account-role",
+        {
+            "name": "r11",
+            "external_id": EXTERNAL_ID,
+            "consumer_accounts": {THIRD_ACCOUNT: {"principals": [CONSUMER_ROLE_ARN]}},
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts principals entry must be an IAM role or user ARN of that entry",
+    ),
+    (
+        "consumer_account_root",
+        "cross-account-role",
+        {
+            "name": "r12",
+            "external_id": EXTERNAL_ID,
+            "consumer_accounts": {
+                CONSUMER_ACCOUNT: {"principals": [f"arn:aws:iam::{CONSUMER_ACCOUNT}:root"]}
+            },
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts principals entry must be an IAM role or user ARN of that entry",
+    ),
+    (
+        "consumer_account_any_role",
+        "cross-account-role",
+        {
+            "name": "r13",
+            "external_id": EXTERNAL_ID,
+            "consumer_accounts": {
+                CONSUMER_ACCOUNT: {
+                    "principal_arn_patterns": [f"arn:aws:iam::{CONSUMER_ACCOUNT}:role/*"]
+                }
+            },
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts principal_arn_patterns entry must be an IAM role ARN pattern",
+    ),
+    (
+        "consumer_account_bad_external_id",
+        "cross-account-role",
+        {
+            "name": "r14",
+            "external_id": EXTERNAL_ID,
+            "consumer_accounts": {
+                CONSUMER_ACCOUNT: {"principals": [CONSUMER_ROLE_ARN], "external_id": "x"}
+            },
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "consumer_accounts",
+        "Each consumer_accounts external_id must be null or 2-1224 characters",
+    ),
+    (
+        "missing_external_id",
+        "cross-account-role",
+        {
+            "name": "r15",
+            "consumer_accounts": {
+                CONSUMER_ACCOUNT: {"principals": [CONSUMER_ROLE_ARN], "external_id": "ok-id"},
+                THIRD_ACCOUNT: {"principal_arn_patterns": [THIRD_ROLE_PATTERN]},
+            },
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "external_id",
+        "external_id is required with consumer_principals",
+    ),
+    (
+        "missing_external_id_for_principals",
+        "cross-account-role",
+        {
+            "name": "r16",
+            "consumer_principals": [CONSUMER_ROLE_ARN],
+            "stream_arns": [REMOTE_STREAM_ARN],
+        },
+        "external_id",
+        "external_id is required with consumer_principals",
+    ),
+    (
+        "role_reads_nothing",
+        "cross-account-role",
+        {"name": "r17", "external_id": EXTERNAL_ID, "consumer_principals": [CONSUMER_ROLE_ARN]},
+        "stream_arns",
+        "Give at least one of stream_arns, stream_names or table_stream_arns",
+    ),
+    (
+        "stream_name_wildcard",
+        "cross-account-role",
+        {
+            "name": "r18",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [CONSUMER_ROLE_ARN],
+            "stream_names": {REGION: ["orders*"]},
+        },
+        "stream_names",
+        "Each stream_names entry must be a stream name",
+    ),
+    (
+        "stream_names_region",
+        "cross-account-role",
+        {
+            "name": "r19",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [CONSUMER_ROLE_ARN],
+            "stream_names": {"*": ["orders"]},
+        },
+        "stream_names",
+        "Each stream_names key must be an AWS region name",
+    ),
+    (
+        "role_table_stream_wildcard",
+        "cross-account-role",
+        {
+            "name": "r20",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [CONSUMER_ROLE_ARN],
+            "table_stream_arns": [
+                f"arn:aws:dynamodb:{REGION}:{STREAM_ACCOUNT}:table/orders/stream/*"
+            ],
+        },
+        "table_stream_arns",
+        "Each table_stream_arns entry must be a full DynamoDB table stream ARN",
+    ),
+    (
+        "role_key_of_another_region",
+        "cross-account-role",
+        {
+            "name": "r21",
+            "external_id": EXTERNAL_ID,
+            "consumer_principals": [CONSUMER_ROLE_ARN],
+            "stream_arns": REMOTE_REGION_STREAM_ARNS,
+            "stream_kms_keys": {REMOTE_REGION_STREAM_ARNS[0]: REMOTE_REGION_KEY_ARNS[1]},
+        },
+        "stream_kms_keys",
+        "Each stream_kms_keys value must be a KMS key ARN",
+    ),
+    (
+        "policy_key_of_unread_stream",
+        "consumer-policy",
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "stream_arns": REGION_STREAM_ARNS[:1],
+            "stream_kms_keys": {REGION_STREAM_ARNS[1]: REGION_KEY_ARNS[1]},
+        },
+        "stream_kms_keys",
+        "Each stream_kms_keys key must be one of stream_arns",
+    ),
+    (
+        "policy_key_alias",
+        "consumer-policy",
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "stream_arns": REGION_STREAM_ARNS,
+            "stream_kms_keys": {REGION_STREAM_ARNS[0]: "alias/orders"},
+        },
+        "stream_kms_keys",
+        "Each stream_kms_keys value must be a KMS key ARN",
+    ),
+    (
+        "policy_table_not_stream",
+        "consumer-policy",
+        {
+            "apps": [APP],
+            "table_arn": TABLE_ARN,
+            "table_stream_arns": [TABLE_ARN],
+        },
+        "table_stream_arns",
+        "Each table_stream_arns entry must be a full DynamoDB table stream ARN",
     ),
     (
         "long_session",

@@ -71,6 +71,28 @@ locals {
   stream_kms_services = sort(distinct([
     for arn in var.stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
   ]))
+  # stream_kms_keys: each key for exactly the streams that use it, through
+  # Kinesis in the key's region (so streams of several regions each get their
+  # own key's grant). The statement id is made of the key's region and id (a
+  # Sid is alphanumeric and unique in a policy).
+  stream_keys = {
+    for key in distinct(values(var.stream_kms_keys)) : key => {
+      sid     = "StreamKey${replace(split(":", key)[3], "-", "")}${replace(split("/", key)[1], "-", "")}"
+      region  = split(":", key)[3]
+      streams = sort([for stream, k in var.stream_kms_keys : stream if k == key])
+    }
+  }
+
+  # What kinesumer calls on a DynamoDB table's stream (kinesis/dynamodb_streams.py),
+  # authorized against the stream ARN. ListStreams (resource "*") is not
+  # called: the stream is named by its ARN. Keep in sync with the
+  # cross-account-role module; the tests check.
+  table_stream_read_actions = [
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+  ]
+
   dead_letter_kms_services = sort(distinct([
     for arn in var.dead_letter_stream_kms_key_arns : "kinesis.${split(":", arn)[3]}.amazonaws.com"
   ]))
@@ -84,6 +106,40 @@ data "aws_iam_policy_document" "this" {
       effect    = "Allow"
       actions   = local.kinesis_read_actions
       resources = sort(distinct(var.stream_arns))
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.table_stream_arns) > 0 ? [1] : []
+    content {
+      sid       = "DynamoDBStreamsRead"
+      effect    = "Allow"
+      actions   = local.table_stream_read_actions
+      resources = sort(distinct(var.table_stream_arns))
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.stream_keys
+    content {
+      # GetRecords on a stream encrypted with this key: through Kinesis in the
+      # key's region only, for the streams mapped to the key only.
+      sid       = statement.value.sid
+      effect    = "Allow"
+      actions   = ["kms:Decrypt"]
+      resources = [statement.key]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["kinesis.${statement.value.region}.amazonaws.com"]
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:EncryptionContext:aws:kinesis:arn"
+        values   = statement.value.streams
+      }
     }
   }
 

@@ -1,5 +1,5 @@
 variable "stream_arns" {
-  description = "ARNs of the Kinesis streams the consumer reads directly with its own credentials. Leave empty for streams read through a cross-account role (list those roles in assume_role_arns instead)."
+  description = "ARNs of the Kinesis streams the consumer reads directly with its own credentials: its own account's, in any of its regions (Config(accounts=...) sends another account's calls through that account's role: list those roles in assume_role_arns instead)."
   type        = list(string)
   default     = []
   nullable    = false
@@ -117,8 +117,8 @@ variable "assume_role_arns" {
 
   validation {
     # A consumer must read streams somehow: directly or through a role.
-    condition     = length(var.assume_role_arns) + length(var.stream_arns) > 0
-    error_message = "Give at least one of stream_arns (streams read directly) or assume_role_arns (streams read through a cross-account role)."
+    condition     = length(var.assume_role_arns) + length(var.stream_arns) + length(var.table_stream_arns) > 0
+    error_message = "Give at least one of stream_arns (streams read directly), table_stream_arns (DynamoDB table streams) or assume_role_arns (streams read through a cross-account role)."
   }
 }
 
@@ -199,4 +199,42 @@ variable "spark_query_groups" {
   type        = bool
   default     = true
   nullable    = false
+}
+
+variable "stream_kms_keys" {
+  description = "Customer-managed KMS key of each stream in stream_arns that uses one, by stream ARN: { \"<stream ARN>\" = \"<key ARN>\" }. Each key gets kms:Decrypt through Kinesis in its region, for exactly the streams mapped to it (tighter than stream_kms_key_arns, whose keys are granted for every stream in stream_arns): the form for streams of several regions."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for stream in keys(var.stream_kms_keys) : contains(var.stream_arns, stream)])
+    error_message = "Each stream_kms_keys key must be one of stream_arns: a key is granted for the streams read directly only (a cross-account role grants its streams' keys)."
+  }
+
+  validation {
+    # A stream's key is in the stream's region (KMS keys are regional). try():
+    # Terraform's && evaluates both sides, and a key that is no ARN has no
+    # region to split out.
+    condition = alltrue([
+      for stream, key in var.stream_kms_keys :
+      can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", key)) && try(split(":", key)[3] == split(":", stream)[3], false)
+    ])
+    error_message = "Each stream_kms_keys value must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>) in its stream's region."
+  }
+}
+
+variable "table_stream_arns" {
+  description = "ARNs of DynamoDB table streams the consumer reads (arn:<partition>:dynamodb:<region>:<account>:table/<table>/stream/<label>): dynamodb:DescribeStream, GetShardIterator and GetRecords on these only. Read with the member's own credentials."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for arn in var.table_stream_arns :
+      can(regex("^arn:aws[a-zA-Z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]{3,255}/stream/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{3}$", arn))
+    ])
+    error_message = "Each table_stream_arns entry must be a full DynamoDB table stream ARN (arn:<partition>:dynamodb:<region>:<account>:table/<table>/stream/<label>), without wildcards."
+  }
 }
