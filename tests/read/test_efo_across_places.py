@@ -4,11 +4,10 @@
 deregistered in its own place.
 
 Each place is a MemoryKinesis of its own (its stream ARNs and consumer ARNs carry its account and
-region, and it serves SubscribeToShard), behind the routing transport a member over AWS reads
-through (:class:`~kinesumer.kinesis.routing.RoutingTransport`), whose places hand out each
-(account, region)'s transport as ``kinesumer.kinesis.places.AccountPlaces`` does over AWS. moto
-in server mode keeps consumers per account and region too, but serves no SubscribeToShard:
-``tests/consumer/test_efo_by_arn_moto.py`` checks the registration there.
+region, and it serves SubscribeToShard), behind the routing transport
+(``tests/support/memory_places.py``). moto in server mode keeps consumers per account and region
+too, but serves no SubscribeToShard: ``tests/consumer/test_efo_by_arn_moto.py`` checks the
+registration there.
 
 A member's kill is an in-process crash (no handoff, no final checkpoint)."""
 
@@ -19,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
+from support.memory_places import NAME, PLACES, STREAMS, B, arn, three_places
 from support.wait import eventually
 
 from kinesumer import AccessDeniedError, AccountAccessError, AsyncKinesumer, Config, Record
@@ -26,57 +26,15 @@ from kinesumer.admin import deregister_stream_consumer
 from kinesumer.config import check_streams_for
 from kinesumer.consumer.base import engine_of
 from kinesumer.errors import ConfigError
-from kinesumer.kinesis.routing import RoutingTransport
-from kinesumer.kinesis.transport import KinesisTransport
-from kinesumer.testing import MemoryKinesis, MemoryState
+from kinesumer.testing import MemoryState
 
-A = "123456789012"
-B = "111111111111"
-NAME = "orders"
 CONSUMER = "shop-efo"
 WAIT = 60.0  # a bound for a busy machine, not a figure
 
 
-def arn(region: str, account: str) -> str:
-    return f"arn:aws:kinesis:{region}:{account}:stream/{NAME}"
-
-
-#: The places, by tag: (account, region).
-PLACES = {"a-us": (A, "us-east-1"), "a-eu": (A, "eu-west-1"), "b-us": (B, "us-east-1")}
-#: How the application names each stream: the home one by name, the others by ARN.
-STREAMS = {"a-us": NAME, "a-eu": arn("eu-west-1", A), "b-us": arn("us-east-1", B)}
-
-
-class MemoryPlaces:
-    """The :class:`~kinesumer.kinesis.routing.Places` of the three memories: None for the
-    home (A, us-east-1), whose calls go to the routing transport's own Kinesis."""
-
-    def __init__(self, memories: dict[str, MemoryKinesis]) -> None:
-        self.by_place = {PLACES[tag]: memory for tag, memory in memories.items()}
-        self.asked: set[tuple[str, str]] = set()
-
-    async def transport(self, account: str, region: str) -> KinesisTransport | None:
-        self.asked.add((account, region))
-        if (account, region) == PLACES["a-us"]:
-            return None
-        memory = self.by_place.get((account, region))
-        if memory is None:
-            raise AccountAccessError(
-                f"no access to account {account}", account=account, action="sts:AssumeRole"
-            )
-        return memory
-
-
 class Env:
     def __init__(self) -> None:
-        self.memories = {
-            tag: MemoryKinesis(account=account, region=region)
-            for tag, (account, region) in PLACES.items()
-        }
-        for memory in self.memories.values():
-            memory.create_stream(NAME, shards=2)
-        self.places = MemoryPlaces(self.memories)
-        self.kinesis = RoutingTransport(self.memories["a-us"], MemoryKinesis(), self.places)
+        self.memories, self.kinesis = three_places(dict.fromkeys(PLACES, 2))
         self.state = MemoryState()
         self.config = Config(
             app="shop",
