@@ -68,15 +68,21 @@ def series(dom: Node) -> dict[str, list[int | None]]:
 
 
 def rose_then_fell(values: list[int | None]) -> bool:
-    """0, then at least two rising figures above 0, then 0 again."""
+    """0, then figures above 0 that never fall and end higher than they began, then 0 again.
+    Not strictly rising: the lag is measured on Kinesis's clock, whose Date header counts whole
+    seconds, so two probes less than a second apart (a busy machine delays one) can read one
+    figure twice."""
     seen = [v for v in values if v is not None]
     for start, value in enumerate(seen):
         if value != 0:
             continue
-        run = start + 1
-        while run + 1 < len(seen) and 0 < seen[run] < seen[run + 1]:
-            run += 1
-        if run - start >= 2 and 0 in seen[run + 1 :]:
+        end = start + 1
+        while (
+            end < len(seen) and seen[end] > 0 and (end == start + 1 or seen[end] >= seen[end - 1])
+        ):
+            end += 1
+        rise = seen[start + 1 : end]
+        if len(rise) >= 2 and rise[-1] > rise[0] and 0 in seen[end:]:
             return True
     return False
 
