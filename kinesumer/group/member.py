@@ -280,6 +280,14 @@ class GroupMember(Generic[ProgressT]):
             self.coordinator.controls = GroupControls.for_member(
                 self.aws.dynamodb, config, client_id, self.requests, metrics
             )
+        elif config.assignment == "weighted":
+            # The load reports and weights are items of the DynamoDB table, as the controls
+            # are: a given state store has neither, so the group splits shards by count.
+            log.warning(
+                "assignment='weighted' needs the DynamoDB state table (its load and weights "
+                "items): with the state store given (%s) this member assigns by range",
+                type(self.state_table).__name__,
+            )
 
     async def open_clients(self) -> None:
         """Open the AWS clients this member needs: none for a state table or a Kinesis given."""

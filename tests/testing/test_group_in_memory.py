@@ -334,3 +334,25 @@ def test_a_deregistered_consumer_is_registered_again_and_reading_goes_on(
         assert [c["ConsumerName"] for c in consumers] == [efo.effective_consumer_name]
     finally:
         member.close()
+
+
+def test_weighted_assignment_on_a_given_state_store_says_it_assigns_by_range(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The load and weights items are the DynamoDB table's: a member given a MemoryState and
+    configured ``weighted`` says at its join that it splits by range, and reads on."""
+    memory, state = MemoryKinesis(), MemoryState()
+    memory.create_stream(STREAM, shards=2)
+    sent = put(memory, 0, 6)
+    weighted = dataclasses.replace(config("m1"), assignment="weighted")
+    seen: list[bytes] = []
+    with (
+        caplog.at_level("WARNING", logger="kinesumer"),
+        Kinesumer(weighted, kinesis=memory, state=state) as consumer,
+    ):
+        for record in consumer.consume([STREAM]):
+            seen.append(record.data)
+            if len(seen) == len(sent):
+                break
+    assert sorted(seen) == sorted(sent)
+    assert any("assigns by range" in r.getMessage() for r in caplog.records), caplog.text
