@@ -90,11 +90,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     files to workers in this order (:func:`pytest_configure` keeps it from reordering them), so
     the long ones (a Spark session per file, the ``slow`` scenarios) start first and the short
     ones fill in around them, instead of one worker starting a Spark file while the others have
-    finished. The ``first`` files go before them: their tests' length is the CPU they get (the
-    kinesis-local EFO scenarios need about 0.7 of a core for their whole run and took 5-7 times
-    as long beside the Spark and scenario files at the end of a run as alone), and at the start
-    only each other run beside them. Within each part the order is as collected, so a file's
-    tests keep their order.
+    finished. The ``first`` files go before them: their tests' length is the CPU they get, not
+    a timer (the kinesis-local EFO scenarios keep about 0.7 of a core busy for their whole run:
+    kinesis-local, the member processes, the test; they took 2 to 3.5 times as long as alone at
+    a load of 8 to 13, and up to 6.5 times in full runs), and at the start of a run only each
+    other run beside them. Within each part the order is as collected, so a file's tests keep
+    their order.
     """
     first_files: set[str] = set()
     long_files: set[str] = set()
