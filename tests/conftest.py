@@ -65,24 +65,55 @@ _NAME_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _NODE_FIXTURES = frozenset({"kinesalite", "dynalite", "kinesis_local"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``first`` marker, and keep pytest-xdist to the file order set below.
+
+    pytest-xdist (3.x) with ``--dist loadfile`` sorts the files by their number of tests before
+    handing them out, unless ``--no-loadscope-reorder`` is given: the order chosen in
+    :func:`pytest_collection_modifyitems` would be undone (files of one or two long tests, most
+    scenarios among them, would all run last, side by side).
+    """
+    config.addinivalue_line(
+        "markers",
+        "first: a scenario that keeps about a core busy while it runs (member processes, "
+        "kinesis-local); its file is handed out first, before the other files load the machine",
+    )
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the node servers ``kinesalite``, so ``-m`` can select them; and
-    move the files that run long to the front.
+    move the files marked ``first``, then the files that run long, to the front.
 
     The order is for pytest-xdist (``./scripts/test`` runs ``--dist loadfile``): it hands whole
-    files to workers in this order, so the long ones (a Spark session per file, the ``slow``
-    scenarios) start first and the short ones fill in around them, instead of one worker
-    starting a Spark file while the others have finished. Within each part the order is as
-    collected, so a file's tests keep their order.
+    files to workers in this order (:func:`pytest_configure` keeps it from reordering them), so
+    the long ones (a Spark session per file, the ``slow`` scenarios) start first and the short
+    ones fill in around them, instead of one worker starting a Spark file while the others have
+    finished. The ``first`` files go before them: their tests' length is the CPU they get, not
+    a timer (the kinesis-local EFO scenarios keep about 0.7 of a core busy for their whole run:
+    kinesis-local, the member processes, the test; they took 2 to 3.5 times as long as alone at
+    a load of 8 to 13, and up to 6.5 times in full runs), and at the start of a run only each
+    other run beside them. Within each part the order is as collected, so a file's tests keep
+    their order.
     """
+    first_files: set[str] = set()
     long_files: set[str] = set()
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if _NODE_FIXTURES & fixtures:
             item.add_marker(pytest.mark.kinesalite)
-        if "spark" in fixtures or item.get_closest_marker("slow") is not None:
-            long_files.add(item.nodeid.split("::", 1)[0])
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in long_files)
+        path = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("first") is not None:
+            first_files.add(path)
+        elif "spark" in fixtures or item.get_closest_marker("slow") is not None:
+            long_files.add(path)
+
+    def part(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return 0 if path in first_files else 1 if path in long_files else 2
+
+    items.sort(key=part)
 
 
 @pytest.fixture(scope="session", autouse=True)

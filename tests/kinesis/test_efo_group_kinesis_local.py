@@ -28,6 +28,10 @@ from support.standins import start_kinesis_local
 
 Names = Callable[[str], str]
 
+# Multi-process and CPU-bound (kinesis-local pushes every event through Scala.js on node): run
+# first, before a full run's other files load the machine (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.first]
+
 
 @pytest.fixture(scope="module")
 def kinesis_local() -> Iterator[Any]:
