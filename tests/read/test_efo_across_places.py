@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
-from support.memory_places import NAME, PLACES, STREAMS, B, arn, three_places
+from support.memory_places import NAME, PLACES, STREAMS, A, B, MemoryPlaces, arn, three_places
 from support.wait import eventually
 
 from kinesumer import AccessDeniedError, AccountAccessError, AsyncKinesumer, Config, Record
@@ -26,7 +26,8 @@ from kinesumer.admin import deregister_stream_consumer
 from kinesumer.config import check_streams_for
 from kinesumer.consumer.base import engine_of
 from kinesumer.errors import ConfigError
-from kinesumer.testing import MemoryState
+from kinesumer.kinesis.routing import RoutingTransport
+from kinesumer.testing import MemoryKinesis, MemoryState
 
 CONSUMER = "shop-efo"
 WAIT = 60.0  # a bound for a busy machine, not a figure
