@@ -30,14 +30,21 @@ from aiobotocore.credentials import AioDeferredRefreshableCredentials
 from aiobotocore.session import AioSession
 from botocore.config import Config as BotoConfig
 from botocore.credentials import DeferredRefreshableCredentials
-from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    CredentialRetrievalError,
+    MetadataRetrievalError,
+    NoRegionError,
+)
+from botocore.parsers import ResponseParserError
 from botocore.utils import parse_timestamp as botocore_parse_timestamp
 
 from ..accounts import role_account
 from ..config import Config
 from ..errors import AccountAccessError, ConfigError, KinesumerError, TransientAWSError
 from .accounting import RequestStats, instrument
-from .retry import CALL_TIMEOUT, call_with_retry, is_transient
+from .retry import CALL_TIMEOUT, MalformedAnswer, call_with_retry, error_code, is_transient
 
 log = logging.getLogger("kinesumer.aws")
 
@@ -226,15 +233,22 @@ def assumed_role_session(
             async with base.client(
                 "sts", region_name=region, endpoint_url=config.sts_endpoint, config=boto_config()
             ) as sts:
-                response = await call_with_retry(
-                    "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
-                )
-        except (ClientError, BotoCoreError, TransientAWSError) as exc:
+                with not_sts_answer():
+                    response = await call_with_retry(
+                        "sts.AssumeRole", lambda: sts.assume_role(**kwargs), stats
+                    )
+            creds = answered_credentials(response)
+        except (
+            ClientError,
+            BotoCoreError,
+            TransientAWSError,
+            ResponseParserError,
+            MalformedAnswer,
+        ) as exc:
             # botocore calls this at the first signing and before expiry (a mandatory refresh
             # raises what it raises into the Kinesis call being signed): name the role here,
             # or a role refused mid-run reads as a Kinesis permission missing.
             raise role_not_assumed(config, role_arn, exc) from exc
-        creds = response["Credentials"]
         expiry = creds["Expiration"]
         if isinstance(expiry, datetime):
             expiry = expiry.astimezone(timezone.utc).isoformat()
@@ -269,9 +283,11 @@ def blocking_role_session(config: Config, client_id: str | None = None) -> boto3
         if config.external_id:
             kwargs["ExternalId"] = config.external_id
         try:
-            creds = sts.assume_role(**kwargs)["Credentials"]
-        except (ClientError, BotoCoreError) as exc:
-            if is_transient(exc):
+            with not_sts_answer():
+                response = sts.assume_role(**kwargs)
+            creds = answered_credentials(response)
+        except (ClientError, BotoCoreError, ResponseParserError, MalformedAnswer) as exc:
+            if isinstance(exc, (ClientError, BotoCoreError)) and is_transient(exc):
                 raise  # its caller's retries handle STS trouble as they handle Kinesis's
             raise role_not_assumed(config, role_arn, exc) from exc
         expiry = creds["Expiration"]
@@ -439,32 +455,111 @@ class ClientFactory:
         return instrument(client, self.stats) if self.stats is not None else client
 
 
+@contextlib.contextmanager
+def not_sts_answer() -> Iterator[None]:
+    """botocore's XML parser raises a bare KeyError for well-formed XML that is not the
+    operation's answer (an XHTML page of a proxy, with HTTP 200): that is
+    :class:`~.retry.MalformedAnswer`, as an answer it cannot parse at all is."""
+    try:
+        yield
+    except KeyError as exc:
+        raise MalformedAnswer(f"sts:AssumeRole answered what is not STS's (no {exc})") from exc
+
+
+def answered_credentials(response: Any) -> dict[str, Any]:
+    """The ``Credentials`` of an AssumeRole answer; an answer without them (HTTP 200 from
+    something that is not STS, parsed into nothing) is :class:`~.retry.MalformedAnswer`."""
+    creds = response.get("Credentials") if isinstance(response, dict) else None
+    keys = ("AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration")
+    if not isinstance(creds, dict) or not all(key in creds for key in keys):
+        raise MalformedAnswer("sts:AssumeRole answered without credentials")
+    return creds
+
+
+#: STS's codes for the *caller's own* credentials refused (not the role): a key deleted or
+#: mistyped, a session token expired (refreshing credentials are renewed before they expire,
+#: so this is a static token that will not heal), a signature made with a wrong secret or a
+#: skewed clock. Permanent: trying again signs with the same credentials.
+_CALLER_REFUSED_CODES = frozenset(
+    {
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignature",
+        "InvalidSignatureException",
+    }
+)
+
+#: Failures of the caller's own credential source (the ECS container endpoint, the instance
+#: metadata service: botocore has already retried them) and answers that are not STS's (a proxy's
+#: HTML page with HTTP 200): no verdict on the role, and they heal.
+_TRANSIENT_ASSUME_ERRORS = (
+    TransientAWSError,
+    CredentialRetrievalError,
+    MetadataRetrievalError,
+    ResponseParserError,
+    MalformedAnswer,
+)
+
+
+def assume_failed_for_now(exc: BaseException) -> bool:
+    """Whether a failed ``sts:AssumeRole`` is worth trying again: STS throttled, failing
+    (5xx) or unreachable, the caller's own credential source failing for a moment, or an answer
+    that was not STS's. Everything else is permanent: the role refused (AccessDenied: its trust
+    policy, a deleted role, a wrong external id), the caller's own credentials refused
+    (:data:`_CALLER_REFUSED_CODES`) or absent (NoCredentialsError, an SSO session expired),
+    STS not enabled in the region (RegionDisabledException), any other 4xx."""
+    return isinstance(exc, _TRANSIENT_ASSUME_ERRORS) or is_transient(exc)
+
+
 def role_not_assumed(
     config: Config, role_arn: str, exc: BaseException
 ) -> AccountAccessError | TransientAWSError:
     """What a failed ``sts:AssumeRole`` of ``role_arn`` (at the first fetch or at a renewal of
-    its credentials) is to the member: STS throttled, failing or unreachable past the retries
-    is :class:`~kinesumer.errors.TransientAWSError` (not a verdict on the role: readers pause
-    and try again); anything else (denied: the trust policy changed, the role was deleted, the
-    external id rotated; or the caller's own credentials are gone) is
+    its credentials) is to the member: :class:`~kinesumer.errors.TransientAWSError` when it is
+    worth trying again (:func:`assume_failed_for_now`: readers pause and try again), else
     :class:`~kinesumer.errors.AccountAccessError` naming the account, the role and the
     action."""
     account = role_account(role_arn)
-    if isinstance(exc, TransientAWSError) or is_transient(exc):
-        return TransientAWSError(
-            f"could not assume {role_arn} for account {account}: STS kept failing ({exc}); "
-            f"the role itself was not refused"
-        )
     access = (config.accounts or {}).get(account)
     where = (
         f"Config.accounts[{account!r}]"
         if access is not None and access.role_arn == role_arn
         else "Config.role_arn"
     )
+    return assume_failure(account, role_arn, where, exc)
+
+
+def assume_failure(
+    account: str, role_arn: str, where: str, exc: BaseException
+) -> AccountAccessError | TransientAWSError:
+    """:func:`role_not_assumed`'s verdict, ``where`` naming the setting that gave the role."""
+    if assume_failed_for_now(exc):
+        if isinstance(exc, (CredentialRetrievalError, MetadataRetrievalError)):
+            why = f"this caller's own credentials could not be fetched ({exc})"
+        elif isinstance(exc, (ResponseParserError, MalformedAnswer)):
+            why = f"the answer was not STS's (a proxy's page?: {exc})"
+        else:
+            why = f"STS kept failing ({exc})"
+        return TransientAWSError(
+            f"could not assume {role_arn} for account {account} yet: {why}; the role itself "
+            f"was not refused"
+        )
+    if isinstance(exc, ClientError) and error_code(exc) in _CALLER_REFUSED_CODES:
+        fix = (
+            "this caller's own credentials were refused, not the role: renew or fix them "
+            "(AWS_PROFILE, the access key, its session token, the clock)"
+        )
+    else:
+        fix = (
+            f"check {where} and the role's trust policy (it must trust this caller, with the "
+            f"external id if it asks one)"
+        )
     return AccountAccessError(
         f"cannot read the Kinesis streams of account {account}: sts:AssumeRole on {role_arn} "
-        f"failed ({exc}); check {where} and the role's trust policy (it must trust this "
-        f"caller, with the external id if it asks one)",
+        f"failed ({exc}); {fix}",
         account=account,
         role_arn=role_arn,
         action="sts:AssumeRole",
@@ -480,21 +575,10 @@ async def assume_now(session: aioboto3.Session, account: str, role_arn: str) -> 
         await credentials.get_frozen_credentials()
     except AccountAccessError:
         raise  # named by the session's own fetch (role_not_assumed)
-    except (ClientError, BotoCoreError, KinesumerError) as exc:
-        if isinstance(exc, TransientAWSError) or is_transient(exc):
-            # STS throttled or unreachable: not a verdict on the role (try again later).
-            raise TransientAWSError(
-                f"could not assume {role_arn} for account {account} yet: STS kept failing "
-                f"({exc}); the role itself was not refused"
-            ) from exc
-        raise AccountAccessError(
-            f"cannot read the Kinesis streams of account {account}: sts:AssumeRole on "
-            f"{role_arn} failed ({exc}); check Config.accounts[{account!r}] and the role's "
-            f"trust policy (it must trust this caller, with the external id if it asks one)",
-            account=account,
-            role_arn=role_arn,
-            action="sts:AssumeRole",
-        ) from exc
+    except (ClientError, BotoCoreError, KinesumerError, ResponseParserError) as exc:
+        if isinstance(exc, TransientAWSError):
+            raise  # named by the session's own fetch (role_not_assumed)
+        raise assume_failure(account, role_arn, f"Config.accounts[{account!r}]", exc) from exc
 
 
 class AwsClients:

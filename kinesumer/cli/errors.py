@@ -47,6 +47,9 @@ _OPTION_OF_FIELD = {
     "kinesis_endpoint": "--kinesis-endpoint",
     "dynamodb_endpoint": "--dynamodb-endpoint",
     "allow_insecure_endpoints": "--allow-insecure-endpoints",
+    "role_arn": "--role-arn",
+    "external_id": "--external-id",
+    "kinesis_region": "--kinesis-region",
     "accounts": "--account",
     "kinesis_endpoints": "--kinesis-endpoint-for",
     "sts_endpoint": "--sts-endpoint",
@@ -94,6 +97,8 @@ def describe_error(exc: BaseException, args: argparse.Namespace) -> tuple[str | 
             f"<a role you may assume> (or list it in --accounts-file)",
             EXIT_ERROR,
         )
+    if isinstance(exc, AccountAccessError):
+        return _role_refused(exc, args), EXIT_ERROR
     if isinstance(exc, KinesumerError):
         return str(exc), EXIT_ERROR
     if isinstance(exc, NoCredentialsError):
@@ -111,6 +116,21 @@ def describe_error(exc: BaseException, args: argparse.Namespace) -> tuple[str | 
     if isinstance(exc, BotoCoreError):
         return str(exc), EXIT_ERROR
     return None, EXIT_ERROR
+
+
+def _role_refused(exc: AccountAccessError, args: argparse.Namespace) -> str:
+    """The library's message for a role that cannot be assumed, with the option that gave the
+    role where it names the Config field (the user set no Config: they typed an option)."""
+    account, message = exc.account, str(exc)
+    given = dict(getattr(args, "accounts", None) or [])
+    if account in given:
+        option = f"--account {account}=..."
+    elif account in (getattr(args, "accounts_file", None) or {}):
+        option = f"--accounts-file (account {account})"
+    else:
+        option = f"--account {account}"
+    message = message.replace(f"Config.accounts[{account!r}]", option)
+    return message.replace("Config.role_arn", "--role-arn (and --external-id)")
 
 
 def _missing_table(args: argparse.Namespace) -> str:

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..accounts import AccountAccess, check_accounts
+from ..accounts import AccountAccess, check_accounts, check_role
 from ..config import Config, InitialPosition
 from ..errors import ConfigError
 from ..statestore.dynamodb.codecs import MAX_SEQUENCE_DIGITS
@@ -181,8 +181,59 @@ def regional_endpoint(text: str) -> tuple[str, str]:
     return region, url
 
 
+def role_arn(text: str) -> str:
+    """``--role-arn``: an IAM role's ARN (checked as ``Config.role_arn`` is)."""
+    try:
+        check_role("role_arn", text.strip(), None)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    return text.strip()
+
+
+def region_name(text: str) -> str:
+    """``--kinesis-region``: a region's name, such as eu-west-1."""
+    if not _REGION.match(text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a region such as eu-west-1, got {text!r}")
+    return text.strip()
+
+
+def add_home_options(parser: argparse.ArgumentParser) -> None:
+    """The options that make the command's home (the account and region a stream given by
+    name lives in, and whose stream ARNs are kept under their plain names) the members' home:
+    ``Config.role_arn`` (+ ``external_id``) and ``Config.kinesis_region``. Without them the
+    home is the caller's account in ``--region``; a group whose members set either would have
+    its home streams looked up (and written) under keys no member reads."""
+    env_role = os.environ.get("KINESUMER_ROLE_ARN") or None
+    parser.add_argument(
+        "--role-arn",
+        type=role_arn,
+        default=env_role,  # a string default goes through the type too: checked alike
+        metavar="ROLE_ARN",
+        help="read streams given by name (and the home account's ARNs) through this role, as "
+        "the members' Config.role_arn: its account is home (default: $KINESUMER_ROLE_ARN; "
+        "else your own account)",
+    )
+    parser.add_argument(
+        "--external-id",
+        default=os.environ.get("KINESUMER_EXTERNAL_ID") or None,
+        metavar="ID",
+        help="the external id --role-arn's trust policy asks, as Config.external_id (checked "
+        "as it is; default: $KINESUMER_EXTERNAL_ID, which keeps it out of the process list)",
+    )
+    parser.add_argument(
+        "--kinesis-region",
+        type=region_name,
+        default=os.environ.get("KINESUMER_KINESIS_REGION") or None,
+        metavar="REGION",
+        help="the region of streams given by name, as the members' Config.kinesis_region "
+        "(default: $KINESUMER_KINESIS_REGION, else --region)",
+    )
+
+
 def add_account_options(parser: argparse.ArgumentParser) -> None:
-    """The options that reach Kinesis streams given by ARN in other accounts and regions."""
+    """The options that reach Kinesis streams given by ARN in other accounts and regions, and
+    the home ones (:func:`add_home_options`)."""
+    add_home_options(parser)
     parser.add_argument(
         "--account",
         dest="accounts",
@@ -213,12 +264,14 @@ def add_account_options(parser: argparse.ArgumentParser) -> None:
         "others: --kinesis-endpoint, else AWS's)",
     )
     parser.add_argument(
-        "--sts-endpoint", metavar="URL", help="STS endpoint for the --account roles (local work)"
+        "--sts-endpoint",
+        metavar="URL",
+        help="STS endpoint for the --role-arn and --account roles (local work)",
     )
 
 
 def account_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The Config fields of :func:`add_account_options`' options (none when not given)."""
+    """The Config fields of :func:`add_account_options`' options (None when not given)."""
     given: dict[str, AccountAccess] = {}
     for account, access in getattr(args, "accounts", None) or []:
         if given.get(account, access) != access:
@@ -230,7 +283,15 @@ def account_fields(args: argparse.Namespace) -> dict[str, Any]:
         if endpoints.get(region, url) != url:
             raise ConfigError("kinesis_endpoints", f"region {region} is given two endpoints")
         endpoints[region] = url
+    role, external = getattr(args, "role_arn", None), getattr(args, "external_id", None)
+    if external is not None and role is None:
+        raise ConfigError(
+            "external_id", "is only used with --role-arn: give --role-arn (or $KINESUMER_ROLE_ARN)"
+        )
     return {
+        "role_arn": role,
+        "external_id": external,
+        "kinesis_region": getattr(args, "kinesis_region", None),
         "accounts": accounts or None,
         "kinesis_endpoints": endpoints or None,
         "sts_endpoint": getattr(args, "sts_endpoint", None),

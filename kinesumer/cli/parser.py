@@ -143,8 +143,9 @@ def add_consume(
         "streams",
         nargs="+",
         metavar="STREAM",
-        help="stream(s) to consume: names (the --region's streams of your account) and stream "
-        "ARNs of any account and region (--account for other accounts)",
+        help="stream(s) to consume: names (the streams of your account in --region, or of "
+        "--role-arn's account in --kinesis-region) and stream ARNs of any account and region "
+        "(--account for other accounts)",
     )
     consume.add_argument(
         "--initial-position",

@@ -3,8 +3,10 @@ config's own account and region is kept under its plain name (its checkpoints ar
 name), any other ARN under itself (:func:`kinesumer.accounts.state_key`, as the members do).
 Commands look streams up by that key and print each as the user named it.
 
-The home account is asked of STS (GetCallerIdentity, with ``--sts-endpoint`` when given) only
-when a Kinesis stream ARN is given: a command given names asks nothing."""
+The home is the members' (``--role-arn``'s account, else the caller's; ``--kinesis-region``, else
+``--region``). The caller's account is asked of STS (GetCallerIdentity, with ``--sts-endpoint``
+when given) only when a Kinesis stream ARN is given without ``--role-arn``: a command given
+names asks nothing."""
 
 from __future__ import annotations
 
