@@ -27,7 +27,7 @@ from .errors import ConfigError
 from .stream_refs import parse_stream
 
 if TYPE_CHECKING:
-    from .models import Checkpoint
+    from .models import Checkpoint, ClientInfo
     from .statestore.base import StateStore
 
 __all__ = ["AccountAccess", "Home", "role_account", "state_key"]
@@ -106,6 +106,11 @@ class Home:
     account: str | None = None
 
 
+def home_text(home: Home) -> str:
+    """``home`` as a client item records it: ``"<account>:<region>"`` (either may be empty)."""
+    return f"{home.account or ''}:{home.region or ''}"
+
+
 def state_key(text: str, home: Home) -> str:
     """The name of the stream ``text`` in the state table (see the module's docstring). While
     the home account is unknown (a member given its Kinesis transport, which never asks STS),
@@ -156,13 +161,15 @@ async def check_checkpoints_kept(
     by ARN without ``role_arn``. Starting would read it afresh at the initial position
     (records skipped at LATEST, read twice at TRIM_HORIZON) and, in a rolling upgrade, beside
     the old members reading the same shards under the other items. The keys themselves never
-    change: members of the old and the new configuration share the table. Not refused while
-    a member (as its client item says) reads the plain name's stream: then the two are
-    streams of one name read side by side. Two strongly consistent queries per such stream
-    (and a read of the client items before a refusal), at the join or refresh that adds it;
-    none for names and home ARNs."""
+    change: members of the old and the new configuration share the table. Not refused when
+    every member whose client item (live or not yet expired) names the plain name says its
+    home is another account or region: then the two are streams of one name read side by
+    side. A member of an older version says nothing of its home, so it counts as a possible
+    reader of this very stream. Two strongly consistent queries per such stream (and a read
+    of the client items before a refusal), at the join or refresh that adds it; none for
+    names and home ARNs."""
     keys = {state_key(text, home) for text in streams}
-    readers: set[str] | None = None  # the members' streams, read only when a refusal nears
+    clients: list[ClientInfo] | None = None  # read only when a refusal nears
     for text in added:
         if not text.startswith("arn:") or ":kinesis:" not in text:
             continue
@@ -174,11 +181,12 @@ async def check_checkpoints_kept(
         kept = await store.get_checkpoints(ref.name)
         if not any(holds_a_position(c) for c in kept.values()):
             continue
-        if readers is None:
-            readers = {state_key(s, home) for c in await store.list_clients() for s in c.streams}
-        if ref.name in readers:
-            # A member reads the plain name's stream now: two streams of one name, read side
-            # by side in one group, not a stream that changed keys.
+        if clients is None:
+            clients = await store.list_clients()
+        readers = [c for c in clients if ref.name in {state_key(s, home) for s in c.streams}]
+        if readers and all(reads_elsewhere(c, ref.account, ref.region, home) for c in readers):
+            # Every member that reads (or read) the plain name says its home is another place:
+            # two streams of one name side by side in one group, not a stream that changed keys.
             continue
         raise ConfigError(
             "streams",
@@ -194,3 +202,17 @@ async def check_checkpoints_kept(
             f"(or --to latest, or --to-time), with --account for its account",
             where,
         )
+
+
+def reads_elsewhere(
+    client: ClientInfo, account: str | None, region: str | None, home: Home
+) -> bool:
+    """Whether ``client``'s item says its home (where its names live) is not ``account`` and
+    ``region``. An older version's item says nothing: it may be that very stream, read by name
+    through a ``role_arn`` of its account. A member that never needed its account (names only,
+    no ``role_arn``) acts in the caller's account, taken to be ``home``'s, as a group's members
+    share their credentials."""
+    if not client.home:
+        return False
+    its_account, _, its_region = client.home.partition(":")
+    return (its_account or home.account, its_region or home.region) != (account, region)

@@ -76,6 +76,10 @@ class ClientInfo:
     #: the *token* that changes at every heartbeat. Observers judge a member by whether its token
     #: changed (on their own clock), never by what its stamp says (:mod:`kinesumer.core.liveness`).
     beat: int = 0
+    #: ``"<account>:<region>"``: where that member's streams given by name live (its home;
+    #: the account is empty when it never needed it: names only, no ``role_arn``). "" from an
+    #: older version.
+    home: str = ""
 
     @property
     def token(self) -> tuple[int, int]:

@@ -90,8 +90,10 @@ class Heartbeat:
         stats: RequestStats | None = None,
         efo_stalls: Callable[[], dict[str, int]] = dict,
         write: Callable[[ClientInfo, int], None] | None = None,
+        home: Callable[[], str] = str,
     ) -> None:
         self._config = config
+        self._home = home
         #: Writes the client item (blocking); None: a boto3 client of the member's own, made
         #: by :meth:`start`, puts it into the DynamoDB table.
         self._write = write
@@ -170,6 +172,7 @@ class Heartbeat:
             owned=self._owned(),
             efo_stalls=self._efo_stalls(),
             assignment=self._config.assignment,
+            home=self._home(),
         )
 
     @property

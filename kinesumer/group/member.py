@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import check_checkpoints_kept, check_one_name_each, state_key
+from ..accounts import check_checkpoints_kept, check_one_name_each, home_text, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -241,7 +241,16 @@ class GroupMember(Generic[ProgressT]):
         stalls = self.efo_stall_counts  # the client item's EFO stall report
         given = self.state_table
         write = given.for_app(config.app).write_client_blocking if given is not None else None
-        self.heartbeat = Heartbeat(config, client_id, streams, lag, self.requests, stalls, write)
+        self.heartbeat = Heartbeat(
+            config,
+            client_id,
+            streams,
+            lag,
+            self.requests,
+            stalls,
+            write,
+            partial(home_text, self.home),
+        )
         membership = Membership(
             client_id,
             config.client_timeout,

@@ -22,7 +22,15 @@ from support.faultproxy import Fault, FaultProxy, OpKey
 from support.group import Member, make_config, setup_table
 from support.wait import eventually
 
-from kinesumer import AccountAccess, AccountAccessError, Config, ConfigError, Kinesumer, Record
+from kinesumer import (
+    AccountAccess,
+    AccountAccessError,
+    AsyncKinesumer,
+    Config,
+    ConfigError,
+    Kinesumer,
+    Record,
+)
 from kinesumer.admin import rewind_group
 
 ROLE_B = role_in_b("orders-reader")
@@ -294,6 +302,7 @@ def test_a_stream_read_after_a_same_named_home_one_starts_afresh_through_a_rewin
     config, name = env["config"], env["name"]
     b_arn = arn("us-east-1", B, name)
     home_before = checkpoints_of(config, name)
+    assert home_before
     in_b = put(env["b"], name, "b", 0, 4)
     with Kinesumer(config) as consumer, pytest.raises(ConfigError, match="checkpoints rewind"):
         consumer.subscribe([b_arn])
@@ -311,5 +320,64 @@ def checkpoints_of(config: Config, stream: str) -> dict[str, Any]:
         ExpressionAttributeValues={":pk": {"S": f"check_point#{config.app}#{stream}"}},
         ConsistentRead=True,
     )["Items"]
-    assert found, stream
     return {item["sk"]["S"]: item for item in found}
+
+
+async def test_a_move_to_accounts_is_refused_while_members_of_the_old_configuration_run(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """A rolling move: members configured ``role_arn=<B's role>`` read B's stream by name (B is
+    their home, their client items say so) while a member configured ``accounts`` joins with
+    its ARN. It is the same stream: refused, not read afresh beside them."""
+    name = unique_name("orders")
+    b = client_of(moto_url, "us-east-1", ROLE_B)
+    create(b, name)
+    old = make_config(
+        moto_url,
+        moto_url,
+        unique_name("app"),
+        unique_name("state"),
+        sts_endpoint=moto_url,
+        role_arn=ROLE_B,
+    )
+    setup_table(old)
+    sink: list[tuple[str, Record]] = []
+    running = Member(old.replace(client_id="old-member"), [name], sink).start()
+    try:
+        expected = put(b, name, "b", 0, 3)
+        await eventually(lambda: datas(sink) == expected, 60, "the old member's records")
+        await eventually(
+            lambda: any("sequence_number" in i for i in checkpoints_of(old, name).values()),
+            60,
+            "its checkpoints",
+        )
+        new = old.replace(role_arn=None, accounts={B: AccountAccess(role_arn=ROLE_B)})
+        with pytest.raises(ConfigError, match="checkpoint"):
+            async with AsyncKinesumer(new.replace(client_id="new-member")) as consumer:
+                await consumer.subscribe([arn("us-east-1", B, name)])
+    finally:
+        await asyncio.gather(running.close(), return_exceptions=True)
+    assert running.error is None
+
+
+def test_a_member_of_an_older_version_naming_the_stream_counts_as_its_reader(
+    moto_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """An older version's client item says nothing of its home: its ``orders`` may be B's read
+    through ``role_arn``, so a member joining with B's ARN only is refused."""
+    env = two_streams_named_alike(moto_url, unique_name)
+    config, name = env["config"], env["name"]
+    table = boto3.client("dynamodb", endpoint_url=config.dynamodb_endpoint, region_name="us-east-1")
+    table.put_item(
+        TableName=config.dynamodb_table,
+        Item={
+            "pk": {"S": f"client#{config.app}"},
+            "sk": {"S": "older-member"},
+            "last_update": {"N": "1"},
+            "expires_at": {"N": "4102444800"},
+            "streams": {"L": [{"S": name}]},
+            "version": {"S": "0.9.0"},
+        },
+    )
+    with Kinesumer(config) as consumer, pytest.raises(ConfigError, match="checkpoint"):
+        consumer.subscribe([arn("us-east-1", B, name)])

@@ -97,6 +97,8 @@ def client_item(app: str, client: ClientInfo, ttl_seconds: int) -> dict[str, Any
         item["beat"] = {"N": str(client.beat)}
     if client.assignment:
         item["assignment"] = {"S": client.assignment}
+    if client.home:
+        item["home"] = {"S": client.home}
     stalled = sorted(client.efo_stalls.items(), key=lambda kv: (-kv[1], kv[0]))
     if stalled:  # before the lags: a stalled shard is what an operator looks for first
         kept_stalls = stalled[:MAX_STALLED_REPORTED]
@@ -131,6 +133,7 @@ def decode_client(item: dict[str, Any]) -> ClientInfo:
         efo_stalls={k: element(item, "efo_stalls", v, "N") for k, v in stalls.items()},
         assignment=attribute(item, "assignment", "S", ""),
         beat=attribute(item, "beat", "N", 0),
+        home=attribute(item, "home", "S", ""),
     )
 
 
