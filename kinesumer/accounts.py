@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AccountAccess", "Home", "role_account", "state_key"]
 
+# fullmatch, not match: "$" also matches before a trailing newline (a secret file's).
 _ROLE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:iam::(\d{12}):role/[\w+=,.@/-]{1,512}$")
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
@@ -54,12 +55,12 @@ class AccountAccess:
 def check_role(where: str, role_arn: Any, external_id: Any) -> None:
     """``role_arn`` is an IAM role's ARN, ``external_id`` None or 2-1224 allowed characters
     (:class:`ConfigError` naming ``where``)."""
-    if not isinstance(role_arn, str) or not _ROLE_ARN.match(role_arn):
+    if not isinstance(role_arn, str) or not _ROLE_ARN.fullmatch(role_arn):
         raise ConfigError(
             where, f"role_arn must be arn:aws:iam::<12 digits>:role/<name>, got {role_arn!r}"
         )
     if external_id is not None and (
-        not isinstance(external_id, str) or not _EXTERNAL_ID.match(external_id)
+        not isinstance(external_id, str) or not _EXTERNAL_ID.fullmatch(external_id)
     ):
         raise ConfigError(where, "external_id must be 2-1224 characters of [\\w+=,.@:/-]")
 
@@ -82,7 +83,7 @@ def check_accounts(accounts: Any) -> None:
             "accounts", f"must be a dict of account id -> AccountAccess, got {accounts!r}"
         )
     for account, access in accounts.items():
-        if not isinstance(account, str) or not _ACCOUNT.match(account):
+        if not isinstance(account, str) or not _ACCOUNT.fullmatch(account):
             raise ConfigError("accounts", f"{account!r} is not a 12-digit account id")
         if not isinstance(access, AccountAccess):
             raise ConfigError(

@@ -288,6 +288,15 @@ def account_fields(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(
             "external_id", "is only used with --role-arn: give --role-arn (or $KINESUMER_ROLE_ARN)"
         )
+    if external is not None and role is not None:
+        try:
+            check_role("external_id", role, external)
+        except ConfigError:
+            # Config's own check echoes the value it refuses: not a secret's (a stray space or
+            # a secret file's newline would print the whole id to the terminal and its logs).
+            raise ConfigError(
+                "external_id", "must be 2-1224 characters of [\\w+=,.@:/-] (the value is not shown)"
+            ) from None
     return {
         "role_arn": role,
         "external_id": external,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesumer import Config, cli
+from kinesumer import AccountAccess, Config, ConfigError, cli
 from kinesumer.aws.clients import role_not_assumed
 from kinesumer.cli.errors import describe_error
 from kinesumer.cli.options import group_config
@@ -125,3 +125,29 @@ def test_a_refused_role_is_named_by_the_option_that_gave_it(tmp_path: Path) -> N
     message, _ = describe_error(refused(group_config(args)), args)
     assert message is not None
     assert f"check --accounts-file (account {B})" in message and "Config." not in message
+
+
+@pytest.mark.parametrize("secret", ["s3cret-ext id", "s3cret-ext-id\n", "s3cret-ext-id!"])
+def test_a_bad_external_id_is_refused_without_showing_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    """The external id is kept out of repr and the process list; a near miss (a stray space,
+    the newline of a secret's file) must not print it either."""
+    assert cli.main(["status", *GROUP, "--role-arn", ROLE_B, "--external-id", secret]) == 2
+    err = capsys.readouterr().err
+    assert "--external-id: must be 2-1224" in err and "s3cret" not in err
+    monkeypatch.setenv("KINESUMER_EXTERNAL_ID", secret)
+    assert cli.main(["status", *GROUP, "--role-arn", ROLE_B]) == 2
+    err = capsys.readouterr().err
+    assert "--external-id: must be 2-1224" in err and "s3cret" not in err
+
+
+def test_a_role_or_external_id_with_a_trailing_newline_is_refused() -> None:
+    """``$`` matches before a final newline: a secret file's newline must not pass the check
+    and reach STS (refused there as if the trust policy were wrong)."""
+    with pytest.raises(ConfigError, match="external_id must be"):
+        AccountAccess(role_arn=ROLE_B, external_id="ext-1\n")
+    with pytest.raises(ConfigError, match="role_arn must be"):
+        AccountAccess(role_arn=ROLE_B + "\n")
+    with pytest.raises(ConfigError, match="12-digit"):
+        Config(app="a", dynamodb_table="tbl", accounts={f"{B}\n": AccountAccess(role_arn=ROLE_B)})
