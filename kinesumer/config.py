@@ -130,7 +130,9 @@ class Config:
         if self.external_id is not None:
             if self.role_arn is None:
                 raise ConfigError("external_id", "is only used with role_arn; set role_arn too")
-            _check_name("external_id", self.external_id, _EXTERNAL_ID, "2-1224 characters")
+            _check_name(
+                "external_id", self.external_id, _EXTERNAL_ID, "2-1224 characters", secret=True
+            )
         _check_int("scan_limit", self.scan_limit, 1, 10_000)
         _check_int("efo_stall_limit", self.efo_stall_limit, 1, 1_000)
         _check_number("scan_interval", self.scan_interval, MIN_SCAN_INTERVAL)
@@ -273,11 +275,17 @@ def _check_regional_endpoints(endpoints: Any, allow_insecure: bool) -> None:
         _check_endpoint("kinesis_endpoints", url, allow_insecure)
 
 
-def _check_name(field: str, value: Any, pattern: re.Pattern[str], what: str) -> None:
+def _check_name(
+    field: str, value: Any, pattern: re.Pattern[str], what: str, *, secret: bool = False
+) -> None:
+    """``value`` is a non-empty string matching ``pattern`` whole (``fullmatch``: ``$`` alone
+    lets a trailing newline through, as an environment variable filled from a file has).
+    ``secret``: the message does not show the value."""
+    shown = " (the value is not shown)" if secret else f", got {value!r}"
     if not isinstance(value, str) or not value:
-        raise ConfigError(field, f"must be a non-empty string, got {value!r}")
-    if not pattern.match(value):
-        raise ConfigError(field, f"must be {what}, got {value!r}")
+        raise ConfigError(field, f"must be a non-empty string{shown}")
+    if not pattern.fullmatch(value):
+        raise ConfigError(field, f"must be {what}{shown}")
 
 
 def is_loopback_host(host: str) -> bool:

@@ -177,3 +177,29 @@ def test_external_id_stays_out_of_repr() -> None:
     assert "ext-do-not-show" not in repr(config) and "role_arn=" in repr(config)
     assert config.external_id == "ext-do-not-show"
     assert config.replace(scan_limit=5).external_id == "ext-do-not-show"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("app", "orders-etl\n"),
+        ("client_id", "m-1\n"),
+        ("role_arn", "arn:aws:iam::123456789012:role/reader\n"),
+        ("region", "eu-west-1\n"),
+    ],
+)
+def test_a_value_with_a_trailing_newline_is_refused(field: str, value: str) -> None:
+    """An environment variable filled from a file often ends in a newline; it reached AWS
+    (and a role "refused" for a typo) when ``$`` let it through."""
+    with pytest.raises(ConfigError) as info:
+        Config(**{**BASE, field: value})  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_a_refused_external_id_is_not_shown() -> None:
+    role = "arn:aws:iam::123456789012:role/reader"
+    for secret in ("s3cret-value\n", "Q"):
+        with pytest.raises(ConfigError) as info:
+            Config(**BASE, role_arn=role, external_id=secret)
+        assert info.value.field == "external_id"
+        assert secret.strip() not in str(info.value)
