@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Generic
 
-from ..accounts import check_checkpoints_kept, check_one_name_each, home_text, state_key
+from ..accounts import check_one_name_each, home_text, state_key
 from ..aws import AwsClients, ClientFactory, RequestStats
 from ..config import Config, default_client_id
 from ..errors import (
@@ -39,6 +39,7 @@ from ..statestore.base import GroupState, StateStore
 from ..statestore.dynamodb.store import DynamoDBStateStore
 from ..stats import ConsumerStats, ShardStatus
 from .checkpointer import Checkpointer
+from .checkpoints_kept import check_checkpoints_kept
 from .controls import GroupControls, metered
 from .coordinator import Coordinator
 from .heartbeat import Heartbeat
