@@ -134,6 +134,12 @@ async def state_store(config: Config) -> AsyncIterator[DynamoDBStateStore]:
         await aws.close()
 
 
+#: Members started and not yet closed or crashed: ``tests/group/conftest.py`` closes those a
+#: failing test left (their heartbeat threads would beat on for the rest of the worker's session,
+#: into a stand-in long stopped).
+RUNNING: set[Member] = set()
+
+
 class Member:
     """One group member consuming in its own asyncio task, recording every delivery."""
 
@@ -150,6 +156,7 @@ class Member:
 
     def start(self) -> Member:
         self.task = asyncio.create_task(self._run())
+        RUNNING.add(self)
         return self
 
     async def _run(self) -> None:
@@ -186,12 +193,14 @@ class Member:
         return all(s.checkpoint == last.get((s.stream, s.shard_id)) for s in active)
 
     async def close(self) -> None:
+        RUNNING.discard(self)
         await self.consumer.aclose()
         if self.task is not None:
             await asyncio.wait_for(self.task, 10)
 
     async def crash(self) -> None:
         """Die like a SIGKILLed process: no handoff, no final checkpoint, no deregistration."""
+        RUNNING.discard(self)
         if self.task is not None:
             self.task.cancel()
         await engine_of(self.consumer).abort()
