@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from support.faultproxy import FaultProxy
 from support.group import make_config, setup_table
+from support.long_tests import LONG_TEST_SECONDS, Ran, unexplained_long_tests
 from support.standins import (
     KinesisLocalStandIn,
     MotoStandIn,
@@ -80,6 +81,25 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After the slowest durations: the tests whose call ran over
+    :data:`support.long_tests.LONG_TEST_SECONDS` and are not marked ``slow`` (a scenario that
+    needs the time says why in its docstring and is marked so; any other test is split)."""
+    reports = [
+        r
+        for outcome in ("passed", "failed")
+        for r in terminalreporter.stats.get(outcome, [])
+        if getattr(r, "when", None) == "call"
+    ]
+    over = unexplained_long_tests(Ran(r.nodeid, r.duration, frozenset(r.keywords)) for r in reports)
+    if over:
+        terminalreporter.write_sep(
+            "=", f"over {LONG_TEST_SECONDS:.0f} s and not marked slow: split, or mark and say why"
+        )
+        for r in over:
+            terminalreporter.write_line(f"{r.seconds:6.1f}s {r.nodeid}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

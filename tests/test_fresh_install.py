@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 def test_the_testing_examples_pass_after_a_plain_install(tmp_path: Path) -> None:
     """A new user's install, end to end: a fresh venv, the wheel built from a copy of the tree,
     ``kinesumer[testing]`` installed into it, and the testing examples run there. A scenario

@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from support.long_tests import Ran, unexplained_long_tests
 
 
 def _part(item: pytest.Item, long_files: set[str], first_files: set[str]) -> int:
@@ -42,3 +43,14 @@ def test_the_kinesis_local_efo_scenarios_are_marked_first(name: str) -> None:
 def test_xdist_keeps_the_order(request: pytest.FixtureRequest) -> None:
     pytest.importorskip("xdist")
     assert request.config.option.loadscopereorder is False
+
+
+def test_a_long_call_not_marked_slow_is_listed_longest_first() -> None:
+    ran = [
+        Ran("a.py::short", 3.0, frozenset()),
+        Ran("b.py::long_scenario", 40.0, frozenset({"slow", "b.py"})),
+        Ran("c.py::long", 21.0, frozenset({"c.py"})),
+        Ran("d.py::longer", 35.0, frozenset({"kinesalite"})),
+        Ran("e.py::at_the_limit", 20.0, frozenset()),
+    ]
+    assert [r.nodeid for r in unexplained_long_tests(ran)] == ["d.py::longer", "c.py::long"]

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from support.browser import Node, chromium, look_until, screenshot
 from support.cli import Running
 from support.group import create_stream, kinesis, make_config, put, setup_table
@@ -141,13 +142,16 @@ def test_the_page_shows_names_from_the_table_as_text_and_runs_nothing(
     assert (line.attrs["data-stream"], line.attrs["data-shard-id"]) == (stream, shard)
 
 
+@pytest.mark.slow
 def test_the_chart_rises_while_nobody_reads_and_falls_when_a_member_drains(
     kinesalite: NodeStandIn, dynalite: NodeStandIn, unique_name: Names, tmp_path: Path
 ) -> None:
     """A member reads the stream (lag 0) and stops; records arrive with nobody reading (each
     probe finds them older: the line rises); a second member drains them (it falls to 0). The
     members table shows who is live at each look. Then, with member-b running, a screenshot of
-    the page (the README's, with ``KINESUMER_UPDATE_SCREENSHOT=1``)."""
+    the page (the README's, with ``KINESUMER_UPDATE_SCREENSHOT=1``). Its length (about 20 s) is
+    the lag's own: probes a second apart on Kinesis's whole-second clock, enough of them for the
+    line to rise while nobody reads and fall while a member drains."""
     chromium()
     app, table, stream = unique_name("app"), unique_name("state"), unique_name("chart")
     config = make_config(kinesalite.url, dynalite.url, app, table)

@@ -522,6 +522,7 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
         assert isinstance(caught.value, ImportError) and isinstance(caught.value, KinesumerError)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["spark_parquet.py", "spark_foreach_batch.py"])
 def test_parquet_examples_run_end_to_end(tmp_path: Any, example: str) -> None:
     """The Parquet examples (the streaming source; foreach_batch), as a user runs them: their

@@ -58,9 +58,14 @@ def run_available_now(spark: Any, config: Config, stream: str, path: str, **kw: 
     return sink
 
 
+@pytest.mark.slow
 def test_available_now_drains_four_shards_exactly_once(
     spark: Any, group: dict[str, Any], tmp_path: Any
 ) -> None:
+    """availableNow over four shards: every record once in batches of at most 240, the group's
+    checkpoints at each shard's last record and no member left; a second run finds nothing and
+    a third only what came since. Its length (about 20 s) is those three runs of one query:
+    each is a Spark query start, join, batches and leave."""
     config, stream = group["config"], group["stream"]
     create_stream(group["url"], stream, 4)
     produced = put(group["url"], stream, 0, 400, key=lambda i: f"k{i % 13}")

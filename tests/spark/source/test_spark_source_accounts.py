@@ -46,9 +46,13 @@ def env(moto_url: str, unique_name: Names) -> dict[str, Any]:
     return {"url": moto_url, "name": name, "clients": clients, "arns": arns}
 
 
+@pytest.mark.slow
 def test_one_query_reads_streams_of_two_accounts_and_two_regions_every_record_once(
     spark: Any, env: dict[str, Any], unique_name: Names, tmp_path: Any
 ) -> None:
+    """One query over three streams named by ARN (two accounts, two regions, one through a
+    role): every record once, each under its ARN. Its length (about 30 s) is the query's own:
+    a join that assumes the role, batches until all three places are drained, and the leave."""
     url, name, clients, arns = env["url"], env["name"], env["clients"], env["arns"]
     expected: Counter[tuple[str, bytes]] = Counter()
     for key, client in clients.items():

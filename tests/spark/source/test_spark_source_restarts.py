@@ -169,6 +169,7 @@ def test_at_latest_a_query_with_a_new_checkpoint_folder_reads_from_the_first_ope
     assert not {str(i).encode() for i in range(5)} & set(sink.datas())
 
 
+@pytest.mark.slow
 def test_a_lease_lost_and_claimed_again_after_the_parents_last_read_still_finishes_it(
     spark: Any, group: dict[str, Any], tmp_path: Any
 ) -> None:
