@@ -29,14 +29,14 @@ from typing import Any, NoReturn
 
 from botocore.exceptions import ClientError
 
-from .aws import ClientFactory, RequestStats, error_code
-from .aws.clients import AwsClients, default_region
-from .config import Config
-from .core import live_clients
-from .core.controls import Controls, StepDown
-from .core.lag import GroupLag, ShardLag, probe_start, settled_lag
-from .core.rewind import LATEST, TRIM_HORIZON, RewindTarget, ShardRewind, lineage_order, time_target
-from .errors import (
+from ..aws import ClientFactory, RequestStats, error_code
+from ..aws.clients import AwsClients, default_region
+from ..config import Config
+from ..core import live_clients
+from ..core.controls import Controls, StepDown
+from ..core.lag import GroupLag, ShardLag, probe_start, settled_lag
+from ..core.rewind import LATEST, TRIM_HORIZON, RewindTarget, ShardRewind, lineage_order, time_target
+from ..errors import (
     AccessDeniedError,
     ConfigError,
     RewindConflictError,
@@ -45,33 +45,33 @@ from .errors import (
     StateTableSchemaError,
     StreamNotFoundError,
 )
-from .group.shard_sync import ShardSync
-from .kinesis.dynamodb_streams import stamp_floor_ms
-from .kinesis.efo.consumers import deregister_stream_consumer
-from .kinesis.lag_probe import MAX_PAGES, probe_shard
-from .kinesis.places import AccountPlaces, home_of
-from .kinesis.reader import KinesisReader
-from .kinesis.rewind_probe import has_record_since, instant_of, kinesis_now_ms, last_record
-from .kinesis.routing import routing_over
-from .kinesis.tool_transport import open_tool_transport
-from .kinesis.transport import KinesisTransport
-from .models import ClientInfo, Position, Shard
-from .statestore.dynamodb.controls import (
+from ..group.shard_sync import ShardSync
+from ..kinesis.dynamodb_streams import stamp_floor_ms
+from ..kinesis.efo.consumers import deregister_stream_consumer
+from ..kinesis.lag_probe import MAX_PAGES, probe_shard
+from ..kinesis.places import AccountPlaces, home_of
+from ..kinesis.reader import KinesisReader
+from ..kinesis.rewind_probe import has_record_since, instant_of, kinesis_now_ms, last_record
+from ..kinesis.routing import routing_over
+from ..kinesis.tool_transport import open_tool_transport
+from ..kinesis.transport import KinesisTransport
+from ..models import ClientInfo, Position, Shard
+from ..statestore.dynamodb.controls import (
     controls_condition,
     controls_item,
     controls_key,
     decode_controls,
 )
-from .statestore.dynamodb.store import DynamoDBStateStore
-from .statestore.group_view import (
+from ..statestore.dynamodb.store import DynamoDBStateStore
+from ..statestore.group_view import (
     ShardView,
     TableReads,
     iso_time,
     open_table,
     stream_shards,
 )
-from .statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-from .stream_refs import check_stream, is_dynamodb_stream
+from ..statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+from ..stream_refs import check_stream, is_dynamodb_stream
 
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
