@@ -3,6 +3,9 @@
 checkpointed, by Kinesis's clock (:mod:`kinesumer.kinesis.lag_probe`, rules in
 :mod:`kinesumer.core.lag`). Read-only; its reads count against the per-shard read limits every
 reader of the stream shares.
+
+And the group's live members as a tool reading the table judges them (:func:`live_members`):
+the lag's owner column, and the members ``kinesumer lag --serve`` shows.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ async def probe_group_lag(
             places = AccountPlaces(config, aws, home_of(config))
             kinesis = routing_over(aws, places)
         reader = KinesisReader(kinesis, RequestStats(), config.effective_kinesis_region)
-        live = await _live_members(store, config.client_timeout)
+        live = await live_members(store, config.client_timeout)
         names = list(streams or ())
         if not names:
             found = set(await store.cached_streams())
@@ -170,13 +173,17 @@ class LagProbe:
             return figure
 
 
-async def _live_members(store: TableReads, fallback_timeout: float) -> dict[str, ClientInfo]:
-    """The live members, as ``kinesumer status`` shows them: heartbeat stamps within the
-    group's ``client_timeout`` (the one its leader publishes; else ``fallback_timeout``) of
-    this host's clock, less those the leader's published view judged dead with the heartbeat
-    they still show. For display only (the owner column); the lag itself uses no member's
-    stamp."""
-    clients = await store.list_clients()
+async def live_members(
+    store: TableReads, fallback_timeout: float, clients: Sequence[ClientInfo] | None = None
+) -> dict[str, ClientInfo]:
+    """The live members, by id, as the lag's owner column and ``kinesumer lag --serve`` show
+    them: heartbeat stamps within the group's ``client_timeout`` (the one its leader publishes;
+    else ``fallback_timeout``) of this host's clock, less those the leader's published view
+    judged dead with the heartbeat they still show. ``clients``: the client items as already
+    read (default: read them). For display only: the lag itself uses no member's stamp, and
+    members judge each other by change on their own clocks (:mod:`kinesumer.core.liveness`)."""
+    if clients is None:
+        clients = await store.list_clients()
     head = await store.read_view_head(consistent=False)
     timeout_ms = head.timeout_ms if head is not None and head.timeout_ms else None
     if timeout_ms is None:
