@@ -48,8 +48,8 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..admin import probe_group_lag, read_controls
+from ..admin.lag import live_members
 from ..config import Config
-from ..core import live_clients
 from ..core.controls import controlled_leader
 from ..core.lag import GroupLag
 from ..kinesis.tool_transport import open_tool_transport
@@ -211,26 +211,14 @@ class GroupProbe:
 async def group_members(
     config: Config, store: DynamoDBStateStore, figure: GroupLag
 ) -> tuple[MemberRow, ...]:
-    """The registered members as ``kinesumer status`` and the lag probe judge them: live when
-    their heartbeat stamp is within the group's published ``client_timeout`` (else
-    ``config.client_timeout``) of this host's clock and the leader's view did not judge them
-    dead with that heartbeat; the leader the lowest live id not stepped down. Each with the
+    """The registered members as the lag probe judges them (:func:`live_members`: live when
+    their heartbeat stamp is within the group's published ``client_timeout``, else
+    ``config.client_timeout``, of this host's clock and the leader's view did not judge them
+    dead with that heartbeat); the leader the lowest live id not stepped down. Each with the
     shards ``figure`` found it owning."""
     clients = await store.list_clients()
-    head = await store.read_view_head(consistent=False)
-    timeout_ms = head.timeout_ms if head is not None and head.timeout_ms else None
-    if timeout_ms is None:
-        timeout_ms = int(config.client_timeout * 1000)
-    listed = None
-    if head is not None and head.members_key:
-        listed = await store.read_view_members(head.members_key)
-    dead = listed.dead if listed is not None else {}
+    live = await live_members(store, config.client_timeout, clients)
     now_ms = int(time.time() * 1000)
-    live = {
-        c.client_id
-        for c in live_clients(clients, now_ms, timeout_ms)
-        if dead.get(c.client_id) != c.token
-    }
     controls = await asyncio.to_thread(read_controls, config)
     leader = controlled_leader(sorted(live), controls, now_ms)
     owned: dict[str, list[str]] = {}

@@ -20,6 +20,7 @@ from support.standins import NodeStandIn
 from support.wait import eventually
 
 from kinesumer import admin
+from kinesumer.admin import controls as admin_controls
 from kinesumer.cli import main as cli_main
 from kinesumer.cli.errors import EXIT_REFUSED
 from kinesumer.core.liveness import Observer
@@ -191,7 +192,7 @@ async def test_a_step_down_counts_its_length_not_the_operators_clock(
     try:
         await eventually(lambda: a.consumer.stats().leader, timeout=30, what="m-a leads")
         behind = SimpleNamespace(time=lambda: time.time() - 70)
-        monkeypatch.setattr(admin, "time", behind)
+        monkeypatch.setattr(admin_controls, "time", behind)  # the clock step_down reads
         await asyncio.to_thread(admin.step_down, config, "m-a", 60)
         await eventually(
             lambda: b.consumer.stats().leader and not a.consumer.stats().leader,

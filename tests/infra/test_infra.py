@@ -571,7 +571,7 @@ def test_cross_account_role_policies() -> None:
 
 # `kinesumer create-table` and the demo: local work, not granted. The producer's calls are the
 # producer policy's (tests/infra/test_infra_producer_policy.py).
-NOT_THE_CONSUMERS = ("admin.py", "cli/create_table.py", "cli/demo/", "producer/")
+NOT_THE_CONSUMERS = ("admin/", "cli/create_table.py", "cli/demo/", "producer/")
 
 
 def _library_calls() -> dict[str, set[str]]:
