@@ -1,4 +1,7 @@
-"""The consumer group on moto in server mode (aioboto3 needs a real HTTP endpoint)."""
+"""The consumer group's protocol (splits, handoffs, takeovers, checkpoints, hooks), on the
+in-memory Kinesis and state table every member shares (support.memory_group): the
+contract suite (tests/contract/) keeps those honest against the real stand-ins. The tests whose
+point is the DynamoDB store itself run on moto in server mode, each saying why."""
 
 from __future__ import annotations
 
@@ -12,67 +15,82 @@ import pytest
 from support.group import (
     POSITIONS,
     Member,
-    create_stream,
     datas,
     duplicates,
     make_config,
-    put,
     setup_table,
     state_store,
     wait_reading,
 )
+from support.memory_group import MemoryGroup
 from support.wait import eventually
 
 from kinesumer import AsyncKinesumer, Record
+from kinesumer.group.leasing import reset_command
 from kinesumer.models import Position
 
 Names = Callable[[str], str]
 
 
+class Group(MemoryGroup):
+    """A test's group in memory, with the name of the stream most tests read."""
+
+    def __init__(self, app: str, table: str, stream: str, initial_position: str) -> None:
+        super().__init__(app, table)
+        self.stream = stream
+        self.initial_position = initial_position
+
+    def started(
+        self, client_id: str, streams: list[str], sink: list[tuple[str, Record]], **overrides: Any
+    ) -> Member:
+        """A started member at the group's initial position."""
+        values = {"client_id": client_id, "initial_position": self.initial_position, **overrides}
+        return self.member(self.config(**values), streams, sink).start()
+
+
 @pytest.fixture
-def group(moto_url: str, unique_name: Names) -> dict[str, Any]:
-    """A fresh stream name, table and app on moto; the table is created."""
-    names = {"app": unique_name("app"), "table": unique_name("state"), "stream": unique_name("s")}
+def group(unique_name: Names) -> Group:
+    """A fresh group in memory: its stream's name (not created), its members read from
+    ``TRIM_HORIZON``."""
+    return Group(unique_name("app"), unique_name("state"), unique_name("s"), "TRIM_HORIZON")
+
+
+@pytest.fixture(params=POSITIONS)
+def at(request: pytest.FixtureRequest, group: Group) -> Group:
+    """:func:`group`, its members at ``initial_position`` ``group.initial_position``: the
+    default ``LATEST``, and ``TRIM_HORIZON``. At ``LATEST`` a test puts records only once the
+    members read every shard (:func:`wait_reading`)."""
+    group.initial_position = request.param
+    return group
+
+
+@pytest.fixture
+def moto_group(moto_url: str, unique_name: Names) -> dict[str, Any]:
+    """A table and app on moto in server mode, the table created: for the DynamoDB store's own
+    tests."""
+    names = {"app": unique_name("app"), "table": unique_name("state")}
     config = make_config(moto_url, moto_url, names["app"], names["table"])
     setup_table(config)
     return {**names, "url": moto_url, "config": config}
 
 
-def config_for(g: dict[str, Any], **overrides: Any) -> Any:
-    return make_config(g["url"], g["url"], g["app"], g["table"], **overrides)
-
-
-@pytest.fixture(params=POSITIONS)
-def at(request: pytest.FixtureRequest, group: dict[str, Any]) -> dict[str, Any]:
-    """:func:`group` with its members' ``initial_position`` (``group["initial_position"]``):
-    the default ``LATEST``, and ``TRIM_HORIZON``. At ``LATEST`` a test puts records only once
-    the members read every shard (:func:`wait_reading`)."""
-    return {**group, "initial_position": request.param}
-
-
-def member_of(at: dict[str, Any], client_id: str, streams: list[str], sink: Any) -> Member:
-    """A started member of ``at``'s group, at its initial position."""
-    config = config_for(at, client_id=client_id, initial_position=at["initial_position"])
-    return Member(config, streams, sink).start()
-
-
-async def test_two_clients_split_shards_and_read_every_record_once(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 4)
+async def test_two_clients_split_shards_and_read_every_record_once(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 4)
     sink: list[tuple[str, Record]] = []
-    a = member_of(at, "a", [stream], sink)
+    a = at.started("a", [stream], sink)
     await eventually(lambda: len(a.owned()) == 4, what="a owns all 4 shards")
     await wait_reading([a], 4)
-    produced = put(url, stream, 0, 200)
+    produced = at.put(stream, 0, 200)
     await eventually(lambda: len(sink) >= 100, what="a reading")
-    b = member_of(at, "b", [stream], sink)
+    b = at.started("b", [stream], sink)
     joined = time.monotonic()
     await eventually(
         lambda: len(a.owned()) == 2 and len(b.owned()) == 2 and not (a.owned() & b.owned()),
         what="a and b own two shards each",
     )
     print(f"rebalance after join: {time.monotonic() - joined:.2f}s")
-    produced += put(url, stream, 200, 200)
+    produced += at.put(stream, 200, 200)
     await eventually(lambda: len(set(datas(sink))) == 400, what="all 400 records")
     owned = {"a": a.owned(), "b": b.owned()}
     await a.close()
@@ -85,16 +103,16 @@ async def test_two_clients_split_shards_and_read_every_record_once(at: dict[str,
             assert (stream, record.shard_id) in owned[cid]
 
 
-async def test_three_clients_read_every_record_exactly_once(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 6)
+async def test_three_clients_read_every_record_exactly_once(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 6)
     sink: list[tuple[str, Record]] = []
-    members = [member_of(at, c, [stream], sink) for c in "xyz"]
+    members = [at.started(c, [stream], sink) for c in "xyz"]
     await eventually(lambda: [len(m.owned()) for m in members] == [2, 2, 2], what="two shards each")
     await wait_reading(members, 6)
     owned = [m.owned() for m in members]
     assert set().union(*owned) == {(stream, f"shardId-{i:012d}") for i in range(6)}
-    produced = put(url, stream, 0, 600)
+    produced = at.put(stream, 0, 600)
     await eventually(lambda: len(sink) >= 600, what="600 records")
     for m in members:
         await m.close()
@@ -105,38 +123,38 @@ async def test_three_clients_read_every_record_exactly_once(at: dict[str, Any]) 
         assert mine <= shards  # membership was stable: nobody read another's shard
 
 
-async def test_leaving_client_hands_shards_over_without_duplicates(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 4)
+async def test_leaving_client_hands_shards_over_without_duplicates(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 4)
     sink: list[tuple[str, Record]] = []
-    a = member_of(at, "a", [stream], sink)
-    b = member_of(at, "b", [stream], sink)
+    a = at.started("a", [stream], sink)
+    b = at.started("b", [stream], sink)
     await eventually(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, what="split")
     await wait_reading([a, b], 4)
-    produced = put(url, stream, 0, 300)
+    produced = at.put(stream, 0, 300)
     await eventually(lambda: len(sink) >= 150, what="half consumed")
     await a.close()  # graceful: checkpoints written, shards released, client item deleted
     await eventually(lambda: len(b.owned()) == 4, timeout=10, what="b takes all shards")
-    produced += put(url, stream, 300, 300)
+    produced += at.put(stream, 300, 300)
     await eventually(lambda: len(set(datas(sink))) == 600, what="all records")
     await b.close()
     assert sorted(datas(sink)) == sorted(produced)
     assert duplicates(sink) == {}
 
 
-async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) -> None:
+async def test_checkpoint_write_refused_after_takeover(group: Group) -> None:
     """A client whose shard was claimed by someone else cannot write its checkpoint, and the
     newer checkpoint is never overwritten by the older owner."""
-    url, stream = group["url"], group["stream"]
-    create_stream(url, stream, 1)
+    stream = group.stream
+    group.create_stream(stream, 1)
     shard = "shardId-000000000000"
-    put(url, stream, 0, 50)
+    group.put(stream, 0, 50)
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a", commit_interval=60), [stream], sink).start()
+    a = group.started("a", [stream], sink, commit_interval=60)
     await eventually(lambda: len(sink) == 50, what="a read 50")
     await a.consumer.commit()
     # The same table, written as another client would.
-    async with state_store(group["config"]) as intruder:
+    async with group.state_store() as intruder:
         seen = (await intruder.get_checkpoints(stream, [shard]))[shard]
         assert seen.owner == "a"
         taken = await intruder.claim(stream, shard, "intruder", seen)
@@ -145,7 +163,7 @@ async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) ->
         assert await intruder.write_checkpoint(taken, newer)
         # a's old lease can no longer write, whatever position it holds.
         assert not await intruder.write_checkpoint(seen, Position(sink[0][1].sequence_number, 0))
-        put(url, stream, 50, 10)
+        group.put(stream, 50, 10)
         await eventually(lambda: len(sink) >= 51, what="a reads on until it learns")
         await a.consumer.commit()  # refused: a's lease was taken over
         stats = a.consumer.stats()
@@ -157,28 +175,29 @@ async def test_checkpoint_write_refused_after_takeover(group: dict[str, Any]) ->
 
 
 def put_once_reading(
-    consumer: AsyncKinesumer, shards: int, url: str, stream: str, count: int
+    consumer: AsyncKinesumer, shards: int, group: Group, count: int
 ) -> asyncio.Task[list[bytes]]:
-    """Put records 0..count-1 once ``consumer`` reads ``shards`` shards (at ``LATEST``, records
-    put earlier are not read), from a task: the test meanwhile iterates the consumer."""
+    """Put records 0..count-1 into ``group.stream`` once ``consumer`` reads ``shards`` shards
+    (at ``LATEST``, records put earlier are not read), from a task: the test meanwhile iterates
+    the consumer."""
 
     async def once_reading() -> list[bytes]:
         await eventually(
             lambda: sum(s.millis_behind is not None for s in consumer.stats().shards) == shards,
             what=f"{shards} shards read",
         )
-        return put(url, stream, 0, count)
+        return group.put(group.stream, 0, count)
 
     return asyncio.create_task(once_reading())
 
 
-async def test_restart_resumes_after_the_checkpoint(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 2)
-    config = config_for(at, initial_position=at["initial_position"])
+async def test_restart_resumes_after_the_checkpoint(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 2)
+    config = at.config(initial_position=at.initial_position)
     first: list[Record] = []
-    consumer = AsyncKinesumer(config)
-    producing = put_once_reading(consumer, 2, url, stream, 200)
+    consumer = at.consumer(config)
+    producing = put_once_reading(consumer, 2, at, 200)
     async for record in consumer.consume([stream]):
         first.append(record)
         if len(first) == 120:
@@ -186,7 +205,7 @@ async def test_restart_resumes_after_the_checkpoint(at: dict[str, Any]) -> None:
     await consumer.aclose()  # from the iterating task: the 120th record counts as processed
     produced = await producing
     second: list[Record] = []
-    consumer = AsyncKinesumer(config)  # at LATEST too: after the checkpoint, not at the tip
+    consumer = at.consumer(config)  # at LATEST too: after the checkpoint, not at the tip
     async for record in consumer.consume([stream]):
         second.append(record)
         if len(first) + len(second) == 200:
@@ -196,18 +215,17 @@ async def test_restart_resumes_after_the_checkpoint(at: dict[str, Any]) -> None:
     assert sorted(r.data for r in first + second) == sorted(produced)
 
 
-async def test_multiple_streams_spread_over_members(at: dict[str, Any], unique_name: Names) -> None:
-    url = at["url"]
-    s1, s2 = at["stream"], unique_name("s")
-    create_stream(url, s1, 2)
-    create_stream(url, s2, 3)
+async def test_multiple_streams_spread_over_members(at: Group, unique_name: Names) -> None:
+    s1, s2 = at.stream, unique_name("s")
+    at.create_stream(s1, 2)
+    at.create_stream(s2, 3)
     sink: list[tuple[str, Record]] = []
-    members = [member_of(at, c, [s1, s2], sink) for c in "ab"]
+    members = [at.started(c, [s1, s2], sink) for c in "ab"]
     await eventually(
         lambda: sorted(len(m.owned()) for m in members) == [2, 3], what="5 shards split 2/3"
     )
     await wait_reading(members, 5)
-    produced = put(url, s1, 0, 100) + put(url, s2, 1000, 150)
+    produced = at.put(s1, 0, 100) + at.put(s2, 1000, 150)
     await eventually(lambda: len(sink) >= 250, what="all records of both streams")
     for m in members:
         await m.close()
@@ -216,13 +234,12 @@ async def test_multiple_streams_spread_over_members(at: dict[str, Any], unique_n
     assert {r.stream for _, r in sink} == {s1, s2}
 
 
-async def test_manual_commit_checkpoints_only_what_was_committed(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 1)
-    position = at["initial_position"]
-    config = config_for(at, auto_commit=False, commit_interval=0.1, initial_position=position)
-    consumer = AsyncKinesumer(config)
-    producing = put_once_reading(consumer, 1, url, stream, 60)
+async def test_manual_commit_checkpoints_only_what_was_committed(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 1)
+    config = at.config(auto_commit=False, commit_interval=0.1, initial_position=at.initial_position)
+    consumer = at.consumer(config)
+    producing = put_once_reading(consumer, 1, at, 60)
     got: list[Record] = []
     async for record in consumer.consume([stream]):
         got.append(record)
@@ -234,7 +251,7 @@ async def test_manual_commit_checkpoints_only_what_was_committed(at: dict[str, A
     await consumer.aclose()  # manual mode: closing does not commit
     produced = await producing
     again: list[Record] = []
-    consumer = AsyncKinesumer(config)
+    consumer = at.consumer(config)
     async for record in consumer.consume([stream]):
         again.append(record)
         if len(again) == 30:
@@ -244,14 +261,14 @@ async def test_manual_commit_checkpoints_only_what_was_committed(at: dict[str, A
     assert [r.data for r in again] == produced[30:60]
 
 
-async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[str, Any]) -> None:
-    url, stream = group["url"], group["stream"]
-    create_stream(url, stream, 2)
+async def test_crashed_member_shards_are_taken_over_at_least_once(group: Group) -> None:
+    stream = group.stream
+    group.create_stream(stream, 2)
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a"), [stream], sink).start()
-    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    a = group.started("a", [stream], sink)
+    b = group.started("b", [stream], sink)
     await eventually(lambda: len(a.owned()) == 1 and len(b.owned()) == 1, what="split")
-    produced = put(url, stream, 0, 200)
+    produced = group.put(stream, 0, 200)
     await eventually(lambda: len(sink) >= 200, what="all read once")
     await eventually(a.flushed, what="a's checkpoints at its last records")
     await a.crash()
@@ -260,14 +277,14 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
     print(f"takeover after crash: {time.monotonic() - crashed:.2f}s")
     # The leader (b) prunes the dead member's item, with a delete conditional on what it saw.
     members: list[str] = []
-    async with state_store(group["config"]) as store:
+    async with group.state_store() as store:
         for _ in range(100):
             members = [c.client_id for c in await store.list_clients()]
             if members == ["b"]:
                 break
             await asyncio.sleep(0.1)
     assert members == ["b"]
-    produced += put(url, stream, 200, 100)
+    produced += group.put(stream, 200, 100)
     await eventually(lambda: len(set(datas(sink))) == 300, what="all 300")
     await b.close()
     assert sorted(set(datas(sink))) == sorted(produced)
@@ -276,24 +293,24 @@ async def test_crashed_member_shards_are_taken_over_at_least_once(group: dict[st
 
 
 async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_warned_once(
-    group: dict[str, Any], caplog: pytest.LogCaptureFixture
+    group: Group, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A shard with no position but a recorded LATEST start is read from that start, whatever
     the member's initial position: each member says so once per shard, at WARNING, naming the
     command that makes the group forget it."""
-    url, stream = group["url"], group["stream"]
-    create_stream(url, stream, 2)
+    stream = group.stream
+    group.create_stream(stream, 2)
     shards = ["shardId-000000000000", "shardId-000000000001"]
-    async with state_store(group["config"]) as earlier:  # a run at LATEST, as its fetcher does
+    async with group.state_store() as earlier:  # a run at LATEST, as its fetcher does
         for shard_id in shards:
             claimed = await earlier.claim(stream, shard_id, "earlier", None)
             assert claimed is not None and await earlier.record_start(claimed, 1_000)
             assert await earlier.write_checkpoint(claimed, None, release=True)
     caplog.set_level(logging.WARNING, logger="kinesumer.coordinator")
     sink: list[tuple[str, Record]] = []
-    a = Member(config_for(group, client_id="a"), [stream], sink).start()
+    a = group.started("a", [stream], sink)
     await eventually(lambda: len(a.reading()) == 2, what="a reads both shards")
-    b = Member(config_for(group, client_id="b"), [stream], sink).start()
+    b = group.started("b", [stream], sink)
     await eventually(lambda: len(a.owned()) == 1 and len(b.reading()) == 1, what="split")
     (moved,) = b.owned()
     await b.close()
@@ -309,9 +326,9 @@ async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_wa
             and "recorded LATEST start" in r.getMessage()
         ]
 
+    # No --dynamodb-endpoint: these members' config names none (the next test adds one).
     command = (
-        f"kinesumer checkpoints reset --app {group['app']} --table {group['table']} "
-        f"--region us-east-1 --dynamodb-endpoint {group['url']}"
+        f"kinesumer checkpoints reset --app {group.app} --table {group.table} --region us-east-1"
     )
     (to_a,) = warned("a")  # once, though it claimed the moved shard again
     assert f"{shards[0]}, {shards[1]} have no checkpoint" in to_a
@@ -321,7 +338,17 @@ async def test_a_recorded_latest_start_that_overrides_the_initial_position_is_wa
     assert f"`{command} --stream {stream} --shard {moved[1]}`" in to_b
 
 
-async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> None:
+def test_the_reset_command_a_member_prints_names_its_tables_endpoint() -> None:
+    """Where the member was given the table's endpoint, the command it prints reaches it."""
+    assert reset_command("my app", "state", "eu-west-1", "http://127.0.0.1:4566") == (
+        "kinesumer checkpoints reset --app 'my app' --table state --region eu-west-1 "
+        "--dynamodb-endpoint http://127.0.0.1:4566"
+    )
+
+
+async def test_shard_cache_round_trips_20000_shards(moto_group: dict[str, Any]) -> None:
+    """On moto in server mode: the point is the DynamoDB store's chunked body (20,000 shards
+    compress past one item's 400 KB, which moto refuses as DynamoDB does), not the group."""
     from kinesumer.models import Shard
     from kinesumer.statestore.base import ShardCache
 
@@ -331,7 +358,7 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         for i in range(10_000, 20_000)
     ]
     cache = ShardCache("big", tuple(shards), frozenset(s.shard_id for s in shards[:5000]))
-    async with state_store(group["config"]) as store:
+    async with state_store(moto_group["config"]) as store:
         assert await store.save_shard_cache(cache, None)
         assert not await store.save_shard_cache(cache, None)  # conditional: already there
         loaded = await store.load_shard_cache("big")
@@ -343,22 +370,22 @@ async def test_shard_cache_round_trips_20000_shards(group: dict[str, Any]) -> No
         assert await store.load_shard_cache("big") == smaller
 
 
-async def test_hot_standby_takes_over_when_a_member_leaves(at: dict[str, Any]) -> None:
-    url, stream = at["url"], at["stream"]
-    create_stream(url, stream, 2)
+async def test_hot_standby_takes_over_when_a_member_leaves(at: Group) -> None:
+    stream = at.stream
+    at.create_stream(stream, 2)
     sink: list[tuple[str, Record]] = []
-    members = [member_of(at, c, [stream], sink) for c in "abc"]
+    members = [at.started(c, [stream], sink) for c in "abc"]
     await eventually(
         lambda: sorted(len(m.owned()) for m in members) == [0, 1, 1], what="one hot standby"
     )
     await wait_reading(members, 2)
     standby = next(m for m in members if not m.owned())
     leaving = next(m for m in members if m.owned() and m is not standby)
-    produced = put(url, stream, 0, 100)
+    produced = at.put(stream, 0, 100)
     await eventually(lambda: len(sink) >= 100, what="first 100")
     await leaving.close()
     await eventually(lambda: len(standby.owned()) == 1, timeout=10, what="standby steps in")
-    produced += put(url, stream, 100, 100)
+    produced += at.put(stream, 100, 100)
     await eventually(lambda: len(set(datas(sink))) == 200, what="all 200")
     for m in members:
         if m is not leaving:
@@ -367,16 +394,15 @@ async def test_hot_standby_takes_over_when_a_member_leaves(at: dict[str, Any]) -
     assert duplicates(sink) == {}
 
 
-async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None:
+async def test_slow_application_bounds_the_buffer(group: Group) -> None:
     """Each GetRecords reserves room for its Limit first: buffered records never exceed the
     bound, however many shards the member reads and however far behind the application is
     (before, every shard's fetcher could pass a half-empty buffer at once: bound + shards x
     scan_limit)."""
-    url, stream = group["url"], group["stream"]
-    create_stream(url, stream, 6)
-    put(url, stream, 0, 2000)
-    config = config_for(group, max_buffered_records=100, scan_limit=50)
-    consumer = AsyncKinesumer(config)
+    stream = group.stream
+    group.create_stream(stream, 6)
+    group.put(stream, 0, 2000)
+    consumer = group.consumer(group.config(max_buffered_records=100, scan_limit=50))
     peak = 0
     got = 0
     async for _ in consumer.consume([stream]):
@@ -390,10 +416,12 @@ async def test_slow_application_bounds_the_buffer(group: dict[str, Any]) -> None
     assert 0 < peak <= 100
 
 
-async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any]) -> None:
+async def test_prune_spares_a_member_that_heartbeated_since(moto_group: dict[str, Any]) -> None:
+    """On moto in server mode: the point is the DynamoDB store's conditional delete of a
+    client item (tests/contract/ holds the in-memory table to the same rule)."""
     from kinesumer.models import ClientInfo
 
-    async with state_store(group["config"]) as store:
+    async with state_store(moto_group["config"]) as store:
         old = ClientInfo("zombie", last_update_ms=1_000)
         await store.heartbeat(old, 3600)
         await store.heartbeat(ClientInfo("zombie", last_update_ms=2_000), 3600)  # revived
@@ -403,11 +431,11 @@ async def test_prune_spares_a_member_that_heartbeated_since(group: dict[str, Any
         assert await store.list_clients() == []
 
 
-async def test_rebalance_hooks_and_lag(at: dict[str, Any]) -> None:
+async def test_rebalance_hooks_and_lag(at: Group) -> None:
     """on_assigned before the first record of a shard; on_revoked during a handoff, after the
     in-hand record and before the release (the checkpoint still names us as owner)."""
-    url, stream, group = at["url"], at["stream"], at
-    create_stream(url, stream, 2)
+    stream = at.stream
+    at.create_stream(stream, 2)
     events: list[tuple[str, str, list[tuple[str, str]]]] = []
     owner_at_revoke: list[str | None] = []
 
@@ -417,15 +445,14 @@ async def test_rebalance_hooks_and_lag(at: dict[str, Any]) -> None:
     async def revoked(shards: list[tuple[str, str]]) -> None:
         events.append(("a", "revoked", shards))
         (key,) = shards
-        async with state_store(group["config"]) as store:
+        async with at.state_store() as store:
             checkpoint = (await store.get_checkpoints(key[0], [key[1]]))[key[1]]
         owner_at_revoke.append(checkpoint.owner)
 
     sink: list[tuple[str, Record]] = []
-    config = config_for(group, client_id="a", initial_position=at["initial_position"])
-    a = Member(config, [stream], sink)
-    a.consumer = AsyncKinesumer(config, on_assigned=assigned, on_revoked=revoked)
-    a.start()
+    config = at.config(client_id="a", initial_position=at.initial_position)
+    consumer = at.consumer(config, on_assigned=assigned, on_revoked=revoked)
+    a = Member(config, [stream], sink, consumer=consumer).start()
     # The hook runs once the tick's claims all settled: a lease shows as owned a moment earlier.
     await eventually(
         lambda: len(a.owned()) == 2 and sum(len(keys) for *_, keys in events) >= 2,
@@ -435,11 +462,11 @@ async def test_rebalance_hooks_and_lag(at: dict[str, Any]) -> None:
     assert all(kind == "assigned" for _, kind, _ in events)
     assert sorted(announced) == sorted(a.owned())  # each shard announced once
     await wait_reading([a], 2)
-    put(url, stream, 0, 20)
+    at.put(stream, 0, 20)
     await eventually(lambda: len(sink) >= 20, what="records")
     lag = a.consumer.lag()
     assert set(lag) == a.owned() and all(v is not None and v >= 0 for v in lag.values())
-    b = member_of(at, "b", [stream], sink)
+    b = at.started("b", [stream], sink)
     await eventually(lambda: len(b.owned()) == 1, what="b takes one shard")
     revokes = [keys for _, kind, keys in events if kind == "revoked"]
     assert len(revokes) == 1 and len(revokes[0]) == 1
@@ -447,21 +474,21 @@ async def test_rebalance_hooks_and_lag(at: dict[str, Any]) -> None:
     await a.close()
     await b.close()
     with pytest.raises(TypeError):
-        AsyncKinesumer(group["config"], on_assigned="not callable")  # type: ignore[arg-type]
+        at.consumer(at.config(), on_assigned="not callable")
 
 
-async def test_close_leaves_no_shard_owned(group: dict[str, Any]) -> None:
+async def test_close_leaves_no_shard_owned(group: Group) -> None:
     """close() waits for a coordinator tick in flight: a claim made during close would leave a
     shard owned by a member that has gone."""
-    url, stream = group["url"], group["stream"]
-    create_stream(url, stream, 4)
-    put(url, stream, 0, 40)
+    stream = group.stream
+    group.create_stream(stream, 4)
+    group.put(stream, 0, 40)
     for round_ in range(3):
-        consumer = AsyncKinesumer(config_for(group, client_id=f"c{round_}"))
+        consumer = group.consumer(group.config(client_id=f"c{round_}"))
         async for _ in consumer.consume([stream]):
             break
         await consumer.aclose()
-        async with state_store(group["config"]) as store:
+        async with group.state_store() as store:
             owners = {c.owner for c in (await store.get_checkpoints(stream)).values()}
         assert owners <= {None}, (round_, owners)
 

@@ -28,8 +28,10 @@ FAST = {
 
 
 def make_config(
-    kinesis_url: str, dynamodb_url: str, app: str, table: str, **overrides: Any
+    kinesis_url: str | None, dynamodb_url: str | None, app: str, table: str, **overrides: Any
 ) -> Config:
+    """A group member's config with the :data:`FAST` timings, reading from ``TRIM_HORIZON``;
+    None for an endpoint: the member is given its Kinesis or state table in memory instead."""
     values: dict[str, Any] = {
         "app": app,
         "dynamodb_table": table,
@@ -70,20 +72,24 @@ def create_stream(url: str, name: str, shards: int) -> None:
     )
 
 
+def numbered(start: int, count: int, key: Callable[[int], str] = str) -> list[tuple[bytes, str]]:
+    """The records numbered start..start+count-1 a test puts: (data b"<n>", partition key)."""
+    return [(str(i).encode(), key(i)) for i in range(start, start + count)]
+
+
 def put(
     url: str, stream: str, start: int, count: int, key: Callable[[int], str] = str
 ) -> list[bytes]:
     """Put records numbered start..start+count-1 (data b"<n>"), in batches; returns the data."""
     client = kinesis(url)
-    datas = [str(i).encode() for i in range(start, start + count)]
+    records = numbered(start, count, key)
     for offset in range(0, count, 500):
-        chunk = list(range(start + offset, start + min(offset + 500, count)))
         response = client.put_records(
             StreamName=stream,
-            Records=[{"Data": str(i).encode(), "PartitionKey": key(i)} for i in chunk],
+            Records=[{"Data": d, "PartitionKey": k} for d, k in records[offset : offset + 500]],
         )
         assert response.get("FailedRecordCount", 0) == 0
-    return datas
+    return [data for data, _ in records]
 
 
 def split_in_two(url: str, stream: str) -> str:
@@ -141,10 +147,18 @@ RUNNING: set[Member] = set()
 
 
 class Member:
-    """One group member consuming in its own asyncio task, recording every delivery."""
+    """One group member consuming in its own asyncio task, recording every delivery.
+    ``consumer``: the member's consumer, if not one of ``config``'s AWS (a member given its
+    Kinesis and state table in memory)."""
 
-    def __init__(self, config: Config, streams: Iterable[str], sink: list[tuple[str, Record]]):
-        self.consumer = AsyncKinesumer(config)
+    def __init__(
+        self,
+        config: Config,
+        streams: Iterable[str],
+        sink: list[tuple[str, Record]],
+        consumer: AsyncKinesumer | None = None,
+    ):
+        self.consumer = consumer if consumer is not None else AsyncKinesumer(config)
         self.streams = list(streams)
         self.sink = sink
         self.task: asyncio.Task[None] | None = None
