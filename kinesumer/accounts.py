@@ -1,4 +1,4 @@
-"""Streams of several accounts and regions in one group (issue 36): how each account is reached,
+"""Streams of several accounts and regions in one group: how each account is reached,
 and which state items a stream's checkpoints live under.
 
 - :class:`AccountAccess`: the role a member assumes to read the Kinesis streams of one account

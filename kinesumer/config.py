@@ -225,8 +225,8 @@ def _check_otel(tracer: Any, meter: Any, metrics: bool, port: int | None) -> Non
 
 def check_streams(streams: Any, *, kinesis_arns: bool = False) -> tuple[str, ...]:
     """Validate the stream names given to ``consume()``/``refresh()``; sorted, without repeats.
-    ``kinesis_arns``: Kinesis streams may be given by ARN (the consume side reads them; the
-    Spark source and the command line do not yet: issue 36)."""
+    ``kinesis_arns``: Kinesis streams may be given by ARN (whatever reads them; not where a
+    stream is to be created by its name)."""
     if isinstance(streams, str) or not hasattr(streams, "__iter__"):
         raise ConfigError("streams", f"must be a list of stream names, got {streams!r}")
     names = list(streams)

@@ -9,9 +9,9 @@ can send its calls to the right service.
 
 - ``orders``: a Kinesis stream of the configured region and account.
 - ``arn:aws:kinesis:eu-west-1:123456789012:stream/orders``: a Kinesis stream by ARN, of any
-  account and region (issue 36): read by the consume side (``check_streams(...,
-  kinesis_arns=True)``), still refused by :func:`check_stream` elsewhere (the Spark source, the
-  command line, the producer). Its state items are keyed by :func:`kinesumer.accounts.state_key`.
+  account and region (``Config.accounts`` says how each account is reached). Its state items are
+  keyed by :func:`kinesumer.accounts.state_key`. Refused by :func:`check_stream`, where a stream
+  is to be created by its name (a local stand-in's).
 - ``arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000``: a
   DynamoDB table's stream (its ``LatestStreamArn``).
 
@@ -134,15 +134,13 @@ def parse_stream(text: object) -> StreamRef:
 
 
 def check_stream(text: object) -> StreamRef:
-    """:func:`parse_stream`, refusing what kinesumer cannot read yet: a Kinesis stream ARN
-    (issue 36: give the stream's name, and ``role_arn`` for another account)."""
+    """:func:`parse_stream`, refusing a Kinesis stream ARN where a stream's name is needed (a
+    stream to create)."""
     ref = parse_stream(text)
     if ref.kind == "kinesis-arn":
         raise ConfigError(
             "streams",
-            f"{ref.text!r}: Kinesis streams are named, not given by ARN (yet): give "
-            f"{ref.name!r}, with Config.kinesis_region={ref.region!r} (and role_arn for "
-            f"another account)",
+            f"{ref.text!r}: a stream's name is needed here, not its ARN: give {ref.name!r}",
         )
     return ref
 

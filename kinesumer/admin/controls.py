@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from botocore.exceptions import ClientError
 
+from ..accounts import Home, state_key
 from ..aws import ClientFactory, error_code
 from ..aws.clients import default_region
 from ..config import Config
@@ -34,6 +35,7 @@ from ..errors import (
     StateTableSchemaError,
 )
 from ..kinesis.efo.consumers import deregister_stream_consumer
+from ..kinesis.places import config_home
 from ..statestore.dynamodb.controls import (
     controls_condition,
     controls_item,
@@ -41,7 +43,7 @@ from ..statestore.dynamodb.controls import (
     decode_controls,
 )
 from ..statestore.schema import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-from ..stream_refs import check_stream
+from ..stream_refs import is_dynamodb_stream, parse_stream
 
 #: Read-modify-write attempts of a controls change racing other changes.
 CONTROLS_ATTEMPTS = 10
@@ -148,22 +150,54 @@ def update_controls(config: Config, change: Callable[[Controls], Controls]) -> C
 def pin_shard(config: Config, stream: str, shard_id: str, client_id: str) -> Controls:
     """Pin ``stream``/``shard_id`` to member ``client_id``: it leaves the automatic assignment
     and that member reads it while it is live and consumes ``stream``; otherwise the pin falls
-    back to the automatic assignment (the members log it) until the member is back."""
-    check_stream(stream)  # a name, or a stream ARN (whose '/'s the pins' keys allow)
+    back to the automatic assignment (the members log it) until the member is back.
+
+    ``stream`` as the members are given it: a name, a Kinesis stream ARN (of any account and
+    region) or a table's stream ARN. The pin is kept as given and members match it by its state
+    key, so ``orders`` and its home ARN are one stream: this pin replaces one of the shard made
+    under the other spelling (else two pins of one shard to two members)."""
+    parse_stream(stream)
     for name, value in (("shard_id", shard_id), ("client_id", client_id)):
         if not isinstance(value, str) or not value or "/" in value:
             raise ConfigError(name, f"must be a non-empty name without '/', got {value!r}")
-    return update_controls(
-        config, lambda c: replace(c, pins={**c.pins, (stream, shard_id): client_id})
-    )
+    same = _same_shard(config, stream, shard_id)
+
+    def pin(c: Controls) -> Controls:
+        kept = {k: v for k, v in c.pins.items() if not same(k)}
+        return replace(c, pins={**kept, (stream, shard_id): client_id})
+
+    return update_controls(config, pin)
 
 
 def unpin_shard(config: Config, stream: str, shard_id: str) -> Controls:
-    """Remove the pin of ``stream``/``shard_id`` (none: nothing changes but the version)."""
+    """Remove the pin of ``stream``/``shard_id``, made under this spelling of the stream or
+    another one of its state key (its name or its home ARN); none: nothing changes but the
+    version."""
+    parse_stream(stream)
+    same = _same_shard(config, stream, shard_id)
     return update_controls(
-        config,
-        lambda c: replace(c, pins={k: v for k, v in c.pins.items() if k != (stream, shard_id)}),
+        config, lambda c: replace(c, pins={k: v for k, v in c.pins.items() if not same(k)})
     )
+
+
+def _same_shard(config: Config, stream: str, shard_id: str) -> Callable[[tuple[str, str]], bool]:
+    """Whether a pin's (stream, shard) is ``stream``'s ``shard_id`` by state key
+    (:func:`kinesumer.accounts.state_key`). The home account is asked of STS once, at the
+    first Kinesis stream ARN compared: names alone ask nothing."""
+    home: list[Home] = []
+
+    def key(text: str) -> str:
+        if not text.startswith("arn:") or is_dynamodb_stream(text):
+            return text
+        if not home:
+            home.append(asyncio.run(config_home(config)))
+        return state_key(text, home[0])
+
+    def same(pin: tuple[str, str]) -> bool:
+        pinned, pinned_shard = pin
+        return pinned_shard == shard_id and (pinned == stream or key(pinned) == key(stream))
+
+    return same
 
 
 def list_pins(config: Config) -> dict[tuple[str, str], str]:

@@ -83,7 +83,7 @@ async def probe_group_lag(
         else:
             store = state
         places = None
-        if kinesis is None:  # stream ARNs of other accounts and regions too (issue 36)
+        if kinesis is None:  # stream ARNs of other accounts and regions too
             aws = AwsClients(config, RequestStats())
             stack.push_async_callback(aws.close)
             await aws.open(dynamodb=False)

@@ -5,21 +5,22 @@ the library's own calls (:mod:`kinesumer.admin`: conditional read-modify-writes 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
-from ..admin import force_rebalance, list_pins, read_controls, step_down, update_controls
-from ..config import Config
+from ..admin import (
+    force_rebalance,
+    list_pins,
+    pin_shard,
+    read_controls,
+    step_down,
+    unpin_shard,
+)
 from ..core.controls import Controls
-from ..errors import ConfigError
-from ..stream_refs import parse_stream
 from .errors import EXIT_OK
 from .options import group_config
 from .render import printable
-from .streams import StateKeys
 from .view import iso_time
 
 #: Said after every change: members read the controls on a bounded schedule.
@@ -27,48 +28,14 @@ DELAY_NOTE = "members apply it within about 10 s (or one heartbeat_interval, if 
 
 
 def pin_command(args: argparse.Namespace) -> int:
-    config = group_config(args)
-    stream, shard = args.stream, args.shard
-    parse_stream(stream)  # a name, a stream ARN (kept as given), a table's stream ARN
-    for name, value in (("shard_id", shard), ("client_id", args.client_id)):
-        if not value or "/" in value:
-            raise ConfigError(name, f"must be a non-empty name without '/', got {value!r}")
-    others = _one_stream(config, stream, shard)
-
-    def pin(c: Controls) -> Controls:
-        kept = {k: v for k, v in c.pins.items() if not others(k)}
-        return dataclasses.replace(c, pins={**kept, (stream, shard): args.client_id})
-
-    controls = update_controls(config, pin)
+    controls = pin_shard(group_config(args), args.stream, args.shard, args.client_id)
     print(f"pinned {args.stream}/{args.shard} to {args.client_id} (controls v{controls.version})")
     print(DELAY_NOTE)
     return EXIT_OK
 
 
-def _one_stream(config: Config, stream: str, shard: str) -> Callable[[tuple[str, str]], bool]:
-    """Whether a pin's (stream, shard) is ``stream``'s ``shard``: a pin is kept as given, and
-    members match it by its state key (:func:`kinesumer.accounts.state_key`), so ``orders`` and
-    its home ARN are one stream: a pin by one replaces the other's, an unpin by one removes
-    both (else two pins of one shard, to two members, or an unpin that removes nothing)."""
-    keys = StateKeys(config)  # STS only when a Kinesis stream ARN is met
-
-    def same(pin: tuple[str, str]) -> bool:
-        pinned, pinned_shard = pin
-        if pinned_shard != shard:
-            return False
-        return pinned == stream or keys(pinned) == keys(stream)
-
-    return same
-
-
 def unpin_command(args: argparse.Namespace) -> int:
-    config = group_config(args)
-    parse_stream(args.stream)
-    same = _one_stream(config, args.stream, args.shard)
-    controls = update_controls(
-        config,
-        lambda c: dataclasses.replace(c, pins={k: v for k, v in c.pins.items() if not same(k)}),
-    )
+    controls = unpin_shard(group_config(args), args.stream, args.shard)
     print(f"unpinned {args.stream}/{args.shard} (controls v{controls.version})")
     return EXIT_OK
 

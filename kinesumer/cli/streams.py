@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
-from ..accounts import Home, state_key
+from ..accounts import state_key
 from ..config import Config
 from ..core.lag import GroupLag
 from ..errors import ConfigError
@@ -23,10 +23,8 @@ from ..stream_refs import is_dynamodb_stream, parse_stream
 
 __all__ = [
     "Names",
-    "StateKeys",
     "check_reachable",
     "lag_as_given",
-    "resolve_home",
     "state_names",
     "state_names_now",
 ]
@@ -63,7 +61,9 @@ async def state_names(config: Config, streams: Sequence[str]) -> Names:
         parse_stream(stream)
     keys = {s: s for s in streams}
     if any(_kinesis_arn(s) for s in streams):
-        home = await resolve_home(config)
+        from ..kinesis.places import config_home  # boto3 only when a stream ARN is met
+
+        home = await config_home(config)
         keys = {s: state_key(s, home) for s in streams}
     seen: dict[str, str] = {}
     for given, key in keys.items():
@@ -74,39 +74,6 @@ async def state_names(config: Config, streams: Sequence[str]) -> Names:
             )
         seen[key] = given
     return Names(keys)
-
-
-async def resolve_home(config: Config) -> Home:
-    """``config``'s home account and region, as its members know them."""
-    # The places know the home account (config's role's, else the caller's); imported here:
-    # boto3 only when a stream ARN is met.
-    from ..aws.accounting import RequestStats
-    from ..aws.clients import AwsClients
-    from ..kinesis.places import places_for
-
-    aws = AwsClients(config, RequestStats())
-    try:
-        places = places_for(config, aws)
-        await places.resolve_home()
-        return places.home
-    finally:
-        await aws.close()
-
-
-class StateKeys:
-    """The state key of a stream's text, for a command not running an event loop: the home is
-    asked of STS at the first Kinesis stream ARN met, once (names alone ask nothing)."""
-
-    def __init__(self, config: Config) -> None:
-        self._config = config
-        self._home: Home | None = None
-
-    def __call__(self, text: str) -> str:
-        if not _kinesis_arn(text):
-            return text
-        if self._home is None:
-            self._home = asyncio.run(resolve_home(self._config))
-        return state_key(text, self._home)
 
 
 def state_names_now(config: Config, streams: Sequence[str]) -> Names:

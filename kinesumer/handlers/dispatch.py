@@ -116,7 +116,7 @@ class Dispatch:
         back by the in-flight bound) fewer than ``hold`` records wait in pending batches.
         Holding batches of several leases is what lets every shard's keys into the window:
         the engine hands out one shard's batch at a time, and a batch admitted alone would
-        fill the whole bound with that shard's few keys (issue 23)."""
+        fill the whole bound with that shard's few keys."""
         if self.stopping:
             return False
         if not self._pending:

@@ -1,7 +1,7 @@
 """One handler call as the runner sees it: decode, call (inside the sink's transaction when there
 is one), and on failure apply the failure policy, counting every outcome.
 
-:class:`Invocation` is the runner's only way into the policies (the contract of issue 11): the
+:class:`Invocation` is the runner's only way into the policies: the
 runner calls :meth:`Invocation.call_sync` from worker threads, or :meth:`Invocation.call_async`
 from tasks, with the records of one call. When the method returns, every record of the call is
 done: handled, discarded, or written to a dead-letter or retry-later stream. It raises

@@ -1,4 +1,4 @@
-"""Handlers added and removed while ``run()`` runs, by name, optionally filtered by key (issue 21).
+"""Handlers added and removed while ``run()`` runs, by name, optionally filtered by key.
 
 ::
 

@@ -123,3 +123,17 @@ def places_for(config: Config, aws: AwsClients) -> AccountPlaces:
     executors): the home is ``config``'s Kinesis region, and ``role_arn``'s account when it is
     set (else the caller's, asked of STS at the first stream ARN)."""
     return AccountPlaces(config, aws, home_of(config))
+
+
+async def config_home(config: Config) -> Home:
+    """``config``'s home account and region, as its members know them (the role's account,
+    else the caller's, asked of STS): for a tool with no member running."""
+    from ..aws.accounting import RequestStats
+
+    aws = AwsClients(config, RequestStats())
+    try:
+        places = places_for(config, aws)
+        await places.resolve_home()
+        return places.home
+    finally:
+        await aws.close()

@@ -335,3 +335,32 @@ def test_a_shard_of_a_tables_stream_is_pinned_by_its_arn(
     assert admin.list_pins(config) == {(arn, "shardId-00000001"): "m"}
     admin.unpin_shard(config, arn, "shardId-00000001")
     assert admin.list_pins(config) == {}
+
+
+def test_a_pin_by_kinesis_arn_is_one_pin_with_its_name_and_another_accounts_its_own(
+    dynalite: NodeStandIn, unique_name
+) -> None:
+    """``admin.pin_shard`` takes a Kinesis stream ARN as members are given it. ``orders`` and
+    its home ARN (the role's account, the Kinesis region: no STS call) are one stream: a pin by
+    one replaces the other's and an unpin by either removes it; another account's ``orders``
+    keeps its own pin."""
+    config = make_config(
+        "http://127.0.0.1:1",
+        dynalite.url,
+        unique_name("app"),
+        unique_name("t"),
+        role_arn="arn:aws:iam::111111111111:role/reader",
+        kinesis_region="eu-west-1",
+    )
+    setup_table(config)
+    home = "arn:aws:kinesis:eu-west-1:111111111111:stream/orders"
+    other = "arn:aws:kinesis:eu-west-1:222222222222:stream/orders"
+    shard = "shardId-000000000000"
+    admin.pin_shard(config, "orders", shard, "m1")
+    admin.pin_shard(config, home, shard, "m2")
+    admin.pin_shard(config, other, shard, "m3")
+    assert admin.list_pins(config) == {(home, shard): "m2", (other, shard): "m3"}
+    admin.unpin_shard(config, "orders", shard)
+    assert admin.list_pins(config) == {(other, shard): "m3"}
+    admin.unpin_shard(config, other, shard)
+    assert admin.list_pins(config) == {}
