@@ -50,11 +50,13 @@ def test_a_name_is_a_kinesis_stream_of_the_configured_region(name: str) -> None:
 
 
 @given(regions, accounts, names)
-def test_a_kinesis_arn_is_parsed_but_not_read_yet(region: str, account: str, name: str) -> None:
+def test_a_kinesis_arn_is_parsed_and_refused_where_a_name_is_needed(
+    region: str, account: str, name: str
+) -> None:
     arn = f"arn:aws:kinesis:{region}:{account}:stream/{name}"
     ref = parse_stream(arn)
     assert (ref.kind, ref.name, ref.region, ref.account) == ("kinesis-arn", name, region, account)
-    with pytest.raises(ConfigError, match=r"give .*, with Config.kinesis_region"):
+    with pytest.raises(ConfigError, match=r"a stream's name is needed here, not its ARN: give "):
         check_stream(arn)
 
 
