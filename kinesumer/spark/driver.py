@@ -110,7 +110,7 @@ def foreach_batch(
     after the batch in flight was committed, before the shard is released.
     """
     require_spark()
-    names = check_streams(streams)
+    names = check_streams(streams, kinesis_arns=True)
     _check_bounds(max_records, max_bytes, max_interval)
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")

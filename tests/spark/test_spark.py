@@ -163,6 +163,22 @@ def checkpoints(env: Env) -> dict[str, str | None]:
 
 # -- the tests ----------------------------------------------------------------------------------
 @needs_spark
+def test_a_stream_given_by_its_arn_is_read_and_named_as_given(spark: Any, env: Env) -> None:
+    """foreach_batch takes a Kinesis stream ARN as every reader does: its rows name the stream
+    as given, and a home ARN's checkpoints are the plain name's (one stream, one state key)."""
+    create_stream(env.url, env.stream, 1)
+    produced = put(env.url, env.stream, 0, 10)
+    arn = f"arn:aws:kinesis:us-east-1:123456789012:stream/{env.stream}"  # moto's account
+    config = env.config.replace(sts_endpoint=env.url)
+    sink: list[Seen] = []
+    summary = foreach_batch(spark, config, [arn], recorder(sink), available_now=True)
+    assert summary.stopped_by == "drained"
+    assert sorted(datas(sink)) == sorted(produced)
+    assert {row[0] for row in rows_of(sink)} == {arn}
+    assert list(checkpoints(env).values()) == [max((r[2] for r in rows_of(sink)), key=int)]
+
+
+@needs_spark
 def test_batch_has_the_record_schema_and_rows(spark: Any, env: Env) -> None:
     create_stream(env.url, env.stream, 2)
     before = datetime.now(timezone.utc) - timedelta(seconds=5)
