@@ -61,7 +61,7 @@ from .controls import (
     unpin_shard,
     update_controls,
 )
-from .lag import DEFAULT_LAG_INTERVAL, LagProbe, group_lag, probe_group_lag
+from .lag import DEFAULT_LAG_INTERVAL, LagProbe, group_lag, live_members, probe_group_lag
 from .rewind import (
     CACHE_ATTEMPTS,
     FUTURE_SLACK_MS,
@@ -87,6 +87,7 @@ __all__ = [
     "force_rebalance",
     "group_lag",
     "list_pins",
+    "live_members",
     "pin_shard",
     "probe_group_lag",
     "read_controls",

@@ -14,6 +14,7 @@ suspend pins and step-downs too (:mod:`kinesumer.group.controls`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from ..errors import (
     StateTableSchemaError,
 )
 from ..kinesis.efo.consumers import deregister_stream_consumer
-from ..kinesis.places import config_home
+from ..kinesis.places import config_home, home_of
 from ..statestore.dynamodb.controls import (
     controls_condition,
     controls_item,
@@ -155,7 +156,8 @@ def pin_shard(config: Config, stream: str, shard_id: str, client_id: str) -> Con
     ``stream`` as the members are given it: a name, a Kinesis stream ARN (of any account and
     region) or a table's stream ARN. The pin is kept as given and members match it by its state
     key, so ``orders`` and its home ARN are one stream: this pin replaces one of the shard made
-    under the other spelling (else two pins of one shard to two members)."""
+    under the other spelling (else two pins of one shard to two members). The home is
+    ``config``'s: give it the members' ``role_arn`` and ``kinesis_region``."""
     parse_stream(stream)
     for name, value in (("shard_id", shard_id), ("client_id", client_id)):
         if not isinstance(value, str) or not value or "/" in value:
@@ -182,15 +184,16 @@ def unpin_shard(config: Config, stream: str, shard_id: str) -> Controls:
 
 def _same_shard(config: Config, stream: str, shard_id: str) -> Callable[[tuple[str, str]], bool]:
     """Whether a pin's (stream, shard) is ``stream``'s ``shard_id`` by state key
-    (:func:`kinesumer.accounts.state_key`). The home account is asked of STS once, at the
-    first Kinesis stream ARN compared: names alone ask nothing."""
+    (:func:`kinesumer.accounts.state_key`), with ``config``'s home: its ``role_arn``'s account
+    and Kinesis region, as the members have them (without ``role_arn``, the caller's account,
+    asked of STS once, at the first Kinesis stream ARN compared: names alone ask nothing)."""
     home: list[Home] = []
 
     def key(text: str) -> str:
         if not text.startswith("arn:") or is_dynamodb_stream(text):
             return text
         if not home:
-            home.append(asyncio.run(config_home(config)))
+            home.append(_home_now(config))
         return state_key(text, home[0])
 
     def same(pin: tuple[str, str]) -> bool:
@@ -198,6 +201,21 @@ def _same_shard(config: Config, stream: str, shard_id: str) -> Callable[[tuple[s
         return pinned_shard == shard_id and (pinned == stream or key(pinned) == key(stream))
 
     return same
+
+
+def _home_now(config: Config) -> Home:
+    """``config``'s home, asking STS only when its account is unknown; from a thread of its
+    own when the caller runs an event loop (these calls block, as boto3's do, but may be made
+    from a coroutine or a notebook cell)."""
+    home = home_of(config)
+    if home.account is not None and home.region is not None:
+        return home
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(config_home(config))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(config_home(config))).result()
 
 
 def list_pins(config: Config) -> dict[tuple[str, str], str]:

@@ -47,8 +47,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ..admin import probe_group_lag, read_controls
-from ..admin.lag import live_members
+from ..admin import live_members, probe_group_lag, read_controls
 from ..config import Config
 from ..core.controls import controlled_leader
 from ..core.lag import GroupLag

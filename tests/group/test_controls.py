@@ -364,3 +364,27 @@ def test_a_pin_by_kinesis_arn_is_one_pin_with_its_name_and_another_accounts_its_
     assert admin.list_pins(config) == {(other, shard): "m3"}
     admin.unpin_shard(config, other, shard)
     assert admin.list_pins(config) == {}
+
+
+async def test_pins_by_arn_from_a_coroutine_with_and_without_the_roles_account(
+    moto_url: str, unique_name
+) -> None:
+    """Called from a coroutine (a notebook cell, an async service), ``pin_shard`` still works
+    when it must compare ARNs: with ``role_arn`` the home is known without I/O; without it the
+    caller's account is asked of STS (moto's: 123456789012) from a thread of its own, not by
+    an event loop inside the running one."""
+    shard = "shardId-000000000000"
+    for role_arn, account in (("arn:aws:iam::111111111111:role/r", "111111111111"), (None, None)):
+        account = account or "123456789012"
+        config = make_config(
+            moto_url, moto_url, unique_name("app"), unique_name("t"), sts_endpoint=moto_url
+        )
+        if role_arn:
+            config = config.replace(role_arn=role_arn)
+        setup_table(config)
+        home = f"arn:aws:kinesis:us-east-1:{account}:stream/orders"
+        admin.pin_shard(config, home, shard, "m1")
+        admin.pin_shard(config, "orders", shard, "m2")  # replaces the ARN's pin: one stream
+        assert admin.list_pins(config) == {("orders", shard): "m2"}
+        admin.unpin_shard(config, home, shard)
+        assert admin.list_pins(config) == {}
