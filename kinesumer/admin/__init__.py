@@ -1,26 +1,11 @@
-"""The operator's calls on the state table: creating it, for local work and tests (production
-provisions it with Terraform from ``infra/``, and the consumer never needs create-table rights),
-and the group's operator controls (pins, step-downs, forced rebalances).
+"""The operator's calls: the state table and the group's operator controls (pins, step-downs,
+forced rebalances; :mod:`kinesumer.admin.controls`), the group's lag read from the streams
+themselves, so it is there with no member running (:mod:`kinesumer.admin.lag`), and rewinding
+the group on a stream to a time while it runs (:mod:`kinesumer.admin.rewind`). The controls
+and the rewind write conditionally on what they read, so both work while the group runs; the
+lag only reads.
 
-The controls are one item per app (:mod:`kinesumer.statestore.dynamodb.controls`), changed by a
-read-modify-write conditional on the version read: a change that races another one is read
-again and retried, never lost. Members read the item every ``max(10 s, heartbeat_interval)``, in
-time slots aligned on the wall clock, so a control takes effect everywhere within about one slot
-and one tick. Members of a version without controls ignore them: while one is live, the others
-suspend pins and step-downs too (:mod:`kinesumer.group.controls`).
-
-And the group's lag read from the streams themselves, so it is there with no member running
-(:func:`group_lag`, :class:`LagProbe`): per shard the age of the oldest record not yet
-checkpointed, by Kinesis's clock (:mod:`kinesumer.kinesis.lag_probe`, rules in
-:mod:`kinesumer.core.lag`). Read-only; its reads count against the per-shard read limits every
-reader of the stream shares.
-
-And rewinding the group on a stream to a time (:func:`rewind_group`), by writes conditional on
-the items as read, so that it works while the group runs.
-
-Every name is importable from here; each concept lives in a module of its own:
-:mod:`kinesumer.admin.controls` (the table, the controls, deregistering a consumer),
-:mod:`kinesumer.admin.lag`, :mod:`kinesumer.admin.rewind`.
+Every name is importable from here.
 """
 
 from __future__ import annotations
